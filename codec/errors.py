@@ -1,0 +1,84 @@
+"""The errors replwire raises.
+
+Strategy: one root class.  A :class:`DecodeError` is the peer's fault (bytes that are not a valid message)
+and says where and what: message, field path with array indexes, byte offset, tag, protocol version.  An
+:class:`EncodeError` is the caller's fault (a message object that cannot be put on the wire).  Both are
+``ValueError`` subclasses, so code that already guards against ``ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class ReplwireError(Exception):
+    """Root of every error replwire raises on purpose."""
+
+
+class DecodeError(ReplwireError, ValueError):
+    """Bytes that are not a valid message.
+
+    Attributes:
+        reason: what is wrong, in plain words.
+        offset: byte offset (from the start of the message) of the field that failed.
+        tag: the message's tag character, or ``None`` for an empty input.
+        message: the message class name, when the tag was known.
+        field: the field path with array indexes (``columns[1].type_id``), or ``None`` when the failure
+            is not inside one field (trailing bytes, unknown tag).
+        proto_version: the protocol version the bytes were parsed under (``None`` for the envelope).
+    """
+
+    def __init__(self, reason: str, *, offset: int, tag: str | None = None, message: str | None = None,
+                 field: str | None = None, proto_version: int | None = None) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.tag = tag
+        self.message = message
+        self.field = field
+        self.proto_version = proto_version
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ".".join(part for part in (self.message, self.field) if part).replace(".[", "[")
+        context = []
+        if self.tag is not None:
+            context.append(f"tag {self.tag!r}")
+        if self.proto_version is not None:
+            context.append(f"proto {self.proto_version}")
+        suffix = f" ({', '.join(context)})" if context else ""
+        return f"{where + ' ' if where else ''}at offset {self.offset}{suffix}: {self.reason}"
+
+    def __reduce__(self):
+        return (_rebuild_decode_error, (self.reason, self.offset, self.tag, self.message, self.field,
+                                        self.proto_version))
+
+
+def _rebuild_decode_error(reason, offset, tag, message, field, proto_version):
+    return DecodeError(reason, offset=offset, tag=tag, message=message, field=field,
+                       proto_version=proto_version)
+
+
+class EncodeError(ReplwireError, ValueError):
+    """A message object that cannot be built: a wrong type, a value out of range, a NUL inside a string,
+    a value for a field that is absent in this protocol version or stream state, or a missing one.
+
+    Attributes:
+        reason: what is wrong.
+        message: the message class name.
+        field: the field path with array indexes, or ``None``.
+    """
+
+    def __init__(self, reason: str, *, message: str | None = None, field: str | None = None) -> None:
+        self.reason = reason
+        self.message = message
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ".".join(part for part in (self.message, self.field) if part).replace(".[", "[")
+        return f"{where}: {self.reason}" if where else self.reason
+
+    def __reduce__(self):
+        return (_rebuild_encode_error, (self.reason, self.message, self.field))
+
+
+def _rebuild_encode_error(reason, message, field):
+    return EncodeError(reason, message=message, field=field)

@@ -1,0 +1,398 @@
+"""The message classes: one per message of the PostgreSQL documentation, fields from the declarations.
+
+Strategy: each class below names its declaration (``spec=``); ``_Declared.__init_subclass__`` turns the
+declaration's value fields into dataclass fields (keyword-only), so a field list is never written twice.
+Fields that are conditional on the wire (the streamed-transaction ``xid``, the old-row images, the Stream
+Abort tail) default to ``None``; always-zero flags default to 0.  Values are converted once, at the
+boundary: LSN fields become :class:`~replwire.codec.scalars.LSN`, timestamps
+:class:`~replwire.codec.scalars.Timestamp`, nested records :class:`RelationColumn` and
+:class:`TupleColumn`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from construct import Construct, FormatField, Struct
+
+from ..schema import core as wire
+from ..schema import dml, envelope, logical_message, relation, stream, transaction, twophase
+from .errors import EncodeError
+from .scalars import LSN, Timestamp
+
+_RECORD_CLASSES: dict[int, type[Record]] = {}
+
+_SCALAR_TYPES: dict[str, Any] = {
+    "lsn": LSN, "timestamp": Timestamp, "xid": int, "oid": int, "int": int, "text": str, "char": str,
+    "bytes": bytes,
+}
+
+
+def value_fields(declaration: Struct) -> list[wire.Field]:
+    """The fields of a declaration that are attributes of its class (not the tag, not derived counts)."""
+    return [sc for sc in declaration.subcons
+            if isinstance(sc, wire.Field) and sc.meta.value not in ("tag", "count")]
+
+
+def strip_presence(subcon: Construct) -> Construct:
+    """The construct under the presence wrappers (When, Tail, Marked) of a field."""
+    while isinstance(subcon, (wire.When, wire.Tail, wire.Marked)):
+        subcon = subcon.subcon
+    return subcon
+
+
+def is_optional(f: wire.Field) -> bool:
+    """Whether the field can be absent (its value ``None``)."""
+    sc = f.subcon
+    while isinstance(sc, (wire.When, wire.Tail, wire.Marked)):
+        if isinstance(sc, (wire.When, wire.Tail)) or sc.optional:
+            return True
+        sc = sc.subcon
+    return False
+
+
+def _int_bounds(construct: Construct) -> tuple[int, int, str] | None:
+    if not isinstance(construct, FormatField):
+        return None
+    code = construct.fmtstr[-1]
+    bits = {"B": 8, "b": 8, "H": 16, "h": 16, "L": 32, "l": 32, "Q": 64, "q": 64}[code]
+    if code.isupper():
+        return 0, 2**bits - 1, f"unsigned {bits}-bit"
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1, f"signed {bits}-bit"
+
+
+class _Path(Exception):
+    """Internal: an encode failure on its way out, collecting its field path."""
+
+    def __init__(self, reason: str, path: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+
+
+def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Any]:
+    """(wire value -> Python value, Python value -> wire value, annotation) for one field."""
+    core = strip_presence(f.subcon)
+    if isinstance(core, (wire.Counted, wire.Items)):
+        element = core.subcon
+        if isinstance(element, Struct):
+            cls = _RECORD_CLASSES[id(element)]
+
+            def load_items(values, cls=cls):
+                return None if values is None else [cls._from_wire(v) for v in values]
+
+            def dump_items(values, cls=cls):
+                if values is None:
+                    return None
+                if not isinstance(values, (list, tuple)):
+                    raise _Path(f"expected a list of {cls.__name__}, got {type(values).__name__}", [])
+                out = []
+                for index, item in enumerate(values):
+                    if not isinstance(item, cls):
+                        raise _Path(f"expected {cls.__name__}, got {type(item).__name__}", [f"[{index}]"])
+                    try:
+                        out.append(item._to_wire())
+                    except _Path as failure:
+                        failure.path.insert(0, f"[{index}]")
+                        raise
+                return out
+
+            return load_items, dump_items, list[cls]
+        check = _scalar_check(element, "int")
+
+        def dump_ints(values, check=check):
+            if values is None:
+                return None
+            if not isinstance(values, (list, tuple)):
+                raise _Path(f"expected a list, got {type(values).__name__}", [])
+            for index, item in enumerate(values):
+                try:
+                    check(item)
+                except _Path as failure:
+                    failure.path.insert(0, f"[{index}]")
+                    raise
+            return list(values)
+
+        return (lambda values: None if values is None else list(values)), dump_ints, list[int]
+    kind = f.meta.value
+    py_type = _SCALAR_TYPES[kind]
+    check = _scalar_check(core, kind)
+
+    def load(value, py_type=py_type):
+        return value if value is None or py_type in (int, str, bytes) else py_type(value)
+
+    def dump(value, check=check):
+        if value is not None:
+            check(value)
+        return value
+
+    return load, dump, py_type
+
+
+def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
+    bounds = _int_bounds(construct)
+    if bounds is not None:
+        low, high, label = bounds
+
+        def check_int(value):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _Path(f"expected int, got {type(value).__name__}", [])
+            if not low <= value <= high:
+                raise _Path(f"{value} is out of range for {label} ({low} to {high})", [])
+
+        return check_int
+    expected = {"text": str, "char": str, "bytes": (bytes, bytearray, memoryview)}.get(kind)
+
+    def check_type(value):
+        if expected is not None and not isinstance(value, expected):
+            name = expected.__name__ if isinstance(expected, type) else "bytes"
+            raise _Path(f"expected {name}, got {type(value).__name__}", [])
+
+    return check_type
+
+
+class _Declared:
+    """Shared machinery of messages and records: dataclass fields generated from a declaration."""
+
+    _declaration: ClassVar[Struct]
+    _fields: ClassVar[tuple[tuple[str, Callable, Callable], ...]]
+
+    @classmethod
+    def _setup(cls, declaration: Struct, *, frozen: bool) -> None:
+        cls._declaration = declaration
+        annotations: dict[str, Any] = {}
+        fields = []
+        for f in value_fields(declaration):
+            load, dump, annotation = _converters(f)
+            fields.append((f.name, load, dump))
+            if is_optional(f):
+                annotations[f.name] = annotation | None
+                setattr(cls, f.name, None)
+            elif isinstance(strip_presence(f.subcon), wire.MustBeZero):
+                annotations[f.name] = annotation
+                setattr(cls, f.name, 0)
+            else:
+                annotations[f.name] = annotation
+        cls.__annotations__ = annotations
+        cls._fields = tuple(fields)
+        dataclasses.dataclass(cls, kw_only=True, frozen=frozen)  # type: ignore[call-overload]
+
+    @classmethod
+    def _from_wire(cls, raw: Any):
+        return cls(**{name: load(raw[name]) for name, load, _ in cls._fields})
+
+    def _to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, _, dump in self._fields:
+            try:
+                out[name] = dump(getattr(self, name))
+            except _Path as failure:
+                failure.path.insert(0, name)
+                raise
+        return out
+
+
+class Record(_Declared):
+    """A nested record of a message (a Relation column, a tuple column). Immutable and hashable."""
+
+    def __init_subclass__(cls, record: Struct | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if record is not None:
+            cls._setup(record, frozen=True)
+            _RECORD_CLASSES[id(record)] = cls
+
+
+class WireMessage(_Declared):
+    """Base of every message class (logical and envelope).  ``spec`` is the declaration's :class:`~replwire.schema.MessageSpec`;
+    ``tag`` its tag character."""
+
+    spec: ClassVar[wire.MessageSpec]
+    tag: ClassVar[str]
+
+    def __init_subclass__(cls, spec: wire.MessageSpec | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if spec is not None:
+            cls.spec = spec
+            cls.tag = spec.tag
+            cls._setup(spec.declaration, frozen=False)
+            if not cls.__doc__:
+                cls.__doc__ = _docstring(spec)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message as the dict its construct declaration builds from (values checked)."""
+        try:
+            wire_values = self._to_wire()
+        except _Path as failure:
+            raise EncodeError(failure.reason, message=type(self).__name__,
+                              field=".".join(failure.path).replace(".[", "[")) from None
+        wire_values["tag"] = None
+        return wire_values
+
+
+def _docstring(spec: wire.MessageSpec) -> str:
+    lines = [f"{spec.name} ``{spec.tag}``: {spec.doc}", "", "Attributes:"]
+    for f in value_fields(spec.declaration):
+        lines.append(f"    {f.name}: {f.meta.doc}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# records
+
+
+class RelationColumn(Record, record=relation.RELATION_COLUMN):
+    """One column of a :class:`Relation`: flags, name, type_id, type_modifier."""
+
+    @property
+    def is_key(self) -> bool:
+        """Whether the column is part of the replica identity key (flags bit 0)."""
+        return bool(self.flags & 1)
+
+
+class TupleColumn(Record, record=dml.TUPLE_COLUMN):
+    """One column of tuple data: ``kind`` is ``'n'`` (NULL), ``'u'`` (unchanged TOASTed value, not sent),
+    ``'t'`` (text) or ``'b'`` (binary); ``data`` the value's bytes for ``'t'``/``'b'``, else ``None``."""
+
+    @classmethod
+    def null(cls) -> TupleColumn:
+        return cls(kind="n", data=None)
+
+    @classmethod
+    def unchanged_toast(cls) -> TupleColumn:
+        return cls(kind="u", data=None)
+
+    @classmethod
+    def text(cls, value: str | bytes) -> TupleColumn:
+        """A text-format value (``str`` is encoded as UTF-8)."""
+        return cls(kind="t", data=value.encode("utf-8") if isinstance(value, str) else bytes(value))
+
+    @classmethod
+    def binary(cls, value: bytes) -> TupleColumn:
+        return cls(kind="b", data=bytes(value))
+
+    @property
+    def is_null(self) -> bool:
+        return self.kind == "n"
+
+    @property
+    def is_unchanged_toast(self) -> bool:
+        return self.kind == "u"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# logical messages
+
+
+class Begin(WireMessage, spec=transaction.BEGIN):
+    pass
+
+
+class Commit(WireMessage, spec=transaction.COMMIT):
+    pass
+
+
+class Origin(WireMessage, spec=transaction.ORIGIN):
+    pass
+
+
+class Relation(WireMessage, spec=relation.RELATION):
+    pass
+
+
+class Type(WireMessage, spec=relation.TYPE):
+    pass
+
+
+class Insert(WireMessage, spec=dml.INSERT):
+    pass
+
+
+class Update(WireMessage, spec=dml.UPDATE):
+    pass
+
+
+class Delete(WireMessage, spec=dml.DELETE):
+    pass
+
+
+class Truncate(WireMessage, spec=dml.TRUNCATE):
+    @property
+    def cascade(self) -> bool:
+        """TRUNCATE ... CASCADE (options bit 0)."""
+        return bool(self.options & 1)
+
+    @property
+    def restart_identity(self) -> bool:
+        """TRUNCATE ... RESTART IDENTITY (options bit 1)."""
+        return bool(self.options & 2)
+
+
+class Message(WireMessage, spec=logical_message.MESSAGE):
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the message was emitted as transactional (flags bit 0)."""
+        return bool(self.flags & 1)
+
+
+class StreamStart(WireMessage, spec=stream.STREAM_START):
+    @property
+    def is_first_segment(self) -> bool:
+        """Whether this is the transaction's first block (the server sends 1; only 1 counts as true)."""
+        return self.first_segment == 1
+
+
+class StreamStop(WireMessage, spec=stream.STREAM_STOP):
+    pass
+
+
+class StreamCommit(WireMessage, spec=stream.STREAM_COMMIT):
+    pass
+
+
+class StreamAbort(WireMessage, spec=stream.STREAM_ABORT):
+    @property
+    def is_subtransaction(self) -> bool:
+        """Whether only a subtransaction aborted (``subxid != xid``)."""
+        return self.subxid != self.xid
+
+
+class BeginPrepare(WireMessage, spec=twophase.BEGIN_PREPARE):
+    pass
+
+
+class Prepare(WireMessage, spec=twophase.PREPARE):
+    pass
+
+
+class CommitPrepared(WireMessage, spec=twophase.COMMIT_PREPARED):
+    pass
+
+
+class RollbackPrepared(WireMessage, spec=twophase.ROLLBACK_PREPARED):
+    pass
+
+
+class StreamPrepare(WireMessage, spec=twophase.STREAM_PREPARE):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------------
+# envelope
+
+
+class XLogData(WireMessage, spec=envelope.XLOG_DATA):
+    pass
+
+
+class PrimaryKeepalive(WireMessage, spec=envelope.PRIMARY_KEEPALIVE):
+    pass
+
+
+class StandbyStatusUpdate(WireMessage, spec=envelope.STANDBY_STATUS_UPDATE):
+    pass
+
+
+class HotStandbyFeedback(WireMessage, spec=envelope.HOT_STANDBY_FEEDBACK):
+    pass

@@ -1,0 +1,532 @@
+"""The building blocks every declaration in :mod:`replwire.schema` is made of.
+
+Strategy: a message is an ordinary construct ``Struct``.  Each named member is a :class:`Field` -- a
+``Renamed`` that also carries the metadata the docs, the strategies and the fast codec need
+(:class:`FieldMeta`).  The few wire idioms construct has no exact word for are small construct classes
+here, each strict in both directions:
+
+* :class:`Tag` -- the leading type byte, which also knows the lowest protocol version the message exists in;
+* :class:`When` -- an ``If`` whose build refuses a value for a field that is absent (construct's ``If``
+  silently drops it) and refuses ``None`` for a field that is present;
+* :class:`Tail` -- a field present exactly when bytes remain (the Stream Abort abort LSN/time);
+* :class:`Marked` -- a sub-record introduced by a marker byte (``K``/``O``/``N`` before tuple data);
+* :class:`Counted` and :class:`Items` -- arrays whose errors name the failing index;
+* :class:`PgString`, :class:`Char`, :class:`MustBeZero`.
+
+Failures raised by these classes are :class:`WireError` with a plain-words ``reason``; every
+:class:`Field` and array on the way out records its name, index and byte offset on the exception so that
+``replwire.codec`` can say *where* and *what*.  This module imports construct only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from construct import (
+    Const,
+    Construct,
+    ConstructError,
+    GreedyBytes,
+    IfThenElse,
+    Int8ub,
+    Int16ub,
+    Int32sb,
+    Int32ub,
+    Int64sb,
+    Int64ub,
+    Pass,
+    Prefixed,
+    Renamed,
+    SizeofError,
+    Struct,
+    Subconstruct,
+)
+from construct.core import evaluate, stream_read, stream_tell, stream_write
+
+DOCS_LOGICAL = "https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html"
+DOCS_REPLICATION = "https://www.postgresql.org/docs/current/protocol-replication.html"
+
+
+class WireError(ConstructError):
+    """A check of a replwire declaration failed; ``reason`` says what, in plain words."""
+
+    def __init__(self, reason: str, path: str | None = None) -> None:
+        super().__init__(reason, path=path)
+        self.reason = reason
+
+
+def annotate(error: BaseException, *, name: str | None = None, index: int | None = None,
+             offset: int | None = None) -> None:
+    """Record one step of the error's location on the exception, innermost first.
+
+    ``replwire_path`` is built from the inside out (the innermost field is recorded first and every
+    enclosing field or array index is put in front of it); ``replwire_offset`` keeps the innermost offset.
+    """
+    path = getattr(error, "replwire_path", None)
+    if path is None:
+        path = []
+        error.replwire_path = path  # type: ignore[attr-defined]
+    if index is not None:
+        path.insert(0, f"[{index}]")
+    if name is not None:
+        path.insert(0, name)
+    if offset is not None and getattr(error, "replwire_offset", None) is None:
+        error.replwire_offset = offset  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# metadata
+
+
+@dataclass(frozen=True)
+class FieldMeta:
+    """What the documentation, the strategies and the code generators know about one field.
+
+    ``doc`` is the meaning in our words; ``doc_ref`` the anchor on the PostgreSQL documentation page
+    (``docs_url`` joins the two); ``since`` the protocol version the field first appears in; ``spec_type``
+    the type label the PostgreSQL documentation uses; ``value`` the kind of Python value the codec gives
+    (``lsn``, ``timestamp``, ``xid``, ``oid``, ``int``, ``text``, ``char``, ``bytes``, ``record``,
+    ``items``, ``tag``, ``count``).
+    """
+
+    doc: str
+    spec_type: str
+    value: str
+    since: int = 1
+    doc_ref: str | None = None
+    docs_page: str = DOCS_LOGICAL
+
+    @property
+    def docs_url(self) -> str:
+        return f"{self.docs_page}#{self.doc_ref}" if self.doc_ref else self.docs_page
+
+
+class Field(Renamed):
+    """A named member of a declaration, with its :class:`FieldMeta`.
+
+    Parsing and building are the wrapped construct's; on failure the field adds its name and the byte
+    offset where it started to the exception (see :func:`annotate`).
+    """
+
+    def __init__(self, name: str, subcon: Construct, meta: FieldMeta) -> None:
+        super().__init__(subcon, newname=name, newdocs=meta.doc)
+        self.meta = meta
+
+    def _parse(self, stream, context, path):
+        start = stream_tell(stream, path)
+        try:
+            return self.subcon._parsereport(stream, context, path)
+        except ConstructError as error:
+            annotate(error, name=self.name, offset=start)
+            raise
+
+    def _build(self, obj, stream, context, path):
+        start = stream_tell(stream, path)
+        try:
+            return self.subcon._build(obj, stream, context, path)
+        except ConstructError as error:
+            annotate(error, name=self.name, offset=start)
+            raise
+
+
+@dataclass(frozen=True)
+class WireType:
+    """A wire primitive together with the docs' label for it and the kind of value it carries."""
+
+    construct: Construct
+    spec_type: str
+    value: str
+
+
+def field(name: str, wire: WireType, doc: str, *, since: int = 1, when: Any = None,
+          spec_type: str | None = None, wrap: Any = None) -> Field:
+    """Declare one named field.
+
+    ``when`` is a construct ``this`` expression: the field is on the wire exactly when it is true
+    (:class:`When`).  ``wrap`` takes the primitive and returns the construct to use instead (for
+    :class:`Tail` and :class:`Marked`).  The ``doc_ref`` anchor is filled in by :func:`record` or by the
+    message declaration the field belongs to.
+    """
+    subcon = wire.construct
+    if wrap is not None:
+        subcon = wrap(subcon)
+    if when is not None:
+        subcon = When(when, subcon)
+    meta = FieldMeta(doc=doc, spec_type=spec_type or wire.spec_type, value=wire.value, since=since)
+    return Field(name, subcon, meta)
+
+
+def record(*fields: Field, doc_ref: str, docs_page: str = DOCS_LOGICAL) -> Struct:
+    """A ``Struct`` of fields that all point at the same place in the PostgreSQL documentation."""
+    for f in fields:
+        if f.meta.doc_ref is None:
+            f.meta = dataclasses.replace(f.meta, doc_ref=doc_ref, docs_page=docs_page)
+    return Struct(*fields)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# strict construct classes
+
+
+class Tag(Construct):
+    """The leading type byte of a message.
+
+    Parsing checks the byte; both directions check that the message exists in the protocol version in
+    the context (``this._params.proto_version``) when ``min_proto`` is given.
+    """
+
+    def __init__(self, tag: bytes, message: str, min_proto: int | None = None) -> None:
+        super().__init__()
+        if len(tag) != 1:
+            raise ValueError("a tag is one byte")
+        self.tag = tag
+        self.message = message
+        self.min_proto = min_proto
+
+    def _check_version(self, context, path) -> None:
+        if self.min_proto is None:
+            return
+        proto = context._params.get("proto_version")
+        if proto is not None and proto < self.min_proto:
+            raise WireError(f"{self.message} exists from protocol version {self.min_proto} on, "
+                            f"not in protocol version {proto}", path=path)
+
+    def _parse(self, stream, context, path):
+        got = stream_read(stream, 1, path)
+        if got != self.tag:
+            raise WireError(f"expected tag {self.tag.decode('latin-1')!r}, got {got.decode('latin-1')!r}",
+                            path=path)
+        self._check_version(context, path)
+        return self.tag.decode("ascii")
+
+    def _build(self, obj, stream, context, path):
+        self._check_version(context, path)
+        stream_write(stream, self.tag, 1, path)
+        return self.tag.decode("ascii")
+
+    def _sizeof(self, context, path):
+        return 1
+
+
+class When(IfThenElse):
+    """A field on the wire exactly when ``condfunc`` (a ``this`` expression) holds.
+
+    Parsing gives ``None`` for an absent field.  Building refuses a value for an absent field and
+    refuses ``None`` for a present one, instead of silently dropping or failing obscurely.
+    """
+
+    def __init__(self, condfunc: Any, subcon: Construct) -> None:
+        super().__init__(condfunc, subcon, Pass)
+
+    @property
+    def subcon(self) -> Construct:
+        return self.thensubcon
+
+    def _build(self, obj, stream, context, path):
+        present = bool(evaluate(self.condfunc, context))
+        if present and obj is None and not accepts_none(self.thensubcon):
+            raise WireError(f"a value is required here (present because {render_condition(self.condfunc)})",
+                            path=path)
+        if not present and obj is not None:
+            raise WireError(f"must be None here: the field is absent unless {render_condition(self.condfunc)}",
+                            path=path)
+        if present:
+            return self.thensubcon._build(obj, stream, context, path)
+        return None
+
+
+def render_condition(cond: Any) -> str:
+    """A ``this`` expression as short text: ``this._params.in_stream`` reads ``in_stream``."""
+    text = re.sub(r"this\['_params'\]\['(\w+)'\]", r"\1", str(cond))
+    text = re.sub(r"this\['(\w+)'\]", r"\1", text)
+    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
+
+
+def accepts_none(subcon: Construct) -> bool:
+    """Whether a construct builds ``None`` as "absent" (an optional :class:`Marked`, a :class:`Tail`)."""
+    return isinstance(subcon, Tail) or (isinstance(subcon, Marked) and subcon.optional)
+
+
+def _at_end(stream, path) -> bool:
+    position = stream_tell(stream, path)
+    more = stream.read(1)
+    stream.seek(position)
+    return not more
+
+
+class Tail(Subconstruct):
+    """A field that is present exactly when bytes remain after the fields before it.
+
+    Used where the length of the whole message is the only thing that tells two forms apart.  Parsing
+    gives ``None`` at the end of the input and parses (strictly) otherwise; building emits nothing for
+    ``None``.
+    """
+
+    def _parse(self, stream, context, path):
+        if _at_end(stream, path):
+            return None
+        return self.subcon._parsereport(stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            return None
+        return self.subcon._build(obj, stream, context, path)
+
+    def _sizeof(self, context, path):
+        raise SizeofError("a tail has no fixed size", path=path)
+
+
+class Marked(Subconstruct):
+    """A sub-record introduced by a one-byte marker (``K``, ``O`` or ``N`` before tuple data).
+
+    Optional: present exactly when the next byte is the marker, ``None`` otherwise.  Required: the marker
+    must be there (``expect`` names what was expected, for the error).
+    """
+
+    def __init__(self, marker: bytes, subcon: Construct, *, optional: bool = False,
+                 expect: str | None = None) -> None:
+        super().__init__(subcon)
+        self.marker = marker
+        self.optional = optional
+        self.expect = expect or repr(marker.decode("ascii"))
+
+    def _parse(self, stream, context, path):
+        position = stream_tell(stream, path)
+        got = stream.read(1)
+        if got == self.marker:
+            return self.subcon._parsereport(stream, context, path)
+        if self.optional:
+            stream.seek(position)
+            return None
+        if not got:
+            raise WireError(f"truncated: needed 1 byte for the marker {self.expect}, 0 available", path=path)
+        raise WireError(f"bad marker {got.decode('latin-1')!r}: expected {self.expect}", path=path)
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if self.optional:
+                return None
+            raise WireError(f"a value is required here (marker {self.expect})", path=path)
+        stream_write(stream, self.marker, 1, path)
+        return self.subcon._build(obj, stream, context, path)
+
+    def _sizeof(self, context, path):
+        raise SizeofError("a marked record has no fixed size", path=path)
+
+
+def _parse_items(subcon, count, stream, context, path):
+    items = []
+    for index in range(count):
+        context._index = index
+        start = stream_tell(stream, path)
+        try:
+            items.append(subcon._parsereport(stream, context, path))
+        except ConstructError as error:
+            annotate(error, index=index, offset=start)
+            raise
+    return items
+
+
+def _build_items(subcon, obj, stream, context, path):
+    if not isinstance(obj, (list, tuple)):
+        raise WireError(f"expected a list, got {type(obj).__name__}", path=path)
+    for index, item in enumerate(obj):
+        context._index = index
+        try:
+            subcon._build(item, stream, context, path)
+        except ConstructError as error:
+            annotate(error, index=index)
+            raise
+    return obj
+
+
+class Items(Subconstruct):
+    """An array whose element count comes from an earlier field (``count`` is a ``this`` expression)."""
+
+    def __init__(self, count: Any, subcon: Construct) -> None:
+        super().__init__(subcon)
+        self.count = count
+
+    def _parse(self, stream, context, path):
+        return _parse_items(self.subcon, evaluate(self.count, context), stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        items = _build_items(self.subcon, obj, stream, context, path)
+        count = evaluate(self.count, context)
+        if count != len(items):
+            raise WireError(f"{len(items)} items given but the count says {count}", path=path)
+        return items
+
+    def _sizeof(self, context, path):
+        raise SizeofError("an array has no fixed size", path=path)
+
+
+class Counted(Subconstruct):
+    """An array directly preceded by its element count (``countfield``, derived when building)."""
+
+    def __init__(self, countfield: Construct, subcon: Construct) -> None:
+        super().__init__(subcon)
+        self.countfield = countfield
+
+    def _parse(self, stream, context, path):
+        count = self.countfield._parsereport(stream, context, path)
+        return _parse_items(self.subcon, count, stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        if not isinstance(obj, (list, tuple)):
+            raise WireError(f"expected a list, got {type(obj).__name__}", path=path)
+        self.countfield._build(len(obj), stream, context, path)
+        return _build_items(self.subcon, obj, stream, context, path)
+
+    def _sizeof(self, context, path):
+        raise SizeofError("an array has no fixed size", path=path)
+
+
+class PgString(Construct):
+    """PostgreSQL's ``String``: UTF-8 text ending in a NUL byte (replwire sets client_encoding UTF8)."""
+
+    def _parse(self, stream, context, path):
+        start = stream_tell(stream, path)
+        rest = stream.read()
+        end = rest.find(b"\0")
+        if end < 0:
+            stream.seek(start + len(rest))
+            raise WireError(f"no NUL terminator in the {len(rest)} bytes left", path=path)
+        stream.seek(start + end + 1)
+        raw = rest[:end]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise WireError(f"invalid UTF-8 at byte {error.start} of the string", path=path) from None
+
+    def _build(self, obj, stream, context, path):
+        if not isinstance(obj, str):
+            raise WireError(f"expected str, got {type(obj).__name__}", path=path)
+        if "\0" in obj:
+            raise WireError("a String cannot contain a NUL character", path=path)
+        try:
+            raw = obj.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise WireError(f"not encodable as UTF-8 at character {error.start}", path=path) from None
+        stream_write(stream, raw + b"\0", len(raw) + 1, path)
+        return obj
+
+    def _sizeof(self, context, path):
+        raise SizeofError("a String has no fixed size", path=path)
+
+
+class Char(Construct):
+    """One byte read as a one-character ``str``, limited to ``choices`` (``what`` names it in errors)."""
+
+    def __init__(self, choices: str, what: str) -> None:
+        super().__init__()
+        self.choices = choices
+        self.what = what
+
+    def _check(self, value: str, path) -> None:
+        if value not in self.choices:
+            allowed = ", ".join(repr(c) for c in self.choices)
+            raise WireError(f"unknown {self.what} {value!r} (expected one of {allowed})", path=path)
+
+    def _parse(self, stream, context, path):
+        value = stream_read(stream, 1, path).decode("latin-1")
+        self._check(value, path)
+        return value
+
+    def _build(self, obj, stream, context, path):
+        if not isinstance(obj, str) or len(obj) != 1:
+            raise WireError(f"expected a one-character str, got {obj!r}", path=path)
+        self._check(obj, path)
+        stream_write(stream, obj.encode("latin-1"), 1, path)
+        return obj
+
+    def _sizeof(self, context, path):
+        return 1
+
+
+class MustBeZero(Const):
+    """An integer that PostgreSQL always sends as 0 and whose reader rejects anything else."""
+
+    def __init__(self, subcon: Construct) -> None:
+        super().__init__(0, subcon)
+
+    def _parse(self, stream, context, path):
+        value = self.subcon._parsereport(stream, context, path)
+        if value != 0:
+            raise WireError(f"must be 0, got {value}", path=path)
+        return value
+
+    def _build(self, obj, stream, context, path):
+        if obj not in (None, 0) or isinstance(obj, bool):
+            raise WireError(f"must be 0, got {obj!r}", path=path)
+        self.subcon._build(0, stream, context, path)
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# wire primitives, with the PostgreSQL docs' labels
+
+Int8 = WireType(Int8ub, "Int8", "int")
+Int16 = WireType(Int16ub, "Int16", "int")
+Int32 = WireType(Int32ub, "Int32", "int")
+SignedInt32 = WireType(Int32sb, "Int32", "int")
+Lsn = WireType(Int64ub, "Int64 (XLogRecPtr)", "lsn")
+Timestamp = WireType(Int64sb, "Int64 (TimestampTz)", "timestamp")
+Xid = WireType(Int32ub, "Int32 (TransactionId)", "xid")
+Oid = WireType(Int32ub, "Int32 (Oid)", "oid")
+String = WireType(PgString(), "String", "text")
+ZeroFlags = WireType(MustBeZero(Int8ub), "Int8(0)", "int")
+LengthPrefixedBytes = WireType(Prefixed(Int32ub, GreedyBytes), "Int32 length, then Byten", "bytes")
+RestBytes = WireType(GreedyBytes, "Byten", "bytes")
+
+
+def tag_field(tag: bytes, message: str, doc: str, *, min_proto: int | None = None) -> Field:
+    """The leading type byte as a field (see :class:`Tag`)."""
+    return Field("tag", Tag(tag, message, min_proto),
+                 FieldMeta(doc=doc, spec_type=f"Byte1('{tag.decode('ascii')}')", value="tag"))
+
+
+def counted(name: str, count: WireType, item: Struct, item_class: str, doc: str, *,
+            since: int = 1, spec_type: str | None = None) -> Field:
+    """A field holding an array of records preceded by its count (derived when building)."""
+    meta = FieldMeta(doc=doc, spec_type=spec_type or f"{count.spec_type} count, then {item_class} each",
+                     value="items", since=since)
+    return Field(name, Counted(count.construct, item), meta)
+
+
+@dataclass(frozen=True)
+class MessageSpec:
+    """One message of a layer: its declaration and what the docs and the codec need to know about it.
+
+    ``declaration`` is the construct ``Struct``; ``min_proto`` the lowest protocol version it exists in
+    (also enforced by its :class:`Tag`); ``since_server`` the first PostgreSQL major that sends it;
+    ``options`` the pgoutput options that make the server send it; ``family`` groups the docs.
+    """
+
+    name: str
+    tag: str
+    layer: str
+    family: str
+    declaration: Struct
+    doc: str
+    doc_ref: str
+    docs_page: str = DOCS_LOGICAL
+    min_proto: int = 1
+    since_server: int = 10
+    options: tuple[str, ...] = ()
+
+
+def message(tag: bytes, name: str, *fields: Field, family: str, doc: str, doc_ref: str,
+            tag_doc: str | None = None, layer: str = "logical", min_proto: int = 1,
+            since_server: int = 10, options: tuple[str, ...] = (), docs_page: str = DOCS_LOGICAL,
+            ) -> MessageSpec:
+    """Declare one message: its tag field followed by ``fields``, as a construct ``Struct``."""
+    gate = min_proto if (layer == "logical" and min_proto > 1) else None
+    head = tag_field(tag, name, tag_doc or f"Identifies the message as {name}.", min_proto=gate)
+    declaration = record(head, *fields, doc_ref=doc_ref, docs_page=docs_page)
+    return MessageSpec(name=name, tag=tag.decode("ascii"), layer=layer, family=family,
+                       declaration=declaration, doc=doc, doc_ref=doc_ref, docs_page=docs_page,
+                       min_proto=min_proto, since_server=since_server, options=options)
