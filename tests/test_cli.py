@@ -1,0 +1,34 @@
+"""The ``replwire`` command, run as a user runs it."""
+
+import subprocess
+
+
+def run(*args):
+    return subprocess.run(["replwire", *args], capture_output=True, text=True)
+
+
+def test_parse_prints_the_message():
+    result = run("parse", "42 000000000169E5A8 0002894463074DC8 00000313")
+    assert result.returncode == 0
+    assert result.stdout.strip() == (
+        "Begin(final_lsn=LSN('0/169E5A8'), commit_time=Timestamp('2022-08-15T11:06:05.625800+00:00'), xid=787)")
+
+
+def test_parse_in_stream_and_envelope():
+    assert run("parse", "45", "--proto-version", "2", "--in-stream").stdout.strip() == "StreamStop()"
+    result = run("parse", "6B000000000169E5D80002894463074DC801", "--envelope", "server")
+    assert result.stdout.startswith("PrimaryKeepalive(wal_end=LSN('0/169E5D8')")
+
+
+def test_parse_bad_bytes_is_a_one_line_error():
+    result = run("parse", "4201")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: Begin.final_lsn at offset 1 (tag 'B', proto 1): truncated: needed 8 bytes, 1 available")
+    assert "Traceback" not in result.stderr
+
+
+def test_parse_bad_hex_is_a_usage_error():
+    result = run("parse", "4G")
+    assert result.returncode == 2
+    assert "HEX is not hexadecimal" in result.stderr

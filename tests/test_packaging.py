@@ -1,0 +1,53 @@
+"""The wheel holds exactly the ``replwire`` namespace, and what it holds works on its own."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(out), str(ROOT)], check=True, cwd=out)
+    (path,) = out.glob("replwire-*.whl")
+    return path
+
+
+def test_wheel_holds_only_the_replwire_namespace(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    dist_info = {t for t in top if t.endswith(".dist-info")}
+    assert top - dist_info == {"replwire"}
+    packages = {pathlib.PurePosixPath(n).parent.as_posix() for n in names if n.endswith(".py")}
+    assert packages == {"replwire/schema", "replwire/codec"}
+    for required in ("replwire/schema/__init__.py", "replwire/schema/dml.py", "replwire/codec/__init__.py",
+                     "replwire/codec/cli.py", "replwire/codec/py.typed", "replwire/schema/py.typed"):
+        assert required in names
+    assert not any(n.startswith(("tests/", "schema/", "codec/")) for n in names)
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt")))
+    assert b"replwire = replwire.codec.cli:main" in entry_points
+
+
+def test_wheel_contents_work_alone(wheel, tmp_path):
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    code = ("import replwire.codec as c, replwire.schema as s; print(c.__file__); "
+            "print(c.parse(bytes.fromhex('45'), proto_version=2, in_stream=True))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    first, second = result.stdout.splitlines()
+    assert first.startswith(str(tmp_path))
+    assert second == "StreamStop()"
+
+
+def test_console_script_is_installed():
+    result = subprocess.run(["replwire", "--version"], capture_output=True, text=True, check=True)
+    assert result.stdout.startswith("replwire, version ")
