@@ -526,6 +526,9 @@ def message(tag: bytes, name: str, *fields: Field, family: str, doc: str, doc_re
     """Declare one message: its tag field followed by ``fields``, as a construct ``Struct``."""
     gate = min_proto if (layer == "logical" and min_proto > 1) else None
     head = tag_field(tag, name, tag_doc or f"Identifies the message as {name}.", min_proto=gate)
+    for f in (head, *fields):  # a field cannot be older than its message
+        if f.meta.since < min_proto:
+            f.meta = dataclasses.replace(f.meta, since=min_proto)
     declaration = record(head, *fields, doc_ref=doc_ref, docs_page=docs_page)
     return MessageSpec(name=name, tag=tag.decode("ascii"), layer=layer, family=family,
                        declaration=declaration, doc=doc, doc_ref=doc_ref, docs_page=docs_page,

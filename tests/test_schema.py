@@ -1,0 +1,86 @@
+"""The declarations themselves: complete metadata, unique tags, the registries and the classes agree."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+from construct import Struct
+
+from replwire import schema
+from replwire.codec import DecodeError, parse
+from replwire.codec.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES
+from replwire.schema import core
+
+ALL_SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.values() for s in specs.values()]
+
+
+def fields_of(struct: Struct):
+    """Every Field of a declaration, nested records included."""
+    for sc in struct.subcons:
+        assert isinstance(sc, core.Field), f"unnamed or undocumented member {sc!r}"
+        yield sc
+        inner = sc.subcon
+        while not isinstance(inner, Struct) and hasattr(inner, "subcon"):
+            inner = inner.subcon
+        if isinstance(inner, Struct):
+            yield from fields_of(inner)
+
+
+def test_every_logical_message_of_the_protocol_is_declared():
+    assert sorted(schema.LOGICAL) == sorted("BCORYIUDTMSEcAbPKrp")
+    assert sorted(schema.ENVELOPE["server"]) == ["k", "w"]
+    assert sorted(schema.ENVELOPE["client"]) == ["h", "r"]
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.name)
+def test_every_field_carries_its_metadata(spec):
+    assert spec.doc and spec.doc_ref and spec.family
+    for f in fields_of(spec.declaration):
+        meta = f.meta
+        assert meta.doc.strip(), f"{spec.name}.{f.name} has no description"
+        assert meta.doc_ref and meta.doc_ref.startswith("PROTOCOL-"), f"{spec.name}.{f.name} has no anchor"
+        assert meta.docs_url.startswith("https://www.postgresql.org/docs/current/protocol-")
+        assert meta.spec_type.strip()
+        assert spec.min_proto <= meta.since <= schema.MAX_PROTO_VERSION
+
+
+@pytest.mark.parametrize("spec", schema.LOGICAL_MESSAGES, ids=lambda s: s.name)
+def test_message_versions(spec):
+    expected_min = {"S": 2, "E": 2, "c": 2, "A": 2, "b": 3, "P": 3, "K": 3, "r": 3, "p": 3}.get(spec.tag, 1)
+    assert spec.min_proto == expected_min
+    tag = spec.declaration.subcons[0]
+    assert isinstance(tag.subcon, core.Tag) and tag.subcon.tag.decode() == spec.tag
+
+
+def test_stream_xid_is_declared_exactly_on_the_messages_that_carry_it():
+    carrying = {spec.tag for spec in schema.LOGICAL_MESSAGES
+                if any(f.name == "xid" and isinstance(f.subcon, core.When) for f in spec.declaration.subcons)}
+    assert carrying == set("RYIUDTM")
+
+
+def test_classes_match_the_declarations():
+    assert {t: c.spec for t, c in LOGICAL_CLASSES.items()} == schema.LOGICAL
+    for sender, classes in ENVELOPE_CLASSES.items():
+        assert {t: c.spec for t, c in classes.items()} == schema.ENVELOPE[sender]
+    for cls in LOGICAL_CLASSES.values():
+        assert cls.__name__ == cls.spec.name
+
+
+@pytest.mark.parametrize("hex_data, proto", [
+    ("49 00004001 4E 0001 74 7FFFFFFF 41", 1),      # a value claiming 2 GiB
+    ("4D 01 000000000169E600 00 FFFFFFFF 41", 1),   # message content claiming 4 GiB
+    ("49 00004001 4E FFFF 6E", 1),                  # 65535 columns announced, one present
+    ("54 FFFFFFFF 00 00004001", 1),                 # 4294967295 relations announced, one present
+    ("52 00004001 00 7400 64 FFFF 01 7800 00000017 FFFFFFFF", 1),
+])
+def test_lengths_and_counts_past_the_end_allocate_nothing_large(hex_data, proto):
+    data = bytes.fromhex(hex_data.replace(" ", ""))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError, match="truncated"):
+            parse(data, proto_version=proto)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024, f"parsing {len(data)} bytes peaked at {peak} bytes"
