@@ -1,0 +1,376 @@
+"""The one walker over the construct declarations: from a ``Struct`` to a plain layout model.
+
+Strategy: every consumer that derives something from the declarations -- the reference docs, the
+Hypothesis strategies, the fast code generator, the Spark schema -- reads the same small, typed model
+(:class:`Layout` and the node classes below) instead of construct internals.  :func:`layout` knows every
+construct class used in :mod:`replwire.schema` and raises :class:`UnknownConstruct` for any other, so a
+new construct in a declaration cannot be silently misread by a consumer.  Conditions (``this``
+expressions) become :class:`Ref`/:class:`Compare`/:class:`AnyOf` trees that can be evaluated, rendered in
+words, or compiled.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Union
+
+from construct import (
+    Const,
+    Construct,
+    FormatField,
+    GreedyBytes,
+    Pass,
+    Prefixed,
+    Rebuild,
+    Struct,
+)
+from construct.expr import BinExpr, Path
+
+from ..schema import core as wire
+from ..schema.core import FieldMeta, MessageSpec
+
+
+class UnknownConstruct(TypeError):
+    """A declaration uses a construct class the walker does not know."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# conditions
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A value a condition reads: a parse parameter (``proto_version``, ``in_stream``) or an earlier
+    sibling field."""
+
+    scope: str  # "param" or "field"
+    name: str
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``left <op> right`` where ``op`` is one of ``== != >= > <= <``; ``right`` is a literal."""
+
+    left: Ref
+    op: str
+    right: Any
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """True when any of the parts is."""
+
+    parts: tuple[Condition, ...]
+
+
+Condition = Union[Ref, Compare, AnyOf]
+
+_OPS = {operator.eq: "==", operator.ne: "!=", operator.ge: ">=", operator.gt: ">", operator.le: "<=",
+        operator.lt: "<"}
+_PY_OPS = {v: k for k, v in _OPS.items()}
+
+
+def _ref(expr: Any) -> Ref:
+    if not isinstance(expr, Path):
+        raise UnknownConstruct(f"unsupported expression {expr!r}")
+    # A Path prints as this['a']['b']; only this['x'] and this['_params']['x'] are used.
+    parts = str(expr).removeprefix("this").strip("[]").split("][")
+    names = [p.strip("'\"") for p in parts]
+    if len(names) == 2 and names[0] == "_params":
+        return Ref("param", names[1])
+    if len(names) == 1 and not names[0].startswith("_"):
+        return Ref("field", names[0])
+    raise UnknownConstruct(f"unsupported path {expr!r}")
+
+
+def condition(expr: Any) -> Condition:
+    """The condition tree of a ``this`` expression."""
+    if isinstance(expr, Path):
+        return _ref(expr)
+    if isinstance(expr, BinExpr):
+        if expr.op is operator.or_:
+            parts = []
+            for side in (expr.lhs, expr.rhs):
+                sub = condition(side)
+                parts.extend(sub.parts if isinstance(sub, AnyOf) else [sub])
+            return AnyOf(tuple(parts))
+        if expr.op in _OPS and isinstance(expr.lhs, Path) and not isinstance(expr.rhs, (Path, BinExpr)):
+            return Compare(_ref(expr.lhs), _OPS[expr.op], expr.rhs)
+    raise UnknownConstruct(f"unsupported condition {expr!r}")
+
+
+def evaluate(cond: Condition, params: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """Evaluate a condition given the parse parameters and the sibling fields parsed so far."""
+    if isinstance(cond, Ref):
+        return bool((params if cond.scope == "param" else fields)[cond.name])
+    if isinstance(cond, Compare):
+        value = (params if cond.left.scope == "param" else fields)[cond.left.name]
+        return bool(_PY_OPS[cond.op](value, cond.right))
+    return any(evaluate(part, params, fields) for part in cond.parts)
+
+
+def describe(cond: Condition) -> str:
+    """A condition in words, as the docs print it."""
+    if isinstance(cond, Ref):
+        if cond == Ref("param", "in_stream"):
+            return "only inside a Stream Start…Stop block"
+        return f"only when {cond.name} is set"
+    if isinstance(cond, Compare):
+        name, op, value = cond.left.name, cond.op, cond.right
+        if name == "proto_version" and op == ">=":
+            return f"protocol version {value} and later"
+        if value is None:
+            return f"only when {name} is {'absent' if op == '==' else 'present'}"
+        return f"only when {name} {op} {value!r}"
+    kinds = [p for p in cond.parts if isinstance(p, Compare) and p.op == "=="]
+    if len(kinds) == len(cond.parts) and len({p.left for p in kinds}) == 1:
+        values = " or ".join(repr(p.right) for p in kinds)
+        return f"only when {kinds[0].left.name} is {values}"
+    return " or ".join(describe(p) for p in cond.parts)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# nodes
+
+
+@dataclass(frozen=True)
+class Int:
+    """A big-endian integer of ``size`` bytes."""
+
+    size: int
+    signed: bool
+    format: str  # struct format character, e.g. "Q"
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        bits = 8 * self.size
+        return (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if self.signed else (0, 2**bits - 1)
+
+
+@dataclass(frozen=True)
+class Zero:
+    """An integer that must be 0."""
+
+    int: Int
+
+
+@dataclass(frozen=True)
+class TagByte:
+    """The message's tag byte, and the lowest protocol version it exists in (or ``None``)."""
+
+    tag: str
+    min_proto: int | None
+
+
+@dataclass(frozen=True)
+class Text:
+    """A NUL-terminated UTF-8 String."""
+
+
+@dataclass(frozen=True)
+class CharOf:
+    """One byte read as a character, one of ``choices``."""
+
+    choices: str
+    what: str
+
+
+@dataclass(frozen=True)
+class LengthPrefixed:
+    """Bytes preceded by their length (``length``)."""
+
+    length: Int
+
+
+@dataclass(frozen=True)
+class Rest:
+    """All the remaining bytes."""
+
+
+@dataclass(frozen=True)
+class DerivedCount:
+    """A count field computed from the length of the later field ``of`` when building."""
+
+    int: Int
+    of: str
+
+
+@dataclass(frozen=True)
+class When:
+    """``node`` is on the wire exactly when ``condition`` holds."""
+
+    condition: Condition
+    node: Node
+
+    @property
+    def words(self) -> str:
+        return describe(self.condition)
+
+
+@dataclass(frozen=True)
+class IfBytesRemain:
+    """``node`` is on the wire exactly when bytes remain after the fields before it."""
+
+    node: Node
+
+
+@dataclass(frozen=True)
+class MarkedBy:
+    """``node`` introduced by the one-byte ``marker``; ``optional``: present exactly when the marker is."""
+
+    marker: str
+    optional: bool
+    expect: str
+    node: Node
+
+
+@dataclass(frozen=True)
+class CountedArray:
+    """An array preceded by its element count (derived when building)."""
+
+    count: Int
+    item: Node
+
+
+@dataclass(frozen=True)
+class ArrayOf:
+    """An array whose count is the earlier field ``count_field``."""
+
+    count_field: str
+    item: Node
+
+
+@dataclass(frozen=True)
+class FieldNode:
+    """One named field of a record."""
+
+    name: str
+    meta: FieldMeta
+    node: Node
+
+
+@dataclass(frozen=True)
+class Record:
+    """A sequence of named fields (a construct ``Struct``); ``name`` for the nested ones."""
+
+    fields: tuple[FieldNode, ...]
+    name: str | None = None
+
+
+Node = Union[Int, Zero, TagByte, Text, CharOf, LengthPrefixed, Rest, DerivedCount, When, IfBytesRemain,
+             MarkedBy, CountedArray, ArrayOf, Record]
+
+#: Every construct class the walker understands (checked against the schema by a test).
+KNOWN_CONSTRUCTS: tuple[type, ...] = (
+    Struct, wire.Field, wire.Tag, wire.When, wire.Tail, wire.Marked, wire.Counted, wire.Items, wire.PgString,
+    wire.Char, wire.MustBeZero, FormatField, Prefixed, Rebuild, type(GreedyBytes), type(Pass),
+)
+
+
+def _record_names() -> dict[int, str]:
+    from .. import schema
+
+    return {id(struct): name for name, struct in schema.RECORDS.items()}
+
+
+def _int(c: FormatField) -> Int:
+    if c.fmtstr[0] != ">" or c.fmtstr[1] not in "BbHhLlQq":
+        raise UnknownConstruct(f"unsupported integer format {c.fmtstr!r}")
+    code = c.fmtstr[1]
+    return Int(size=c.length, signed=code.islower(), format=code)
+
+
+def node(c: Construct, names: dict[int, str] | None = None) -> Node:
+    """The node of one construct (see :func:`layout` for whole declarations)."""
+    names = _record_names() if names is None else names
+    kind = type(c)
+    if kind is Struct:
+        return Record(tuple(field_node(sc, names) for sc in c.subcons), names.get(id(c)))
+    if kind is wire.Tag:
+        return TagByte(c.tag.decode("ascii"), c.min_proto)
+    if kind is wire.When:
+        return When(condition(c.condfunc), node(c.thensubcon, names))
+    if kind is wire.Tail:
+        return IfBytesRemain(node(c.subcon, names))
+    if kind is wire.Marked:
+        return MarkedBy(c.marker.decode("ascii"), c.optional, c.expect, node(c.subcon, names))
+    if kind is wire.Counted:
+        return CountedArray(_int(c.countfield), node(c.subcon, names))
+    if kind is wire.Items:
+        return ArrayOf(_ref(c.count).name, node(c.subcon, names))
+    if kind is wire.PgString:
+        return Text()
+    if kind is wire.Char:
+        return CharOf(c.choices, c.what)
+    if kind is wire.MustBeZero:
+        return Zero(_int(c.subcon))
+    if kind is FormatField:
+        return _int(c)
+    if kind is Prefixed:
+        if c.subcon is not GreedyBytes or type(c.lengthfield) is not FormatField:
+            raise UnknownConstruct(f"unsupported Prefixed form {c!r}")
+        return LengthPrefixed(_int(c.lengthfield))
+    if c is GreedyBytes:
+        return Rest()
+    if kind is Rebuild:
+        of = _length_of(c.func)
+        return DerivedCount(_int(c.subcon), of)
+    raise UnknownConstruct(f"the walker does not know {kind.__module__}.{kind.__qualname__} ({c!r})")
+
+
+def _length_of(func: Any) -> str:
+    # len_(this.x) prints as "len_(this['x'])"
+    text = repr(func)
+    if text.startswith("len_(this['") and text.endswith("'])"):
+        return text[len("len_(this['"):-len("'])")]
+    raise UnknownConstruct(f"unsupported derived count {text}")
+
+
+def field_node(c: Construct, names: dict[int, str]) -> FieldNode:
+    if type(c) is not wire.Field:
+        raise UnknownConstruct(f"every member of a declaration must be a Field, got {c!r}")
+    return FieldNode(c.name, c.meta, node(c.subcon, names))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A whole message: its spec and the record of its fields (the tag first)."""
+
+    spec: MessageSpec
+    record: Record
+
+    @property
+    def fields(self) -> tuple[FieldNode, ...]:
+        return self.record.fields
+
+
+def layout(spec: MessageSpec) -> Layout:
+    """The layout model of one declared message."""
+    return Layout(spec, node(spec.declaration))  # type: ignore[arg-type]
+
+
+def fixed_size(n: Node) -> int | None:
+    """The size in bytes of a node that always has the same size, else ``None``."""
+    if isinstance(n, Int):
+        return n.size
+    if isinstance(n, (Zero, DerivedCount)):
+        return n.int.size
+    if isinstance(n, (TagByte, CharOf)):
+        return 1
+    if isinstance(n, Record):
+        sizes = [fixed_size(f.node) for f in n.fields]
+        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    return None
+
+
+def iter_nodes(n: Node):
+    """Every node under ``n`` (``n`` included), depth first."""
+    yield n
+    if isinstance(n, Record):
+        for f in n.fields:
+            yield from iter_nodes(f.node)
+    elif isinstance(n, (When, IfBytesRemain, MarkedBy)):
+        yield from iter_nodes(n.node)
+    elif isinstance(n, (CountedArray, ArrayOf)):
+        yield from iter_nodes(n.item)
