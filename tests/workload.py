@@ -34,7 +34,8 @@ msg_nontx (+ in aborted txn)       M (flags 0) alone, outside any B…C or S…E
                                    ``xid`` column: 0, or the enclosing transaction's xid if it had one.
 big_commit                         > logical_decoding_work_mem: streamed S…E (first_segment 1 then 0) … c with
                                    ``streaming``; B…C otherwise (spilled). Contains a transactional M (with [X])
-                                   and a non-transactional M (outside S…E). A small transaction of another session
+                                   and a non-transactional M (outside S…E), and Y, R, I, U, D on all_types and a T
+                                   (all with [X]). A small transaction of another session
                                    (interleaved) commits in the middle of it.
 big_abort                          streamed then A (subxid = xid); the SQL interface of PG18 skips it as already
                                    aborted (PROTOCOL.md §10.4), the live walsender capture (with ``sync``) shows
@@ -383,6 +384,12 @@ def run_workload(server: Any, sync: Callable[[], None] | None = None) -> dict[st
         rec2 = _Recorder(conn2)
         rec2.txn("interleaved", "INSERT INTO bulk VALUES (-2, 'interleaved', 'small')")
         conn.execute("INSERT INTO bulk " + fill, ("big_commit", half + 1, BIG_ROWS))
+        # inside the stream: user types (Type and Relation carry the Xid), Update, Delete and Truncate
+        conn.execute("INSERT INTO all_types (id, c_mood, c_posint, c_pair, c_text) "
+                     "VALUES (1000, 'très', 7, ROW(1, 'in'), 'streamed')")
+        conn.execute("UPDATE all_types SET c_mood = 'ok' WHERE id = 1000")
+        conn.execute("DELETE FROM all_types WHERE id = 1000")
+        conn.execute("TRUNCATE trunc_b")
         _emit(conn, messages, "msg_tx_in_big", True, "replwire.stream", "inside the stream")
         messages[-1]["xid"] = rec.xids["big_commit"]
         rec.commit()
