@@ -111,3 +111,8 @@ def test_mutated_input_parses_or_raises_decode_error(case):
     assert isinstance(message, WireMessage)
     # Whatever is accepted rebuilds to exactly the bytes it came from.
     assert rebuild(seed, message, proto, in_stream) == data
+
+
+@pytest.mark.parametrize("seed", [s for s in ALL if "#" in s.name], ids=lambda s: s.name)
+def test_stored_real_messages_round_trip(seed):
+    assert rebuild(seed, run(seed, seed.data)) == seed.data
