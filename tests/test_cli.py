@@ -1,10 +1,16 @@
 """The ``replwire`` command, run as a user runs it."""
 
+import os
+import shutil
 import subprocess
+import sys
+
+#: the console script installed beside this interpreter (the one the tests run under)
+REPLWIRE = shutil.which("replwire", path=os.path.dirname(sys.executable)) or "replwire"
 
 
 def run(*args):
-    return subprocess.run(["replwire", *args], capture_output=True, text=True)
+    return subprocess.run([REPLWIRE, *args], capture_output=True, text=True)
 
 
 def test_parse_prints_the_message():

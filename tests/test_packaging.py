@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -49,5 +50,7 @@ def test_wheel_contents_work_alone(wheel, tmp_path):
 
 
 def test_console_script_is_installed():
-    result = subprocess.run(["replwire", "--version"], capture_output=True, text=True, check=True)
+    script = shutil.which("replwire", path=os.path.dirname(sys.executable))
+    assert script, "no replwire console script beside the interpreter"
+    result = subprocess.run([script, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("replwire, version ")
