@@ -8,9 +8,7 @@ cd "$(dirname "$0")/.."
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    echo "setup: installing Debian's postgresql (server binaries only; no cluster is created or started)"
-    as_root mkdir -p /etc/postgresql-common
-    echo "create_main_cluster = false" | as_root tee /etc/postgresql-common/createcluster.conf >/dev/null
+    echo "setup: installing Debian's postgresql (the tests run their own clusters, not the package's)"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq postgresql postgresql-contrib >/dev/null
 fi
