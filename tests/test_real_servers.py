@@ -51,7 +51,7 @@ from replwire.codec import (
     parse,
     parse_envelope,
 )
-from walsender import WalSender
+from walsender import WalSender, pgoutput_slot
 
 pytestmark = pytest.mark.server
 
@@ -511,40 +511,25 @@ def test_walsender_frames_round_trip(pg_captures):
 
 def test_built_client_messages_are_accepted_by_the_server(pg_server):
     slot = "rw_client_messages"
-    with pg_server.connect() as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS client_msgs (id int PRIMARY KEY)")
-        conn.execute("CREATE PUBLICATION client_msgs_pub FOR TABLE client_msgs")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-        try:
-            conn.execute("INSERT INTO client_msgs SELECT generate_series(1, 3)")
-            target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-            with WalSender.connect(pg_server) as ws:
-                ws.start_replication(slot, {"proto_version": "1", "publication_names": '"client_msgs_pub"'})
-                frames = [parse_envelope(f, sender="server") for f in ws.collect(target, timeout=15)]
-                commit_end = [parse(f.data, proto_version=1) for f in frames if isinstance(f, XLogData)][-1].end_lsn
-                now = Timestamp.from_datetime(datetime.now(timezone.utc))
-                ws.send_copy_data(build_envelope(HotStandbyFeedback(send_time=now, xmin=0, xmin_epoch=0,
-                                                                    catalog_xmin=0, catalog_xmin_epoch=0)))
-                ws.send_copy_data(build_envelope(StandbyStatusUpdate(
-                    write_lsn=commit_end, flush_lsn=commit_end, apply_lsn=commit_end, send_time=now,
-                    reply_requested=1)))
-                # reply_requested=1: the server answers with a keepalive, so it read our frame to the end
-                reply = ws.read_frame(10)
-                assert reply is not None and isinstance(parse_envelope(reply, sender="server"), PrimaryKeepalive)
-                deadline = time.monotonic() + 10
-                while LSN(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                                       "WHERE slot_name = %s", (slot,)).fetchone()[0]) != commit_end:
-                    assert time.monotonic() < deadline, "the status update did not advance the slot"
-                    time.sleep(0.01)
-                ws.end_copy()
-        finally:
+    with pg_server.connect() as conn, pgoutput_slot(conn, slot, "client_msgs") as publication:
+        conn.execute("INSERT INTO client_msgs SELECT generate_series(1, 3)")
+        target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        with WalSender.connect(pg_server) as ws:
+            ws.start_replication(slot, {"proto_version": "1", "publication_names": f'"{publication}"'})
+            frames = [parse_envelope(f, sender="server") for f in ws.collect(target, timeout=15)]
+            commit_end = [parse(f.data, proto_version=1) for f in frames if isinstance(f, XLogData)][-1].end_lsn
+            now = Timestamp.from_datetime(datetime.now(timezone.utc))
+            ws.send_copy_data(build_envelope(HotStandbyFeedback(send_time=now, xmin=0, xmin_epoch=0,
+                                                                catalog_xmin=0, catalog_xmin_epoch=0)))
+            ws.send_copy_data(build_envelope(StandbyStatusUpdate(
+                write_lsn=commit_end, flush_lsn=commit_end, apply_lsn=commit_end, send_time=now,
+                reply_requested=1)))
+            # reply_requested=1: the server answers with a keepalive, so it read both frames to the end
+            reply = ws.read_frame(10)
+            assert reply is not None and isinstance(parse_envelope(reply, sender="server"), PrimaryKeepalive)
             deadline = time.monotonic() + 10
-            while True:
-                try:
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            conn.execute("DROP PUBLICATION client_msgs_pub")
+            while LSN(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                   "WHERE slot_name = %s", (slot,)).fetchone()[0]) != commit_end:
+                assert time.monotonic() < deadline, "the status update did not advance the slot"
+                time.sleep(0.01)
+            ws.end_copy()

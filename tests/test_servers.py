@@ -26,6 +26,7 @@ from walsender import (
     WalSender,
     int_to_lsn,
     keepalive_fields,
+    pgoutput_slot,
     lsn_to_int,
     status_update_for_tests,
     xlogdata_fields,
@@ -338,59 +339,45 @@ def test_test_decoding_line_shapes() -> None:
 
 def test_walsender_client(pg_server: PgServer) -> None:
     slot = "rw_walsender_smoke"
-    with pg_server.connect() as conn:
-        conn.execute("CREATE TABLE ws_smoke (id int PRIMARY KEY, v text)")
-        conn.execute("CREATE PUBLICATION ws_smoke_pub FOR TABLE ws_smoke")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-        try:
-            conn.execute("INSERT INTO ws_smoke SELECT g, 'row ' || g FROM generate_series(1, 3) g")
-            target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
-            before = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                                  (slot,)).fetchone()[0]  # type: ignore[index]
-            t0 = time.monotonic()
-            with WalSender.connect(pg_server, params={"wal_sender_timeout": "2s"}) as ws:
-                ws.start_replication(slot, {"proto_version": "1", "publication_names": '"ws_smoke_pub"'})
-                frames = ws.collect(target, timeout=15)
-                assert {f[:1] for f in frames} == {b"w", b"k"}
-                assert all(len(f) == 18 for f in frames if f[:1] == b"k")
-                xlog = [xlogdata_fields(f) for f in frames if f[:1] == b"w"]
-                assert [x.data[:1] for x in xlog] == [b"B", b"R", b"I", b"I", b"I", b"C"]
-                for x in xlog:
-                    assert x.data_start == x.wal_end
-                    assert (x.data_start == 0) == (x.data[:1] == b"R")
-                commit_end = struct.unpack_from("!Q", xlog[-1].data, 10)[0]
-                assert lsn_to_int(before) < commit_end <= lsn_to_int(target)
+    with pg_server.connect() as conn, pgoutput_slot(conn, slot, "ws_smoke"):
+        conn.execute("INSERT INTO ws_smoke SELECT g, 'row ' || g FROM generate_series(1, 3) g")
+        target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
+        before = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                              (slot,)).fetchone()[0]  # type: ignore[index]
+        t0 = time.monotonic()
+        with WalSender.connect(pg_server, params={"wal_sender_timeout": "2s"}) as ws:
+            ws.start_replication(slot, {"proto_version": "1", "publication_names": '"ws_smoke_pub"'})
+            frames = ws.collect(target, timeout=15)
+            assert {f[:1] for f in frames} == {b"w", b"k"}
+            assert all(len(f) == 18 for f in frames if f[:1] == b"k")
+            xlog = [xlogdata_fields(f) for f in frames if f[:1] == b"w"]
+            assert [x.data[:1] for x in xlog] == [b"B", b"R", b"I", b"I", b"I", b"C"]
+            for x in xlog:
+                assert x.data_start == x.wal_end
+                assert (x.data_start == 0) == (x.data[:1] == b"R")
+            commit_end = struct.unpack_from("!Q", xlog[-1].data, 10)[0]
+            assert lsn_to_int(before) < commit_end <= lsn_to_int(target)
 
-                ws.send_copy_data(status_update_for_tests(commit_end, commit_end, commit_end))
-                deadline = time.monotonic() + 10
-                while lsn_to_int(conn.execute(
-                        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                        (slot,)).fetchone()[0]) < commit_end:  # type: ignore[index]
-                    assert time.monotonic() < deadline, "status update did not advance the slot"
-                    time.sleep(0.01)
-
-                # no reply for wal_sender_timeout/2: the server asks for one
-                for _ in range(100):
-                    frame = ws.read_frame(5)
-                    assert frame is not None and frame[:1] == b"k"
-                    if keepalive_fields(frame).reply_requested:
-                        break
-                else:
-                    pytest.fail("no keepalive with replyRequested")
-                ws.send_copy_data(status_update_for_tests(commit_end, commit_end, commit_end))
-                ws.end_copy()
-                assert ws.command_tags[-1] == "START_REPLICATION"
-            assert time.monotonic() - t0 < 10
-        finally:
+            ws.send_copy_data(status_update_for_tests(commit_end, commit_end, commit_end))
             deadline = time.monotonic() + 10
-            while True:  # the walsender may still be releasing the slot
-                try:
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            while lsn_to_int(conn.execute(
+                    "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot,)).fetchone()[0]) < commit_end:  # type: ignore[index]
+                assert time.monotonic() < deadline, "status update did not advance the slot"
+                time.sleep(0.01)
+
+            # no reply for wal_sender_timeout/2: the server asks for one
+            for _ in range(100):
+                frame = ws.read_frame(5)
+                assert frame is not None and frame[:1] == b"k"
+                if keepalive_fields(frame).reply_requested:
                     break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+            else:
+                pytest.fail("no keepalive with replyRequested")
+            ws.send_copy_data(status_update_for_tests(commit_end, commit_end, commit_end))
+            ws.end_copy()
+            assert ws.command_tags[-1] == "START_REPLICATION"
+        assert time.monotonic() - t0 < 10
 
 
 def test_live_walsender_capture(pg_captures: CaptureRun) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -411,3 +412,26 @@ def stream_changes(server: Any, slot: str, options: dict[str, str], until_lsn: s
     with WalSender.connect(server, **kw) as ws:
         ws.start_replication(slot, options)
         return ws.collect(until_lsn, timeout)
+
+
+@contextlib.contextmanager
+def pgoutput_slot(conn: Any, slot: str, table: str):
+    """A table ``table (id int PRIMARY KEY, v text)``, a publication ``<table>_pub`` for it and a pgoutput slot
+    ``slot``; the slot and publication are dropped afterwards (waiting, bounded, for a walsender to release
+    the slot)."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, v text)")
+    conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+    conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    try:
+        yield f"{table}_pub"
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        conn.execute(f"DROP PUBLICATION {table}_pub")
