@@ -75,12 +75,14 @@ def max_since(spec: wire.MessageSpec) -> int:
     return max(f.meta.since for f in messages.value_fields(spec.declaration))
 
 
-def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None, in_stream: bool) -> WireMessage:
-    """Parse ``data`` as exactly one ``cls`` message."""
+def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None, in_stream: bool,
+               trace: wire.Trace | None = None) -> WireMessage:
+    """Parse ``data`` as exactly one ``cls`` message (recording where each field is in ``trace``, if given)."""
     spec = cls.spec
     stream = io.BytesIO(data)
     try:
-        raw = spec.declaration.parse_stream(stream, proto_version=proto_version, in_stream=in_stream)
+        raw = spec.declaration.parse_stream(stream, proto_version=proto_version, in_stream=in_stream,
+                                            _trace=trace)
     except ConstructError as error:
         offset, field = _where(error)
         raise DecodeError(_reason(error), offset=offset if offset is not None else stream.tell(),
@@ -111,17 +113,22 @@ def as_bytes(data: Any) -> bytes:
     raise TypeError(f"expected bytes, bytearray or memoryview, got {type(data).__name__}")
 
 
-def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMessage:
-    """Parse exactly one pgoutput message (reference path)."""
-    check_context(proto_version, in_stream)
-    data = as_bytes(data)
+def logical_class(data: bytes, proto_version: int) -> type[WireMessage]:
+    """The message class the tag byte of ``data`` names."""
     if not data:
         raise DecodeError("empty message: no tag byte", offset=0, proto_version=proto_version)
     tag = chr(data[0])
     cls = LOGICAL_CLASSES.get(tag)
     if cls is None:
         raise DecodeError(f"unknown message tag {tag!r}", offset=0, tag=tag, proto_version=proto_version)
-    return parse_with(cls, data, proto_version=proto_version, in_stream=in_stream)
+    return cls
+
+
+def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMessage:
+    """Parse exactly one pgoutput message (reference path)."""
+    check_context(proto_version, in_stream)
+    data = as_bytes(data)
+    return parse_with(logical_class(data, proto_version), data, proto_version=proto_version, in_stream=in_stream)
 
 
 def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes:
@@ -139,10 +146,9 @@ def _check_sender(sender: Any) -> dict[str, type[WireMessage]]:
     return classes
 
 
-def parse_envelope(data: Any, *, sender: str = "server") -> WireMessage:
-    """Parse one CopyData payload of a replication connection (reference path)."""
+def envelope_class(data: bytes, sender: str) -> type[WireMessage]:
+    """The envelope message class the tag byte of ``data`` names, for messages sent by ``sender``."""
     classes = _check_sender(sender)
-    data = as_bytes(data)
     if not data:
         raise DecodeError("empty message: no tag byte", offset=0)
     tag = chr(data[0])
@@ -150,7 +156,13 @@ def parse_envelope(data: Any, *, sender: str = "server") -> WireMessage:
     if cls is None:
         known = ", ".join(repr(t) for t in classes)
         raise DecodeError(f"unknown {sender} message tag {tag!r} (expected {known})", offset=0, tag=tag)
-    return parse_with(cls, data, proto_version=None, in_stream=False)
+    return cls
+
+
+def parse_envelope(data: Any, *, sender: str = "server") -> WireMessage:
+    """Parse one CopyData payload of a replication connection (reference path)."""
+    data = as_bytes(data)
+    return parse_with(envelope_class(data, sender), data, proto_version=None, in_stream=False)
 
 
 def build_envelope(message: Any) -> bytes:

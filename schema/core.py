@@ -77,6 +77,21 @@ def annotate(error: BaseException, *, name: str | None = None, index: int | None
         error.replwire_offset = offset  # type: ignore[attr-defined]
 
 
+class Trace:
+    """Where each field was found, recorded while parsing when passed as the ``_trace`` parse parameter.
+
+    ``spans`` holds ``(path, start, end, value, meta)`` tuples, innermost first; ``path`` is a tuple of
+    field names and ``[index]`` parts.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.spans: list[tuple[tuple[str, ...], int, int, Any, FieldMeta | None]] = []
+
+    def record(self, start: int, end: int, value: Any, meta: FieldMeta | None) -> None:
+        self.spans.append((tuple(self.stack), start, end, value, meta))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # metadata
 
@@ -117,11 +132,20 @@ class Field(Renamed):
 
     def _parse(self, stream, context, path):
         start = stream_tell(stream, path)
+        trace = context._params.get("_trace")
+        if trace is not None:
+            trace.stack.append(self.name)
         try:
-            return self.subcon._parsereport(stream, context, path)
+            value = self.subcon._parsereport(stream, context, path)
+            if trace is not None:
+                trace.record(start, stream_tell(stream, path), value, self.meta)
+            return value
         except ConstructError as error:
             annotate(error, name=self.name, offset=start)
             raise
+        finally:
+            if trace is not None:
+                trace.stack.pop()
 
     def _build(self, obj, stream, context, path):
         start = stream_tell(stream, path)
@@ -319,14 +343,22 @@ class Marked(Subconstruct):
 
 def _parse_items(subcon, count, stream, context, path):
     items = []
+    trace = context._params.get("_trace")
     for index in range(count):
         context._index = index
         start = stream_tell(stream, path)
+        if trace is not None:
+            trace.stack.append(f"[{index}]")
         try:
             items.append(subcon._parsereport(stream, context, path))
+            if trace is not None:
+                trace.record(start, stream_tell(stream, path), items[-1], None)
         except ConstructError as error:
             annotate(error, index=index, offset=start)
             raise
+        finally:
+            if trace is not None:
+                trace.stack.pop()
     return items
 
 
