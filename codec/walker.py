@@ -364,6 +364,39 @@ def fixed_size(n: Node) -> int | None:
     return None
 
 
+def min_size(n: Node) -> int:
+    """The fewest bytes a node can take on the wire."""
+    fixed = fixed_size(n)
+    if fixed is not None:
+        return fixed
+    if isinstance(n, Text):
+        return 1
+    if isinstance(n, LengthPrefixed):
+        return n.length.size
+    if isinstance(n, CountedArray):
+        return n.count.size
+    if isinstance(n, MarkedBy):
+        return 0 if n.optional else 1 + min_size(n.node)
+    if isinstance(n, Record):
+        return _record_min_size(n)
+    return 0  # Rest, When, IfBytesRemain, ArrayOf: can be empty
+
+
+def _record_min_size(record: Record) -> int:
+    """Sum of the fields' minimum sizes, where a field present only when an earlier optional sibling is
+    absent (``old`` after ``key``) makes the pair "one of the two"."""
+    sizes = {f.name: min_size(f.node) for f in record.fields}
+    for f in record.fields:
+        cond = f.node.condition if isinstance(f.node, When) else None
+        if isinstance(cond, Compare) and cond.left.scope == "field" and cond.op == "==" and cond.right is None:
+            sibling = next(s for s in record.fields if s.name == cond.left.name)
+            if isinstance(sibling.node, MarkedBy) and sibling.node.optional:
+                present = 1 + min_size(sibling.node.node)
+                sizes[sibling.name] = 0
+                sizes[f.name] = min(present, min_size(f.node.node))
+    return sum(sizes.values())
+
+
 def iter_nodes(n: Node):
     """Every node under ``n`` (``n`` included), depth first."""
     yield n

