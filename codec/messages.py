@@ -216,9 +216,9 @@ class WireMessage(_Declared):
         if spec is not None:
             cls.spec = spec
             cls.tag = spec.tag
-            cls._setup(spec.declaration, frozen=False)
-            if not cls.__doc__:
+            if cls.__dict__.get("__doc__") is None:  # before dataclass(), which would put its signature there
                 cls.__doc__ = _docstring(spec)
+            cls._setup(spec.declaration, frozen=False)
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the dict its construct declaration builds from (values checked)."""
