@@ -104,6 +104,10 @@ def wire_type(node: walker.Node) -> str:
         return f"{wire_type(node.item)} × {node.count_field}"
     if isinstance(node, walker.Record):
         return node.name or "record"
+    if isinstance(node, walker.MagicBytes):
+        return f"{len(node.value)} bytes `{node.value!r}`"
+    if isinstance(node, walker.Checksummed):
+        return f"{wire_type(node.node)} + uint32 CRC-32"
     raise DocsError(f"no words for {node!r}")
 
 
@@ -154,7 +158,9 @@ def field_table(record: walker.Record, *, with_tag: bool = True) -> str:
         if f.name == "tag" and not with_tag:
             continue
         since = f"v{f.meta.since}"
-        meaning = f"{f.meta.doc} [PostgreSQL docs]({f.meta.docs_url})"
+        meaning = f.meta.doc
+        if f.meta.docs_page.startswith("https://"):
+            meaning += f" [PostgreSQL docs]({f.meta.docs_url})"
         rows.append(f"| `{f.name}` | {_cell(wire_type(f.node))} | {_cell(f.meta.spec_type)} | "
                     f"{_cell(presence(f.node))} | {since} | {_cell(meaning)} |")
     return "\n".join(rows)
@@ -354,6 +360,37 @@ def tupledata_page() -> str:
     ])
 
 
+def capture_format_page() -> str:
+    """The capture file format, from its declaration (:mod:`replwire.schema.capture`)."""
+    from ..schema import capture
+
+    header = walker.node(schema.CAPTURE_FILE["Header"])
+    record = walker.node(schema.CAPTURE_FILE["Record"])
+    header_fields = header.fields[0].node.node
+    record_fields = record.fields[0].node.node
+    option = walker.node(capture.OPTION)
+    return "\n".join([
+        "# Capture file format", "",
+        "replwire's capture files hold pgoutput messages exactly as a server sent them, with what is needed to "
+        "read them again. `replwire capture` writes them; `replwire decode`, the Python API "
+        "(`replwire.codec.capture_file`) and the Spark source read them. The layout below is generated from its "
+        "declaration in `replwire.schema.capture`.", "",
+        "A file is one **header**, then **records** until the end of the file. Header and records each end with "
+        "a CRC-32 (zlib's polynomial, big-endian) of their bytes. A reader stops at the first record that is cut "
+        "short or fails its checksum — a torn tail after a crash — reports it, and keeps every record before it; "
+        "a writer opened on such a file cuts the tail off and appends after the last good record.", "",
+        f"The magic is `{capture.MAGIC!r}`; this is format version {capture.FORMAT_VERSION}.", "",
+        "## Header", "", field_table(header_fields), "",
+        layout_svg(header_fields, "Header fields; a CRC-32 of them follows"), "",
+        "Each option:", "", field_table(option), "",
+        "## Record", "", field_table(record_fields), "",
+        layout_svg(record_fields, "Record fields; a CRC-32 of them follows"), "",
+        "A record takes at least "
+        f"{walker.min_size(record)} bytes (an empty message); the message is parsed with the header's "
+        "`proto_version`, and the stream state follows from the messages before it.", "",
+    ])
+
+
 def version_matrix() -> str:
     lines = ["# Version matrix", "",
              "Which messages exist in which protocol version, which servers send them, and the pgoutput "
@@ -390,7 +427,8 @@ def reference_index() -> str:
              "- [Stream framing](framing.md): how messages follow each other.",
              "- [Streamed transactions](streaming.md): the Xid inside stream blocks, and the Stream Abort tail.",
              "- [Quirks](quirks.md): what the servers do that the PostgreSQL documentation does not say.",
-             "- [TupleData](dml/tupledata.md): the row images of Insert, Update and Delete.", ""]
+             "- [TupleData](dml/tupledata.md): the row images of Insert, Update and Delete.",
+             "- [Capture file format](capture-format.md): how replwire stores captured messages.", ""]
     for family, family_title in FAMILIES.items():
         specs = [s for s in all_specs() if s.family == family]
         lines += [f"## {family_title}", ""]
@@ -408,7 +446,7 @@ def pages(examples: Iterable[Example], fallback: Iterable[Example] = ()) -> dict
     """
     examples, fallback = list(examples), list(fallback)
     out = {"reference/index.md": reference_index(), "reference/versions.md": version_matrix(),
-           "reference/dml/tupledata.md": tupledata_page()}
+           "reference/dml/tupledata.md": tupledata_page(), "reference/capture-format.md": capture_format_page()}
     for spec in all_specs():
         out[page_path(spec)] = message_page(spec, pick_examples(spec, examples) or pick_examples(spec, fallback))
     missing = [s.name for s in all_specs() if page_path(s) not in out]
@@ -421,7 +459,7 @@ def nav() -> list:
     """The reference section of the site's navigation."""
     section: list = [{"Overview": "reference/index.md"}, {"Version matrix": "reference/versions.md"},
                      {"Stream framing": "reference/framing.md"}, {"Streamed transactions": "reference/streaming.md"},
-                     {"Quirks": "reference/quirks.md"}]
+                     {"Quirks": "reference/quirks.md"}, {"Capture file format": "reference/capture-format.md"}]
     for family, family_title in FAMILIES.items():
         entries = [{s.name: page_path(s)} for s in all_specs() if s.family == family]
         if family == "dml":

@@ -242,6 +242,20 @@ class ArrayOf:
 
 
 @dataclass(frozen=True)
+class MagicBytes:
+    """Fixed bytes identifying a file format."""
+
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Checksummed:
+    """``node`` followed by a big-endian CRC-32 of its bytes."""
+
+    node: Node
+
+
+@dataclass(frozen=True)
 class FieldNode:
     """One named field of a record."""
 
@@ -259,12 +273,13 @@ class Record:
 
 
 Node = Union[Int, Zero, TagByte, Text, CharOf, LengthPrefixed, Rest, DerivedCount, When, IfBytesRemain,
-             MarkedBy, CountedArray, ArrayOf, Record]
+             MarkedBy, CountedArray, ArrayOf, Record, MagicBytes, Checksummed]
 
 #: Every construct class the walker understands (checked against the schema by a test).
 KNOWN_CONSTRUCTS: tuple[type, ...] = (
     Struct, wire.Field, wire.Tag, wire.When, wire.Tail, wire.Marked, wire.Counted, wire.Items, wire.PgString,
-    wire.Char, wire.MustBeZero, FormatField, Prefixed, Rebuild, type(GreedyBytes), type(Pass),
+    wire.Char, wire.MustBeZero, FormatField, Prefixed, Rebuild, type(GreedyBytes), type(Pass), wire.Magic,
+    wire.Crc32,
 )
 
 
@@ -301,6 +316,10 @@ def node(c: Construct, names: dict[int, str] | None = None) -> Node:
         return ArrayOf(_ref(c.count).name, node(c.subcon, names))
     if kind is wire.PgString:
         return Text()
+    if kind is wire.Magic:
+        return MagicBytes(c.value)
+    if kind is wire.Crc32:
+        return Checksummed(node(c.subcon, names))
     if kind is wire.Char:
         return CharOf(c.choices, c.what)
     if kind is wire.MustBeZero:
@@ -358,6 +377,11 @@ def fixed_size(n: Node) -> int | None:
         return n.int.size
     if isinstance(n, (TagByte, CharOf)):
         return 1
+    if isinstance(n, MagicBytes):
+        return len(n.value)
+    if isinstance(n, Checksummed):
+        inner = fixed_size(n.node)
+        return None if inner is None else inner + 4
     if isinstance(n, Record):
         sizes = [fixed_size(f.node) for f in n.fields]
         return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
@@ -377,6 +401,8 @@ def min_size(n: Node) -> int:
         return n.count.size
     if isinstance(n, MarkedBy):
         return 0 if n.optional else 1 + min_size(n.node)
+    if isinstance(n, Checksummed):
+        return min_size(n.node) + 4
     if isinstance(n, Record):
         return _record_min_size(n)
     return 0  # Rest, When, IfBytesRemain, ArrayOf: can be empty
@@ -403,7 +429,7 @@ def iter_nodes(n: Node):
     if isinstance(n, Record):
         for f in n.fields:
             yield from iter_nodes(f.node)
-    elif isinstance(n, (When, IfBytesRemain, MarkedBy)):
+    elif isinstance(n, (When, IfBytesRemain, MarkedBy, Checksummed)):
         yield from iter_nodes(n.node)
     elif isinstance(n, (CountedArray, ArrayOf)):
         yield from iter_nodes(n.item)

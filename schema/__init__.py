@@ -7,7 +7,7 @@ version- and state-dependent fields are conditions inside it on the parse contex
 This package imports construct only.
 """
 
-from . import dml, envelope, logical_message, relation, stream, transaction, twophase
+from . import capture, dml, envelope, logical_message, relation, stream, transaction, twophase
 from .core import FieldMeta, MessageSpec
 
 #: Highest pgoutput protocol version (PostgreSQL 16 and later).
@@ -28,10 +28,15 @@ ENVELOPE: dict[str, dict[str, MessageSpec]] = {
     "client": {spec.tag: spec for spec in envelope.CLIENT_MESSAGES},
 }
 
+#: The capture file format: its header and its records (see :mod:`replwire.schema.capture`).
+CAPTURE_FILE = {"Header": capture.HEADER, "Record": capture.RECORD}
+
 #: Nested records by the name the codec gives their values.
-RECORDS = {"RelationColumn": relation.RELATION_COLUMN, "TupleColumn": dml.TUPLE_COLUMN}
+RECORDS = {"RelationColumn": relation.RELATION_COLUMN, "TupleColumn": dml.TUPLE_COLUMN,
+           "CaptureOption": capture.OPTION, "CaptureHeader": capture.HEADER_FIELDS,
+           "CaptureRecord": capture.RECORD_FIELDS}
 
 assert len(LOGICAL) == len(LOGICAL_MESSAGES), "two logical messages share a tag"
 
-__all__ = ["ENVELOPE", "LOGICAL", "LOGICAL_MESSAGES", "MAX_PROTO_VERSION", "RECORDS", "FieldMeta",
+__all__ = ["CAPTURE_FILE", "ENVELOPE", "LOGICAL", "LOGICAL_MESSAGES", "MAX_PROTO_VERSION", "RECORDS", "FieldMeta",
            "MessageSpec"]

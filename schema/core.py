@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -496,6 +497,55 @@ class MustBeZero(Const):
             raise WireError(f"must be 0, got {obj!r}", path=path)
         self.subcon._build(0, stream, context, path)
         return 0
+
+
+class Magic(Construct):
+    """Fixed bytes that identify a file format."""
+
+    def __init__(self, value: bytes) -> None:
+        super().__init__()
+        self.value = value
+
+    def _parse(self, stream, context, path):
+        got = stream_read(stream, len(self.value), path)
+        if got != self.value:
+            raise WireError(f"not a replwire file: expected {self.value!r}, got {got!r}", path=path)
+        return got
+
+    def _build(self, obj, stream, context, path):
+        stream_write(stream, self.value, len(self.value), path)
+        return self.value
+
+    def _sizeof(self, context, path):
+        return len(self.value)
+
+
+class Crc32(Subconstruct):
+    """A record followed by the CRC-32 (zlib's, big-endian Int32) of its bytes; a mismatch is an error."""
+
+    def _parse(self, stream, context, path):
+        start = stream_tell(stream, path)
+        value = self.subcon._parsereport(stream, context, path)
+        end = stream_tell(stream, path)
+        stream.seek(start)
+        raw = stream_read(stream, end - start, path)
+        expected = int.from_bytes(stream_read(stream, 4, path), "big")
+        actual = zlib.crc32(raw)
+        if actual != expected:
+            raise WireError(f"checksum mismatch: stored {expected:08x}, computed {actual:08x}", path=path)
+        return value
+
+    def _build(self, obj, stream, context, path):
+        start = stream_tell(stream, path)
+        value = self.subcon._build(obj, stream, context, path)
+        end = stream_tell(stream, path)
+        stream.seek(start)
+        raw = stream_read(stream, end - start, path)
+        stream_write(stream, zlib.crc32(raw).to_bytes(4, "big"), 4, path)
+        return value
+
+    def _sizeof(self, context, path):
+        return self.subcon._sizeof(context, path) + 4
 
 
 # ---------------------------------------------------------------------------------------------------------

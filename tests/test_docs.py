@@ -102,6 +102,15 @@ def test_docgen_has_words_for_every_node_the_schema_uses():
     for spec in docgen.all_specs():
         for node in walker.iter_nodes(walker.layout(spec).record):
             docgen.wire_type(node)
+    for declaration in schema.CAPTURE_FILE.values():
+        for node in walker.iter_nodes(walker.node(declaration)):
+            docgen.wire_type(node)
+
+
+def test_capture_format_page_has_every_field(site):
+    html = (site / "reference" / "capture-format" / "index.html").read_text(encoding="utf-8")
+    for name in ("magic", "format_version", "server_version", "proto_version", "options", "lsn", "xid", "data"):
+        assert f"<code>{name}</code>" in html
     with pytest.raises(docgen.DocsError):
         docgen.wire_type(object())  # type: ignore[arg-type]
 

@@ -29,11 +29,22 @@ def construct_classes(c, seen=None):
 
 
 def test_walker_knows_every_construct_class_in_the_schema():
-    used = set().union(*(construct_classes(spec.declaration) for spec in SPECS))
+    used = set().union(*(construct_classes(spec.declaration) for spec in SPECS),
+                       *(construct_classes(d) for d in schema.CAPTURE_FILE.values()))
     unknown = used - set(walker.KNOWN_CONSTRUCTS)
     assert not unknown, unknown
     assert {core.Tag, core.When, core.Tail, core.Marked, core.Counted, core.Items, core.PgString, core.Char,
-            core.MustBeZero} <= used
+            core.MustBeZero, core.Magic, core.Crc32} <= used
+
+
+def test_capture_file_declarations_walk():
+    header = walker.node(schema.CAPTURE_FILE["Header"])
+    record = walker.node(schema.CAPTURE_FILE["Record"])
+    assert isinstance(header.fields[0].node, walker.Checksummed)
+    assert header.fields[0].node.node.name == "CaptureHeader"
+    assert isinstance(header.fields[0].node.node.fields[0].node, walker.MagicBytes)
+    assert [f.name for f in record.fields[0].node.node.fields] == ["lsn", "xid", "data"]
+    assert walker.min_size(record) == 8 + 4 + 4 + 4
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
