@@ -16,7 +16,7 @@ import sys
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
-from replwire.codec import docgen
+from replwire.codec import decoder, docgen
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CAPTURES = ROOT / "tests" / "captures"
@@ -89,4 +89,6 @@ def on_files(files, config, **kwargs):
 def on_page_markdown(markdown, page, config, files, **kwargs):
     if PLACEHOLDER in markdown:
         markdown = markdown.replace(PLACEHOLDER, docgen.framing_svg())
+    if "<!-- replwire:decoder-states -->" in markdown:  # drawn from the Decoder's transition table
+        markdown = markdown.replace("<!-- replwire:decoder-states -->", decoder.state_diagram_svg())
     return markdown
