@@ -67,3 +67,15 @@ def pg18_captures(pg18: "PgServer") -> "CaptureRun":
 def pg_captures(request: pytest.FixtureRequest) -> "CaptureRun":
     """Each server's captures in turn."""
     return request.getfixturevalue(f"pg{request.param}_captures")
+
+
+# Hypothesis profiles for the property and strategy tests (tests/test_properties.py, tests/test_strategies.py):
+# "replwire" keeps the suite fast; REPLWIRE_FUZZ_PROFILE=long runs 20 times as many examples per property.
+import os  # noqa: E402
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("replwire", max_examples=1000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile("long", settings.get_profile("replwire"), max_examples=20_000)
+settings.load_profile(os.environ.get("REPLWIRE_FUZZ_PROFILE", "replwire"))
