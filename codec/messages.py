@@ -126,12 +126,16 @@ def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], An
     def dump(value, check=check):
         if value is not None:
             check(value)
+            if kind == "bytes":  # bytearray and memoryview are accepted, and built as bytes
+                value = bytes(value)
         return value
 
     return load, dump, py_type
 
 
 def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
+    if isinstance(construct, wire.MustBeZero):  # an int first (not 0.0 or "0"), then the construct wants 0
+        construct = construct.subcon
     bounds = _int_bounds(construct)
     if bounds is not None:
         low, high, label = bounds
@@ -153,6 +157,17 @@ def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
     return check_type
 
 
+def _required(dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``dump`` for a field that is always on the wire: ``None`` is refused by name."""
+
+    def dump_required(value):
+        if value is None:
+            raise _Path("a value is required", [])
+        return dump(value)
+
+    return dump_required
+
+
 class _Declared:
     """Shared machinery of messages and records: dataclass fields generated from a declaration."""
 
@@ -166,6 +181,8 @@ class _Declared:
         fields = []
         for f in value_fields(declaration):
             load, dump, annotation = _converters(f)
+            if not is_optional(f) and not isinstance(strip_presence(f.subcon), wire.MustBeZero):
+                dump = _required(dump)
             fields.append((f.name, load, dump))
             if is_optional(f):
                 annotations[f.name] = annotation | None

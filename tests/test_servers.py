@@ -140,7 +140,7 @@ def test_server_runs_unprivileged_with_test_settings(pg_server: PgServer) -> Non
     }
     assert "synchronous_commit" not in server_settings(pg_server.major)
     assert (user, is_super) == (pg_server.superuser, True)
-    assert f"host={pg_server.socket_dir}" in pg_server.dsn
+    assert f"host='{pg_server.socket_dir}'" in pg_server.dsn
 
 
 @pytest.mark.parametrize("major", [15, 18])

@@ -1,0 +1,124 @@
+"""Committed changes as JSON objects: what ``replwire decode`` prints, one per line.
+
+Strategy: one object per change of a committed transaction (and per non-transactional logical message),
+with the keys the command line promises: ``op``, ``schema``, ``table``, ``xid``, ``lsn``, ``commit_lsn``,
+``commit_time``, ``new``/``old``/``key`` and ``unchanged_toast``.  Values become typed JSON without losing
+anything: integers as numbers, ``numeric`` as exact strings, booleans, timestamps and dates in ISO 8601
+(``"infinity"`` where the server has it), ``bytea`` as ``\\x`` hex, arrays as lists, ``json``/``jsonb`` as
+JSON, everything else as text.  An unchanged TOASTed column is left out of ``new`` and named in
+``unchanged_toast`` -- never written as null.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import ipaddress
+import math
+import uuid
+from typing import Any
+
+from .assembler import Change, Transaction
+from .values import UNCHANGED_TOAST, Infinite, RawValue
+
+
+def json_value(value: Any) -> Any:
+    """A typed value as a JSON-ready value (see the module docstring)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, decimal.Decimal):
+        return str(value) if value.is_finite() else {"NaN": "NaN", "Infinity": "Infinity",
+                                                       "-Infinity": "-Infinity"}.get(str(value), str(value))
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, Infinite):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, RawValue):
+        return str(value)
+    if isinstance(value, (uuid.UUID, ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Network,
+                          ipaddress.IPv6Network, ipaddress.IPv4Interface, ipaddress.IPv6Interface)):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return _duration(value)
+    if hasattr(value, "obj") and type(value).__name__ in ("Json", "Jsonb"):  # psycopg wrappers
+        return value.obj
+    return str(value)
+
+
+def _duration(value: dt.timedelta) -> str:
+    """ISO 8601 duration of a ``timedelta`` (days and seconds, as psycopg loads an interval)."""
+    sign = "-" if value < dt.timedelta(0) else ""
+    value = abs(value)
+    seconds = value.seconds + value.microseconds / 1_000_000
+    text = f"{seconds:.6f}".rstrip("0").rstrip(".")
+    return f"{sign}P{value.days}DT{text}S"
+
+
+def _row(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    if values is None:
+        return None
+    return {name: json_value(v) for name, v in values.items() if v is not UNCHANGED_TOAST}
+
+
+def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
+    """One change as the JSON object ``replwire decode`` prints."""
+    out: dict[str, Any] = {"op": change.op, "schema": change.schema, "table": change.table, "xid": change.xid,
+                           "lsn": str(change.lsn) if change.lsn is not None else None}
+    if transaction is not None:
+        out["commit_lsn"] = str(transaction.commit_lsn)
+        out["commit_time"] = json_value(_commit_datetime(transaction))
+        if transaction.origin is not None:
+            out["origin"] = transaction.origin[0]
+        if transaction.gid is not None:
+            out["gid"] = transaction.gid
+    if change.op == "truncate":
+        out["relations"] = [f"{schema}.{table}" for schema, table in change.relations]
+        out["cascade"], out["restart_identity"] = change.cascade, change.restart_identity
+    elif change.op == "message":
+        out["prefix"] = change.prefix
+        out["content"] = "\\x" + change.content.hex()
+        out["transactional"] = change.transactional
+        try:
+            out["content_text"] = change.content.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    else:
+        for name in ("new", "old", "key"):
+            row = _row(getattr(change, name))
+            if row is not None:
+                out[name] = row
+        toasted = [name for name, v in (change.new or {}).items() if v is UNCHANGED_TOAST]
+        if toasted:
+            out["unchanged_toast"] = toasted
+    return out
+
+
+def _commit_datetime(transaction: Transaction) -> Any:
+    try:
+        return transaction.commit_time.to_datetime()
+    except ValueError:
+        return int(transaction.commit_time)
+
+
+def objects(item: Transaction | Change):
+    """The JSON objects of one assembler item: every change of a transaction, or a lone message."""
+    if isinstance(item, Transaction):
+        for change in item.changes:
+            yield change_object(change, item)
+    else:
+        yield change_object(item, None)
+
+
+__all__ = ["change_object", "json_value", "objects"]
