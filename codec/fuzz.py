@@ -5,10 +5,11 @@ bytes, or raises** :class:`~replwire.codec.DecodeError` **with an offset inside 
 else is a finding**: another exception (``EncodeError`` on rebuilding included), different bytes after
 a rebuild, a hang (libFuzzer's ``-timeout``), or memory growing far beyond the input (``-rss_limit_mb``).
 Every other codec (the generated fast codec) must give the same message and bytes, or the same
-``DecodeError`` (reason, offset, field, tag, protocol version).  Inputs whose first byte has its high bit set fuzz the encoder instead:
-they drive the strategies derived from the declarations (Hypothesis' ``fuzz_one_input``), and the drawn
-message must build in every context where it fits and parse back to itself, or -- damaged -- be refused
-with an :class:`~replwire.codec.EncodeError` naming the damaged field, by every codec alike.
+``DecodeError`` (reason, offset, field, tag, protocol version).  Inputs whose first byte has its high bit
+set fuzz the encoder instead: they drive the strategies derived from the declarations (Hypothesis'
+``fuzz_one_input``), and the drawn message must build in every context where it fits and parse back to
+itself, or -- damaged -- be refused with an :class:`~replwire.codec.EncodeError` naming the damaged
+field, by every codec alike.
 
 Strategy: a decoder input is one context byte (an index into
 :func:`~replwire.codec.strategies.all_contexts`: each protocol version in and out of a stream, and each
@@ -171,16 +172,16 @@ def join(context: Context, data: bytes) -> bytes:
     return bytes([CONTEXTS.index(context)]) + data
 
 
-#: A first byte from this one on makes an input drive the encoder strategies (see :func:`test_one_input`).
+#: A first byte from this one on makes an input drive the encoder strategies (see :func:`fuzz_one_input`).
 ENCODER_MODE = 0x80
 
 
-#: What :func:`test_one_input` fuzzes: ``both`` (by the first byte), ``decoder`` or ``encoder`` only.
+#: What :func:`fuzz_one_input` fuzzes: ``both`` (by the first byte), ``decoder`` or ``encoder`` only.
 MODES = ("both", "decoder", "encoder")
 mode = "both"
 
 
-def test_one_input(raw: bytes) -> None:
+def fuzz_one_input(raw: bytes) -> None:
     """The libFuzzer entry point: a decoder input, or (first byte >= :data:`ENCODER_MODE`, or any input
     in ``encoder`` :data:`mode`) the choices for drawing a message or a damaged message."""
     if drives_encoder(raw, mode):
@@ -276,7 +277,7 @@ def generated_seeds(per_class: int = 4) -> list[tuple[Context, bytes]]:
 
         return collect
 
-    for cls in strategies._classes(None):
+    for cls in strategies.classes_of():
         for context in strategies.contexts(cls):
             collector(cls, context)()
     return found
@@ -400,9 +401,9 @@ def replay(raw: bytes, target: str | None = None, fuzz_mode: str = "both") -> st
 
 
 def _target(spec: str | None) -> Callable[[bytes], None]:
-    """The target: :func:`test_one_input`, or ``module:function`` (for testing the harness itself)."""
+    """The target: :func:`fuzz_one_input`, or ``module:function`` (for testing the harness itself)."""
     if not spec:
-        return test_one_input
+        return fuzz_one_input
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 

@@ -55,16 +55,15 @@ from .walker import (
 )
 
 __all__ = [
-    "Case", "Context", "Invalid", "Site", "all_contexts", "branches", "branches_taken", "cases", "contexts",
-    "envelope_frames", "fits", "invalid_cases", "messages", "mutants", "sites", "spans", "tuple_columns",
-    "tuple_data", "value",
+    "Case", "Context", "Invalid", "Site", "all_contexts", "branches", "branches_taken", "cases", "classes_of",
+    "contexts", "envelope_frames", "fits", "invalid_cases", "messages", "mutants", "sites", "spans",
+    "tuple_columns", "tuple_data", "value",
 ]
 
 #: Every node class of the walker; :func:`value` has a rule for each (a test checks this).
 HANDLED_NODES = (Int, Zero, TagByte, Text, CharOf, LengthPrefixed, Rest, DerivedCount, When, IfBytesRemain,
                  MarkedBy, CountedArray, ArrayOf, Record, MagicBytes, Checksummed)
 
-_CLASSES = {cls.spec.name: cls for cls in WireMessage.__subclasses__()}
 _SCALARS = {"lsn": LSN, "timestamp": Timestamp}
 
 
@@ -133,7 +132,8 @@ def contexts(cls: type[WireMessage]) -> tuple[Context, ...]:
     """The contexts ``cls`` exists in (from its tag's lowest protocol version, or its envelope side)."""
     tag = walker.layout(cls.spec).fields[0].node
     if cls.spec.layer == "envelope":
-        return tuple(c for c in all_contexts() if c.layer == "envelope" and ENVELOPE_CLASSES[c.sender].get(cls.tag) is cls)
+        return tuple(c for c in all_contexts()
+                     if c.layer == "envelope" and ENVELOPE_CLASSES[c.sender].get(cls.tag) is cls)
     low = tag.min_proto or 1
     return tuple(c for c in all_contexts() if c.layer == "logical" and c.proto_version >= low)
 
@@ -240,7 +240,8 @@ class Case:
         return self.context.build(self.message)
 
 
-def _classes(layer: str | None) -> list[type[WireMessage]]:
+def classes_of(layer: str | None = None) -> list[type[WireMessage]]:
+    """Every message class (of one ``layer``: ``logical`` or ``envelope``), in declaration order."""
     found = list(LOGICAL_CLASSES.values()) if layer in (None, "logical") else []
     if layer in (None, "envelope"):
         found += [c for per_sender in ENVELOPE_CLASSES.values() for c in per_sender.values() if c not in found]
@@ -251,7 +252,7 @@ def cases(*message_classes: type[WireMessage], layer: str | None = None, proto_v
           in_stream: bool | None = None, sender: str | None = None) -> st.SearchStrategy[Case]:
     """Valid messages with a context each: any class (or one of ``message_classes``), any context it
     exists in (or the ones matching the keyword filters)."""
-    pairs = [(cls, c) for cls in (message_classes or _classes(layer)) for c in contexts(cls)
+    pairs = [(cls, c) for cls in (message_classes or classes_of(layer)) for c in contexts(cls)
              if (proto_version is None or c.proto_version == proto_version)
              and (in_stream is None or c.in_stream == in_stream) and (sender is None or c.sender == sender)]
     if not pairs:
@@ -285,7 +286,8 @@ def envelope_frames(sender: str | None = None) -> st.SearchStrategy[Case]:
 
 
 def sites(case: Case) -> list[Site]:
-    """Every place in ``case.message`` as the walker sees it, in wire order (see :class:`~replwire.codec.sites.Site`)."""
+    """Every place in ``case.message`` as the walker sees it, in wire order (a
+    :class:`~replwire.codec.sites.Site` each)."""
     return walk(case.message, case.context.params)
 
 
@@ -539,8 +541,9 @@ def _seed_spans(context: Context, data: bytes) -> list[Site]:
 def mutants(seeds: Sequence[tuple[Context, bytes]]) -> st.SearchStrategy[tuple[Context, bytes]]:
     """Bytes for the decoder, each with a context: a seed damaged by overwriting a length or count with
     values near the truth or at the edges, another integer, a String byte (bad UTF-8, no NUL), a tag,
-    marker or kind byte, by cutting it at a field boundary, then by bit flips, truncation, extension, insertion, deletion and splicing with
-    another seed, sometimes parsed in another context; or random bytes, bare or after a valid tag."""
+    marker or kind byte, by cutting it at a field boundary, then by bit flips, truncation, extension,
+    insertion, deletion and splicing with another seed, sometimes parsed in another context; or random
+    bytes, bare or after a valid tag."""
     tags = sorted({ord(c) for c in (*LOGICAL_CLASSES, *(t for side in ENVELOPE_CLASSES.values() for t in side))})
     random_bytes = st.tuples(st.sampled_from(all_contexts()),
                              st.one_of(st.binary(max_size=64),

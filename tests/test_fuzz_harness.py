@@ -127,7 +127,7 @@ def test_generated_seeds_cover_every_class_in_every_context():
     seeds = fuzz.generated_seeds(per_class=1)
     pairs = {(context, reference.LOGICAL_CLASSES.get(chr(data[0])) if context.layer == "logical" else
               reference.ENVELOPE_CLASSES[context.sender][chr(data[0])]) for context, data in seeds}
-    assert pairs == {(c, cls) for cls in strategies._classes(None) for c in strategies.contexts(cls)}
+    assert pairs == {(c, cls) for cls in strategies.classes_of() for c in strategies.contexts(cls)}
 
 
 def run(*args, cwd, env=None):
