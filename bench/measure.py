@@ -56,14 +56,15 @@ def current_rss() -> int | None:
     return _status(_RSS)
 
 
-def timed(run: Callable[[], Any]) -> tuple[float, int]:
-    """Run once: (seconds, peak RSS in bytes during the run)."""
+def timed(run: Callable[[], Any]) -> tuple[float, int, int]:
+    """Run once: (seconds, peak RSS in bytes during the run, RSS just before it)."""
     gc.collect()
     reset_peak()
+    before = current_rss() or 0
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
-    return seconds, peak_rss()
+    return seconds, peak_rss(), before
 
 
 def machine() -> dict[str, Any]:

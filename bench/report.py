@@ -66,18 +66,22 @@ def markdown(results: dict[str, Any]) -> str:
         if summary.get("description"):
             out += [summary["description"] + ".", ""]
         out.append("| codec | parse msg/s | parse MB/s | parse × yardstick | build msg/s | build MB/s "
-                   "| build × yardstick | peak RSS (MB) |")
-        out.append("|---|--:|--:|--:|--:|--:|--:|--:|")
+                   "| build × yardstick | peak RSS (MB) | of it, the run's own (MB) |")
+        out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
         rows = _rows(results, corpus, subset)
         for codec in sorted({c for _, c in rows}, key=_order):
             p, b = rows.get(("parse", codec)), rows.get(("build", codec))
-            peak = max(r["peak_rss_bytes"] for r in (p, b) if r) / 2**20
+            top = max((r for r in (p, b) if r), key=lambda r: r["peak_rss_bytes"])
+            own = max(r["peak_rss_bytes"] - r.get("rss_before_bytes", r["peak_rss_bytes"]) for r in (p, b) if r)
             cells = [f"`{codec}`"]
             for r in (p, b):
                 cells += ([_rate(r["messages_per_s"]), f"{r['mb_per_s']:.1f}", _ratio(r["ratio_to_yardstick"])]
                           if r else ["—", "—", "—"])
-            cells.append(f"{peak:,.0f}")
+            cells += [f"{top['peak_rss_bytes'] / 2**20:,.0f}", f"{max(own, 0) / 2**20:,.1f}"]
             out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        out.append("Peak RSS: the process's high-water mark during the codec's best run (corpus and prepared "
+                   "inputs included); the run's own: how far it rose during that run.")
         out.append("")
         families = [f for f in dict.fromkeys(r["family"] for r in results["results"]
                                             if r["corpus"] == corpus and r["subset"] == subset) if f != "all"]
@@ -116,6 +120,13 @@ def markdown(results: dict[str, Any]) -> str:
                 f"at a time in a fresh process: {_rate(s['messages_per_s'])} messages/s, {s['mb_per_s']:.1f} MB/s, "
                 f"peak RSS {s['peak_rss_bytes'] / 2**20:.0f} MB (at start {s['rss_at_start_bytes'] / 2**20:.0f} MB; "
                 f"limit {s['limit_bytes'] / 2**20:.0f} MB: {'holds' if s['holds'] else '**exceeded**'}).", ""]
+    b = results.get("breakdown")
+    if b:
+        out += [f"#### Where `replwire-fast` parse time goes ({b['corpus']} corpus, by taking parts away)", "",
+                "| step | ns per message | share of `parse` |", "|---|--:|--:|"]
+        for step in b["steps"]:
+            out.append(f"| {step['step']} | {step['ns_per_message']:,.0f} | {step['share_of_public']:.0%} |")
+        out.append("")
     prof = results.get("profile")
     if prof:
         for op in ("parse", "build"):

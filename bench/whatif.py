@@ -16,6 +16,7 @@ record registry only while it generates, and the result is compiled into a priva
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -23,7 +24,7 @@ from typing import Any, Iterator
 
 from replwire.codec import fast, fastgen, fastgen_common
 
-from .codecs import Codec, _replwire
+from .codecs import Codec, Groups, _replwire
 
 WHAT_IF = "what-if: unfrozen records"
 
@@ -53,6 +54,20 @@ def unfrozen_records() -> Iterator[dict[str, type]]:
 
 
 def codec() -> Codec:
+    """The what-if codec: replwire's own public functions over the what-if generated functions."""
+    api = SimpleNamespace()
+    tables = module_globals()
+    for name in ("parse", "build", "parse_envelope", "build_envelope"):
+        original = getattr(fast, name)
+        twin = types.FunctionType(original.__code__, tables, name, original.__defaults__, original.__closure__)
+        twin.__kwdefaults__ = original.__kwdefaults__
+        setattr(api, name, twin)
+    return Codec(WHAT_IF, *_replwire(api), what_if=True)
+
+
+@functools.lru_cache(maxsize=None)
+def module_globals() -> dict[str, Any]:
+    """Globals for :mod:`replwire.codec.fast`'s functions with the what-if dispatch tables in them."""
     with unfrozen_records():
         generated = fastgen.generate()
     namespace: dict[str, Any] = dict(generated.namespace.values)
@@ -79,10 +94,18 @@ def codec() -> Codec:
     tables["_PARSE_ENVELOPE"] = {sender: parse_table(("envelope", sender, fastgen.ENVELOPE_CONTEXT))
                                  for sender in ("server", "client")}
     tables["_BUILD_ENVELOPE"] = build_table(("envelope", fastgen.ENVELOPE_CONTEXT))
-    api = SimpleNamespace()
-    for name in ("parse", "build", "parse_envelope", "build_envelope"):
-        original = getattr(fast, name)
-        twin = types.FunctionType(original.__code__, tables, name, original.__defaults__, original.__closure__)
-        twin.__kwdefaults__ = original.__kwdefaults__
-        setattr(api, name, twin)
-    return Codec(WHAT_IF, *_replwire(api), what_if=True)
+    return tables
+
+
+def direct_parse_loop(tables: dict[str, Any]):
+    """A parse loop that calls the generated functions of ``tables`` (a fast-module globals dict) straight
+    from the dispatch tables, without the public ``parse`` around them (for the breakdown)."""
+    out, inn, envelope = tables["_PARSE_OUT"], tables["_PARSE_IN"], tables["_PARSE_ENVELOPE"]["server"]
+
+    def loop(groups: Groups) -> None:
+        for proto_version, in_stream, datas in groups:
+            table = envelope if proto_version is None else (inn if in_stream else out)[proto_version]
+            for data in datas:
+                table[data[0]](data, proto_version, in_stream)
+
+    return loop

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import struct
 
-_B = struct.Struct(">B").unpack_from
 _L = struct.Struct(">L").unpack_from
 _Q = struct.Struct(">Q").unpack_from
 _LBH = struct.Struct(">LBH").unpack_from
@@ -32,40 +31,25 @@ _LL = struct.Struct(">LL").unpack_from
 _LBQQq = struct.Struct(">LBQQq").unpack_from
 _LLQq = struct.Struct(">LLQq").unpack_from
 _BQ = struct.Struct(">BQ").unpack_from
-_LB_ = struct.Struct(">LB").unpack_from
-_Qq = struct.Struct(">Qq").unpack_from
 _QqB = struct.Struct(">QqB").unpack_from
-_QQQqB = struct.Struct(">QQQqB").unpack_from
-_qLLLL = struct.Struct(">qLLLL").unpack_from
-_BLHLH = struct.Struct(">BLHLH")
 
 _pB = struct.Struct(">B").pack
 _pBL = struct.Struct(">BL").pack
-_pBLL = struct.Struct(">BLL").pack
 _pBLBH = struct.Struct(">BLBH").pack
 _pBLLBH = struct.Struct(">BLLBH").pack
-_pBH = struct.Struct(">BH").pack
 _pL = struct.Struct(">L").pack
-_pLL = struct.Struct(">LL").pack
 _pLl = struct.Struct(">Ll").pack
 _pBQqL = struct.Struct(">BQqL").pack
 _pBBQQq = struct.Struct(">BBQQq").pack
 _pBQ = struct.Struct(">BQ").pack
-_pBLBQ = struct.Struct(">BLBQ").pack
-_pBBQ = struct.Struct(">BBQ").pack
-_pBLB = struct.Struct(">BLB").pack
 _pBLBQQq = struct.Struct(">BLBQQq").pack
 _pBLL_ = struct.Struct(">BLL").pack
 _pBLLQq = struct.Struct(">BLLQq").pack
-_pBQQq = struct.Struct(">BQQq").pack
 _pBQQqL = struct.Struct(">BQQqL").pack
 _pBBQQqL = struct.Struct(">BBQQqL").pack
 _pBBQQqqL = struct.Struct(">BBQQqqL").pack
 _pBQQq_ = struct.Struct(">BQQq").pack
 _pBQqB = struct.Struct(">BQqB").pack
-_pBQQQqB = struct.Struct(">BQQQqB").pack
-_pBqLLLL = struct.Struct(">BqLLLL").pack
-_pBL_ = struct.Struct(">BL").pack
 
 
 # ---------------------------------------------------------------------------------------------------------

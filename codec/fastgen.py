@@ -69,11 +69,13 @@ def generate() -> Generated:
             chunks.append(body.replace(placeholder, name))
         return name
 
+    layouts: dict[int, walker.Layout] = {}
+
     def add(specs: list[MessageSpec], key_parse: tuple, key_build: tuple, ctx: Ctx) -> None:
         parsers = result.parsers.setdefault(key_parse, {})
         builders = result.builders.setdefault(key_build, {})
         for spec in specs:
-            lay = walker.layout(spec)
+            lay = layouts.get(id(spec)) or layouts.setdefault(id(spec), walker.layout(spec))
             spec_name = ns.add(("spec", spec.name, spec.layer), "_S", lambda: spec)
             result.layouts[spec_name] = spec
             parsers[spec.tag] = emit("parse", spec, ctx, lambda fn: ParseGen(lay, ctx, ns, spec_name).function(fn))

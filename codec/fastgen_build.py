@@ -324,7 +324,7 @@ class BuildGen:
         out = self.out
         if isinstance(item, Int):
             out(f"for x in {v}:")
-            out(f"    if x.__class__ is not int and x.__class__ not in _INTS: raise _Decline")
+            out("    if x.__class__ is not int and x.__class__ not in _INTS: raise _Decline")
             self.append(st, f"_pack('>%d{item.format}' % len({v}), *{v})")
             return self.known(st, name, Known(some=True))
         if not isinstance(item, Record):

@@ -167,7 +167,7 @@ class ParseGen:
 
         ``later`` are the fields after it in its record (whose conditions may read it).
         """
-        out, ns = self.out, self.ns
+        out = self.out
         if isinstance(n, TagByte):  # checked by the dispatch on the first byte; the state starts after it
             return False
         if isinstance(n, (Int, DerivedCount)):

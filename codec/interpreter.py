@@ -24,7 +24,6 @@ from . import reference, walker
 from .errors import DecodeError, EncodeError
 from .messages import WireMessage
 from .walker import (
-    AnyOf,
     ArrayOf,
     CharOf,
     Compare,

@@ -13,6 +13,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq postgresql postgresql-contrib >/dev/null
 fi
 
+if ! command -v pg_config >/dev/null 2>&1; then
+    echo "setup: installing Debian's libpq-dev (pypgoutput, the benchmark's peer, builds psycopg2 against it)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libpq-dev >/dev/null
+fi
+
 if [ ! -x /usr/bin/chromium ]; then
     echo "setup: installing Debian's chromium (the docs' browser test drives it headless)"
     as_root apt-get update -qq

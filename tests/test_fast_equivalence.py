@@ -33,7 +33,6 @@ from replwire.codec import (
     Relation,
     RelationColumn,
     StreamAbort,
-    Timestamp,
     Truncate,
     TupleColumn,
     Update,
