@@ -23,9 +23,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+from .decoder import IDLE, Decoder
 from .errors import ReplwireError
 from .messages import (
     Commit,
@@ -37,10 +37,8 @@ from .messages import (
     StreamCommit,
     StreamPrepare,
     StreamStart,
-    StreamStop,
     WireMessage,
 )
-from .reference import parse
 from .scalars import LSN
 
 
@@ -125,28 +123,20 @@ class Progress:
 
 
 class _Tracker:
-    """Follows the message stream just enough to know what is complete and whether anything is in flight."""
+    """Follows the message stream just enough to know what is complete and whether anything is in flight:
+    the :class:`~replwire.codec.decoder.Decoder` keeps the stream state, this adds the streamed transactions
+    still open between their blocks."""
 
     def __init__(self, proto_version: int) -> None:
-        self.proto_version = proto_version
-        self.in_stream = False
-        self.in_transaction = False
+        self.decoder = Decoder(proto_version)
         self.open_streams: set[int] = set()
 
     def feed(self, data: bytes) -> tuple[WireMessage | None, LSN | None]:
         if not data:  # PostgreSQL 10 to 14 can send an empty payload
             return None, None
-        message = parse(data, proto_version=self.proto_version, in_stream=self.in_stream)
-        tag = message.tag
-        if tag in "Bb":
-            self.in_transaction = True
-        elif tag in "CP":
-            self.in_transaction = False
+        message = self.decoder.feed(data)
         if isinstance(message, StreamStart):
-            self.in_stream = True
             self.open_streams.add(message.xid)
-        elif isinstance(message, StreamStop):
-            self.in_stream = False
         elif isinstance(message, (StreamCommit, StreamPrepare)) or (
                 isinstance(message, StreamAbort) and message.subxid == message.xid):
             self.open_streams.discard(message.xid)
@@ -154,7 +144,7 @@ class _Tracker:
 
     @property
     def idle(self) -> bool:
-        return not (self.in_transaction or self.in_stream or self.open_streams)
+        return self.decoder.state == IDLE and not self.open_streams
 
 
 def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:

@@ -33,14 +33,16 @@ from replwire.codec import (
     Timestamp,
     Transaction,
 )
-from test_real_servers import Binary, check_binary_values, compare_values, leaf_to_root_map, td_transactions
+from test_real_servers import (  # noqa: F401 -- server is a fixture used by name
+    Binary,
+    check_binary_values,
+    compare_values,
+    leaf_to_root_map,
+    server,
+    td_transactions,
+)
 
 pytestmark = pytest.mark.server
-
-
-@pytest.fixture
-def server(pg_captures, request):
-    return request.getfixturevalue(f"pg{pg_captures.major}")
 
 
 def assemble(capture, **kwargs) -> tuple[list[Transaction], list[Change], list[tuple[Any, str]]]:
