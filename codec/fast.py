@@ -59,7 +59,7 @@ def runtime_globals() -> dict[str, Any]:
         # building: a failed guard, an out-of-range integer, a string that is not UTF-8, a missing attribute
         _DECLINE_BUILD=(_Decline, struct.error, UnicodeEncodeError, AttributeError),
         _parse_slow=_parse_slow, _build_slow=_build_slow,
-        _new=object.__new__, _inew=int.__new__, _setattr=object.__setattr__,
+        _new=object.__new__, _inew=int.__new__,
         _unpack_from=struct.unpack_from, _pack=struct.pack,
         _INTS=frozenset((int, LSN, Timestamp)), _ZERO=0,
     )

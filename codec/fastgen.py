@@ -11,8 +11,8 @@ conditions on ``proto_version`` and ``in_stream`` and the version gate of the ta
 run time.  Conditions on earlier fields are decided by *forking*: where a field that a later condition
 reads is a one-of-a-few character (a tuple column's ``kind``), an optional marked record (Update's
 ``key``) or a tail (Stream Abort's ``abort_lsn``), the rest of the record is generated once per
-possibility, with the condition settled in each branch.  Records that come out constant in a branch (a
-NULL column) are made once, at import, and shared (records are frozen).
+possibility, with the condition settled in each branch.  Every parse makes new objects (records are
+mutable, so none is shared between messages).
 
 The generated code only decides *whether* its input is valid: every check the declarations imply is
 there, but on any failure it raises ``_Decline`` (or lets ``struct.error``, ``IndexError``, ...

@@ -164,18 +164,17 @@ def fixed_format(n: walker.Node) -> str | None:
 def record_maker(cls: type) -> str:
     """How generated code makes an instance of ``cls`` without running its ``__init__``.
 
-    ``"attrs"``: a new object whose attributes are set one by one (a plain dataclass: the messages);
-    ``"setattr"``: through ``object.__setattr__`` (a frozen dataclass: the records); ``"init"``: the class's
-    own constructor (when it has a ``__post_init__``).  Either way the instance keeps CPython's compact
+    ``"attrs"``: a new object whose attributes are set one by one (the plain dataclasses of messages and
+    records); ``"init"``: the class's own constructor (when it has a ``__post_init__``).  Either way the instance keeps CPython's compact
     attribute storage, like one made by the constructor.  (Filling in an instance of an unfrozen twin class
     and then assigning ``__class__`` is cheaper to make, but CPython 3.11 gives such an instance a dict of
     its own: building from parsed messages was measured 20% slower, and the objects take more memory.)
     """
     if hasattr(cls, "__post_init__"):
         return "init"
-    if cls.__setattr__ is object.__setattr__:
-        return "attrs"
-    return "setattr"
+    if cls.__setattr__ is not object.__setattr__:
+        raise TypeError(f"{cls.__name__} overrides __setattr__; the generated code cannot fill it in")
+    return "attrs"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -235,7 +234,7 @@ def make_object(out: Lines, ns: Namespace, cls: type, values: list[tuple[str, st
         return
     out(f"{var} = _new({ns.cls(cls)})")
     for name, expr in values:
-        out(f"_setattr({var}, {name!r}, {expr})" if how == "setattr" else f"{var}.{name} = {expr}")
+        out(f"{var}.{name} = {expr}")
 
 
 def convert(meta_value: str, expr: str, ns: Namespace) -> str:

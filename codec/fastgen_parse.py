@@ -309,11 +309,6 @@ class ParseGen:
         self.materialize(st)
         cls = RECORD_CLASSES[item.name]
         fields = value_fields(item)
-        if all(st.known[f.name].constant for f in fields):  # the same frozen record every time: share it
-            raw = {f.name: st.known[f.name].value for f in fields}
-            const = self.ns.add(("record", cls, tuple(raw.items())), "_R", lambda: cls._from_wire(raw))
-            self.out(f"{append}({const})")
-            return
         make_object(self.out, self.ns, cls, [(f.name, convert(f.meta.value, st.values[f.name], self.ns))
                                              for f in fields], "o")
         self.out(f"{append}(o)")

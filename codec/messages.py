@@ -175,7 +175,7 @@ class _Declared:
     _fields: ClassVar[tuple[tuple[str, Callable, Callable], ...]]
 
     @classmethod
-    def _setup(cls, declaration: Struct, *, frozen: bool) -> None:
+    def _setup(cls, declaration: Struct) -> None:
         cls._declaration = declaration
         annotations: dict[str, Any] = {}
         fields = []
@@ -194,7 +194,7 @@ class _Declared:
                 annotations[f.name] = annotation
         cls.__annotations__ = annotations
         cls._fields = tuple(fields)
-        dataclasses.dataclass(cls, kw_only=True, frozen=frozen)  # type: ignore[call-overload]
+        dataclasses.dataclass(cls, kw_only=True)  # type: ignore[call-overload]
 
     @classmethod
     def _from_wire(cls, raw: Any):
@@ -212,12 +212,12 @@ class _Declared:
 
 
 class Record(_Declared):
-    """A nested record of a message (a Relation column, a tuple column). Immutable and hashable."""
+    """A nested record of a message (a Relation column, a tuple column): a plain dataclass, like the messages."""
 
     def __init_subclass__(cls, record: Struct | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if record is not None:
-            cls._setup(record, frozen=True)
+            cls._setup(record)
             _RECORD_CLASSES[id(record)] = cls
 
 
@@ -235,7 +235,7 @@ class WireMessage(_Declared):
             cls.tag = spec.tag
             if cls.__dict__.get("__doc__") is None:  # before dataclass(), which would put its signature there
                 cls.__doc__ = _docstring(spec)
-            cls._setup(spec.declaration, frozen=False)
+            cls._setup(spec.declaration)
 
     def to_wire(self) -> dict[str, Any]:
         """The message as the dict its construct declaration builds from (values checked)."""
