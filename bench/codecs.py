@@ -35,7 +35,6 @@ class Codec:
     build_one: Callable[[Any, bool, Any], bytes] | None = None  # for the untimed sanity check
     families: frozenset[str] | None = None  # None: every family
     slow: bool = False  # run fewer rounds
-    what_if: bool = False  # not a real codec: a measurement for a design decision (bench/whatif.py)
 
     def handles(self, family: str) -> bool:
         return self.families is None or family in self.families

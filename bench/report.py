@@ -20,10 +20,9 @@ import sys
 from html import escape
 from typing import Any
 
-WHAT_IF = "what-if: unfrozen records"
-CODEC_ORDER = ["replwire-fast", "yardstick", "pypgoutput", "construct-compiled", "replwire-reference", WHAT_IF]
+CODEC_ORDER = ["replwire-fast", "yardstick", "pypgoutput", "construct-compiled", "replwire-reference"]
 COLORS = {"replwire-fast": "#2b6cb0", "yardstick": "#718096", "pypgoutput": "#dd6b20",
-          "construct-compiled": "#38a169", "replwire-reference": "#805ad5", WHAT_IF: "#cbd5e0"}
+          "construct-compiled": "#38a169", "replwire-reference": "#805ad5"}
 
 
 def _order(codec: str) -> int:
@@ -103,10 +102,6 @@ def markdown(results: dict[str, Any]) -> str:
             out.append("")
             out.append("Per family: messages/s (ratio to the yardstick).")
             out.append("")
-    if any(r["codec"] == WHAT_IF for r in results["results"]):
-        out += [f"`{WHAT_IF}` is not a codec of replwire: the fast codec generated again with the records "
-                "(`TupleColumn`, `RelationColumn`) replaced by unfrozen look-alikes, to show what frozen "
-                "records cost (see `bench/whatif.py`).", ""]
     if results.get("targets"):
         out += ["#### Targets", "", "| target | corpus | measured | holds |", "|---|---|--:|:-:|"]
         for t in results["targets"]:

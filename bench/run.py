@@ -27,11 +27,11 @@ import pstats
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import codecs as codec_registry
 from . import corpus as corpora
-from . import measure, report, stream, whatif
+from . import measure, report, stream
 
 RESULTS = corpora.ROOT / "bench" / "results" / "latest.json"
 
@@ -63,8 +63,7 @@ def suites(args: argparse.Namespace) -> list[tuple[str, str, corpora.Corpus, lis
         else:
             out.append(("real", "all", real, [c for c in args.codecs if c != "pypgoutput"]))
             subset = real.select(corpora.pypgoutput_subset)
-            out.append(("real", "pypgoutput-subset", subset, ["replwire-fast", "yardstick", "pypgoutput",
-                                                               whatif.WHAT_IF]))
+            out.append(("real", "pypgoutput-subset", subset, ["replwire-fast", "yardstick", "pypgoutput"]))
     return out
 
 
@@ -186,16 +185,27 @@ def profile(corpus: corpora.Corpus, top: int = 14) -> dict[str, Any]:
     return out
 
 
+def direct_parse_loop(tables: dict[str, Any]) -> Callable[[codec_registry.Groups], None]:
+    """A parse loop that calls the generated functions of ``tables`` (the fast module's globals) straight
+    from its dispatch tables, without the public ``parse`` around them (for the breakdown)."""
+    out, inn, envelope = tables["_PARSE_OUT"], tables["_PARSE_IN"], tables["_PARSE_ENVELOPE"]["server"]
+
+    def loop(groups: codec_registry.Groups) -> None:
+        for proto_version, in_stream, datas in groups:
+            table = envelope if proto_version is None else (inn if in_stream else out)[proto_version]
+            for data in datas:
+                table[data[0]](data, proto_version, in_stream)
+
+    return loop
+
+
 def breakdown(corpus: corpora.Corpus, rounds: int) -> dict[str, Any]:
     """Where the fast codec's parse time goes, by taking parts away: the public ``parse`` around the
-    generated functions, then the cost of making frozen records (the what-if's unfrozen look-alikes),
-    against the yardstick on the same messages.  cProfile cannot show this: ``object.__setattr__`` calls and
-    the generated code's own bytecode are all one entry to it."""
+    generated functions, then the generated functions alone, against the yardstick on the same messages."""
     codecs = {c.name: c for c in codec_registry.all_codecs()}
     steps = {
         "replwire-fast (public parse)": codecs["replwire-fast"].parse_loop,
-        "generated functions, called directly": whatif.direct_parse_loop(vars(codec_registry.fast)),
-        "generated, direct, records unfrozen (what-if)": whatif.direct_parse_loop(whatif.module_globals()),
+        "generated functions, called directly": direct_parse_loop(vars(codec_registry.fast)),
         "yardstick": codecs["yardstick"].parse_loop,
     }
     groups = corpus.groups()
@@ -239,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-real", action="store_true", help="skip the real-server corpus")
     parser.add_argument("--stream-gib", type=float, default=1.0, help="size of the streaming check (0: skip)")
     parser.add_argument("--no-profile", action="store_true", help="skip the profile")
-    parser.add_argument("--no-what-if", action="store_true", help="skip the what-if codec (bench/whatif.py)")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS, help="results file")
     args = parser.parse_args(argv)
     if args.quick:
@@ -247,8 +256,6 @@ def main(argv: list[str] | None = None) -> int:
     args.servers = [int(s) for s in str(args.servers).split(",") if s]
     args.real_error = None
     all_codecs = codec_registry.all_codecs()
-    if not args.no_what_if:
-        all_codecs.append(whatif.codec())
     args.codecs = [c.name for c in all_codecs]
     started = time.perf_counter()
     machine = measure.machine()
@@ -280,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_profile:
         log("profiling the fast codec on the synthetic corpus...")
         results["profile"] = profile(todo[0][2])
-        if not args.no_what_if:
-            results["breakdown"] = breakdown(todo[0][2], args.rounds)
+        results["breakdown"] = breakdown(todo[0][2], args.rounds)
     if args.stream_gib > 0:
         items = [i for _, _, c, _ in todo[:2] for i in c.items]
         results["stream"] = stream_check(items, args.stream_gib)
