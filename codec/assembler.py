@@ -50,9 +50,10 @@ from .messages import (
     XLogData,
 )
 from .scalars import LSN, Timestamp
+from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, OPEN, ORIGIN, PREPARE, Router
 from .values import RowSchema, ValueLoader, untyped_row
 
-__all__ = ["Assembler", "Change", "Changes", "Transaction"]
+__all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Transaction"]
 
 #: Bytes counted per buffered change on top of its wire bytes (the Python objects that hold it).
 ENTRY_OVERHEAD = 112
@@ -328,11 +329,9 @@ class Assembler:
             raise ValueError("spill_threshold must be >= 0")
         self.spill_threshold = spill_threshold
         self.spill_dir = spill_dir
-        self._loader = ValueLoader() if typed else None
-        self._current: _Buffer | None = None  # Begin...Commit or Begin Prepare...Prepare
-        self._streams: dict[int, _Buffer] = {}  # open streamed transactions by top-level xid
-        self._prepared: dict[str, _Buffer] = {}  # prepared, waiting for Commit/Rollback Prepared
-        self._schemas: dict[tuple[int, int], RowSchema] = {}
+        self._maker = ChangeMaker(typed=typed)
+        self._router = Router(self.decoder)
+        self._buffers: dict[int, _Buffer] = {}  # open, streamed and prepared transactions by routing key
         self._last_added: WireMessage | None = None
         from . import build, parse
 
@@ -367,10 +366,9 @@ class Assembler:
         """The messages that follow come from a resumed capture (a second capture file, or the same slot read
         again): a transaction still open here is dropped, because the server sends it again from its start.
         A streamed transaction is started over when its first block comes again."""
-        if self._current is not None:
-            self._current.close()
-            self._current = None
-        self.decoder.resume()
+        dropped = self._router.resume()
+        if dropped is not None:
+            self._buffers.pop(dropped).close()
 
     def add(self, message: WireMessage, lsn: int | None = None) -> list[Transaction | Change]:
         """Add one message (in stream order); return the items it completes, in order: a
@@ -386,95 +384,37 @@ class Assembler:
             data = None
         self._last_added = message
         lsn = LSN(lsn) if lsn is not None else None
-        if isinstance(message, _DML):
-            return self._change_message(message, lsn, data, in_stream)
-        if isinstance(message, (Begin, BeginPrepare)):
-            self._current = _Buffer(message.xid, self.spill_threshold, self.spill_dir, streamed=False)
-        elif isinstance(message, StreamStart):
-            restarted = self._streams.get(message.xid) if message.is_first_segment else None
-            if restarted is not None:  # sent again from its first block (a resumed capture): start over
-                del self._streams[message.xid]
-                restarted.close()
-            if message.xid not in self._streams:
-                self._streams[message.xid] = _Buffer(message.xid, self.spill_threshold, self.spill_dir, True)
-        elif isinstance(message, Origin):
-            buffer = self._streams[decoder.stream_xid] if decoder.in_stream else self._current
-            if buffer is not None and buffer.origin is None:
-                buffer.origin = (message.name, message.origin_lsn)
-        elif isinstance(message, Commit):
-            buffer, self._current = self._current, None
-            return [self._transaction(buffer, message)]
-        elif isinstance(message, Prepare):
-            buffer, self._current = self._current, None
-            buffer.prepare = message
-            self._prepared[message.gid] = buffer
-        elif isinstance(message, StreamCommit):
-            return [self._transaction(self._take_stream(message), message)]
-        elif isinstance(message, StreamPrepare):
-            buffer = self._take_stream(message)
-            buffer.prepare = message
-            self._prepared[message.gid] = buffer
-        elif isinstance(message, StreamAbort):
-            buffer = self._streams.get(message.xid)
-            if buffer is not None:  # an abort of a transaction that streamed nothing we saw: nothing to drop
-                if message.subxid == message.xid:
-                    del self._streams[message.xid]
-                    buffer.close()
-                else:
-                    buffer.drop_subtransaction(message.subxid)
-        elif isinstance(message, CommitPrepared):
-            buffer = self._prepared.pop(message.gid, None)
-            if buffer is None:
-                raise decoder.fail(message, index=decoder.index - 1, reason=f"CommitPrepared for gid {message.gid!r}, which was never prepared "
-                                            f"in this stream (its Prepare came before the decoder started?)")
-            return [self._transaction(buffer, message)]
-        elif isinstance(message, RollbackPrepared):
-            buffer = self._prepared.pop(message.gid, None)
-            if buffer is not None:
-                buffer.close()
+        route = self._router.route(message, decoder.index, in_stream)
+        if route is None:
+            return []
+        kind, buffers = route.kind, self._buffers
+        if kind is CHANGE:
+            if data is None:
+                plain = replace(message, xid=None) if getattr(message, "xid", None) is not None else message
+                data = self._build(plain, proto_version=decoder.proto_version)
+            elif in_stream:
+                data = data[:1] + data[5:]  # the out-of-stream form: drop the Xid after the tag
+            buffers[route.key].add(self._maker.schema_for(decoder, message), route.value, lsn, data)
+        elif kind is LONE:
+            return [self._maker.change(message, None, lsn, None)]
+        elif kind is OPEN:
+            if route.value is not None:  # a streamed transaction sent again from its first block: start over
+                buffers.pop(route.value).close()
+            xid = message.xid  # type: ignore[attr-defined]
+            buffers[route.key] = _Buffer(xid, self.spill_threshold, self.spill_dir, streamed=route.streamed)
+        elif kind is ORIGIN:
+            buffer = buffers[route.key]
+            if buffer.origin is None:
+                buffer.origin = route.value
+        elif kind is COMMIT:
+            return [self._transaction(buffers.pop(route.key), route.value)]
+        elif kind is PREPARE:
+            buffers[route.key].prepare = route.value
+        elif kind is DROP:
+            buffers.pop(route.key).close()
+        elif kind is DROP_SUBXACT:
+            buffers[route.key].drop_subtransaction(route.value)
         return []
-
-    def _take_stream(self, message: StreamCommit | StreamPrepare) -> _Buffer:
-        buffer = self._streams.pop(message.xid, None)
-        if buffer is None:
-            raise self.decoder.fail(message, index=self.decoder.index - 1, reason=f"{type(message).__name__} for xid {message.xid}, which has no "
-                                              f"streamed changes here (no Stream Start for it came before)")
-        return buffer
-
-    def _change_message(self, message: WireMessage, lsn: LSN | None, data: bytes | None,
-                        in_stream: bool) -> list[Transaction | Change]:
-        decoder = self.decoder
-        if isinstance(message, Message) and not message.is_transactional:
-            return [self._make_change(message, None, lsn, None)]
-        if in_stream:
-            buffer = self._streams[decoder.stream_xid]  # type: ignore[index]
-            subxid = message.xid  # type: ignore[attr-defined]
-        else:
-            buffer = self._current  # type: ignore[assignment]
-            subxid = buffer.xid
-        if data is None:
-            plain = replace(message, xid=None) if getattr(message, "xid", None) is not None else message
-            data = self._build(plain, proto_version=decoder.proto_version)
-        elif in_stream:
-            data = data[:1] + data[5:]  # the out-of-stream form: drop the Xid after the tag
-        buffer.add(self._schema_for(message), subxid, lsn, data)
-        return []
-
-    def _schema_for(self, message: WireMessage) -> Any:
-        decoder = self.decoder
-        if isinstance(message, Message):
-            return None
-        if isinstance(message, Truncate):
-            return tuple(decoder.relations[r] for r in message.relation_ids)
-        relation = decoder.relations[message.relation_id]  # type: ignore[attr-defined]
-        key = (id(relation), decoder.types_version)
-        schema = self._schemas.get(key)
-        if schema is None or schema.relation is not relation:
-            schema = RowSchema(relation, tuple(decoder.types.get(c.type_id) for c in relation.columns))
-            if len(self._schemas) > 4096:
-                self._schemas.clear()
-            self._schemas[key] = schema
-        return schema
 
     # -- output --------------------------------------------------------------------------------------------
 
@@ -490,16 +430,59 @@ class Assembler:
         index, subxid, lsn, data = entry
         message = self._parse(data, proto_version=self.decoder.proto_version)
         schema = buffer.schemas[index] if index != 0xFFFFFFFF else None
-        return self._make_change(message, schema, LSN(lsn) if lsn is not None else None, subxid)
+        return self._maker.change(message, schema, LSN(lsn) if lsn is not None else None, subxid)
 
-    def _row(self, schema: RowSchema, columns: Any, only_keys: bool = False) -> dict[str, Any] | None:
+    # -- state ---------------------------------------------------------------------------------------------
+
+    @property
+    def open_transactions(self) -> int:
+        """Transactions buffered and not yet decided: the open one, open streamed ones, prepared ones."""
+        return len(self._buffers)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held in memory (not spilled) by the buffered transactions."""
+        return sum(b.size for b in self._buffers.values())
+
+
+class ChangeMaker:
+    """Makes :class:`Change` objects from change messages: the part of the assembler that the split decoding
+    of :mod:`replwire.codec.partitions` shares.
+
+    :meth:`schema_for` fixes, when a change arrives, the Relation and Type messages its values will be read
+    with; :meth:`change` makes the change (values typed through psycopg, or untyped with ``typed=False``).
+    """
+
+    def __init__(self, *, typed: bool = True) -> None:
+        self.loader = ValueLoader() if typed else None
+        self._schemas: dict[tuple[int, int], RowSchema] = {}
+
+    def schema_for(self, decoder: Decoder, message: WireMessage) -> Any:
+        """What reading ``message``'s values needs, from ``decoder``'s caches now: a :class:`RowSchema`, a
+        tuple of Relations for a Truncate, ``None`` for a logical message."""
+        if isinstance(message, Message):
+            return None
+        if isinstance(message, Truncate):
+            return tuple(decoder.relations[r] for r in message.relation_ids)
+        relation = decoder.relations[message.relation_id]  # type: ignore[attr-defined]
+        key = (id(relation), decoder.types_version)
+        schema = self._schemas.get(key)
+        if schema is None or schema.relation is not relation:
+            schema = RowSchema(relation, tuple(decoder.types.get(c.type_id) for c in relation.columns))
+            if len(self._schemas) > 4096:
+                self._schemas.clear()
+            self._schemas[key] = schema
+        return schema
+
+    def row(self, schema: RowSchema, columns: Any, only_keys: bool = False) -> dict[str, Any] | None:
         if columns is None:
             return None
-        if self._loader is None:
+        if self.loader is None:
             return untyped_row(schema, columns, only_keys=only_keys)
-        return self._loader.load_row(schema, columns, only_keys=only_keys)
+        return self.loader.load_row(schema, columns, only_keys=only_keys)
 
-    def _make_change(self, message: WireMessage, schema: Any, lsn: LSN | None, xid: int | None) -> Change:
+    def change(self, message: WireMessage, schema: Any, lsn: LSN | None, xid: int | None) -> Change:
+        """The :class:`Change` of ``message`` (read with ``schema`` from :meth:`schema_for`)."""
         if isinstance(message, Message):
             return Change("message", lsn=lsn, xid=xid, prefix=message.prefix, content=message.content,
                           transactional=message.is_transactional, message=message)
@@ -511,29 +494,14 @@ class Assembler:
         change = Change({Insert: "insert", Update: "update", Delete: "delete"}[type(message)],
                         schema=_namespace(relation), table=relation.name, relation_id=relation.relation_id,
                         lsn=lsn, xid=xid, message=message, relation=relation)
-        change.new = self._row(schema, getattr(message, "new", None))
+        change.new = self.row(schema, getattr(message, "new", None))
         key, old = getattr(message, "key", None), getattr(message, "old", None)
         if key is not None:
-            change.key = self._row(schema, key, only_keys=True)
+            change.key = self.row(schema, key, only_keys=True)
         elif old is not None:
-            change.old = self._row(schema, old)
+            change.old = self.row(schema, old)
             change.key = {c.name: change.old[c.name] for c in relation.columns if c.flags & 1}
         return change
-
-    # -- state ---------------------------------------------------------------------------------------------
-
-    @property
-    def open_transactions(self) -> int:
-        """Transactions buffered and not yet decided: the open one, open streamed ones, prepared ones."""
-        return (self._current is not None) + len(self._streams) + len(self._prepared)
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes held in memory (not spilled) by the buffered transactions."""
-        buffers = [*self._streams.values(), *self._prepared.values()]
-        if self._current is not None:
-            buffers.append(self._current)
-        return sum(b.size for b in buffers)
 
 
 def _namespace(relation: Relation) -> str:
