@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tracemalloc
 import zlib
@@ -150,3 +151,149 @@ def test_copy_csv_form_reads_what_the_server_wrote(pg18, tmp_path):
     records = list(read_copy_csv(path))
     assert [(str(r.lsn), r.xid, r.data) for r in records] == [(str(lsn), int(xid), bytes(data)) for lsn, xid, data in rows]
     assert [chr(r.data[0]) for r in records] == ["B", "R", "I", "I", "C"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the fast record reader against construct's parse of the same declaration
+
+
+def construct_records(path):
+    """The records of a capture file as construct's parse of ``schema.capture.RECORD`` reads them: a list of
+    (offset, lsn, xid, data), then (where reading stopped, the tail's reason or None)."""
+    from construct import ConstructError
+
+    from replwire.codec.capture_file import _reason
+    from replwire.schema import capture as layout
+
+    raw = path.read_bytes()
+    stream = io.BytesIO(raw)
+    layout.HEADER.parse_stream(stream)
+    out = []
+    while stream.tell() < len(raw):
+        start = stream.tell()
+        try:
+            record = layout.RECORD.parse_stream(stream)["record"]
+        except ConstructError as error:
+            return out, (start, _reason(error))
+        out.append((start, record.lsn, record.xid, record.data))
+    return out, (len(raw), None)
+
+
+def fast_records(path):
+    with read_capture(path) as reader:
+        out = [(r.offset, r.lsn, r.xid, r.data) for r in reader]
+        return out, (reader.valid_end, reader.tail.reason if reader.tail else None)
+
+
+VARIED = [(0, 0, b""), (1, 2**32 - 1, b"B"), (2**64 - 1, 7, bytes(range(256)) * 3), (0x169E5A8, 787, b"E" * 70_000),
+          (5, 6, b"x" * 5)] + [(100 + i, i, bytes([65 + i % 26]) * (i % 9)) for i in range(12)]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_fast_reader_agrees_with_construct_on_damaged_files(tmp_path, monkeypatch, chunk):
+    import replwire.codec.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", chunk)  # records cut across chunks, or read whole
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    good = path.read_bytes()
+    expected, end = construct_records(path)
+    assert fast_records(path) == (expected, end) and end == (len(good), None)
+    assert [r[1:] for r in expected] == VARIED
+    starts = [r[0] for r in expected]
+    damaged = []
+    for cut in range(starts[-3], len(good)):  # torn inside each of the last three records
+        damaged.append(good[:cut])
+    for at in range(starts[2], starts[3]):  # every byte of one record flipped (head, data and CRC)
+        damaged.append(good[:at] + bytes([good[at] ^ 0x5A]) + good[at + 1:])
+    length_at = starts[5] + 12
+    for length in (0, 4, 6, 2**31 - 1, 2**32 - 1, len(good)):  # lying lengths, short and long
+        damaged.append(good[:length_at] + length.to_bytes(4, "big") + good[length_at + 4:])
+    for number, content in enumerate(damaged):
+        path.write_bytes(content)
+        expected, end = construct_records(path)
+        assert fast_records(path) == (expected, end), number
+        assert end[1] in (None, "record cut short") or end[1].startswith("checksum mismatch: stored")
+
+
+def test_records_in_ranges_cover_the_file_once(tmp_path, monkeypatch):
+    import replwire.codec.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", 100)
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    with read_capture(path) as reader:
+        whole = list(reader)
+        pairs = list(reader.offsets())
+        assert reader.tail is None and reader.valid_end == reader.size
+        # offsets: each record's start, and the distance to the next one (the file's end after the last)
+        assert pairs == [(r.offset, nxt - r.offset) for r, nxt in zip(whole, [r.offset for r in whole[1:]]
+                                                                      + [reader.size])]
+        assert [o for o, _ in reader.offsets(stop=whole[4].offset)] == [r.offset for r in whole[:4]]
+        # split at every third record boundary, and once in the middle of a record
+        bounds = [reader.header_end] + [o for o, _ in pairs[3::3]] + [reader.size]
+        parts = [list(reader.records(a, b)) for a, b in zip(bounds, bounds[1:])]
+        assert [r for part in parts for r in part] == whole
+        assert all(part for part in parts)
+        middle = whole[3].offset + 5  # a stop inside record 3: it starts before the stop, so it is in range
+        assert list(reader.records(stop=middle)) == whole[:4]
+        assert reader.valid_end == whole[4].offset
+        assert list(reader.records(whole[4].offset)) == whole[4:]
+        assert list(reader.records(reader.size)) == [] and reader.tail is None
+        with pytest.raises(ValueError, match="outside the records"):
+            reader.records(reader.header_end - 1)
+        with pytest.raises(ValueError, match="outside the records"):
+            reader.records(reader.size + 1)
+        # two ranges read in turn, one record at a time: each reads its own positions
+        first, second = reader.records(stop=whole[2].offset), reader.records(whole[10].offset)
+        assert [next(first), next(second), next(first), next(second)] == [whole[0], whole[10], whole[1], whole[11]]
+
+
+def test_ranges_and_offsets_report_a_torn_tail(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    with read_capture(path) as reader:
+        whole = list(reader)
+    os.truncate(path, os.path.getsize(path) - 2)
+    with read_capture(path) as reader:
+        assert list(reader.records(whole[-3].offset)) == whole[-3:-1]
+        assert reader.tail.offset == whole[-1].offset and reader.tail.reason == "record cut short"
+        assert reader.valid_end == whole[-1].offset
+        assert list(reader.records(whole[-3].offset, whole[-1].offset)) == whole[-3:-1] and reader.tail is None
+        assert [o for o, _ in reader.offsets()] == [r.offset for r in whole[:-1]]
+        assert reader.tail.offset == whole[-1].offset and reader.valid_end == whole[-1].offset
+
+
+class CountingFile:
+    def __init__(self, file):
+        self.file, self.read_bytes = file, 0
+
+    def seek(self, offset):
+        return self.file.seek(offset)
+
+    def read(self, n):
+        data = self.file.read(n)
+        self.read_bytes += len(data)
+        return data
+
+    def close(self):
+        self.file.close()
+
+
+def test_offsets_read_only_lengths_and_skip_large_records(tmp_path, monkeypatch):
+    import replwire.codec.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", 4096)
+    path = tmp_path / "c.rwcap"
+    write(path, [(1, 1, b"a"), (2, 2, b"b" * 3_000_000), (3, 3, b"c")])
+    with read_capture(path) as reader:
+        whole = list(reader)
+        reader._file = counting = CountingFile(reader._file)
+        assert len(list(reader.offsets())) == 3
+        assert counting.read_bytes < 3 * 4096  # the large record's data was never read
+    raw = bytearray(path.read_bytes())
+    raw[whole[0].offset + 16] ^= 0xFF  # damage the first record's data: its lengths still hold
+    path.write_bytes(bytes(raw))
+    with read_capture(path) as reader:
+        assert [o for o, _ in reader.offsets()] == [r.offset for r in whole] and reader.tail is None
+        assert list(reader.records()) == [] and "checksum mismatch" in reader.tail.reason
