@@ -1,0 +1,385 @@
+"""Split decoding: a captured stream cut into parts that decode independently, with the same result as the
+single-process :class:`~replwire.codec.Assembler`.
+
+Strategy: a change needs three things from outside the bytes around it -- the Relation/Type messages in
+force, the stream state (inside a Stream Start block or not, which transaction is open), and the fate of its
+transaction (committed, aborted, a rolled-back subtransaction, prepared then committed or rolled back,
+repeated after a resume).  A cheap first pass, :func:`plan`, reads the inputs once in order, runs the
+:class:`~replwire.codec.Decoder` and :class:`~replwire.codec.routing.Router` on every message *except* the
+row changes (for those it reads only the tag byte and notes which transaction they belong to), and cuts
+the inputs into :class:`Part` s at record boundaries.  Each part carries the router's state where it begins
+and the outcomes of just the transactions that have changes inside it.  :func:`decode_part` then runs the
+same decoder and router from that state over the part's records and yields the changes whose transaction
+was committed (once: a transaction seen again after a resume is skipped, as ``replwire decode`` does),
+each with its transaction's commit facts and its stream *position* -- ``(input << 48) | byte offset`` --
+which orders changes within a transaction.  Nothing here knows about Spark: :mod:`replwire.spark` maps
+parts onto Spark partitions.
+
+Inputs are consecutive segments of one stream, in order: replwire capture files and the COPY-CSV form
+(``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)``),
+which records no protocol version, so one must be given for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .assembler import Assembler, Change, ChangeMaker, Transaction
+from .capture_file import CaptureFileError, CaptureRecord, TailProblem, is_capture_file, read_capture
+from .decoder import Decoder
+from .messages import Relation, Type
+from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
+from .scalars import LSN, Timestamp
+
+__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "decode_part", "open_inputs",
+           "committed", "plan", "read_records"]
+
+_POSITION_BITS = 48
+#: Tags of the messages the first pass does not parse (their transaction is all it needs).
+_ROW_TAGS = frozenset(b"IUDT")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``."""
+
+    path: str
+    form: str
+    proto_version: int
+    size: int
+    first: int
+    index: int = 0
+
+    def position(self, offset: int) -> int:
+        """The stream position of the record at ``offset``."""
+        return (self.index << _POSITION_BITS) | offset
+
+
+def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None) -> list[Input]:
+    """Look at each input: its form, protocol version and size.  Capture files record their protocol
+    version; COPY-CSV files need ``proto_version``.  All inputs must agree."""
+    out: list[Input] = []
+    for index, raw in enumerate(paths):
+        path = os.fspath(raw)
+        if not os.path.exists(path):
+            raise CaptureFileError(path, "no such file")
+        if is_capture_file(path):
+            with read_capture(path) as reader:
+                version, first = reader.header.proto_version, reader.valid_end
+            form = "capture"
+        elif proto_version is None:
+            raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
+                                         "COPY-CSV form (proto_version / --proto-version)")
+        else:
+            version, first, form = proto_version, 0, "copy-csv"
+        if proto_version is not None and form == "capture" and version != proto_version:
+            raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
+                                         f"given")
+        out.append(Input(path, form, version, os.path.getsize(path), first, index))
+    versions = sorted({i.proto_version for i in out})
+    if len(versions) > 1:
+        raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
+                                            f"{versions}")
+    if not out:
+        raise ValueError("no inputs")
+    if len(out) >= 1 << (63 - _POSITION_BITS):
+        raise ValueError("too many inputs for one stream")
+    return out
+
+
+def read_records(source: Input, start: int | None = None, stop: int | None = None,
+                 tail: Callable[[TailProblem], None] | None = None) -> Iterator[CaptureRecord]:
+    """The records of ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
+
+    A torn or corrupt tail of a capture file ends the records; it is handed to ``tail`` if given.
+    """
+    if source.form == "capture":
+        with read_capture(source.path) as reader:
+            yield from reader.records(start, stop)
+            if reader.tail is not None and tail is not None and (stop is None or reader.tail.offset < stop):
+                tail(reader.tail)
+        return
+    yield from _csv_records(source.path, source.first if start is None else start, stop)
+
+
+def _csv_records(path: str, start: int, stop: int | None) -> Iterator[CaptureRecord]:
+    """COPY-CSV rows ``lsn,xid,\\x<hex>`` (one per line; none of the three is ever quoted)."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        offset = start
+        for line in handle:
+            if stop is not None and offset >= stop:
+                return
+            here, offset = offset, offset + len(line)
+            text = line.rstrip(b"\r\n")
+            try:
+                lsn, xid, data = text.split(b",")
+                if not data.startswith(b"\\x"):
+                    raise ValueError("the data column is not bytea hex (\\x...)")
+                yield CaptureRecord(LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii")),
+                                    here)
+            except ValueError as error:
+                raise CaptureFileError(path, f"not an (lsn, xid, data) row: {error}", here) from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the first pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed transaction's facts (as :class:`~replwire.codec.Transaction` has them, without the
+    changes), and the subtransactions whose changes were rolled back."""
+
+    xid: int
+    commit_lsn: LSN
+    end_lsn: LSN
+    commit_time: Timestamp
+    origin: tuple[str, LSN] | None = None
+    gid: str | None = None
+    prepare_lsn: LSN | None = None
+    prepare_time: Timestamp | None = None
+    streamed: bool = False
+    dropped_subxacts: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class RelationVersion:
+    """One shape of a table: ``version`` counts from 1 and goes up when a Relation message for the same
+    ``schema.table`` differs from the previous one (columns, types, key flags, replica identity)."""
+
+    schema: str
+    table: str
+    version: int
+    relation: Relation
+    types: tuple[Type | None, ...]
+    position: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass
+class Part:
+    """A run of records of one input, decodable on its own with :func:`decode_part`."""
+
+    number: int
+    source: Input
+    start: int
+    stop: int
+    state: dict[str, Any]
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    repeated_lone: frozenset[int] = frozenset()
+    records: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` found: the parts, every table shape, and counts."""
+
+    parts: list[Part]
+    relations: list[RelationVersion]
+    records: int = 0
+    transactions: int = 0
+    repeated: int = 0
+    tails: list[tuple[str, TailProblem]] = field(default_factory=list)
+
+
+def _shape(relation: Relation) -> tuple[Any, ...]:
+    return (relation.replica_identity, tuple((c.flags, c.name, c.type_id, c.type_modifier)
+                                             for c in relation.columns))
+
+
+def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: int = 1,
+         progress: Callable[[int, int], None] | None = None) -> Plan:
+    """The first pass: read every record once, cut the inputs into parts of about ``part_bytes`` (at least
+    ``min_parts`` in all, inputs permitting), and resolve what each part needs from elsewhere.
+
+    Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
+    changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
+    ``progress(bytes_read, total_bytes)`` is called every few thousand records.
+    """
+    total = sum(i.size - i.first for i in inputs)
+    target = max(1, min(part_bytes, total // max(1, min_parts)))
+    decoder = Decoder(proto_version=inputs[0].proto_version)
+    router = Router(decoder)
+    parts: list[Part] = []
+    keys: list[set[int]] = []
+    outcomes: dict[int, Outcome] = {}
+    pending: dict[int, dict[str, Any]] = {}  # key -> origin / prepare / streamed, for transactions not done
+    dropped: dict[int, set[int]] = {}
+    repeated_lone: list[set[int]] = []
+    shapes: dict[tuple[str, str], tuple[Any, ...]] = {}
+    versions: list[RelationVersion] = []
+    result = Plan(parts, versions)
+    last_end = -1
+
+    def new_part(source: Input, start: int) -> None:
+        parts.append(Part(len(parts), source, start, start, router.state()))
+        keys.append(set())
+        repeated_lone.append(set())
+
+    for source in inputs:
+        if source.index:
+            key = router.resume()
+            if key is not None:
+                pending.pop(key, None)
+                dropped.pop(key, None)
+        new_part(source, source.first)
+        cut = source.first + target
+        for record in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t))):
+            offset = record.offset
+            part = parts[-1]
+            if offset >= cut and part.records:
+                part.stop = offset
+                new_part(source, offset)
+                part = parts[-1]
+                cut = offset + target
+            part.records += 1
+            result.records += 1
+            data = record.data
+            if data and data[0] in _ROW_TAGS:
+                in_stream = decoder.in_stream
+                decoder.index += 1
+                key = router.streams.get(decoder.stream_xid) if in_stream else router.current  # type: ignore[arg-type]
+                if key is not None:
+                    keys[-1].add(key)
+                continue
+            in_stream = decoder.in_stream
+            message = decoder.feed(data)
+            if isinstance(message, Relation):
+                name = (message.namespace or "pg_catalog", message.name)
+                shape = _shape(message)
+                if shapes.get(name) != shape:
+                    shapes[name] = shape
+                    number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
+                    versions.append(RelationVersion(name[0], name[1], number, message,
+                                                    tuple(decoder.types.get(c.type_id) for c in message.columns),
+                                                    source.position(offset)))
+                continue
+            route = router.route(message, source.position(offset), in_stream)
+            if route is None:
+                continue
+            kind = route.kind
+            if kind is CHANGE:
+                keys[-1].add(route.key)  # type: ignore[arg-type]
+            elif kind is LONE:
+                end = record.lsn or None
+                if end is not None and end <= last_end:
+                    repeated_lone[-1].add(source.position(offset))
+                    result.repeated += 1
+                elif end is not None:
+                    last_end = end
+            elif kind is ORIGIN:
+                pending.setdefault(route.key, {}).setdefault("origin", route.value)  # type: ignore[arg-type]
+            elif kind is PREPARE:
+                pending.setdefault(route.key, {})["prepare"] = route.value  # type: ignore[arg-type]
+            elif kind is DROP_SUBXACT:
+                dropped.setdefault(route.key, set()).add(route.value)  # type: ignore[arg-type]
+            elif kind is COMMIT:
+                commit = route.value
+                facts = pending.pop(route.key, {})  # type: ignore[arg-type]
+                subxacts = dropped.pop(route.key, set())  # type: ignore[arg-type]
+                if commit.end_lsn <= last_end:
+                    result.repeated += 1
+                    continue
+                last_end = commit.end_lsn
+                prepare = facts.get("prepare")
+                outcomes[route.key] = Outcome(  # type: ignore[index]
+                    xid=getattr(commit, "xid", None) or facts["xid"], commit_lsn=commit.commit_lsn,
+                    end_lsn=commit.end_lsn, commit_time=commit.commit_time, origin=facts.get("origin"),
+                    gid=getattr(commit, "gid", None), prepare_lsn=prepare.prepare_lsn if prepare else None,
+                    prepare_time=prepare.prepare_time if prepare else None, streamed=facts["streamed"],
+                    dropped_subxacts=frozenset(subxacts))
+                result.transactions += 1
+            else:  # OPEN, DROP
+                if kind is not DROP:
+                    pending[route.key] = {"streamed": route.streamed, "xid": message.xid}  # type: ignore[index,attr-defined]
+                    if route.value is not None:
+                        pending.pop(route.value, None)
+                        dropped.pop(route.value, None)
+                else:
+                    pending.pop(route.key, None)  # type: ignore[arg-type]
+                    dropped.pop(route.key, None)  # type: ignore[arg-type]
+            if progress is not None and not result.records % 8192:
+                progress(sum(p.size for p in parts[:-1]) + (offset - parts[-1].start), total)
+        parts[-1].stop = source.size
+    for part, part_keys, lone in zip(parts, keys, repeated_lone):
+        part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}
+        part.repeated_lone = frozenset(lone)
+    if progress is not None:
+        progress(total, total)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the second pass
+
+
+@dataclass
+class Decoded:
+    """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`), its
+    transaction's facts (``None`` for a non-transactional logical message), its stream ``position``, and
+    ``schema`` -- the :class:`~replwire.codec.values.RowSchema` its values are read with (a tuple of Relations
+    for a Truncate, ``None`` for a logical message)."""
+
+    position: int
+    change: Change
+    outcome: Outcome | None
+    schema: Any
+
+
+def decode_part(part: Part, *, typed: bool = True) -> Iterator[Decoded]:
+    """The committed changes of one part, in stream order (see the module docstring).  ``typed=False``
+    leaves the values as text (``str``) and bytes, for callers that convert the wire columns themselves."""
+    router = Router.from_state(part.state)
+    decoder = router.decoder
+    maker = ChangeMaker(typed=typed)
+    outcomes, repeated = part.outcomes, part.repeated_lone
+    source = part.source
+    for record in read_records(source, part.start, part.stop):
+        in_stream = decoder.in_stream
+        message = decoder.feed(record.data)
+        position = source.position(record.offset)  # type: ignore[arg-type]
+        route = router.route(message, position, in_stream)
+        if route is None:
+            continue
+        if route.kind is CHANGE:
+            outcome = outcomes.get(route.key)  # type: ignore[arg-type]
+            if outcome is None or route.value in outcome.dropped_subxacts:
+                continue
+            schema = maker.schema_for(decoder, message)
+            lsn = LSN(record.lsn) if record.lsn else None
+            yield Decoded(position, maker.change(message, schema, lsn, route.value), outcome, schema)
+        elif route.kind is LONE and position not in repeated:
+            lsn = LSN(record.lsn) if record.lsn else None
+            yield Decoded(position, maker.change(message, None, lsn, None), None, None)
+
+
+def committed(inputs: Sequence[Input], *, typed: bool = True,
+              tail: Callable[[str, TailProblem], None] | None = None) -> Iterator[Transaction | Change]:
+    """The single-process way to the same result: every committed transaction (and non-transactional
+    logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
+    what a resume sends again skipped (an item whose end is not past the last one's).  ``tail(path,
+    problem)`` hears of a torn capture file tail."""
+    assembler = Assembler(proto_version=inputs[0].proto_version, typed=typed)
+    last_end = -1
+    for source in inputs:
+        if source.index:
+            assembler.resume()
+        for record in read_records(source, tail=(lambda t, p=source.path: tail(p, t)) if tail else None):
+            for item in assembler.feed(record.data, lsn=record.lsn or None):
+                end = item.end_lsn if isinstance(item, Transaction) else item.lsn
+                if end is not None and end <= last_end:
+                    continue
+                if end is not None:
+                    last_end = end
+                yield item

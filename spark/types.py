@@ -1,0 +1,202 @@
+"""Spark column types of a table, derived from its Relation message, and the values that fill them.
+
+Strategy: a column's PostgreSQL type OID (a domain resolved to its base type through the Type messages, by
+:meth:`replwire.codec.values.ValueLoader.resolve`) and type modifier pick one :class:`ColumnType`:
+
+=====================================  ==================================  ==============================
+PostgreSQL                             Spark                               value
+=====================================  ==================================  ==============================
+int2, int4, int8                       short, int, long
+numeric(p, s) with 0 <= s <= p <= 38   decimal(p, s)                       exact
+numeric (unconstrained, or wider)      string                              the server's text, exact
+float4, float8                         float, double
+bool                                   boolean
+date                                   date
+timestamp                              timestamp_ntz
+timestamptz                            timestamp (UTC instants)
+bytea                                  binary
+arrays of the above                    array<...>                          one-dimensional
+text, varchar, char, name, uuid,       string                              the server's text
+json, jsonb, everything else
+=====================================  ==================================  ==============================
+
+Values are loaded through psycopg (text ``t`` and binary ``b`` columns alike) except string columns in
+text format, which keep the server's exact text.  A string column in binary format becomes text again:
+uuid, json and jsonb exactly; other types as ``replwire decode`` writes them (ISO 8601 dates and
+durations, ``\\x`` hex for bytes of a type replwire cannot read).
+
+Some values have no Spark equivalent: numeric ``NaN``/``Infinity``, date/timestamp ``infinity`` and dates
+outside years 1-9999, multi-dimensional arrays.  They are never turned into NULL: the typed column is left
+null and the value's text goes into the row's ``_unrepresentable`` map (column name -> text), beside
+``_unchanged_toast`` (the columns whose unchanged TOASTed value the server did not send).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from replwire.codec.jsonl import json_value
+from replwire.codec.values import Infinite, RawValue, ValueLoader
+
+__all__ = ["ColumnType", "Unrepresentable", "column_type", "numeric_precision_scale"]
+
+_INT = {21: (T.ShortType(), pa.int16()), 23: (T.IntegerType(), pa.int32()), 20: (T.LongType(), pa.int64())}
+_FLOAT = {700: (T.FloatType(), pa.float32()), 701: (T.DoubleType(), pa.float64())}
+_BOOL, _DATE, _TIMESTAMP, _TIMESTAMPTZ, _BYTEA, _NUMERIC = 16, 1082, 1114, 1184, 17, 1700
+_UUID, _JSON, _JSONB = 2950, 114, 3802
+_UTC = dt.timezone.utc
+
+
+class Unrepresentable(Exception):
+    """A value the column's Spark type cannot hold (it goes to ``_unrepresentable``)."""
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """How one PostgreSQL column becomes a Spark column: its Spark and Arrow types, and ``value(kind,
+    data)`` making the Arrow-ready value of a ``t``/``b`` tuple column (raising :class:`Unrepresentable`)."""
+
+    spark: T.DataType
+    arrow: pa.DataType
+    value: Callable[[str, bytes], Any]
+    oid: int | None
+
+
+def numeric_precision_scale(type_modifier: int) -> tuple[int, int] | None:
+    """``(precision, scale)`` of a ``numeric(p, s)`` type modifier, ``None`` for unconstrained numeric."""
+    if type_modifier < 4:
+        return None
+    packed = type_modifier - 4
+    scale = ((packed & 0x7FF) ^ 1024) - 1024  # PostgreSQL 15+ allows a negative scale
+    return (packed >> 16) & 0xFFFF, scale
+
+
+def column_type(type_id: int, type_modifier: int, type_message: Any, loader: ValueLoader) -> ColumnType:
+    """The :class:`ColumnType` of a column (see the module docstring)."""
+    oid = loader.resolve(type_id, type_message)
+    if oid is not None:
+        element = _element_of(oid, loader)
+        if element is not None:
+            inner = _scalar(element, -1, loader)
+            if inner is not None:
+                return ColumnType(T.ArrayType(inner.spark, True), pa.list_(inner.arrow),
+                                  _array_value(oid, type_id, type_message, inner, loader), oid)
+        else:
+            scalar = _scalar(oid, type_modifier, loader)
+            if scalar is not None:
+                return scalar
+    return ColumnType(T.StringType(), pa.string(), _text_value(type_id, type_message, loader), oid)
+
+
+def _element_of(oid: int, loader: ValueLoader) -> int | None:
+    registry = loader._registry  # psycopg's type registry: which built-in array type has this OID
+    cache = _element_of.__dict__.setdefault("cache", {})
+    if not cache:
+        for info in registry:
+            if info.array_oid:
+                cache[info.array_oid] = info.oid
+    return cache.get(oid)
+
+
+def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | None:
+    def typed(check: Callable[[Any], Any] | None = None) -> Callable[[str, bytes], Any]:
+        load = loader.load
+
+        def value(kind: str, data: bytes) -> Any:
+            out = load(kind, data, oid)
+            if isinstance(out, (Infinite, RawValue)):
+                raise Unrepresentable(str(out))
+            return check(out) if check is not None else out
+        return value
+
+    if oid in _INT:
+        spark, arrow = _INT[oid]
+        return ColumnType(spark, arrow, _int_value(oid, loader), oid)
+    if oid in _FLOAT:
+        spark, arrow = _FLOAT[oid]
+        return ColumnType(spark, arrow, typed(), oid)
+    if oid == _BOOL:
+        return ColumnType(T.BooleanType(), pa.bool_(), typed(), oid)
+    if oid == _NUMERIC:
+        ps = numeric_precision_scale(type_modifier)
+        if ps is None or not 0 <= ps[1] <= ps[0] <= 38:
+            return None  # exact, as text
+
+        def finite(value: decimal.Decimal) -> decimal.Decimal:
+            if not value.is_finite():
+                raise Unrepresentable(str(value))
+            return value
+        return ColumnType(T.DecimalType(*ps), pa.decimal128(*ps), typed(finite), oid)
+    if oid == _DATE:
+        return ColumnType(T.DateType(), pa.date32(), typed(), oid)
+    if oid == _TIMESTAMP:
+        return ColumnType(T.TimestampNTZType(), pa.timestamp("us"), typed(), oid)
+    if oid == _TIMESTAMPTZ:
+        return ColumnType(T.TimestampType(), pa.timestamp("us", tz="UTC"),
+                          typed(lambda v: v.astimezone(_UTC)), oid)
+    if oid == _BYTEA:
+        return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid)
+    return None
+
+
+def _int_value(oid: int, loader: ValueLoader) -> Callable[[str, bytes], Any]:
+    size = {21: 2, 23: 4, 20: 8}[oid]
+
+    def value(kind: str, data: bytes) -> int:
+        if kind == "t":
+            return int(data)
+        if len(data) != size:
+            raise Unrepresentable(data.hex())
+        return int.from_bytes(data, "big", signed=True)
+    return value
+
+
+def _array_value(oid: int, type_id: int, type_message: Any, inner: ColumnType,
+                 loader: ValueLoader) -> Callable[[str, bytes], Any]:
+    def value(kind: str, data: bytes) -> Any:
+        out = loader.load(kind, data, type_id, type_message)
+        if isinstance(out, RawValue) or not isinstance(out, list):
+            raise Unrepresentable(str(out))
+        for item in out:
+            if isinstance(item, list):
+                raise Unrepresentable(data.decode("utf-8", "replace") if kind == "t" else data.hex())
+            if isinstance(item, (Infinite, RawValue)) or (isinstance(item, decimal.Decimal) and not item.is_finite()):
+                raise Unrepresentable(data.decode("utf-8", "replace") if kind == "t" else str(out))
+        if isinstance(inner.arrow, pa.TimestampType) and inner.arrow.tz is not None:
+            return [v.astimezone(_UTC) if v is not None else None for v in out]
+        if inner.arrow == pa.string():
+            return [_text(v) if v is not None else None for v in out]
+        return out
+    return value
+
+
+def _text(value: Any) -> str:
+    """A loaded value as text (for a string column sent in binary)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    rendered = json_value(value)
+    return rendered if isinstance(rendered, str) else json.dumps(rendered, ensure_ascii=False)
+
+
+def _text_value(type_id: int, type_message: Any, loader: ValueLoader) -> Callable[[str, bytes], Any]:
+    oid = loader.resolve(type_id, type_message)
+
+    def value(kind: str, data: bytes) -> str:
+        if kind == "t":
+            return data.decode("utf-8")
+        if oid == _JSON:  # json_send sends the text itself, jsonb_send a version byte (1) and the text
+            return data.decode("utf-8")
+        if oid == _JSONB and data[:1] == b"\x01":
+            return data[1:].decode("utf-8")
+        return _text(loader.load(kind, data, type_id, type_message))
+    return value
