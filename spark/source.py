@@ -110,7 +110,7 @@ class ReplwireDataSource(DataSource):
         return "replwire"
 
     def schema(self) -> StructType:
-        if not self.options.get("table"):
+        if not self.options.get("table") or not (self.options.get("path") or self.options.get("paths")):
             from .rows import CHANGES
 
             return CHANGES
@@ -120,6 +120,12 @@ class ReplwireDataSource(DataSource):
 
     def reader(self, schema: StructType) -> ReplwireReader:
         return ReplwireReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> Any:
+        """``spark.readStream.format("replwire")``: changes from a live slot (:mod:`replwire.spark.stream`)."""
+        from .stream import ReplwireStreamReader
+
+        return ReplwireStreamReader(self.options, schema)
 
 
 class _Part(InputPartition):
