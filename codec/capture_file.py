@@ -8,9 +8,9 @@ and the data length, then the CRC-32 after the data), over large chunks of the f
 it agrees with construct's parse of valid and damaged records.  Reads never ask the file for more bytes
 than it has, so a corrupt length cannot make the reader allocate; the first record that is cut short or
 fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with everything before it
-kept.  A writer opened on an existing file checks the
-header matches, cuts such a tail off and appends after the last good record.  :meth:`CaptureWriter.sync`
-flushes and fsyncs, so a caller can acknowledge positions only once they are on disk.
+kept.  A writer opened on an existing file checks the header matches, cuts such a tail off and appends
+after the last good record.  :meth:`CaptureWriter.sync` flushes and fsyncs, so a caller can acknowledge
+positions only once they are on disk.
 
 The COPY-CSV form -- what ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO
 STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.
@@ -347,6 +347,17 @@ class CaptureWriter:
     def append(self, lsn: int, xid: int, data: bytes) -> None:
         self._file.write(encode_record(lsn, xid, data))
         self.last_lsn = LSN(lsn)
+
+    def mark(self) -> tuple[int, LSN | None]:
+        """Where the file ends now, for :meth:`rewind`."""
+        return self._file.tell(), self.last_lsn
+
+    def rewind(self, mark: tuple[int, LSN | None]) -> None:
+        """Drop every record appended after ``mark`` (from :meth:`mark`); call :meth:`sync` to make it durable."""
+        size, self.last_lsn = mark
+        self._file.flush()
+        self._file.truncate(size)
+        self._file.seek(size)
 
     def _fsync(self) -> None:
         self._file.flush()

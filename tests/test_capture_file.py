@@ -297,3 +297,19 @@ def test_offsets_read_only_lengths_and_skip_large_records(tmp_path, monkeypatch)
     with read_capture(path) as reader:
         assert [o for o, _ in reader.offsets()] == [r.offset for r in whole] and reader.tail is None
         assert list(reader.records()) == [] and "checksum mismatch" in reader.tail.reason
+
+
+def test_rewind_drops_what_was_appended_after_the_mark(tmp_path):
+    path = tmp_path / "c.rwcap"
+    with CaptureWriter(path, HEADER) as writer:
+        for lsn, xid, data in MESSAGES[:3]:
+            writer.append(lsn, xid, data)
+        mark = writer.mark()
+        for lsn, xid, data in MESSAGES[3:]:
+            writer.append(lsn, xid, data)
+        writer.sync()
+        writer.rewind(mark)
+        assert writer.last_lsn == MESSAGES[2][0]
+        writer.append(1, 2, b"E")
+    with read_capture(path) as reader:
+        assert [(r.lsn, r.xid, r.data) for r in reader] == MESSAGES[:3] + [(1, 2, b"E")] and reader.tail is None
