@@ -259,10 +259,19 @@ class _ChangeTable:
 @click.option("--no-create-slot", is_flag=True, help="Fail instead of creating a missing slot.")
 @click.option("--idle-exit", type=click.FloatRange(min=0), help="Stop after this many seconds with nothing to capture.")
 @click.option("--sync-interval", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
-              help="Seconds between fsyncs; positions are acknowledged only after one.")
+              help="Seconds between fsyncs; positions are acknowledged only after one. With --via sql: seconds "
+                   "between calls while there is nothing new.")
+@click.option("--via", type=click.Choice(["replication", "sql"]), default="replication", show_default=True,
+              help="Read the slot over the replication protocol, or with the SQL functions "
+                   "(pg_logical_slot_peek_binary_changes, then pg_replication_slot_advance) over an ordinary "
+                   "connection, for servers that refuse replication connections.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="With --via sql: rows asked for per call (a transaction is never split, so a call can return "
+                   "more).")
 def capture_command(dsn: str, slot: str, publication: str, proto_version: int | None, streaming: str | None,
                     binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
-                    no_create_slot: bool, idle_exit: float | None, sync_interval: float) -> None:
+                    no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
+                    batch_size: int) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
@@ -296,7 +305,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     settings = CaptureSettings(slot=slot, publication=publication, proto_version=proto_version, streaming=streaming,
                                binary=binary, messages=messages, two_phase=two_phase)
     capture = LiveCapture(dsn, out, settings, create_slot=not no_create_slot,
-                          create_publication=create_publication, sync_interval=sync_interval, progress=report)
+                          create_publication=create_publication, sync_interval=sync_interval, progress=report,
+                          via=via, batch_size=batch_size)
     try:
         progress = capture.run(idle_exit=idle_exit)
     except CaptureError as error:

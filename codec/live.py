@@ -9,6 +9,17 @@ At most every ``sync_interval`` seconds the file is fsynced, and only then is th
 reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
 When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
 
+With ``via="sql"`` the same file is written from the SQL functions over an ordinary connection instead,
+for servers where a replication connection is not available: ``pg_logical_slot_peek_binary_changes`` reads a
+batch from the slot's confirmed position, the records are appended and fsynced, and only then is the slot
+moved with ``pg_replication_slot_advance`` -- to the last position completed in the batch (a commit's end
+LSN, never the middle of a commit record, which would make the server skip that transaction), or, when the
+call read everything up to the WAL position taken just before it, to that position.  Each call is a new
+pgoutput session, so every batch repeats the Relation (and Type) messages its changes need.  Streaming is
+refused in this mode: every call decodes again from the confirmed position, so a streamed transaction still
+in progress would be sent -- and stored -- again by every call (without it the server spills a large
+transaction to disk and sends it once, at its commit).
+
 Restarting on an existing file resumes from the slot's confirmed position: records after the last one
 the server has confirmed are cut off first (the server sends them again), so the file ends up holding
 every message exactly once.  A streamed transaction whose early blocks were kept is sent again from its
@@ -40,6 +51,10 @@ from .messages import (
     WireMessage,
 )
 from .scalars import LSN
+
+
+#: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
+VIAS = ("replication", "sql")
 
 
 class CaptureError(ReplwireError, RuntimeError):
@@ -153,9 +168,7 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     and how many records stay."""
     with read_capture(path) as reader:
         tracker = _Tracker(reader.header.proto_version)
-        cut, kept, count = reader.valid_end, 0, 0
-        header_end = reader.valid_end
-        cut = header_end
+        cut, kept, count = reader.header_end, 0, 0
         for record in reader:
             count += 1
             _, position = tracker.feed(record.data)
@@ -168,17 +181,25 @@ class LiveCapture:
     """Capture from ``dsn`` into the capture file ``out`` (see the module's docstring for the guarantees).
 
     ``create_slot`` creates the slot when it does not exist; ``create_publication`` creates the publication
-    ``FOR ALL TABLES`` when it does not exist.  ``progress`` is called with a :class:`Progress` after every
-    sync.  :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to
-    capture, or on Ctrl-C, always after a final sync and acknowledgement.
+    ``FOR ALL TABLES`` when it does not exist.  ``via`` is ``"replication"`` (the replication protocol) or
+    ``"sql"`` (the SQL functions, ``batch_size`` rows asked for per call, polled every ``sync_interval``
+    seconds while there is nothing new).  ``progress`` is called with a :class:`Progress` after every sync.
+    :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture, or on
+    Ctrl-C, always after a final sync and acknowledgement.
     """
 
     def __init__(self, dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *, create_slot: bool = True,
                  create_publication: bool = False, sync_interval: float = 0.5,
-                 progress: Callable[[Progress], None] | None = None) -> None:
+                 progress: Callable[[Progress], None] | None = None, via: str = "replication",
+                 batch_size: int = 10_000) -> None:
+        if via not in VIAS:
+            raise ValueError(f"via must be one of {VIAS}, not {via!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         self.dsn, self.out, self.settings = dsn, os.fspath(out), settings
         self.create_slot, self.create_publication = create_slot, create_publication
         self.sync_interval, self.on_progress = sync_interval, progress
+        self.via, self.batch_size = via, batch_size
         self.progress = Progress()
         self.resumed_records: int | None = None
 
@@ -250,16 +271,27 @@ class LiveCapture:
     # -- the loop -------------------------------------------------------------------------------------------
 
     def run(self, *, stop: threading.Event | None = None, idle_exit: float | None = None) -> Progress:
-        import psycopg2
-        import psycopg2.extras
-
+        if self.via == "sql" and self.settings.streaming:
+            raise CaptureError("streaming cannot be used with the SQL functions: every call decodes again from the "
+                               "slot's confirmed position, so a streamed transaction still in progress would be "
+                               "stored again by every call (leave streaming off: the server spills large "
+                               "transactions to disk and sends them once), or capture over replication")
         server_version, confirmed = self._prepare_server()
         options = self.settings.options(server_version)
         proto = self.settings.protocol(server_version)
         writer = self._open_file(server_version, confirmed, options)
+        self.progress.flushed_lsn = confirmed
+        if self.via == "sql":
+            return self._run_sql(writer, proto, options, stop, idle_exit)
+        return self._run_replication(writer, proto, options, stop, idle_exit)
+
+    def _run_replication(self, writer: CaptureWriter, proto: int, options: dict[str, str],
+                         stop: threading.Event | None, idle_exit: float | None) -> Progress:
+        import psycopg2
+        import psycopg2.extras
+
         tracker = _Tracker(proto)
         progress = self.progress
-        progress.flushed_lsn = confirmed
         try:
             conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.Error as error:
@@ -322,3 +354,121 @@ class LiveCapture:
                 writer.close()
                 conn.close()
         return progress
+
+    # -- the SQL functions ----------------------------------------------------------------------------------
+
+    def _run_sql(self, writer: CaptureWriter, proto: int, options: dict[str, str],
+                 stop: threading.Event | None, idle_exit: float | None) -> Progress:
+        import psycopg2
+
+        progress = self.progress
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error as error:
+            writer.close()
+            raise CaptureError(f"cannot connect: {str(error).strip()}") from None
+        batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
+                          + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
+        last_activity = time.monotonic()
+        failure: str | None = None
+
+        def advance(target: LSN) -> None:
+            if target > progress.flushed_lsn:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
+                                (self.settings.slot, str(target)))
+                    moved = LSN(cur.fetchone()[0])
+                conn.commit()
+                progress.flushed_lsn = max(progress.flushed_lsn, min(moved, target))
+
+        try:
+            try:
+                while not (stop is not None and stop.is_set()):
+                    before = batch.done
+                    rows, wal_end = batch.read(conn, _Tracker(proto))  # every call is a new pgoutput session
+                    everything_read = rows < self.batch_size and writer.mark() == batch.kept
+                    batch.settle()
+                    # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
+                    # left to complete, so the slot need not keep it (an idle slot does not hold WAL).
+                    advance(max(batch.done, wal_end) if everything_read else batch.done)
+                    if self.on_progress:
+                        self.on_progress(progress)
+                    if rows:
+                        last_activity = time.monotonic()
+                        if rows >= self.batch_size and batch.done > before:
+                            continue  # more is waiting
+                    elif idle_exit is not None and time.monotonic() - last_activity > idle_exit:
+                        break
+                    if stop is not None:
+                        stop.wait(self.sync_interval)
+                    else:
+                        time.sleep(self.sync_interval)
+            except KeyboardInterrupt:
+                pass
+            except psycopg2.Error as error:
+                failure = str(error).strip()
+        finally:
+            try:
+                batch.settle()
+                if not conn.closed:
+                    conn.rollback()  # an interrupted call: what it read after batch.kept is sent again next time
+                    advance(batch.done)
+            except psycopg2.Error as error:
+                failure = failure or str(error).strip()
+            finally:
+                writer.close()
+                conn.close()
+        if failure is not None:
+            raise CaptureError(f"capturing through the SQL functions failed: {failure}")
+        return progress
+
+
+class _SqlBatch:
+    """One call of ``pg_logical_slot_peek_binary_changes`` at a time, appended to the capture file.
+
+    ``kept`` is where the file ends after the last record that completes a position, ``done`` the highest such
+    position.  Records appended after ``kept`` belong to something the server will send again (it sends
+    everything after the slot's confirmed position on every call), so :meth:`settle` drops them before it
+    fsyncs, and the file ends at a completed position before the slot moves.
+    """
+
+    def __init__(self, slot: str, args: list[str], size: int, writer: CaptureWriter, progress: Progress) -> None:
+        self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
+        self.kept, self.done = writer.mark(), progress.flushed_lsn
+
+    def read(self, conn, tracker: _Tracker) -> tuple[int, LSN]:
+        """Read one call's rows into the file; returns how many, and the WAL position the call read up to at
+        least (taken just before it)."""
+        writer, progress = self.writer, self.progress
+        with conn.cursor() as cur:
+            cur.execute(_WAL_END)
+            wal_end = LSN(cur.fetchone()[0])
+        progress.server_lsn = max(progress.server_lsn, wal_end)
+        rows = 0
+        with conn.cursor(name="replwire_peek") as cur:  # server-side: a large transaction comes in pieces
+            cur.itersize = 1000
+            cur.execute("SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes("
+                        "%s, NULL, %s, VARIADIC %s::text[])", (self.slot, self.size, self.args))
+            for lsn_text, xid, raw in cur:
+                data, lsn = bytes(raw), LSN(lsn_text)
+                writer.append(lsn, xid, data)
+                rows += 1
+                progress.messages += 1
+                progress.bytes += len(data)
+                progress.current_lsn = max(progress.current_lsn, lsn)
+                _, position = tracker.feed(data)
+                if position is not None:
+                    progress.transactions += 1
+                    self.kept, self.done = writer.mark(), max(self.done, position)
+        conn.commit()
+        return rows, wal_end
+
+    def settle(self) -> None:
+        """Drop what was appended after the last completed position, and fsync: on disk before the slot moves."""
+        self.writer.rewind(self.kept)
+        self.writer.sync()
+
+
+#: The WAL position a call of the SQL functions reads up to, at least (the replay position on a standby).
+_WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+            "ELSE pg_current_wal_flush_lsn() END)::text")

@@ -38,3 +38,18 @@ def test_parse_bad_hex_is_a_usage_error():
     result = run("parse", "4G")
     assert result.returncode == 2
     assert "HEX is not hexadecimal" in result.stderr
+
+
+def test_capture_via_sql_refuses_streaming_before_connecting(tmp_path):
+    out = tmp_path / "x.rwcap"
+    result = run("capture", "--dsn", "host=/nonexistent", "--slot", "s", "--publication", "p", "--out", str(out),
+                 "--via", "sql", "--streaming", "on")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: streaming cannot be used with the SQL functions")
+    assert not out.exists()
+
+
+def test_capture_via_must_be_known(tmp_path):
+    result = run("capture", "--dsn", "x", "--slot", "s", "--publication", "p", "--out", str(tmp_path / "x"),
+                 "--via", "copy")
+    assert result.returncode == 2 and "'copy' is not one of 'replication', 'sql'" in result.stderr

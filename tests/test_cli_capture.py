@@ -106,59 +106,71 @@ def test_decode_reports_bad_input_by_file_and_record(tmp_path):
     assert result.stderr.startswith(f"error: {path}, record 1: Begin.final_lsn at offset 1")
 
 
-def test_kill_9_then_resume_loses_and_repeats_nothing(pg18, tmp_path):
+STOPS = [("replication", signal.SIGKILL), ("sql", signal.SIGKILL), ("sql", signal.SIGTERM)]
+
+
+@pytest.mark.parametrize("via, stop", STOPS, ids=["replication-kill-9", "sql-kill-9", "sql-sigterm"])
+def test_kill_9_then_resume_loses_and_repeats_nothing(pg18, tmp_path, via, stop):
     out = tmp_path / "killed.rwcap"
     proto = 4
+    name = f"kill_{via}_{int(stop)}"
+    # the SQL functions cannot stream: the large transactions come whole, at their commits
+    streaming = {"streaming": "on"} if via == "replication" else {}
     with pg18.connect() as conn:
-        make_table(conn, "kill_t")
-        conn.execute("SELECT pg_create_logical_replication_slot('kill_slot', 'pgoutput')")
-        conn.execute("SELECT pg_create_logical_replication_slot('kill_peek', 'pgoutput')")
+        make_table(conn, name)
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{name}_slot",))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{name}_peek",))
 
         def workload():
             with pg18.connect() as w:
                 for i in range(400):
-                    if i % 100 == 50:  # a large transaction, streamed in blocks
+                    if i % 100 == 50:  # a large transaction (streamed in blocks, over replication)
                         w.execute("BEGIN")
-                        w.execute("INSERT INTO kill_t SELECT g, repeat('s', 200), NULL "
+                        w.execute(f"INSERT INTO {name} SELECT g, repeat('s', 200), NULL "
                                   "FROM generate_series(%s, %s) g", (100000 * (i + 1), 100000 * (i + 1) + 3000))
                         w.execute("COMMIT")
-                    w.execute("INSERT INTO kill_t VALUES (%s, 'small', NULL)", (i,))
+                    w.execute(f"INSERT INTO {name} VALUES (%s, 'small', NULL)", (i,))
                     if i % 7 == 0:
-                        w.execute("UPDATE kill_t SET v = 'u' WHERE id = %s", (i,))
+                        w.execute(f"UPDATE {name} SET v = 'u' WHERE id = %s", (i,))
                     time.sleep(0.002)
 
         thread = threading.Thread(target=workload)
-        command = [REPLWIRE, "capture", "--dsn", pg18.dsn, "--slot", "kill_slot", "--publication", "kill_t_pub",
-                   "--no-create-slot", "--streaming", "on", "--out", str(out), "--sync-interval", "0.05"]
+        command = [REPLWIRE, "capture", "--dsn", pg18.dsn, "--slot", f"{name}_slot", "--publication", f"{name}_pub",
+                   "--no-create-slot", "--out", str(out), "--sync-interval", "0.05", "--via", via,
+                   "--batch-size", "50", *(["--streaming", "on"] if streaming else [])]
         first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         thread.start()
         deadline = time.monotonic() + 60
         while not (out.exists() and out.stat().st_size > 200_000):
             assert time.monotonic() < deadline and first.poll() is None, "the capture wrote nothing"
             time.sleep(0.01)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(10)
+        os.kill(first.pid, stop)
+        first.wait(30)
+        assert first.returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 0), first.stderr.read()
         # the slot never confirms a position whose data is not in the file
         confirmed = LSN(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                                     "WHERE slot_name = 'kill_slot'").fetchone()[0])
+                                     "WHERE slot_name = %s", (f"{name}_slot",)).fetchone()[0])
         thread.join(120)
-        all_rows = peek(conn, "kill_peek", proto, publication_names="kill_t_pub", streaming="on")
+        all_rows = peek(conn, f"{name}_peek", proto, publication_names=f"{name}_pub", **streaming)
         must_have = {completed_position(parse(bytes(d), proto_version=proto, in_stream=False))
                      for _, _, d in all_rows if bytes(d)[:1] in (b"C", b"c")}
         must_have = {p for p in must_have if p is not None and p <= confirmed}
         with read_capture(out) as reader:
-            in_file, in_stream = set(), False
+            in_file, in_stream, last = set(), False, None
             for record in reader:
                 message = parse(record.data, proto_version=proto, in_stream=in_stream)
                 in_stream = {"S": True, "E": False}.get(message.tag, in_stream)
                 in_file.add(completed_position(message))
+                last = completed_position(message)
         assert must_have <= in_file, sorted(must_have - in_file)[:5]
+        if via == "sql" and stop == signal.SIGTERM:  # a clean stop: the file ends with what the slot confirmed
+            assert last is not None and last <= confirmed and not {p for p in in_file - {None} if p > confirmed}
 
         second = subprocess.run(command + ["--idle-exit", "2"], capture_output=True, text=True, timeout=180)
         assert second.returncode == 0, second.stderr
         assert "resumed after" in second.stderr
         expected = expected_changes([(LSN(l), x, bytes(d)) for l, x, d in all_rows], proto)
-        conn.execute("SELECT pg_drop_replication_slot('kill_peek')")
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (f"{name}_peek",))
     changes, _ = decoded(out)
     got = [(c["op"], c["new"]["id"] if "new" in c else c["key"]["id"]) for c in changes]
     assert len(expected) > 4000
