@@ -92,12 +92,21 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
+        "os": _os_name(),
         "cpu": cpu,
         "cpus": os.cpu_count(),
         "memory_bytes": memory,
         "load_average_at_start": load,
         "replwire_commit": _git_commit(),
     }
+
+
+def _os_name() -> str:
+    """The distribution's own name (``/etc/os-release``) where there is one, else the system and release."""
+    try:
+        return platform.freedesktop_os_release()["PRETTY_NAME"]
+    except (OSError, KeyError):
+        return f"{platform.system()} {platform.release()}".strip()
 
 
 def _git_commit() -> str | None:
