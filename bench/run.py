@@ -24,6 +24,7 @@ import io
 import json
 import pathlib
 import pstats
+import re
 import sys
 import tempfile
 import time
@@ -176,6 +177,7 @@ def profile(corpus: corpora.Corpus, top: int = 14) -> dict[str, Any]:
         entries = []
         for (filename, line, function), (calls, _, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
             where = function if filename == "~" else f"{pathlib.Path(filename).name}:{line}({function})"
+            where = re.sub(r" at 0x[0-9a-f]+", "", where)  # builtins' names carry an address that changes every run
             entries.append({"function": where, "calls": calls, "tottime_s": tottime, "cumtime_s": cumtime,
                             "share": tottime / total if total else 0.0})
         entries.sort(key=lambda e: -e["tottime_s"])

@@ -1,0 +1,52 @@
+"""mkdocs hook: the benchmark page's tables and chart, rendered from the committed results while the site builds.
+
+``docs/benchmark.md`` holds the prose and two markers.  ``<!-- replwire:benchmark -->`` becomes the tables and
+the bar chart of ``bench/results/latest.json`` (written by ``python -m bench``), through :mod:`bench.report`;
+a missing or malformed file fails the build instead of leaving the page empty.  ``<!-- replwire:spark-benchmark
+-->`` becomes a section with the table of ``bench/results/spark.json`` when that file exists, and nothing
+when it does not.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from mkdocs.exceptions import PluginError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # bench/ is a plain package at the repository root, never installed
+    sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+
+PAGE = "benchmark.md"
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+SPARK_RESULTS = ROOT / "bench" / "results" / "spark.json"
+MARKER = "<!-- replwire:benchmark -->"
+SPARK_MARKER = "<!-- replwire:spark-benchmark -->"
+
+
+def spark_section(path: pathlib.Path | None = None) -> str:
+    """The Spark pipeline's section, or ``""`` when its results file does not exist."""
+    path = path or SPARK_RESULTS
+    if not path.exists():
+        return ""
+    data = report.load_generic(path)
+    return ("## Spark pipeline\n\n"
+            f"The Spark pipeline benchmark's own results, from `bench/results/{path.name}`.\n\n"
+            + report.generic(data))
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    if page.file.src_uri != PAGE:
+        return markdown
+    if MARKER not in markdown or SPARK_MARKER not in markdown:
+        raise PluginError(f"replwire benchmark: {PAGE} must keep the markers {MARKER} and {SPARK_MARKER}")
+    try:
+        results = report.load(RESULTS)
+        body = report.markdown(results, chart=report.svg(results))
+        spark = spark_section()
+    except report.ResultsError as error:
+        raise PluginError(f"replwire benchmark: {error}") from error
+    return markdown.replace(MARKER, body).replace(SPARK_MARKER, spark)
