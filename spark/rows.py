@@ -11,7 +11,9 @@ a Python object per row.  The Spark schemas here are the contract of ``spark.rea
 * :func:`table_schema` -- one row per change of one table in one shape (:class:`RelationVersion`): the
   same facts, then the table's own columns, typed (:mod:`replwire.spark.types`), holding the new row
   (the deleted row's key or old image for a delete), ``_before`` (a struct of the same columns: the old
-  key or old row the server sent with an update or delete), ``_unchanged_toast`` and ``_unrepresentable``.
+  key or old row the server sent with an update or delete), ``_unchanged_toast`` (the columns of the row
+  whose unchanged TOASTed value was not sent: null there means "keep what you have", never SQL NULL),
+  ``_before_unchanged_toast`` (the same for ``_before``) and ``_unrepresentable``.
 """
 
 from __future__ import annotations
@@ -144,6 +146,7 @@ def table_schema(version: RelationVersion, loader: ValueLoader | None = None) ->
     row = [T.StructField(n, t.spark, True) for n, t in zip(names, types)]
     return T.StructType([T.StructField(meta[n], t, True) for n, t, _ in META] + row + [
         T.StructField("_before", T.StructType(row), True),
+        T.StructField("_before_unchanged_toast", T.ArrayType(T.StringType(), False), True),
         T.StructField("_unchanged_toast", T.ArrayType(T.StringType(), False), True),
         T.StructField("_unrepresentable", T.MapType(T.StringType(), T.StringType(), False), True)])
 
@@ -165,6 +168,7 @@ class TableRows:
         self._struct = pa.struct(row_fields)
         self.arrow = pa.schema([pa.field(self.meta[n], a, True) for n, _, a in META] + row_fields + [
             pa.field("_before", self._struct, True),
+            pa.field("_before_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field("_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field("_unrepresentable", _UNREPRESENTABLE, True)])
         self._reset()
@@ -173,6 +177,7 @@ class TableRows:
         self.meta_values: list[list[Any]] = [[] for _ in META]
         self.values: list[list[Any]] = [[] for _ in self.names]
         self.before: list[dict[str, Any] | None] = []
+        self.before_toasted: list[list[str] | None] = []
         self.toasted: list[list[str] | None] = []
         self.unrepresentable: list[list[tuple[str, str]] | None] = []
 
@@ -208,6 +213,7 @@ class TableRows:
             target.append(value)
         odd: list[tuple[str, str]] = []
         toasted: list[str] = []
+        before_toasted: list[str] = []
         before = None
         if change.op == "truncate":
             row: list[Any] = [None] * len(self.names)
@@ -215,11 +221,12 @@ class TableRows:
             new = getattr(message, "new", None)
             old = getattr(message, "key", None) or getattr(message, "old", None)
             if old is not None:
-                before = dict(zip(self.names, self._row(old, odd, None)))
+                before = dict(zip(self.names, self._row(old, odd, before_toasted)))
             row = self._row(new, odd, toasted) if new is not None else list(before.values())  # type: ignore[union-attr]
         for target, value in zip(self.values, row):
             target.append(value)
         self.before.append(before)
+        self.before_toasted.append(before_toasted or None)
         self.toasted.append(toasted or None)
         self.unrepresentable.append(odd or None)
 
@@ -228,6 +235,7 @@ class TableRows:
         arrays = [pa.array(v, type=a) for v, (_, _, a) in zip(self.meta_values, META)]
         arrays += [pa.array(v, type=t.arrow) for v, t in zip(self.values, self.types)]
         arrays.append(pa.array(self.before, type=self._struct))
+        arrays.append(pa.array(self.before_toasted, type=self.arrow.field("_before_unchanged_toast").type))
         arrays.append(pa.array(self.toasted, type=self.arrow.field("_unchanged_toast").type))
         arrays.append(pa.array(self.unrepresentable, type=_UNREPRESENTABLE))
         out = pa.RecordBatch.from_arrays(arrays, schema=self.arrow)

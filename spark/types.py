@@ -15,7 +15,7 @@ date                                   date
 timestamp                              timestamp_ntz
 timestamptz                            timestamp (UTC instants)
 bytea                                  binary
-arrays of the above                    array<...>                          one-dimensional
+arrays                                 array<...> of the element's type    one-dimensional
 text, varchar, char, name, uuid,       string                              the server's text
 json, jsonb, everything else
 =====================================  ==================================  ==============================
@@ -85,10 +85,9 @@ def column_type(type_id: int, type_modifier: int, type_message: Any, loader: Val
     if oid is not None:
         element = _element_of(oid, loader)
         if element is not None:
-            inner = _scalar(element, -1, loader)
-            if inner is not None:
-                return ColumnType(T.ArrayType(inner.spark, True), pa.list_(inner.arrow),
-                                  _array_value(oid, type_id, type_message, inner, loader), oid)
+            inner = _scalar(element, -1, loader) or ColumnType(T.StringType(), pa.string(), _text, element)
+            return ColumnType(T.ArrayType(inner.spark, True), pa.list_(inner.arrow),
+                              _array_value(oid, type_id, type_message, inner, loader), oid)
         else:
             scalar = _scalar(oid, type_modifier, loader)
             if scalar is not None:

@@ -69,6 +69,25 @@ def pg_captures(request: pytest.FixtureRequest) -> "CaptureRun":
     return request.getfixturevalue(f"pg{request.param}_captures")
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """A real Spark session, ``local[2]``, with the replwire data source registered (shared by every Spark
+    test; started on first use, stopped at the end of the session)."""
+    import os
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from replwire.spark import register
+
+    session = (SparkSession.builder.master("local[2]").appName("replwire-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "4").config("spark.driver.memory", "2g").getOrCreate())
+    register(session)
+    yield session
+    session.stop()
+
+
 # Hypothesis profiles for the property and strategy tests (tests/test_properties.py, tests/test_strategies.py):
 # "replwire" keeps the suite fast; REPLWIRE_FUZZ_PROFILE=long runs 20 times as many examples per property.
 import os  # noqa: E402

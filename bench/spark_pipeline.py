@@ -1,0 +1,156 @@
+"""``python -m bench.spark_pipeline``: the Spark data source on 1 and 2 cores against the single-process
+decoder, on one capture file of at least a million messages, in one run.
+
+Measured, each on the same capture file (the synthetic CDC mix of :func:`bench.corpus.synthetic`, written
+as a replwire capture file):
+
+* ``single-process Decoder`` -- reading the file and running every message through
+  :class:`replwire.codec.Decoder` (the fast codec and the stream state): the yardstick of the targets.
+* ``single-process, change rows`` -- the same file to the change DataFrame's Arrow batches in one process
+  (:func:`replwire.codec.partitions.decode_part` over one part + :class:`replwire.spark.rows.ChangeRows`):
+  the work Spark spreads over its tasks.
+* ``Spark local[1]`` / ``Spark local[2]`` -- ``spark.read.format("replwire").load(file)`` written to Spark's
+  ``noop`` sink (every row produced, nothing stored), session start excluded, first pass included.
+* the wall time of the ``changes`` and ``apply`` jobs on ``local[2]``.
+
+Targets (issue 7): ``local[2]`` >= 1.6x ``local[1]``; ``local[1]`` >= 0.5x the single-process Decoder.
+Results go to ``bench/results/spark.json`` (``--out``), which the docs' benchmark page renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+from . import corpus, measure
+
+RESULTS = pathlib.Path(__file__).parent / "results" / "spark.json"
+
+
+def write_capture(path: pathlib.Path, messages: int) -> tuple[int, int]:
+    from replwire.codec.capture_file import CaptureHeader, CaptureWriter
+
+    items = corpus.synthetic(messages).items
+    lsn = 0x1_0000_0000
+    with CaptureWriter(path, CaptureHeader(proto_version=1, server_version=180000)) as writer:
+        for item in items:
+            lsn += 64
+            writer.append(lsn, 0, item.data)
+    return len(items), path.stat().st_size
+
+
+def single_decoder(path: pathlib.Path) -> float:
+    from replwire.codec import Decoder
+    from replwire.codec.capture_file import read_capture
+
+    start = time.perf_counter()
+    decoder = Decoder(proto_version=1)
+    feed = decoder.feed
+    with read_capture(path) as reader:
+        for record in reader:
+            feed(record.data)
+    return time.perf_counter() - start
+
+
+def single_rows(path: pathlib.Path) -> tuple[float, int]:
+    from replwire.codec.partitions import decode_part, open_inputs, plan
+    from replwire.spark.rows import ChangeRows, batches
+
+    start = time.perf_counter()
+    rows = 0
+    for part in plan(open_inputs([str(path)]), part_bytes=1 << 40).parts:
+        for batch in batches(ChangeRows(), decode_part(part), 8192):
+            rows += batch.num_rows
+    return time.perf_counter() - start, rows
+
+
+def spark_session(master: str):
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from replwire.spark import register
+
+    session = (SparkSession.builder.master(master).appName(f"replwire-bench-{master}")
+               .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", "4g").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def spark_read(session, path: pathlib.Path, cores: int, rounds: int) -> float:
+    best = float("inf")
+    size = path.stat().st_size
+    for _ in range(rounds):
+        start = time.perf_counter()
+        (session.read.format("replwire").option("minPartitions", str(4 * cores))
+         .option("partitionBytes", str(max(1 << 20, size // (4 * cores) + 1))).load(str(path))
+         .write.format("noop").mode("overwrite").save())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_pipeline", description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--no-jobs", action="store_true", help="skip timing the changes and apply jobs")
+    args = parser.parse_args(argv)
+    machine = measure.machine()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="replwire-spark-bench-"))
+    try:
+        path = work / "capture.rwc"
+        print(f"writing {args.messages:,} messages ...", file=sys.stderr)
+        messages, size = write_capture(path, args.messages)
+        rows = []
+
+        def add(name: str, seconds: float, note: str = "") -> None:
+            rows.append([name, round(seconds, 2), round(messages / seconds), round(size / seconds / 1e6, 1), note])
+            print(f"{name:40} {seconds:8.2f} s {messages / seconds:12,.0f} msg/s  {note}", file=sys.stderr)
+
+        decoder = min(single_decoder(path) for _ in range(args.rounds))
+        add("single-process Decoder", decoder, "yardstick for the targets")
+        seconds, changes = single_rows(path)
+        add("single-process, change rows", seconds, f"{changes:,} change rows")
+        results = {}
+        for cores in (1, 2):
+            session = spark_session(f"local[{cores}]")
+            spark_read(session, path, cores, 1)  # warm-up: Python workers, JIT of the JVM side
+            results[cores] = spark_read(session, path, cores, args.rounds)
+            add(f"Spark local[{cores}]", results[cores], "change DataFrame to the noop sink")
+            if cores == 2 and not args.no_jobs:
+                from replwire.spark import jobs
+
+                for job in ("changes", "apply"):
+                    start = time.perf_counter()
+                    getattr(jobs, job)(session, [str(path)], str(work / job), overwrite=True)
+                    add(f"job: {job} (local[2])", time.perf_counter() - start, "Parquet written")
+            session.stop()
+        speedup = results[1] / results[2]
+        per_core = decoder / results[1]
+        notes = [f"{messages:,} messages, {size / 1e6:.1f} MB capture file (synthetic CDC mix, protocol 1)",
+                 f"local[2] / local[1] speed-up: {speedup:.2f}x (target >= 1.6x)",
+                 f"local[1] against the single-process Decoder: {per_core:.2f}x (target >= 0.5x)",
+                 "Spark times include the first pass and every row reaching Spark; not the session start."]
+        for note in notes:
+            print(note, file=sys.stderr)
+        out = {"machine": machine, "date": machine["date"],
+               "columns": ["run", "seconds", "messages/s", "MB/s", "note"], "rows": rows, "notes": notes,
+               "speedup_2_over_1": round(speedup, 3), "local1_over_decoder": round(per_core, 3)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""``replwire spark``: the pipeline jobs from the command line (``changes`` and ``apply``).
+
+Both start a Spark session (``--master``, default ``local[*]``; under ``spark-submit`` the session it
+configured is used), show the first pass's progress with ``rich`` and Spark's own progress bar for the
+decoding, and end with a summary table.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from typing import Any
+
+import click
+
+_INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False,
+                                                                            path_type=pathlib.Path))
+
+
+def _options(function: Any) -> Any:
+    for option in reversed([
+        click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=pathlib.Path),
+                     help="Output directory (Parquet datasets)."),
+        click.option("--proto-version", type=click.IntRange(1, 4),
+                     help="Protocol version of COPY-CSV inputs (capture files record their own)."),
+        click.option("--master", default=None,
+                     help="Spark master (default: local[*], or what spark-submit configured)."),
+        click.option("--partition-mb", type=click.IntRange(1), default=None,
+                     help="About how many MB of input one Spark task decodes (default: chosen from the "
+                          "input size and the parallelism)."),
+        click.option("--overwrite", is_flag=True, help="Replace the output directory if it is not empty."),
+    ]):
+        function = option(function)
+    return function
+
+
+@click.group("spark")
+def spark() -> None:
+    """The data pipeline on Apache Spark: captured change streams into per-table Parquet."""
+
+
+def _session(master: str | None) -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as error:
+        raise click.ClickException("the Spark pipeline needs PySpark: pip install 'replwire[spark]'") from error
+    from . import register
+
+    builder = SparkSession.builder.appName("replwire").config("spark.ui.showConsoleProgress", "true")
+    if master is not None or not os.environ.get("SPARK_ENV_LOADED"):  # not under spark-submit
+        builder = builder.master(master or "local[*]")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
+         master: str | None, partition_mb: int | None, overwrite: bool) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.table import Table
+
+    from replwire.codec.capture_file import CaptureFileError, is_capture_file
+
+    from . import jobs
+
+    console = Console()
+    if proto_version is None:
+        for path in inputs:
+            if not is_capture_file(path):
+                raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
+    started = time.monotonic()
+    session = _session(master)
+    with Progress(TextColumn("first pass"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("plan", total=None)
+
+        def report(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        try:
+            run = getattr(jobs, job)
+            result = run(session, [str(p) for p in inputs], str(out), proto_version=proto_version,
+                         part_bytes=partition_mb << 20 if partition_mb else None, overwrite=overwrite,
+                         progress=report)
+        except (CaptureFileError, FileExistsError, ValueError) as error:
+            raise click.ClickException(str(error)) from error
+    elapsed = time.monotonic() - started
+    summary = result if job == "changes" else result.changes
+    table = Table(title=f"replwire spark {job}: {out}")
+    table.add_column("table")
+    table.add_column("schema versions", justify="right")
+    table.add_column("changes", justify="right")
+    if job == "apply":
+        table.add_column("rows now", justify="right")
+    for name, versions in sorted(summary.rows.items()):
+        cells = [name, ", ".join(f"v{v}" for v in sorted(versions)), f"{sum(versions.values()):,}"]
+        if job == "apply":
+            cells.append(f"{result.rows.get(name, 0):,}")
+        table.add_row(*cells)
+    console.print(table)
+    if job == "apply":
+        for name, n in sorted(result.rows.items()):
+            click.echo(f"{name}: {n} rows")
+    for tail in summary.tails:
+        click.echo(f"warning: {tail}", err=True)
+    click.echo(f"{summary.records:,} messages, {summary.transactions:,} transactions, {summary.changes:,} "
+               f"changes in {summary.parts} parts; {elapsed:.1f} s")
+    session.stop()
+
+
+@spark.command("changes")
+@_INPUTS
+@_options
+def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
+                    master: str | None, partition_mb: int | None, overwrite: bool) -> None:
+    """Write the committed changes of INPUTS -- consecutive segments of one stream, in order (capture files
+    or COPY-CSV) -- as per-table Parquet datasets: OUT/<schema>.<table>/v<N>/ (one per table shape), every
+    row with its op, schema, table, xid, LSNs and commit time."""
+    _run("changes", inputs, out, proto_version, master, partition_mb, overwrite)
+
+
+@spark.command("apply")
+@_INPUTS
+@_options
+def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
+                  master: str | None, partition_mb: int | None, overwrite: bool) -> None:
+    """Write the current state of every table of INPUTS: OUT/<schema>.<table>/ holds the last committed
+    row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over); the per-table
+    changes it came from are kept in OUT/_changes."""
+    _run("apply", inputs, out, proto_version, master, partition_mb, overwrite)
