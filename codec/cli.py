@@ -168,6 +168,10 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
         raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
     assembler = Assembler(proto_version=versions.pop())
     table = _ChangeTable() if output_format == "table" else None
+    # One encoder, and stdout written without click.echo's flush after every line (a write system call per
+    # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
+    stdout = click.get_text_stream("stdout")
+    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     last_end = -1
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
     for number, (path, _) in enumerate(inputs):
@@ -190,16 +194,19 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
                         if table is not None:
                             table.add(obj)
                         else:
-                            click.echo(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+                            stdout.write(encode(obj) + "\n")
         except (DecodeError, StreamStateError) as error:
+            stdout.flush()
             click.echo(f"error: {path}, record {position}: {error}", err=True)
             sys.exit(1)
         except CaptureFileError as error:
+            stdout.flush()
             click.echo(f"error: {error}", err=True)
             sys.exit(1)
         finally:
             if reader is not None:
                 reader.close()
+        stdout.flush()
         if reader is not None and reader.tail is not None:
             click.echo(f"warning: {path}: {reader.tail}", err=True)
     if table is not None:
