@@ -69,20 +69,31 @@ def _duration(value: dt.timedelta) -> str:
 def _row(values: dict[str, Any] | None) -> dict[str, Any] | None:
     if values is None:
         return None
+    # str, int and None (most values) are their own JSON value: skip the call
     return {name: json_value(v) for name, v in values.items() if v is not UNCHANGED_TOAST}
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
     """One change as the JSON object ``replwire decode`` prints."""
+    return _change_object(change, None if transaction is None else _transaction_fields(transaction))
+
+
+def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
+    """The keys every change of ``transaction`` shares (made once per transaction, not once per change)."""
+    out: dict[str, Any] = {"commit_lsn": str(transaction.commit_lsn),
+                           "commit_time": json_value(_commit_datetime(transaction))}
+    if transaction.origin is not None:
+        out["origin"] = transaction.origin[0]
+    if transaction.gid is not None:
+        out["gid"] = transaction.gid
+    return out
+
+
+def _change_object(change: Change, shared: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"op": change.op, "schema": change.schema, "table": change.table, "xid": change.xid,
                            "lsn": str(change.lsn) if change.lsn is not None else None}
-    if transaction is not None:
-        out["commit_lsn"] = str(transaction.commit_lsn)
-        out["commit_time"] = json_value(_commit_datetime(transaction))
-        if transaction.origin is not None:
-            out["origin"] = transaction.origin[0]
-        if transaction.gid is not None:
-            out["gid"] = transaction.gid
+    if shared is not None:
+        out.update(shared)
     if change.op == "truncate":
         out["relations"] = [f"{schema}.{table}" for schema, table in change.relations]
         out["cascade"], out["restart_identity"] = change.cascade, change.restart_identity
@@ -115,10 +126,11 @@ def _commit_datetime(transaction: Transaction) -> Any:
 def objects(item: Transaction | Change):
     """The JSON objects of one assembler item: every change of a transaction, or a lone message."""
     if isinstance(item, Transaction):
+        shared = _transaction_fields(item)
         for change in item.changes:
-            yield change_object(change, item)
+            yield _change_object(change, shared)
     else:
-        yield change_object(item, None)
+        yield _change_object(item, None)
 
 
 __all__ = ["change_object", "json_value", "objects"]
