@@ -46,7 +46,7 @@ def _session(master: str | None) -> Any:
         from pyspark.sql import SparkSession
     except ImportError as error:
         raise click.ClickException("the Spark pipeline needs PySpark: pip install 'replwire[spark]'") from error
-    from . import register
+    from replwire.spark import register
 
     builder = SparkSession.builder.appName("replwire").config("spark.ui.showConsoleProgress", "true")
     if master is not None or not os.environ.get("SPARK_ENV_LOADED"):  # not under spark-submit
@@ -65,7 +65,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
 
     from replwire.codec.capture_file import CaptureFileError, is_capture_file
 
-    from . import jobs
+    from replwire.spark import jobs
 
     console = Console()
     if proto_version is None:
@@ -132,3 +132,7 @@ def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ver
     row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over); the per-table
     changes it came from are kept in OUT/_changes."""
     _run("apply", inputs, out, proto_version, master, partition_mb, overwrite)
+
+
+if __name__ == "__main__":  # spark-submit .../replwire/spark/cli.py apply ...
+    spark()

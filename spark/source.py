@@ -55,8 +55,13 @@ def input_paths(options: dict[str, str]) -> list[str]:
     return [str(p) for p in out]
 
 
+def _options(options: Any) -> dict[str, str]:
+    """Spark's options with lower-case names (Spark matches option names without regard to case)."""
+    return {str(k).lower(): v for k, v in dict(options).items()}
+
+
 def _int_option(options: dict[str, str], name: str, default: int | None) -> int | None:
-    value = options.get(name)
+    value = options.get(name.lower())
     if value is None:
         return default
     try:
@@ -68,9 +73,10 @@ def _int_option(options: dict[str, str], name: str, default: int | None) -> int 
 class _Request:
     """The options, checked, and the first pass over the inputs."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Any) -> None:
         from replwire.codec.partitions import open_inputs
 
+        options = _options(options)
         self.inputs = open_inputs(input_paths(options), _int_option(options, "protoVersion", None))
         self.table = options.get("table")
         self.schema_version = _int_option(options, "schemaVersion", None)
@@ -110,7 +116,8 @@ class ReplwireDataSource(DataSource):
         return "replwire"
 
     def schema(self) -> StructType:
-        if not self.options.get("table") or not (self.options.get("path") or self.options.get("paths")):
+        options = _options(self.options)
+        if not options.get("table") or not (options.get("path") or options.get("paths")):
             from .rows import CHANGES
 
             return CHANGES
@@ -138,7 +145,7 @@ class ReplwireReader(DataSourceReader):
     """Plans the parts on the driver and decodes one part per Spark partition."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.options = dict(options)
+        self.options = _options(options)
         self.schema = schema
 
     def partitions(self) -> list[_Part]:
