@@ -25,7 +25,29 @@ def _version() -> str:
         return "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group, with ``spark`` loaded from :mod:`replwire.spark.cli` only when it is asked for
+    (the codec does not depend on the Spark layer, which needs PySpark)."""
+
+    LAZY = {"spark": ("replwire.spark.cli", "spark")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.LAZY:
+            import importlib
+
+            module, attribute = self.LAZY[name]
+            try:
+                return getattr(importlib.import_module(module), attribute)
+            except ImportError as error:
+                raise click.ClickException(f"'replwire {name}' needs PySpark: pip install 'replwire[spark]' "
+                                           f"({error})") from error
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), prog_name="replwire")
 def main() -> None:
     """replwire: the PostgreSQL logical replication wire format (pgoutput v1-v4), parsed and built."""
