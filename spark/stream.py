@@ -1,0 +1,379 @@
+"""The ``replwire`` streaming source: committed changes from a live logical replication slot, exactly once.
+
+>>> from replwire.spark import register
+>>> register(spark)  # doctest: +SKIP
+>>> changes = (spark.readStream.format("replwire")
+...            .option("dsn", "host=/var/run/postgresql dbname=app")
+...            .option("slot", "app_spark").option("publication", "app_pub")
+...            .option("createSlot", "true").option("maxChanges", "50000").load())  # doctest: +SKIP
+>>> query = (changes.writeStream.format("parquet").option("path", "lake/changes")
+...          .option("checkpointLocation", "lake/_checkpoints/changes").start())  # doctest: +SKIP
+
+The rows are those of ``spark.read.format("replwire")`` (:data:`replwire.spark.rows.CHANGES`): one per
+committed change of the publication's tables, and one per logical message with ``messages``.
+
+Strategy: an offset is a position in the WAL, ``{"lsn": "0/16B3748"}``, and every offset the source hands out
+is a *completed* position -- the end LSN of a transaction's commit record (or of a non-transactional logical
+message's record), or WAL that holds nothing for this slot -- never a place inside a transaction or a commit
+record: logical decoding skips a transaction whose commit record starts before the slot's confirmed position,
+so a position inside one would lose it.  Only the SQL functions are used, over ordinary connections:
+
+* :meth:`~ReplwireStreamReader.latestOffset` peeks at the slot (``pg_logical_slot_peek_binary_changes``,
+  which leaves it where it is) and reads only the Commit and Message rows of the result, with their row
+  numbers, to find the last completed position within ``maxChanges`` rows after the start.  The server
+  returns whole transactions (its row limit is checked at commits), so a transaction larger than the limit
+  still makes one micro-batch of its own.
+* :meth:`~ReplwireStreamReader.read` (one Spark partition per micro-batch: a slot is one ordered stream)
+  peeks again up to the batch's end, runs the rows through one :class:`~replwire.codec.Assembler` (typed
+  values), keeps the transactions and messages whose position is in ``(start, end]`` and yields them as
+  Arrow batches (:class:`~replwire.spark.rows.ChangeRows`).  The slot is never ahead of ``start`` here, so
+  a micro-batch read again after a failure gets the same rows.
+* :meth:`~ReplwireStreamReader.commit` moves the slot (``pg_replication_slot_advance``) to a batch's end.
+  Spark calls it only once the batch is in the query's commit log, so a query restarted from its checkpoint
+  finds every change it has not committed still in the slot, and none twice.
+
+``position`` is the change's index within its transaction (0, 1, ...; 0 for a non-transactional message),
+so ``coalesce(end_lsn, lsn), position`` orders and identifies the changes of the whole stream, however
+they were cut into micro-batches.  ``Trigger.AvailableNow`` is supported: the query stops at the WAL
+position current when it started.
+
+Every peek decodes the slot's WAL from its confirmed position again, and Spark commits a batch only when it
+plans the next one, so each change is decoded about three times: twice while planning, once while reading.
+
+Not supported: ``streaming`` (each peek would send a large transaction still in progress again: leave it
+off, the server spills such a transaction to disk and sends it once, at its commit) and slots created with
+``two_phase`` (a prepared transaction would hold every later one back until it is decided; without it, a
+two-phase transaction arrives whole at COMMIT PREPARED, and not at all after ROLLBACK PREPARED).
+
+Options:
+
+``dsn`` (required)
+    libpq connection string of the database the slot belongs to.
+``slot`` (required)
+    The logical replication slot (plugin ``pgoutput``) this query alone reads and advances.
+``publication`` (required)
+    The publication to decode (its name as created, quoted for pgoutput here).
+``protoVersion``
+    pgoutput protocol version (default: the highest the server supports, as ``replwire capture``).
+``binary``, ``messages``
+    ``true`` to ask pgoutput for binary values / logical messages (default ``false``).
+``createSlot``
+    ``true`` to create the slot when it does not exist (default ``false``: a missing slot is an error).
+``maxChanges``
+    At most about this many rows peeked per micro-batch (Begin, Relation and Commit rows count); at least
+    one whole transaction.  Default: everything available.
+``idleAdvanceBytes``
+    When everything up to the server's WAL end has been read and at least this many bytes of WAL hold
+    nothing for this slot (other tables, other databases), the offset moves over them anyway, so the slot
+    does not hold that WAL; each such move is an empty micro-batch.  Default 16 MiB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from replwire.codec.errors import ReplwireError
+from replwire.codec.scalars import LSN
+
+__all__ = ["LsnRange", "ReplwireStreamReader", "StreamError", "StreamOptions"]
+
+_BATCH_ROWS = 8192
+_PEEK = "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
+#: The Commit and Message rows of a peek (the only ones that complete a position), with their row numbers;
+#: the last row always comes too, so ``total`` is known.
+_MARKS = ("SELECT n, total, data FROM (SELECT n, count(*) OVER () AS total, data FROM " + _PEEK
+          + " WITH ORDINALITY AS peeked(lsn, xid, data, n)) AS counted"
+          " WHERE substr(data, 1, 1) IN ('\\x43'::bytea, '\\x4d'::bytea) OR n = total")
+#: Where the WAL a peek will read ends, at least (the replay position on a standby).
+_WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+            "ELSE pg_current_wal_flush_lsn() END)::text")
+
+
+class StreamError(ReplwireError, RuntimeError):
+    """The slot cannot be read as asked: missing, another plugin, moved past the query's offset, ..."""
+
+
+class _Options:
+    """Spark's options, looked up by name whatever the case (Spark hands them over lower-cased)."""
+
+    def __init__(self, options: Any) -> None:
+        self._values = {str(k).lower(): v for k, v in dict(options).items()}
+
+    def get(self, name: str) -> str | None:
+        value = self._values.get(name.lower())
+        return None if value is None else str(value)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        lowered = value.strip().lower()
+        if lowered in ("true", "on", "1", "yes"):
+            return True
+        if lowered in ("false", "off", "0", "no"):
+            return False
+        raise ValueError(f"replwire: option {name} must be true or false, not {value!r}")
+
+    def integer(self, name: str, default: int | None, least: int) -> int | None:
+        value = self.get(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"replwire: option {name} must be an integer, not {value!r}") from None
+        if number < least:
+            raise ValueError(f"replwire: option {name} must be at least {least}, not {number}")
+        return number
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """The options of ``spark.readStream.format("replwire")``, checked (see the module docstring)."""
+
+    dsn: str
+    slot: str
+    publication: str
+    proto_version: int | None = None
+    binary: bool = False
+    messages: bool = False
+    create_slot: bool = False
+    max_changes: int | None = None
+    idle_advance_bytes: int = 16 * 2**20
+
+    @classmethod
+    def parse(cls, options: Any) -> StreamOptions:
+        given = _Options(options)
+        missing = [name for name in ("dsn", "slot", "publication") if not given.get(name)]
+        if missing:
+            raise ValueError(f"replwire: readStream needs the option{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(missing)}")
+        if given.get("path") or given.get("paths") or given.get("table"):
+            raise ValueError("replwire: readStream reads a live slot (options dsn, slot, publication); it takes no "
+                             "input paths and no table option (filter the change rows on schema and table)")
+        if given.boolean("streaming", False):
+            raise ValueError("replwire: readStream cannot use streaming: every peek at the slot would send a "
+                             "transaction still in progress again; leave it off (the server spills a large "
+                             "transaction to disk and sends it once, at its commit)")
+        idle = given.integer("idleAdvanceBytes", cls.idle_advance_bytes, 0)
+        assert idle is not None
+        return cls(dsn=str(given.get("dsn")), slot=str(given.get("slot")), publication=str(given.get("publication")),
+                   proto_version=given.integer("protoVersion", None, 1), binary=given.boolean("binary", False),
+                   messages=given.boolean("messages", False), create_slot=given.boolean("createSlot", False),
+                   max_changes=given.integer("maxChanges", None, 1), idle_advance_bytes=idle)
+
+    def peek_arguments(self, server_version: int) -> tuple[int, list[str]]:
+        """The protocol version and the pgoutput options (as the peek's variadic text array) for this server."""
+        from replwire.codec.live import CaptureError, CaptureSettings
+
+        settings = CaptureSettings(slot=self.slot, publication=self.publication, proto_version=self.proto_version,
+                                   binary=self.binary, messages=self.messages)
+        try:
+            proto = settings.protocol(server_version)
+            options = settings.options(server_version)
+        except CaptureError as error:
+            raise ValueError(f"replwire: {error}") from None
+        return proto, ["proto_version", str(proto)] + [item for pair in options.items() for item in pair]
+
+
+class LsnRange(InputPartition):
+    """One micro-batch: the completed positions in ``(start, end]``, and how to peek at the slot."""
+
+    def __init__(self, start: int, end: int, proto_version: int, arguments: list[str]) -> None:
+        super().__init__(0)
+        self.start, self.end = start, end
+        self.proto_version, self.arguments = proto_version, arguments
+
+
+def _lsn(offset: dict[str, Any]) -> LSN:
+    try:
+        return LSN(offset["lsn"])
+    except (KeyError, TypeError, ValueError):
+        raise StreamError(f"replwire: not a replwire stream offset: {offset!r}") from None
+
+
+def _offset(lsn: int) -> dict[str, str]:
+    return {"lsn": str(LSN(lsn))}
+
+
+class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets, planning and commits on the driver; :meth:`read` on an executor (see the module docstring).
+
+    Holds no connection between calls: each call opens one, and closes it before it returns.
+    """
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = StreamOptions.parse(options)
+        self.schema = schema
+        self._peek: tuple[int, list[str]] | None = None  # protocol version and peek arguments, once known
+        self._target: LSN | None = None  # Trigger.AvailableNow: where this run of the query stops
+
+    # -- the driver ---------------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.options.dsn, autocommit=True)
+        except psycopg.Error as error:
+            raise StreamError(f"replwire: cannot connect: {str(error).strip()}") from None
+
+    def _slot(self, conn: Any, start: LSN | None = None) -> LSN:
+        """The slot's confirmed position, after checking the slot (creating it with ``createSlot``); an error
+        when it has moved past ``start``, the offset the query goes on from."""
+        if self._peek is None:
+            version = int(conn.execute("SELECT current_setting('server_version_num')").fetchone()[0])
+            self._peek = self.options.peek_arguments(version)
+        slot = self.options.slot
+        row = conn.execute("SELECT plugin, confirmed_flush_lsn::text, to_jsonb(s) ->> 'two_phase', database "
+                           "FROM pg_replication_slots AS s WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            if not self.options.create_slot:
+                raise StreamError(f"replwire: replication slot {slot!r} does not exist (create it, or set the "
+                                  "option createSlot to true)")
+            # created now, at the current WAL position: past the offset of a query that had read the slot before
+            position = LSN(conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                                        (slot,)).fetchone()[0])
+        else:
+            plugin, confirmed, two_phase, database = row
+            if plugin != "pgoutput":
+                raise StreamError(f"replwire: slot {slot!r} uses {plugin or 'no plugin (a physical slot)'}, "
+                                  "not pgoutput")
+            if two_phase == "true":
+                raise StreamError(f"replwire: slot {slot!r} was created with two_phase, which makes the server send "
+                                  "a prepared transaction at PREPARE; this source needs it at COMMIT PREPARED (use a "
+                                  "slot without two_phase)")
+            here = conn.execute("SELECT current_database()").fetchone()[0]
+            if database != here:
+                raise StreamError(f"replwire: slot {slot!r} belongs to database {database!r}, not {here!r}")
+            position = LSN(confirmed)
+        if start is not None and position > start:
+            raise StreamError(f"replwire: slot {slot!r} is confirmed up to {position}, past the query's offset "
+                              f"{start}: the changes in between are gone (was the slot advanced by something "
+                              "else, or is another query reading it?)")
+        return position
+
+    def initialOffset(self) -> dict[str, str]:
+        """A new query starts at the slot's confirmed position."""
+        with self._connect() as conn:
+            return _offset(self._slot(conn))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_changes is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_changes)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._connect() as conn:
+            self._target = LSN(conn.execute(_WAL_END).fetchone()[0])
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:  # type: ignore[override]
+        """The last completed position after ``start`` within the read limit; ``start`` when there is none."""
+        begin = _lsn(start)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        target = self._target
+        with self._connect() as conn:
+            self._slot(conn, begin)
+            assert self._peek is not None
+            proto, arguments = self._peek
+            wal_end = LSN(conn.execute(_WAL_END).fetchone()[0])
+            if target is not None:
+                wal_end = min(wal_end, target)
+            ask = max_rows
+            while True:
+                marks, total = _marks(conn, self.options.slot, target, ask, proto, arguments)
+                before = max((n for n, position in marks if position <= begin), default=0)
+                # the server stops at the first commit at or past the row limit: all of WAL was read if it did not
+                cut = ask is not None and total >= ask
+                if cut and max_rows is not None and total - before < max_rows:
+                    ask = before + max_rows  # most rows were before start (the slot lags one batch): ask again
+                    continue
+                break
+        fresh = [(n - before, position) for n, position in marks
+                 if position > begin and (target is None or position <= target)]
+        latest = begin
+        if fresh:
+            within = [position for rows, position in fresh if max_rows is None or rows <= max_rows]
+            latest = within[-1] if within else fresh[0][1]
+        everything = not cut and (not fresh or latest == fresh[-1][1])
+        if everything and wal_end > latest and wal_end - latest >= self.options.idle_advance_bytes:
+            latest = wal_end  # nothing for this slot up to there: let the server forget that WAL
+        return _offset(latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LsnRange]:
+        begin, stop = _lsn(start), _lsn(end)
+        if stop <= begin:
+            return []
+        if self._peek is None:  # a restarted query replays a planned batch before asking for offsets
+            with self._connect() as conn:
+                self._slot(conn, begin)
+        assert self._peek is not None
+        return [LsnRange(int(begin), int(stop), *self._peek)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark has committed everything up to ``end``: the slot may forget it."""
+        target = _lsn(end)
+        with self._connect() as conn:
+            if self._slot(conn) < target:
+                conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.options.slot, str(target)))
+
+    # -- an executor ---------------------------------------------------------------------------------------
+
+    def read(self, partition: LsnRange) -> Iterator[Any]:  # type: ignore[override]
+        from .rows import ChangeRows, batches
+
+        yield from batches(ChangeRows(), self._changes(partition), _BATCH_ROWS)
+
+    def _changes(self, part: LsnRange) -> Iterator[Any]:
+        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.partitions.Decoded`)."""
+        import psycopg
+
+        from replwire.codec import Assembler, Transaction
+        from replwire.codec.partitions import Decoded, Outcome
+
+        assembler = Assembler(proto_version=part.proto_version)
+        start, end = LSN(part.start), LSN(part.end)
+        # One transaction, for as long as the rows are read: a server-side cursor hands a large batch over in
+        # pieces while Spark takes the Arrow batches.
+        with psycopg.connect(self.options.dsn) as conn:
+            self._slot(conn, start)
+            with conn.cursor(name="replwire_stream") as cur:
+                cur.itersize = 2000
+                cur.execute("SELECT lsn::text, data FROM " + _PEEK, (self.options.slot, str(end), None, part.arguments))
+                for lsn, data in cur:
+                    for item in assembler.feed(bytes(data), lsn=LSN(lsn)):
+                        if not isinstance(item, Transaction):  # a non-transactional logical message
+                            if item.lsn is not None and start < item.lsn <= end:
+                                yield Decoded(0, item, None, None)
+                            continue
+                        with item:
+                            if not start < item.end_lsn <= end:
+                                continue
+                            outcome = Outcome(item.xid, item.commit_lsn, item.end_lsn, item.commit_time, item.origin,
+                                              item.gid, item.prepare_lsn, item.prepare_time, item.streamed)
+                            for index, change in enumerate(item.changes):
+                                yield Decoded(index, change, outcome, None)
+
+
+def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,
+           arguments: list[str]) -> tuple[list[tuple[int, LSN]], int]:
+    """Peek at the slot (up to ``upto``, about ``rows`` rows): the row number and position of each row that
+    completes a position, and the number of rows."""
+    from replwire.codec import parse
+    from replwire.codec.live import completed_position
+
+    marks: list[tuple[int, LSN]] = []
+    total = 0
+    for n, total, data in conn.execute(_MARKS, (slot, str(upto) if upto is not None else None, rows, arguments)):
+        data = bytes(data)
+        if data[:1] in (b"C", b"M"):
+            position = completed_position(parse(data, proto_version=proto))
+            if position is not None:
+                marks.append((n, position))
+    return marks, total
