@@ -40,24 +40,6 @@ RUN_TIMEOUT = 120
 MAX_CHANGES = 40
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """One local[2] session for the module (the session's own, if one is running already)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from replwire.spark import register
-
-    active = SparkSession.getActiveSession()
-    session = active or (SparkSession.builder.master("local[2]").appName("replwire-stream-tests")
-                         .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-                         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    register(session)
-    yield session
-    if active is None:
-        session.stop()
-
-
 # -- the workload --------------------------------------------------------------------------------------------
 
 
