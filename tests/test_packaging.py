@@ -29,11 +29,12 @@ def test_wheel_holds_only_the_replwire_namespace(wheel):
     dist_info = {t for t in top if t.endswith(".dist-info")}
     assert top - dist_info == {"replwire"}
     packages = {pathlib.PurePosixPath(n).parent.as_posix() for n in names if n.endswith(".py")}
-    assert packages == {"replwire/schema", "replwire/codec"}
+    assert packages == {"replwire/schema", "replwire/codec", "replwire/spark"}
     for required in ("replwire/schema/__init__.py", "replwire/schema/dml.py", "replwire/codec/__init__.py",
-                     "replwire/codec/cli.py", "replwire/codec/py.typed", "replwire/schema/py.typed"):
+                     "replwire/codec/cli.py", "replwire/codec/py.typed", "replwire/schema/py.typed",
+                     "replwire/spark/source.py", "replwire/spark/py.typed"):
         assert required in names
-    assert not any(n.startswith(("tests/", "schema/", "codec/")) for n in names)
+    assert not any(n.startswith(("tests/", "schema/", "codec/", "spark/")) for n in names)
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt")))
     assert b"replwire = replwire.codec.cli:main" in entry_points
 
