@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 
 from replwire.codec import jsonl
 from replwire.codec.partitions import Decoded, RelationVersion
-from replwire.codec.values import ValueLoader
+from replwire.codec.values import UNCHANGED_TOAST, ValueLoader
 
 from .types import ColumnType, Unrepresentable, column_type
 
@@ -69,9 +69,12 @@ def _time(outcome: Any) -> Any:
         return None
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def _json(values: dict[str, Any] | None) -> str | None:
     row = jsonl._row(values)
-    return None if row is None else json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+    return None if row is None else _ENCODE(row)
 
 
 class ChangeRows:
@@ -99,7 +102,8 @@ class ChangeRows:
         c["new"].append(_json(change.new))
         c["old"].append(_json(change.old))
         c["key"].append(_json(change.key))
-        c["unchanged_toast"].append(change.unchanged_toast if change.new is not None else None)
+        new = change.new
+        c["unchanged_toast"].append([n for n, v in new.items() if v is UNCHANGED_TOAST] if new is not None else None)
         c["truncated"].append([f"{s}.{t}" for s, t in change.relations] if change.relations is not None else None)
         c["cascade"].append(change.cascade)
         c["restart_identity"].append(change.restart_identity)
