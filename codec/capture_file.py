@@ -18,7 +18,6 @@ STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.
 
 from __future__ import annotations
 
-import csv
 import io
 import os
 import struct
@@ -380,19 +379,27 @@ class CaptureWriter:
         self.close()
 
 
-def read_copy_csv(path: str | os.PathLike[str]) -> Iterator[CaptureRecord]:
+def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None = None) -> Iterator[CaptureRecord]:
     """Records from the CSV that ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...))
-    TO STDOUT WITH (FORMAT csv)`` writes (bytea in hex: ``\\x...``)."""
+    TO STDOUT WITH (FORMAT csv)`` writes (bytea in hex: ``\\x...``): one row per line, ``lsn,xid,\\x<hex>``
+    (COPY never quotes these three).  Only the rows whose line starts at an offset in ``[start, stop)``
+    (``start`` a line start); each record's ``offset`` is where its line starts."""
     name = os.fspath(path)
-    with open(name, newline="", encoding="ascii") as handle:
-        for number, row in enumerate(csv.reader(handle), start=1):
+    with open(name, "rb") as handle:
+        handle.seek(start)
+        offset = start
+        for line in handle:
+            if stop is not None and offset >= stop:
+                return
+            here, offset = offset, offset + len(line)
             try:
-                lsn, xid, data = row
-                if not data.startswith("\\x"):
+                lsn, xid, data = line.rstrip(b"\r\n").split(b",")
+                if not data.startswith(b"\\x"):
                     raise ValueError("the data column is not bytea hex (\\x...)")
-                yield CaptureRecord(LSN(lsn), int(xid), bytes.fromhex(data[2:]))
+                yield CaptureRecord(LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii")),
+                                    here)
             except ValueError as error:
-                raise CaptureFileError(name, f"line {number}: not an (lsn, xid, data) row: {error}") from None
+                raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
 
 
 def is_capture_file(path: str | os.PathLike[str]) -> bool:

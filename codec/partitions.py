@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .assembler import Assembler, Change, ChangeMaker, Transaction
-from .capture_file import CaptureFileError, CaptureRecord, TailProblem, is_capture_file, read_capture
+from .capture_file import (
+    CaptureFileError,
+    CaptureRecord,
+    TailProblem,
+    is_capture_file,
+    read_capture,
+    read_copy_csv,
+)
 from .decoder import Decoder
 from .messages import Relation, Type
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
@@ -102,27 +109,7 @@ def read_records(source: Input, start: int | None = None, stop: int | None = Non
             if reader.tail is not None and tail is not None and (stop is None or reader.tail.offset < stop):
                 tail(reader.tail)
         return
-    yield from _csv_records(source.path, source.first if start is None else start, stop)
-
-
-def _csv_records(path: str, start: int, stop: int | None) -> Iterator[CaptureRecord]:
-    """COPY-CSV rows ``lsn,xid,\\x<hex>`` (one per line; none of the three is ever quoted)."""
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        offset = start
-        for line in handle:
-            if stop is not None and offset >= stop:
-                return
-            here, offset = offset, offset + len(line)
-            text = line.rstrip(b"\r\n")
-            try:
-                lsn, xid, data = text.split(b",")
-                if not data.startswith(b"\\x"):
-                    raise ValueError("the data column is not bytea hex (\\x...)")
-                yield CaptureRecord(LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii")),
-                                    here)
-            except ValueError as error:
-                raise CaptureFileError(path, f"not an (lsn, xid, data) row: {error}", here) from None
+    yield from read_copy_csv(source.path, source.first if start is None else start, stop)
 
 
 # ---------------------------------------------------------------------------------------------------------
