@@ -22,6 +22,7 @@ which records no protocol version, so one must be given for it.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from .messages import Relation, Type
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
 from .scalars import LSN, Timestamp
 
-__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "decode_part", "open_inputs",
+__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes", "decode_part", "open_inputs",
            "committed", "plan", "read_records"]
 
 _POSITION_BITS = 48
@@ -148,6 +149,23 @@ class RelationVersion:
     @property
     def name(self) -> str:
         return f"{self.schema}.{self.table}"
+
+
+class Shapes:
+    """Which shape of a table is in force at a stream position: the last of its :class:`RelationVersion` s
+    that came before."""
+
+    def __init__(self, versions: Sequence[RelationVersion]) -> None:
+        self._by_table: dict[str, list[RelationVersion]] = {}
+        for version in versions:
+            self._by_table.setdefault(version.name, []).append(version)
+        self._starts = {name: [v.position for v in vs] for name, vs in self._by_table.items()}
+
+    def at(self, table: str, position: int) -> RelationVersion | None:
+        """The shape of ``table`` (``schema.table``) in force at ``position``, ``None`` before its first."""
+        starts = self._starts.get(table)
+        index = bisect.bisect_right(starts, position) - 1 if starts else -1
+        return self._by_table[table][index] if index >= 0 else None
 
 
 @dataclass

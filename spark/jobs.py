@@ -20,7 +20,6 @@ old image), in which case one task folds that table in order.  The result is wri
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import shutil
@@ -80,20 +79,13 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
     """Spark task: decode parts, write each table shape's rows to its Parquet file; yield row counts."""
     import pyarrow.parquet as pq
 
-    from replwire.codec.partitions import decode_part
+    from replwire.codec.partitions import Shapes, decode_part
     from replwire.codec.values import ValueLoader
 
     from .rows import ChangeRows, TableRows
 
     loader = ValueLoader()
-    by_table: dict[str, list[Any]] = {}
-    for v in versions:
-        by_table.setdefault(v.name, []).append(v)
-    starts = {name: [v.position for v in vs] for name, vs in by_table.items()}
-
-    def shape(name: str, position: int) -> Any:
-        index = bisect.bisect_right(starts[name], position) - 1
-        return by_table[name][index] if index >= 0 else None
+    shapes = Shapes(versions)
 
     for part in parts:
         collectors: dict[Any, Any] = {}
@@ -129,7 +121,7 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
             names = ([f"{s}.{t}" for s, t in change.relations] if change.op == "truncate"
                      else [f"{change.schema}.{change.table}"])
             for name in names:
-                target = shape(name, decoded.position)
+                target = shapes.at(name, decoded.position)
                 if target is None:
                     continue
                 rows = collectors.get((name, target.version))

@@ -30,7 +30,6 @@ Options (all optional but the paths):
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -38,36 +37,23 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .options import Options
+
 __all__ = ["ReplwireDataSource", "ReplwireReader", "input_paths"]
 
 _BATCH_ROWS = 8192
 
 
-def input_paths(options: dict[str, str]) -> list[str]:
+def input_paths(options: Options) -> list[str]:
     """The input paths of ``load(path)`` or ``load([paths])`` (Spark passes a list as a JSON array)."""
     paths = options.get("paths")
     if paths:
         out = json.loads(paths)
     elif options.get("path"):
-        out = [options["path"]]
+        out = [options.get("path")]
     else:
         raise ValueError("replwire: no input; use load(path) or load([path, ...])")
     return [str(p) for p in out]
-
-
-def _options(options: Any) -> dict[str, str]:
-    """Spark's options with lower-case names (Spark matches option names without regard to case)."""
-    return {str(k).lower(): v for k, v in dict(options).items()}
-
-
-def _int_option(options: dict[str, str], name: str, default: int | None) -> int | None:
-    value = options.get(name.lower())
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"replwire: option {name} must be an integer, not {value!r}") from None
 
 
 class _Request:
@@ -76,12 +62,12 @@ class _Request:
     def __init__(self, options: Any) -> None:
         from replwire.codec.partitions import open_inputs
 
-        options = _options(options)
-        self.inputs = open_inputs(input_paths(options), _int_option(options, "protoVersion", None))
+        options = Options(options)
+        self.inputs = open_inputs(input_paths(options), options.integer("protoVersion", None, 1))
         self.table = options.get("table")
-        self.schema_version = _int_option(options, "schemaVersion", None)
-        self.part_bytes = _int_option(options, "partitionBytes", 32 * 2**20)
-        self.min_parts = _int_option(options, "minPartitions", 1)
+        self.schema_version = options.integer("schemaVersion", None, 1)
+        self.part_bytes = options.integer("partitionBytes", 32 * 2**20, 1)
+        self.min_parts = options.integer("minPartitions", 1, 1)
         self._plan: Any = None
 
     @property
@@ -116,7 +102,7 @@ class ReplwireDataSource(DataSource):
         return "replwire"
 
     def schema(self) -> StructType:
-        options = _options(self.options)
+        options = Options(self.options)
         if not options.get("table") or not (options.get("path") or options.get("paths")):
             from .rows import CHANGES
 
@@ -136,25 +122,27 @@ class ReplwireDataSource(DataSource):
 
 
 class _Part(InputPartition):
-    def __init__(self, part: Any, version: Any, versions: list[Any]) -> None:
+    def __init__(self, part: Any, version: Any, shapes: Any) -> None:
         super().__init__(part.number)
-        self.part, self.version, self.versions = part, version, versions
+        self.part, self.version, self.shapes = part, version, shapes
 
 
 class ReplwireReader(DataSourceReader):
     """Plans the parts on the driver and decodes one part per Spark partition."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.options = _options(options)
+        self.options = dict(options)
         self.schema = schema
 
     def partitions(self) -> list[_Part]:
+        from replwire.codec.partitions import Shapes
+
         request = _Request(self.options)
-        version, versions = None, []
+        version, shapes = None, None
         if request.table:
             version = request.version()
-            versions = [v for v in request.plan.relations if v.name == request.table]
-        return [_Part(part, version, versions) for part in request.plan.parts]
+            shapes = Shapes([v for v in request.plan.relations if v.name == request.table])
+        return [_Part(part, version, shapes) for part in request.plan.parts]
 
     def read(self, partition: _Part) -> Iterator[Any]:  # type: ignore[override]
         from replwire.codec.partitions import decode_part
@@ -164,12 +152,11 @@ class ReplwireReader(DataSourceReader):
         if partition.version is None:
             yield from batches(ChangeRows(), decode_part(partition.part), _BATCH_ROWS)
             return
-        version, versions = partition.version, partition.versions
-        starts = [v.position for v in versions]
+        version, shapes = partition.version, partition.shapes
 
         def in_shape(position: int) -> bool:
-            index = bisect.bisect_right(starts, position) - 1
-            return index >= 0 and versions[index] is version
+            current = shapes.at(version.name, position)
+            return current is not None and current.version == version.version
 
         def of_table(decoded: Iterator[Any]) -> Iterator[Any]:
             for d in decoded:

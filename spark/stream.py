@@ -81,6 +81,8 @@ from pyspark.sql.types import StructType
 from replwire.codec.errors import ReplwireError
 from replwire.codec.scalars import LSN
 
+from .options import Options
+
 __all__ = ["LsnRange", "ReplwireStreamReader", "StreamError", "StreamOptions"]
 
 _BATCH_ROWS = 8192
@@ -99,40 +101,6 @@ class StreamError(ReplwireError, RuntimeError):
     """The slot cannot be read as asked: missing, another plugin, moved past the query's offset, ..."""
 
 
-class _Options:
-    """Spark's options, looked up by name whatever the case (Spark hands them over lower-cased)."""
-
-    def __init__(self, options: Any) -> None:
-        self._values = {str(k).lower(): v for k, v in dict(options).items()}
-
-    def get(self, name: str) -> str | None:
-        value = self._values.get(name.lower())
-        return None if value is None else str(value)
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.get(name)
-        if value is None:
-            return default
-        lowered = value.strip().lower()
-        if lowered in ("true", "on", "1", "yes"):
-            return True
-        if lowered in ("false", "off", "0", "no"):
-            return False
-        raise ValueError(f"replwire: option {name} must be true or false, not {value!r}")
-
-    def integer(self, name: str, default: int | None, least: int) -> int | None:
-        value = self.get(name)
-        if value is None:
-            return default
-        try:
-            number = int(value)
-        except ValueError:
-            raise ValueError(f"replwire: option {name} must be an integer, not {value!r}") from None
-        if number < least:
-            raise ValueError(f"replwire: option {name} must be at least {least}, not {number}")
-        return number
-
-
 @dataclass(frozen=True)
 class StreamOptions:
     """The options of ``spark.readStream.format("replwire")``, checked (see the module docstring)."""
@@ -149,7 +117,7 @@ class StreamOptions:
 
     @classmethod
     def parse(cls, options: Any) -> StreamOptions:
-        given = _Options(options)
+        given = Options(options)
         missing = [name for name in ("dsn", "slot", "publication") if not given.get(name)]
         if missing:
             raise ValueError(f"replwire: readStream needs the option{'s' if len(missing) > 1 else ''} "

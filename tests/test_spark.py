@@ -83,6 +83,12 @@ COLUMNS = ["id", "qty", "big", "price", "ratio", "f4", "f8", "ok", "d", "ts", "t
            "doc", "uid", "note", "body"]
 
 
+def fresh_database(server, name):
+    with server.connect(autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+
+
 def run_workload(conn, tag):
     conn.execute(ITEMS)
     conn.execute("ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL")  # TOASTed, uncompressed
@@ -176,9 +182,7 @@ def test_apply_equals_select_on_the_server(spark, pg_server, tmp_path, proto_ver
     if pg_server.major < 16 and proto_version == 4:
         proto_version, options = 3, {"binary": "true", "streaming": "on"}
     tag = f"apply_{pg_server.major}_{proto_version}"
-    with pg_server.connect(autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {tag}")
-        admin.execute(f"CREATE DATABASE {tag}")
+    fresh_database(pg_server, tag)
     with pg_server.connect(dbname=tag, autocommit=True) as conn:
         run_workload(conn, tag)
         rows = peek(conn, f"slot_{tag}", proto_version, {"publication_names": f"pub_{tag}", **options})
@@ -207,9 +211,7 @@ def test_changes_job_writes_each_table_and_agrees_with_the_change_rows(spark, pg
     from replwire.spark.jobs import changes
 
     tag = "changes_job"
-    with pg18.connect(autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {tag}")
-        admin.execute(f"CREATE DATABASE {tag}")
+    fresh_database(pg18, tag)
     with pg18.connect(dbname=tag, autocommit=True) as conn:
         run_workload(conn, tag)
         conn.execute("ALTER TABLE trunc ADD COLUMN extra int")  # a new shape: schema version 2
@@ -245,9 +247,7 @@ def test_changes_job_writes_each_table_and_agrees_with_the_change_rows(spark, pg
 
 def test_cli_changes_and_apply(pg18, tmp_path):
     tag = "spark_cli"
-    with pg18.connect(autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {tag}")
-        admin.execute(f"CREATE DATABASE {tag}")
+    fresh_database(pg18, tag)
     with pg18.connect(dbname=tag, autocommit=True) as conn:
         run_workload(conn, tag)
         rows = peek(conn, f"slot_{tag}", 1, {"publication_names": f"pub_{tag}"})
