@@ -164,9 +164,9 @@ def fixed_format(n: walker.Node) -> str | None:
 def record_maker(cls: type) -> str:
     """How generated code makes an instance of ``cls`` without running its ``__init__``.
 
-    ``"attrs"``: a new object whose attributes are set one by one (the plain dataclasses of messages and
-    records); ``"init"``: the class's own constructor (when it has a ``__post_init__``).  Either way the instance keeps CPython's compact
-    attribute storage, like one made by the constructor.  (Filling in an instance of an unfrozen twin class
+    ``"attrs"``: a new object whose slots are set one by one (the slotted dataclasses of messages and
+    records); ``"init"``: the class's own constructor (when it has a ``__post_init__``).  Either way the
+    instance is the same as one made by the constructor.  (Filling in an instance of an unfrozen twin class
     and then assigning ``__class__`` is cheaper to make, but CPython 3.11 gives such an instance a dict of
     its own: building from parsed messages was measured 20% slower, and the objects take more memory.)
     """

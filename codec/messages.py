@@ -1,7 +1,8 @@
 """The message classes: one per message of the PostgreSQL documentation, fields from the declarations.
 
 Strategy: each class below names its declaration (``spec=``); ``_Declared.__init_subclass__`` turns the
-declaration's value fields into dataclass fields (keyword-only), so a field list is never written twice.
+declaration's value fields into dataclass fields (keyword-only), so a field list is never written twice,
+and the metaclass gives each class one slot per field (``__slots__`` must exist before the class does).
 Fields that are conditional on the wire (the streamed-transaction ``xid``, the old-row images, the Stream
 Abort tail) default to ``None``; always-zero flags default to 0.  Values are converted once, at the
 boundary: LSN fields become :class:`~replwire.codec.scalars.LSN`, timestamps
@@ -168,9 +169,22 @@ def _required(dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return dump_required
 
 
-class _Declared:
+class _DeclaredType(type):
+    """The metaclass of messages and records: a class that names its declaration (``spec=`` or ``record=``)
+    gets one ``__slots__`` entry per value field, which must exist before the class does (so instances are
+    small and quick to fill in, and have no ``__dict__``)."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any):
+        declaration = kwargs["spec"].declaration if kwargs.get("spec") is not None else kwargs.get("record")
+        if declaration is not None:
+            namespace["__slots__"] = tuple(f.name for f in value_fields(declaration))
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
+
+
+class _Declared(metaclass=_DeclaredType):
     """Shared machinery of messages and records: dataclass fields generated from a declaration."""
 
+    __slots__ = ()
     _declaration: ClassVar[Struct]
     _fields: ClassVar[tuple[tuple[str, Callable, Callable], ...]]
 
@@ -179,6 +193,9 @@ class _Declared:
         cls._declaration = declaration
         annotations: dict[str, Any] = {}
         fields = []
+        # dataclass() reads a field's default from the class attribute of its name, where the slot's
+        # descriptor is: a Field placeholder stands in for it while dataclass() runs
+        slots = {name: cls.__dict__[name] for name in cls.__slots__}
         for f in value_fields(declaration):
             load, dump, annotation = _converters(f)
             if not is_optional(f) and not isinstance(strip_presence(f.subcon), wire.MustBeZero):
@@ -186,15 +203,26 @@ class _Declared:
             fields.append((f.name, load, dump))
             if is_optional(f):
                 annotations[f.name] = annotation | None
-                setattr(cls, f.name, None)
+                setattr(cls, f.name, dataclasses.field(default=None))
             elif isinstance(strip_presence(f.subcon), wire.MustBeZero):
                 annotations[f.name] = annotation
-                setattr(cls, f.name, 0)
+                setattr(cls, f.name, dataclasses.field(default=0))
             else:
                 annotations[f.name] = annotation
         cls.__annotations__ = annotations
         cls._fields = tuple(fields)
         dataclasses.dataclass(cls, kw_only=True)  # type: ignore[call-overload]
+        for name, descriptor in slots.items():
+            setattr(cls, name, descriptor)
+
+    # pickling and copying: the state is ``{field: value}``, as it was before the classes had slots (so
+    # every pickle protocol works, and objects pickled then still load)
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name, _, _ in self._fields}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @classmethod
     def _from_wire(cls, raw: Any):
@@ -212,7 +240,9 @@ class _Declared:
 
 
 class Record(_Declared):
-    """A nested record of a message (a Relation column, a tuple column): a plain dataclass, like the messages."""
+    """A nested record of a message (a Relation column, a tuple column): a slotted dataclass, like the messages."""
+
+    __slots__ = ()
 
     def __init_subclass__(cls, record: Struct | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -225,6 +255,7 @@ class WireMessage(_Declared):
     """Base of every message class (logical and envelope).  ``spec`` is the declaration's :class:`~replwire.schema.MessageSpec`;
     ``tag`` its tag character."""
 
+    __slots__ = ()
     spec: ClassVar[wire.MessageSpec]
     tag: ClassVar[str]
 

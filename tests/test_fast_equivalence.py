@@ -318,8 +318,8 @@ def test_generated_source_is_shown_in_tracebacks():
 
 
 def test_parsed_objects_store_attributes_like_constructed_ones():
-    """Objects made by the fast path keep CPython's compact attribute storage, like objects made by their
-    constructors: no dict of their own (which would make every later attribute read slower)."""
+    """Objects made by the fast path are like objects made by their constructors: slots, no dict of their
+    own (which would make every later attribute read slower)."""
     message = fast.parse(bytes.fromhex("49000040014e0002740000000131" "6e"), proto_version=1)
     assert message.new == [T("1"), TupleColumn.null()]
     for obj in (message, *message.new):
