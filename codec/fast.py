@@ -6,8 +6,11 @@ the ones :mod:`replwire.codec` exports.  The reference path stays importable as
 ``replwire.codec.reference``.
 
 Strategy: :func:`replwire.codec.fastgen.generate` writes one parse and one build function per message and
-context; they are compiled here once, into a private namespace, and put in dispatch tables: per context, a
-list indexed by the tag byte for parsing and a dict keyed by the message class for building.  A generated
+context, and the four entry points; they are compiled here once, into a private namespace.  The
+per-message functions go in dispatch tables: per context, a list indexed by the tag byte for parsing and a
+dict keyed by the message class for building.  The entry points carry the bodies of the commonest messages
+inline and look the others up in the tables; what is not the common case they hand to the ``_*_other``
+functions here, which check it as the reference does.  A generated
 function that meets anything it cannot vouch for hands the input to :mod:`replwire.codec.interpreter`
 (counted in :data:`DECLINED`), which returns the exact result or raises the exact error.  The generated
 source is registered with :mod:`linecache` under :data:`FILENAME`, so tracebacks and profiles show it.
@@ -15,10 +18,11 @@ source is registered with :mod:`linecache` under :data:`FILENAME`, so tracebacks
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import struct
 from collections import Counter
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from . import fastgen, interpreter
 from .errors import EncodeError
@@ -108,30 +112,10 @@ def _context(tables: dict[bool, dict[int, Any]], proto_version: Any, in_stream: 
     return tables[in_stream][int(proto_version)]
 
 
-def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMessage:
-    """Parse exactly one pgoutput message (``data``: bytes, bytearray or memoryview).
+# What the generated entry points hand on when the input is not the common case (or its tag or class is
+# not in the tables): the reference's checks and errors, in the reference's order.
 
-    ``proto_version`` is the protocol version negotiated with ``START_REPLICATION`` (1-4); ``in_stream``
-    whether the message is inside a Stream Start...Stop block.  Raises :class:`DecodeError` for bytes
-    that are not exactly one valid message.
-    """
-    if data.__class__ is bytes and proto_version.__class__ is int:  # the common case: two lookups, one call
-        if in_stream is False:
-            try:
-                function = _PARSE_OUT[proto_version][data[0]]
-            except (KeyError, IndexError):
-                function = None
-        elif in_stream is True:
-            try:
-                function = _PARSE_IN[proto_version][data[0]]
-            except (KeyError, IndexError):
-                function = None
-        else:
-            function = None
-        if function is not None:
-            return function(data, proto_version, in_stream)
-    # anything else -- a context that cannot be, bytes-like data, an empty input, an unknown tag -- gets
-    # the reference's checks and errors, in the reference's order
+def _parse_other(data: Any, proto_version: Any, in_stream: Any) -> WireMessage:
     table = _context(_PARSE, proto_version, in_stream)
     if data.__class__ is not bytes:
         data = as_bytes(data)
@@ -141,23 +125,7 @@ def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMess
     return function(data, proto_version, in_stream)
 
 
-def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes:
-    """Build one pgoutput message; raises :class:`EncodeError` for a message that cannot be built."""
-    if proto_version.__class__ is int:
-        if in_stream is False:
-            try:
-                function = _BUILD_OUT[proto_version][message.__class__]
-            except KeyError:
-                function = None
-        elif in_stream is True:
-            try:
-                function = _BUILD_IN[proto_version][message.__class__]
-            except KeyError:
-                function = None
-        else:
-            function = None
-        if function is not None:
-            return function(message, proto_version, in_stream)
+def _build_other(message: Any, proto_version: Any, in_stream: Any) -> bytes:
     function = _context(_BUILD, proto_version, in_stream).get(message.__class__)
     if function is None:
         if not isinstance(message, WireMessage) or message.spec.layer != "logical":
@@ -166,8 +134,7 @@ def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes
     return function(message, proto_version, in_stream)
 
 
-def parse_envelope(data: Any, *, sender: str = "server") -> WireMessage:
-    """Parse one CopyData payload of a replication connection, sent by ``sender`` (server or client)."""
+def _parse_envelope_other(data: Any, sender: Any) -> WireMessage:
     if data.__class__ is not bytes:
         data = as_bytes(data)
     try:
@@ -180,12 +147,61 @@ def parse_envelope(data: Any, *, sender: str = "server") -> WireMessage:
     return function(data, None, False)
 
 
+def _build_envelope_other(message: Any) -> bytes:
+    if not isinstance(message, WireMessage) or message.spec.layer != "envelope":
+        raise EncodeError(f"expected an envelope message object, got {type(message).__name__}")
+    return _build_slow(message, None, False)
+
+
+_NAMESPACE.update(_PARSE_OUT=_PARSE_OUT, _PARSE_IN=_PARSE_IN, _BUILD_OUT=_BUILD_OUT, _BUILD_IN=_BUILD_IN,
+                  _PARSE_ENVELOPE=_PARSE_ENVELOPE, _BUILD_ENVELOPE=_BUILD_ENVELOPE, _parse_other=_parse_other,
+                  _build_other=_build_other, _parse_envelope_other=_parse_envelope_other,
+                  _build_envelope_other=_build_envelope_other)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _parameters(function: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+def _generated(model: _F) -> _F:
+    """The generated entry point of ``model``'s name, with ``model``'s docstring and annotations: ``model``
+    is the documentation and the type of the public function, the generated code its body (the common
+    case inline, see :mod:`replwire.codec.fastgen_entry`)."""
+    function = _NAMESPACE[model.__name__]
+    if _parameters(function) != _parameters(model):
+        raise TypeError(f"the generated {model.__name__} does not have the parameters of the documented one")
+    function.__doc__ = model.__doc__
+    function.__module__ = model.__module__
+    function.__annotations__ = model.__annotations__
+    return function  # type: ignore[no-any-return]
+
+
+@_generated
+def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMessage:
+    """Parse exactly one pgoutput message (``data``: bytes, bytearray or memoryview).
+
+    ``proto_version`` is the protocol version negotiated with ``START_REPLICATION`` (1-4); ``in_stream``
+    whether the message is inside a Stream Start...Stop block.  Raises :class:`DecodeError` for bytes
+    that are not exactly one valid message.
+    """
+    raise NotImplementedError  # generated
+
+
+@_generated
+def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes:
+    """Build one pgoutput message; raises :class:`EncodeError` for a message that cannot be built."""
+    raise NotImplementedError  # generated
+
+
+@_generated
+def parse_envelope(data: Any, *, sender: str = "server") -> WireMessage:
+    """Parse one CopyData payload of a replication connection, sent by ``sender`` (server or client)."""
+    raise NotImplementedError  # generated
+
+
+@_generated
 def build_envelope(message: Any) -> bytes:
     """Build one CopyData payload of a replication connection."""
-    try:
-        function = _BUILD_ENVELOPE[message.__class__]
-    except KeyError:
-        if not isinstance(message, WireMessage) or message.spec.layer != "envelope":
-            raise EncodeError(f"expected an envelope message object, got {type(message).__name__}") from None
-        return _build_slow(message, None, False)
-    return function(message, None, False)
+    raise NotImplementedError  # generated

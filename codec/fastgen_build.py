@@ -9,15 +9,15 @@ as in :mod:`replwire.codec.fastgen_parse`.  Anything the guards do not prove val
 and the message goes to :mod:`replwire.codec.interpreter`, which builds it or raises the reference's
 :class:`~replwire.codec.errors.EncodeError`::
 
-    def build_Insert_v1(m, pv, ins):
+    def build_Insert_v1(message, proto_version, in_stream):
         try:
-            v_xid = m.xid
+            v_xid = message.xid
             ...
             if v_relation_id.__class__ not in _INTS: raise _Decline
             ...
             return b"".join(parts)
         except _DECLINE_BUILD:
-            return _build_slow(m, pv, ins)
+            return _build_slow(message, proto_version, in_stream)
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from typing import Callable
 
 from . import walker
 from .fastgen_common import (
+    ARGS,
     RECORD_CLASSES,
     Ctx,
     Known,
+    context_args,
     Lines,
     Namespace,
     branch_order,
@@ -100,7 +102,7 @@ class BuildGen:
 
     def function(self, name: str) -> str:
         out = self.out
-        out(f"def {name}(m, pv, ins):")
+        out(f"def {name}(message, {', '.join(ARGS[1:])}):")
         out.indent()
         out("try:")
         out.indent()
@@ -110,11 +112,11 @@ class BuildGen:
             values = {}
             for f in value_fields(self.layout.record):
                 values[f.name] = f"v_{f.name}"
-                out(f"v_{f.name} = m.{f.name}")
+                out(f"v_{f.name} = message.{f.name}")
             self.fields(self.layout.fields, 0, State(values), self.finish_message)
         out.dedent()
         out("except _DECLINE_BUILD:")
-        out("    return _build_slow(m, pv, ins)")
+        out(f"    return _build_slow(message, {context_args(self.ctx)})")
         return out.text()
 
     # -- runs --------------------------------------------------------------------------------------------

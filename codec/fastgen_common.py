@@ -24,6 +24,9 @@ LOGICAL_CONTEXTS = tuple((v, s) for v in range(1, schema.MAX_PROTO_VERSION + 1) 
                          if v >= 2 or not s)
 #: The envelope's only context.
 ENVELOPE_CONTEXT = (None, False)
+#: The parameters of a generated parse function (a build function's first is ``message``): the names of
+#: the public ``parse``'s, so that a function's body reads the same inlined in the public entry point.
+ARGS = ("data", "proto_version", "in_stream")
 
 CLASSES = {id(cls.spec): cls for cls in WireMessage.__subclasses__()}
 RECORD_CLASSES = {name: cls for cls in RecordBase.__subclasses__()
@@ -218,6 +221,14 @@ class Ctx:
         return f"v{self.proto_version}{'s' if self.in_stream else ''}"
 
 
+def context_args(ctx: Ctx) -> str:
+    """The context as a generated function passes it on (to the interpreter): its parameters, or for the
+    envelope, whose functions may be inlined where those names are not bound, the constants."""
+    if ctx.proto_version is None:
+        return f"None, {ctx.in_stream!r}"
+    return ", ".join(ARGS[1:])
+
+
 def gate_open(layout: walker.Layout, ctx: Ctx) -> bool:
     """Whether the message exists in the context's protocol version."""
     tag = layout.fields[0].node
@@ -246,5 +257,6 @@ def convert(meta_value: str, expr: str, ns: Namespace) -> str:
     if meta_value == "timestamp":
         return f"_inew({ns.cls(Timestamp)}, {expr})"
     return expr
+
 
 

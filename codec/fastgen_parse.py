@@ -7,14 +7,14 @@ about each field so far.  Optional parts (marked records, tails, conditions left
 the record, so later conditions are settled in each branch.  Every check of the declarations is emitted;
 a failing one raises ``_Decline``.  The generated function looks like::
 
-    def parse_Insert_v1(buf, pv, ins):
+    def parse_Insert_v1(data, proto_version, in_stream):
         try:
-            n = len(buf)
-            v_relation_id, v_new_m, v_new_c = _U3(buf, 1)
+            n = len(data)
+            v_relation_id, v_new_m, v_new_c = _U3(data, 1)
             if v_new_m != 78: raise _Decline
             ...
         except _DECLINE:
-            return _parse_slow(_S7, buf, pv, ins)
+            return _parse_slow(_S7, data, proto_version, in_stream)
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from typing import Callable
 
 from . import walker
 from .fastgen_common import (
+    ARGS,
     CLASSES,
     RECORD_CLASSES,
     Ctx,
     Known,
+    context_args,
     Lines,
     Namespace,
     convert,
@@ -106,18 +108,18 @@ class ParseGen:
 
     def function(self, name: str) -> str:
         out = self.out
-        out(f"def {name}(buf, pv, ins):")
+        out(f"def {name}({', '.join(ARGS)}):")
         out.indent()
         out("try:")
         out.indent()
         if not gate_open(self.layout, self.ctx):
             out("raise _Decline")
         else:
-            out("n = len(buf)")
+            out("n = len(data)")
             self.fields(self.layout.fields, 0, State(None, 1), self.finish_message)
         out.dedent()
         out("except _DECLINE:")
-        out(f"    return _parse_slow({self.spec_name}, buf, pv, ins)")
+        out(f"    return _parse_slow({self.spec_name}, data, {context_args(self.ctx)})")
         return out.text()
 
     # -- positions and runs ------------------------------------------------------------------------------
@@ -129,9 +131,9 @@ class ParseGen:
         fmt = "".join(f for f, _, _ in st.run)
         targets = [v for _, v, _ in st.run]
         if fmt == "B":
-            self.out(f"{targets[0]} = buf[{st.pos()}]")
+            self.out(f"{targets[0]} = data[{st.pos()}]")
         else:
-            self.out(f"{', '.join(targets)}, = {self.ns.unpacker(fmt)}(buf, {st.pos()})")
+            self.out(f"{', '.join(targets)}, = {self.ns.unpacker(fmt)}(data, {st.pos()})")
         st.off += struct.calcsize(">" + fmt)
         for _, _, checks in st.run:
             for check in checks:
@@ -184,8 +186,8 @@ class ParseGen:
             var = self.var(name)
             self.flush(st)
             end = f"{var}_e"
-            out(f"{end} = buf.index(0, {st.pos()})")
-            out(f"{var} = buf[{st.pos()}:{end}].decode()")
+            out(f"{end} = data.index(0, {st.pos()})")
+            out(f"{var} = data[{st.pos()}:{end}].decode()")
             st.base, st.off = end, 1
             return self.known(st, name, var, Known(some=True))
         if isinstance(n, LengthPrefixed):
@@ -196,7 +198,7 @@ class ParseGen:
             # read fails (IndexError, struct.error, ValueError) or the final check does (see State).
             end = f"{var}_q"
             out(f"{end} = {st.pos()} + {var}_n")
-            out(f"{var} = buf[{st.pos()}:{end}]")
+            out(f"{var} = data[{st.pos()}:{end}]")
             st.base, st.off, st.unchecked = end, 0, True
             return self.known(st, name, var, Known(some=True))
         if isinstance(n, Rest):
@@ -204,7 +206,7 @@ class ParseGen:
             self.flush(st)
             if st.unchecked:
                 out(f"if {st.pos()} > n: raise _Decline")
-            out(f"{var} = buf[{st.pos()}:]")
+            out(f"{var} = data[{st.pos()}:]")
             st.base, st.off, st.at_end = "n", 0, True
             return self.known(st, name, var, Known(some=True))
         if isinstance(n, When):
@@ -221,7 +223,7 @@ class ParseGen:
         if isinstance(n, MarkedBy):
             if n.optional:
                 self.flush(st)
-                return self.fork(f"buf[{st.pos()}] == {ord(n.marker)}", name, n.node, st, cont, later, 1)
+                return self.fork(f"data[{st.pos()}] == {ord(n.marker)}", name, n.node, st, cont, later, 1)
             marker = f"v_{name}_m"
             st.run.append(("B", marker, [f"if {marker} != {ord(n.marker)}: raise _Decline"]))
             return self.node(name, n.node, st, cont, later)
@@ -287,7 +289,7 @@ class ParseGen:
             end = f"{var}_q"
             out(f"{end} = {st.pos()} + {count} * {item.size}")
             out(f"if {end} > n: raise _Decline")
-            out(f"{var} = list(_unpack_from('>%d{item.format}' % {count}, buf, {st.pos()}))")
+            out(f"{var} = list(_unpack_from('>%d{item.format}' % {count}, data, {st.pos()}))")
             st.base, st.off = end, 0
             return self.known(st, name, var, Known(some=True))
         if not isinstance(item, Record):

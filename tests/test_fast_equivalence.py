@@ -292,6 +292,18 @@ def test_unusual_values_same_outcome(context, message):
     lambda codec: codec.build(Begin(final_lsn=1, commit_time=2, xid=3), proto_version=2, in_stream=None),
     lambda codec: codec.build(XLogData(data_start=1, wal_end=2, send_time=3, data=b""), proto_version=1),
     lambda codec: codec.build_envelope(Begin(final_lsn=1, commit_time=2, xid=3)),
+    # the messages whose bodies the entry points carry inline, in contexts that cannot be
+    lambda codec: codec.parse(bytes.fromhex("49000000014e00016e"), proto_version=5),
+    lambda codec: codec.parse(bytes.fromhex("49000000014e00016e"), proto_version=2, in_stream=1),
+    lambda codec: codec.parse(bytes.fromhex("49000000014e00016e"), proto_version=1, in_stream=True),
+    lambda codec: codec.parse(Data(bytes.fromhex("49000000014e00016e")), proto_version=1),
+    lambda codec: codec.build(Insert(relation_id=1, new=[]), proto_version=5),
+    lambda codec: codec.build(Insert(relation_id=1, new=[]), proto_version=Small.ONE),
+    lambda codec: codec.build(Insert(xid=2, relation_id=1, new=[]), proto_version=1, in_stream=True),
+    lambda codec: codec.build(Insert(relation_id=1, new=[]), proto_version=2, in_stream=0),
+    lambda codec: codec.parse_envelope(bytes.fromhex("77" + "00" * 24), sender=Text("server")),
+    lambda codec: codec.parse_envelope(bytes.fromhex("77" + "00" * 24), sender="client"),
+    lambda codec: codec.parse_envelope(Data(bytes.fromhex("77" + "00" * 24))),
 ], ids=lambda c: str(c.__code__.co_firstlineno))
 def test_calling_errors_same(call):
     assert outcome(lambda: call(fast)) == outcome(lambda: call(reference))
@@ -309,6 +321,18 @@ def test_every_message_has_a_generated_function_in_every_context():
     for sender, specs in schema.ENVELOPE.items():
         assert set(generated.parsers["envelope", sender, fastgen.ENVELOPE_CONTEXT]) == set(specs)
     assert generated.source == fast.SOURCE  # deterministic: what was compiled is what the generator gives
+
+
+def test_entry_points_are_generated_with_the_documented_signatures():
+    import inspect
+    import pickle
+
+    for name in ("parse", "build", "parse_envelope", "build_envelope"):
+        function = getattr(fast, name)
+        assert function.__code__.co_filename == fast.FILENAME and f"\ndef {name}(" in fast.SOURCE
+        assert function.__module__ == "replwire.codec.fast" and function.__doc__
+        assert inspect.signature(function) == inspect.signature(getattr(reference, name))
+        assert pickle.loads(pickle.dumps(function)) is function
 
 
 def test_generated_source_is_shown_in_tracebacks():
