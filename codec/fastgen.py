@@ -13,7 +13,8 @@ run time.  Conditions on earlier fields are decided by *forking*: where a field 
 reads is a one-of-a-few character (a tuple column's ``kind``), an optional marked record (Update's
 ``key``) or a tail (Stream Abort's ``abort_lsn``), the rest of the record is generated once per
 possibility, with the condition settled in each branch.  Every parse makes new objects (records are
-mutable, so none is shared between messages).
+mutable, so none is shared between messages; only an immutable LSN or Timestamp may serve two fields of
+one message).
 
 The generated code only decides *whether* its input is valid: every check the declarations imply is
 there, but on any failure it raises ``_Decline`` (or lets ``struct.error``, ``IndexError``, ...

@@ -259,4 +259,27 @@ def convert(meta_value: str, expr: str, ns: Namespace) -> str:
     return expr
 
 
+def python_values(out: Lines, ns: Namespace, fields: list[FieldNode],
+                  wire: dict[str, str]) -> list[tuple[str, str]]:
+    """(name, expression of the Python value) of each field, from the expressions of their wire values.
 
+    An LSN or Timestamp equal to that of the previous field of its kind shares its object (they are
+    immutable ints, and making one costs more than comparing two): in logical replication every XLogData
+    frame's ``wal_end`` is its ``data_start``.
+    """
+    kinds = [f.meta.value for f in fields if wire[f.name] != "None"]
+    last: dict[str, tuple[str, str]] = {}  # kind -> (wire expression, local holding the object)
+    values = []
+    for f in fields:
+        kind, expr = f.meta.value, wire[f.name]
+        value = convert(kind, expr, ns)
+        if kind in ("lsn", "timestamp") and expr != "None":
+            kinds.remove(kind)
+            if kind in last:
+                value = f"{last[kind][1]} if {expr} == {last[kind][0]} else {value}"
+            if kind in kinds:  # a later field of the kind compares with this one
+                out(f"c_{f.name} = {value}")
+                value = f"c_{f.name}"
+                last[kind] = (expr, value)
+        values.append((f.name, value))
+    return values

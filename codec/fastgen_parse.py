@@ -33,11 +33,11 @@ from .fastgen_common import (
     context_args,
     Lines,
     Namespace,
-    convert,
     fixed_format,
     gate_open,
     branch_order,
     make_object,
+    python_values,
     referenced,
     runtime,
     static,
@@ -310,9 +310,7 @@ class ParseGen:
     def finish_item(self, item: Record, st: State, target: str) -> None:
         self.materialize(st)
         cls = RECORD_CLASSES[item.name]
-        fields = value_fields(item)
-        make_object(self.out, self.ns, cls, [(f.name, convert(f.meta.value, st.values[f.name], self.ns))
-                                             for f in fields], "o")
+        make_object(self.out, self.ns, cls, python_values(self.out, self.ns, value_fields(item), st.values), "o")
         self.out(f"{target} = o")
 
     def finish_message(self, st: State) -> None:
@@ -320,7 +318,7 @@ class ParseGen:
         if not st.at_end:
             self.out(f"if {st.pos()} != n: raise _Decline")
         cls = CLASSES[id(self.layout.spec)]
-        make_object(self.out, self.ns, cls, [(f.name, convert(f.meta.value, st.values[f.name], self.ns))
-                                             for f in value_fields(self.layout.record)], "o")
+        make_object(self.out, self.ns, cls, python_values(self.out, self.ns, value_fields(self.layout.record),
+                                                          st.values), "o")
         self.out("return o")
 
