@@ -61,7 +61,7 @@ _RECORD = struct.Struct(">BIIQI")  # flags (bit 0: has lsn), schema index, subxi
 _DML = (Insert, Update, Delete, Truncate, Message)
 
 
-@dataclass
+@dataclass(slots=True)
 class Change:
     """One committed change, or a non-transactional logical message.
 
@@ -451,19 +451,22 @@ class ChangeMaker:
 
     :meth:`schema_for` fixes, when a change arrives, the Relation and Type messages its values will be read
     with; :meth:`change` makes the change (values typed through psycopg, or untyped with ``typed=False``).
+    With ``rows=False`` it leaves ``new``/``old``/``key`` unset, for callers that read the wire tuples of
+    ``Change.message`` themselves.
     """
 
-    def __init__(self, *, typed: bool = True) -> None:
+    def __init__(self, *, typed: bool = True, rows: bool = True) -> None:
         self.loader = ValueLoader() if typed else None
+        self.rows = rows
         self._schemas: dict[tuple[int, int], RowSchema] = {}
 
     def schema_for(self, decoder: Decoder, message: WireMessage) -> Any:
         """What reading ``message``'s values needs, from ``decoder``'s caches now: a :class:`RowSchema`, a
         tuple of Relations for a Truncate, ``None`` for a logical message."""
-        if isinstance(message, Message):
-            return None
-        if isinstance(message, Truncate):
-            return tuple(decoder.relations[r] for r in message.relation_ids)
+        if message.__class__ not in _OPS:
+            if isinstance(message, Message):
+                return None
+            return tuple(decoder.relations[r] for r in message.relation_ids)  # type: ignore[attr-defined]
         relation = decoder.relations[message.relation_id]  # type: ignore[attr-defined]
         key = (id(relation), decoder.types_version)
         schema = self._schemas.get(key)
@@ -483,6 +486,14 @@ class ChangeMaker:
 
     def change(self, message: WireMessage, schema: Any, lsn: LSN | None, xid: int | None) -> Change:
         """The :class:`Change` of ``message`` (read with ``schema`` from :meth:`schema_for`)."""
+        op = _OPS.get(message.__class__)
+        if op is not None:
+            relation = schema.relation
+            change = Change(op, schema=_namespace(relation), table=relation.name, relation_id=relation.relation_id,
+                            lsn=lsn, xid=xid, message=message, relation=relation)
+            if not self.rows:
+                return change
+            return self._rows(change, schema, message)
         if isinstance(message, Message):
             return Change("message", lsn=lsn, xid=xid, prefix=message.prefix, content=message.content,
                           transactional=message.is_transactional, message=message)
@@ -490,10 +501,10 @@ class ChangeMaker:
             return Change("truncate", lsn=lsn, xid=xid, relations=[(_namespace(r), r.name) for r in schema],
                           relation_ids=list(message.relation_ids), options=message.options,
                           cascade=message.cascade, restart_identity=message.restart_identity, message=message)
+        raise TypeError(f"not a change message: {type(message).__name__}")
+
+    def _rows(self, change: Change, schema: RowSchema, message: WireMessage) -> Change:
         relation = schema.relation
-        change = Change({Insert: "insert", Update: "update", Delete: "delete"}[type(message)],
-                        schema=_namespace(relation), table=relation.name, relation_id=relation.relation_id,
-                        lsn=lsn, xid=xid, message=message, relation=relation)
         change.new = self.row(schema, getattr(message, "new", None))
         key, old = getattr(message, "key", None), getattr(message, "old", None)
         if key is not None:
@@ -502,6 +513,9 @@ class ChangeMaker:
             change.old = self.row(schema, old)
             change.key = {c.name: change.old[c.name] for c in relation.columns if c.flags & 1}
         return change
+
+
+_OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 
 
 def _namespace(relation: Relation) -> str:

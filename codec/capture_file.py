@@ -53,6 +53,10 @@ class CaptureHeader:
     format_version: int = layout.FORMAT_VERSION
 
 
+#: A record as :meth:`CaptureReader.raw_records` gives it: ``(offset, lsn, xid, data)``.
+RawRecord = tuple[int, int, int, bytes]
+
+
 @dataclass(frozen=True)
 class CaptureRecord:
     """One stored message: its LSN, the xid column, the pgoutput bytes, and where the record starts."""
@@ -191,7 +195,14 @@ class CaptureReader:
         """
         begin = self._range_start(start)
         end = self.size if stop is None else min(stop, self.size)
-        return self._scan(begin, end)
+        return self._scan(begin, end, False)
+
+    def raw_records(self, start: int | None = None, stop: int | None = None) -> Iterator[RawRecord]:
+        """:meth:`records` as plain ``(offset, lsn, xid, data)`` tuples (``lsn`` an ``int``): for readers
+        that go through millions of records and need few of them as :class:`CaptureRecord` s."""
+        begin = self._range_start(start)
+        end = self.size if stop is None else min(stop, self.size)
+        return self._scan(begin, end, True)
 
     def offsets(self, stop: int | None = None) -> Iterator[tuple[int, int]]:
         """``(offset, size)`` of each record from the first while one starts below ``stop`` (default: the end of
@@ -236,7 +247,7 @@ class CaptureReader:
             raise ValueError(f"{self.path}: start {start} is outside the records ({self.header_end} to {self.size})")
         return start
 
-    def _scan(self, begin: int, end: int) -> Iterator[CaptureRecord]:
+    def _scan(self, begin: int, end: int, raw: bool) -> Iterator[Any]:
         """The records from ``begin`` (a record boundary) while one starts below ``end``.
 
         ``buf`` holds the file's bytes from offset ``base`` on; ``i`` is where the next record starts in it.
@@ -277,7 +288,10 @@ class CaptureReader:
                 return
             offset, i = base + i, data_end + crc_size
             self.valid_end = base + i
-            yield record(new_lsn(LSN, lsn), xid, buf[data_end - length:data_end], offset)
+            if raw:
+                yield offset, lsn, xid, buf[data_end - length:data_end]
+            else:
+                yield record(new_lsn(LSN, lsn), xid, buf[data_end - length:data_end], offset)
 
     def close(self) -> None:
         self._file.close()
@@ -379,11 +393,13 @@ class CaptureWriter:
         self.close()
 
 
-def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None = None) -> Iterator[CaptureRecord]:
+def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None = None, *,
+                  raw: bool = False) -> Iterator[Any]:
     """Records from the CSV that ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...))
     TO STDOUT WITH (FORMAT csv)`` writes (bytea in hex: ``\\x...``): one row per line, ``lsn,xid,\\x<hex>``
     (COPY never quotes these three).  Only the rows whose line starts at an offset in ``[start, stop)``
-    (``start`` a line start); each record's ``offset`` is where its line starts."""
+    (``start`` a line start); each record's ``offset`` is where its line starts.  ``raw=True`` gives
+    ``(offset, lsn, xid, data)`` tuples, as :meth:`CaptureReader.raw_records` does."""
     name = os.fspath(path)
     with open(name, "rb") as handle:
         handle.seek(start)
@@ -396,8 +412,9 @@ def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")
                 if not data.startswith(b"\\x"):
                     raise ValueError("the data column is not bytea hex (\\x...)")
-                yield CaptureRecord(LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii")),
-                                    here)
+                record = CaptureRecord(LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii")),
+                                       here)
+                yield (here, int(record.lsn), record.xid, record.data) if raw else record
             except ValueError as error:
                 raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
 

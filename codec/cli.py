@@ -193,7 +193,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
     # One encoder, and stdout written without click.echo's flush after every line (a write system call per
     # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
     stdout = click.get_text_stream("stdout")
-    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    encode = jsonl.ENCODE
     last_end = -1
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
     for number, (path, _) in enumerate(inputs):

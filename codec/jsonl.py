@@ -14,12 +14,14 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import ipaddress
+import json
 import math
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .assembler import Change, Transaction
-from .values import UNCHANGED_TOAST, Infinite, RawValue
+from .values import UNCHANGED_TOAST, Infinite, RawValue, RowSchema, ValueLoader
 
 
 def json_value(value: Any) -> Any:
@@ -71,6 +73,67 @@ def _row(values: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     # str, int and None (most values) are their own JSON value: skip the call
     return {name: json_value(v) for name, v in values.items() if v is not UNCHANGED_TOAST}
+
+
+#: How a JSON object of typed values is written: compact, UTF-8 kept (what ``RowJson`` reproduces).
+ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_STRING = json.encoder.encode_basestring  # what ENCODE writes a str with (ensure_ascii=False)
+
+# Text-format ('t') columns RowJson writes without the typed value, by the OID their type resolves to: as a
+# JSON string of the text (text types, and types kept as text), or as the integer.
+_STRING_OIDS = frozenset((25, 1043, 1042, 19, None))  # text, varchar, bpchar, name; None: kept as text
+_INTEGER_OIDS = frozenset((20, 21, 23))  # int8, int2, int4
+
+
+class RowJson:
+    """A tuple as JSON text straight from its wire columns: the same text as ``ENCODE`` of the typed row
+    (:meth:`ValueLoader.load_row` then :func:`json_value`, unchanged TOAST left out), without the dict.
+
+    Strategy: per :class:`RowSchema` (and key-only or not) a small function is written and compiled, one
+    branch per column, each with the column's name already written as a JSON key; text, varchar, bpchar,
+    name and integer columns in text format skip the typed value (the text is the value: a JSON string, or
+    the integer); every other column goes through the typed value.
+    """
+
+    def __init__(self, loader: ValueLoader | None = None) -> None:
+        self.loader = loader or ValueLoader()
+        self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[[Sequence[Any]], str]]] = {}
+
+    def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False) -> str:
+        """The JSON object of ``columns`` (a tuple's wire columns); ``only_keys`` keeps the key columns."""
+        cached = self._writers.get((id(schema), only_keys))
+        if cached is None or cached[0] is not schema:
+            if len(self._writers) > 4096:
+                self._writers.clear()
+            cached = self._writers[(id(schema), only_keys)] = (schema, self._writer(schema, only_keys))
+        return cached[1](columns)
+
+    def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[[Sequence[Any]], str]:
+        loader = self.loader
+        lines = ["def write(columns):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
+        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
+            if only_keys and not meta.flags & 1:
+                continue
+            oid = loader.resolve(meta.type_id, type_message)
+            key = _STRING(meta.name) + ":"
+            lines += [f"    if n > {i}:",
+                      f"        column = columns[{i}]",
+                      "        kind = column.kind",
+                      f"        if kind == 'n': append({key + 'null'!r})"]
+            if oid in _STRING_OIDS:
+                lines.append(f"        elif kind == 't': append({key!r} + _string(column.data.decode('utf-8')))")
+            elif oid in _INTEGER_OIDS:
+                lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
+            lines.append(f"        elif kind != 'u': append({key!r} + _typed(kind, column.data, {i}))")
+        lines.append("    return '{' + ','.join(parts) + '}'")
+        types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
+
+        def typed(kind: str, data: bytes, i: int) -> str:
+            return ENCODE(json_value(loader.load(kind, data, *types[i])))
+
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed}
+        exec(compile("\n".join(lines), "<replwire.codec.jsonl: row writer>", "exec"), namespace)  # noqa: S102
+        return namespace["write"]
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
@@ -133,4 +196,4 @@ def objects(item: Transaction | Change):
         yield _change_object(item, None)
 
 
-__all__ = ["change_object", "json_value", "objects"]
+__all__ = ["ENCODE", "RowJson", "change_object", "json_value", "objects"]

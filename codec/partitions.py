@@ -99,26 +99,27 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
 
 
 def read_records(source: Input, start: int | None = None, stop: int | None = None,
-                 tail: Callable[[TailProblem], None] | None = None) -> Iterator[CaptureRecord]:
-    """The records of ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
+                 tail: Callable[[TailProblem], None] | None = None, *, raw: bool = False) -> Iterator[Any]:
+    """The records (:class:`CaptureRecord` s; ``raw=True``: ``(offset, lsn, xid, data)`` tuples) of
+    ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
 
     A torn or corrupt tail of a capture file ends the records; it is handed to ``tail`` if given.
     """
     if source.form == "capture":
         with read_capture(source.path) as reader:
-            yield from reader.records(start, stop)
+            yield from reader.raw_records(start, stop) if raw else reader.records(start, stop)
             if reader.tail is not None and tail is not None and (stop is None or reader.tail.offset < stop):
                 tail(reader.tail)
         return
-    yield from read_copy_csv(source.path, source.first if start is None else start, stop)
+    yield from read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # the first pass
 
 
-@dataclass(frozen=True)
-class Outcome:
+@dataclass(slots=True)
+class Outcome:  # not frozen: one is made per transaction, in the serial first pass
     """A committed transaction's facts (as :class:`~replwire.codec.Transaction` has them, without the
     changes), and the subtransactions whose changes were rolled back."""
 
@@ -239,24 +240,19 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
                 pending.pop(key, None)
                 dropped.pop(key, None)
         new_part(source, source.first)
-        cut = source.first + target
-        for record in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t))):
-            offset = record.offset
-            part = parts[-1]
+        part, part_keys, cut = parts[-1], keys[-1], source.first + target
+        for offset, lsn, _, data in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t)),
+                                                 raw=True):
             if offset >= cut and part.records:
                 part.stop = offset
                 new_part(source, offset)
-                part = parts[-1]
-                cut = offset + target
+                part, part_keys, cut = parts[-1], keys[-1], offset + target
             part.records += 1
-            result.records += 1
-            data = record.data
-            if data and data[0] in _ROW_TAGS:
-                in_stream = decoder.in_stream
+            if data and data[0] in _ROW_TAGS:  # the hot path: most records are row changes
                 decoder.index += 1
-                key = router.streams.get(decoder.stream_xid) if in_stream else router.current  # type: ignore[arg-type]
+                key = router.streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
                 if key is not None:
-                    keys[-1].add(key)
+                    part_keys.add(key)
                 continue
             in_stream = decoder.in_stream
             message = decoder.feed(data)
@@ -275,9 +271,9 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
                 continue
             kind = route.kind
             if kind is CHANGE:
-                keys[-1].add(route.key)  # type: ignore[arg-type]
+                part_keys.add(route.key)  # type: ignore[arg-type]
             elif kind is LONE:
-                end = record.lsn or None
+                end = lsn or None
                 if end is not None and end <= last_end:
                     repeated_lone[-1].add(source.position(offset))
                     result.repeated += 1
@@ -314,9 +310,10 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
                 else:
                     pending.pop(route.key, None)  # type: ignore[arg-type]
                     dropped.pop(route.key, None)  # type: ignore[arg-type]
-            if progress is not None and not result.records % 8192:
+            if progress is not None and not part.records % 8192:
                 progress(sum(p.size for p in parts[:-1]) + (offset - parts[-1].start), total)
         parts[-1].stop = source.size
+    result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
         part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}
         part.repeated_lone = frozenset(lone)
@@ -329,7 +326,7 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
 # the second pass
 
 
-@dataclass
+@dataclass(slots=True)
 class Decoded:
     """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`), its
     transaction's facts (``None`` for a non-transactional logical message), its stream ``position``, and
@@ -342,18 +339,21 @@ class Decoded:
     schema: Any
 
 
-def decode_part(part: Part, *, typed: bool = True) -> Iterator[Decoded]:
+def decode_part(part: Part, *, typed: bool = True, rows: bool = True) -> Iterator[Decoded]:
     """The committed changes of one part, in stream order (see the module docstring).  ``typed=False``
-    leaves the values as text (``str``) and bytes, for callers that convert the wire columns themselves."""
+    leaves the values as text (``str``) and bytes; ``rows=False`` makes no row dicts at all (``new``, ``old``
+    and ``key`` stay ``None``), for callers that read the wire tuples of ``change.message`` with
+    ``Decoded.schema`` themselves."""
     router = Router.from_state(part.state)
     decoder = router.decoder
-    maker = ChangeMaker(typed=typed)
+    maker = ChangeMaker(typed=typed and rows, rows=rows)
     outcomes, repeated = part.outcomes, part.repeated_lone
     source = part.source
-    for record in read_records(source, part.start, part.stop):
+    base = source.position(0)
+    for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
         in_stream = decoder.in_stream
-        message = decoder.feed(record.data)
-        position = source.position(record.offset)  # type: ignore[arg-type]
+        message = decoder.feed(data)
+        position = base | offset
         route = router.route(message, position, in_stream)
         if route is None:
             continue
@@ -362,11 +362,10 @@ def decode_part(part: Part, *, typed: bool = True) -> Iterator[Decoded]:
             if outcome is None or route.value in outcome.dropped_subxacts:
                 continue
             schema = maker.schema_for(decoder, message)
-            lsn = LSN(record.lsn) if record.lsn else None
-            yield Decoded(position, maker.change(message, schema, lsn, route.value), outcome, schema)
+            yield Decoded(position, maker.change(message, schema, LSN(lsn) if lsn else None, route.value), outcome,
+                          schema)
         elif route.kind is LONE and position not in repeated:
-            lsn = LSN(record.lsn) if record.lsn else None
-            yield Decoded(position, maker.change(message, None, lsn, None), None, None)
+            yield Decoded(position, maker.change(message, None, LSN(lsn) if lsn else None, None), None, None)
 
 
 def committed(inputs: Sequence[Input], *, typed: bool = True,

@@ -108,12 +108,12 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
             writer[0].write_batch(batch)
             counts[target] = counts.get(target, 0) + batch.num_rows
 
-        for decoded in decode_part(part, typed=False):
+        for decoded in decode_part(part, rows=False):
             change = decoded.change
             if change.op == "message":
                 rows = collectors.get("_messages")
                 if rows is None:
-                    rows = collectors["_messages"] = ChangeRows()
+                    rows = collectors["_messages"] = ChangeRows(loader)
                 rows.add(decoded)
                 if len(rows) >= 8192:
                     flush("_messages", rows)

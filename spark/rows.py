@@ -18,16 +18,15 @@ a Python object per row.  The Spark schemas here are the contract of ``spark.rea
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from replwire.codec import jsonl
+from replwire.codec.jsonl import RowJson
 from replwire.codec.partitions import Decoded, RelationVersion
-from replwire.codec.values import UNCHANGED_TOAST, ValueLoader
+from replwire.codec.values import ValueLoader
 
 from .types import ColumnType, Unrepresentable, column_type
 
@@ -69,56 +68,71 @@ def _time(outcome: Any) -> Any:
         return None
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_OPS = frozenset(("insert", "update", "delete"))
 
 
-def _json(values: dict[str, Any] | None) -> str | None:
-    row = jsonl._row(values)
-    return None if row is None else _ENCODE(row)
+_NO_TRANSACTION = (None,) * 7
 
 
 class ChangeRows:
-    """Collects :class:`~replwire.codec.partitions.Decoded` changes (typed) into :data:`CHANGES` batches."""
+    """Collects :class:`~replwire.codec.partitions.Decoded` changes into :data:`CHANGES` batches.
 
-    def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {n: [] for n, _, _ in _CHANGE_COLUMNS}
+    Feed it the changes of ``decode_part(..., rows=False)``: the row images are written as JSON straight
+    from the wire tuples (:class:`~replwire.codec.jsonl.RowJson`), the same text ``replwire decode`` prints.
+    Rows are kept as tuples in :data:`CHANGES` order and turned into columns once per batch; the transaction
+    facts are worked out once per transaction.
+    """
+
+    def __init__(self, loader: ValueLoader | None = None) -> None:
+        self.json = RowJson(loader)
+        self.rows: list[tuple[Any, ...]] = []
+        self._outcome: Any = None
+        self._facts = _NO_TRANSACTION
 
     def __len__(self) -> int:
-        return len(self.columns["op"])
+        return len(self.rows)
+
+    def _transaction(self, outcome: Any) -> tuple[Any, ...]:
+        """xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed of ``outcome`` (cached)."""
+        if outcome is not self._outcome:
+            self._outcome = outcome
+            self._facts = _NO_TRANSACTION if outcome is None else (
+                outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
+                outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
+        return self._facts
 
     def add(self, decoded: Decoded) -> None:
-        change, outcome, c = decoded.change, decoded.outcome, self.columns
-        c["op"].append(change.op)
-        c["schema"].append(change.schema)
-        c["table"].append(change.table)
-        c["xid"].append(outcome.xid if outcome else None)
-        c["subxid"].append(change.xid if outcome and outcome.streamed else None)
-        c["lsn"].append(int(change.lsn) if change.lsn is not None else None)
-        c["commit_lsn"].append(int(outcome.commit_lsn) if outcome else None)
-        c["end_lsn"].append(int(outcome.end_lsn) if outcome else None)
-        c["commit_time"].append(_time(outcome) if outcome else None)
-        c["position"].append(decoded.position)
-        c["relation_id"].append(change.relation_id)
-        c["new"].append(_json(change.new))
-        c["old"].append(_json(change.old))
-        c["key"].append(_json(change.key))
-        new = change.new
-        c["unchanged_toast"].append([n for n, v in new.items() if v is UNCHANGED_TOAST] if new is not None else None)
-        c["truncated"].append([f"{s}.{t}" for s, t in change.relations] if change.relations is not None else None)
-        c["cascade"].append(change.cascade)
-        c["restart_identity"].append(change.restart_identity)
-        c["prefix"].append(change.prefix)
-        c["content"].append(change.content)
-        c["transactional"].append(change.transactional)
-        c["origin"].append(outcome.origin[0] if outcome and outcome.origin else None)
-        c["gid"].append(outcome.gid if outcome else None)
-        c["streamed"].append(outcome.streamed if outcome else None)
+        change, outcome = decoded.change, decoded.outcome
+        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction(outcome)
+        new = old = key = toasted = None
+        if change.op in _OPS:
+            message, schema, row_json = change.message, decoded.schema, self.json
+            columns = getattr(message, "new", None)
+            if columns is not None:
+                new = row_json(schema, columns)
+                toasted = [meta.name for meta, column in zip(schema.relation.columns, columns) if column.kind == "u"]
+            key_columns, old_columns = getattr(message, "key", None), getattr(message, "old", None)
+            if key_columns is not None:
+                key = row_json(schema, key_columns, only_keys=True)
+            elif old_columns is not None:
+                old = row_json(schema, old_columns)
+                key = row_json(schema, old_columns, only_keys=True)
+        lsn, relations = change.lsn, change.relations
+        # in _CHANGE_COLUMNS order
+        self.rows.append((
+            change.op, change.schema, change.table, xid, change.xid if streamed else None,
+            int(lsn) if lsn is not None else None, commit_lsn, end_lsn, commit_time, decoded.position,
+            change.relation_id, new, old, key, toasted,
+            [f"{s}.{t}" for s, t in relations] if relations is not None else None,
+            change.cascade, change.restart_identity, change.prefix, change.content, change.transactional,
+            origin, gid, streamed))
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        out = pa.RecordBatch.from_arrays([pa.array(self.columns[n], type=a) for n, _, a in _CHANGE_COLUMNS],
+        columns = list(zip(*self.rows)) if self.rows else [()] * len(_CHANGE_COLUMNS)
+        out = pa.RecordBatch.from_arrays([pa.array(values, type=a) for values, (_, _, a) in zip(columns, _CHANGE_COLUMNS)],
                                          schema=_CHANGES_ARROW)
-        self.columns = {n: [] for n, _, _ in _CHANGE_COLUMNS}
+        self.rows = []
         return out
 
 
@@ -158,7 +172,7 @@ def table_schema(version: RelationVersion, loader: ValueLoader | None = None) ->
 class TableRows:
     """Collects the typed change rows of one table shape (``version``) into Arrow batches.
 
-    Feed it the :class:`Decoded` changes of that shape (from ``decode_part(..., typed=False)``; the values
+    Feed it the :class:`Decoded` changes of that shape (from ``decode_part(..., rows=False)``; the values
     are read from the wire columns here) -- inserts, updates, deletes, and truncates naming the table.
     """
 

@@ -150,7 +150,7 @@ class ReplwireReader(DataSourceReader):
         from .rows import ChangeRows, TableRows, batches
 
         if partition.version is None:
-            yield from batches(ChangeRows(), decode_part(partition.part), _BATCH_ROWS)
+            yield from batches(ChangeRows(), decode_part(partition.part, rows=False), _BATCH_ROWS)
             return
         version, shapes = partition.version, partition.shapes
 
@@ -168,4 +168,4 @@ class ReplwireReader(DataSourceReader):
                       and in_shape(d.position)):
                     yield d
 
-        yield from batches(TableRows(version), of_table(decode_part(partition.part, typed=False)), _BATCH_ROWS)
+        yield from batches(TableRows(version), of_table(decode_part(partition.part, rows=False)), _BATCH_ROWS)
