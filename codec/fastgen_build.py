@@ -70,7 +70,9 @@ class State:
     of the output so far, and what is known about the fields so far.
 
     ``pieces`` are expressions joined at the end (``a + b``), until a loop needs a ``parts`` list that
-    grows at run time; then ``pieces`` is ``None`` and pieces go to ``ap(...)``.
+    grows at run time; then ``pieces`` is ``None`` and pieces go to ``parts.append(...)`` (called as a
+    method, which CPython 3.11 specializes for lists, not through a bound ``append`` kept in a variable:
+    that was 13% slower on Inserts).
     """
 
     values: dict[str, str]  # field -> local variable holding its value
@@ -144,7 +146,7 @@ class BuildGen:
 
     def piece(self, st: State, expr: str) -> None:
         if st.pieces is None:
-            self.out(f"ap({expr})")
+            self.out(f"parts.append({expr})")
         else:
             st.pieces.append(expr)
 
@@ -161,7 +163,6 @@ class BuildGen:
         self.flush(st)
         if st.pieces is not None:
             self.out(f"parts = [{', '.join(st.pieces)}]")
-            self.out("ap = parts.append")
             st.pieces = None
 
     def append(self, st: State, expr: str) -> None:
