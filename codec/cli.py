@@ -174,6 +174,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
     from . import jsonl
     from .assembler import Assembler, Transaction
     from .capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+    from .collector import fewer_collections
     from .decoder import StreamStateError
 
     inputs = []
@@ -196,41 +197,42 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
     encode = jsonl.ENCODE
     last_end = -1
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
-    for number, (path, _) in enumerate(inputs):
-        if number:
-            assembler.resume()
-        reader = read_capture(path) if is_capture_file(path) else None
-        records = iter(reader) if reader is not None else read_copy_csv(path)
-        position = 0
-        try:
-            for position, record in enumerate(records):
-                for item in assembler.feed(record.data, lsn=record.lsn or None):
-                    end = item.end_lsn if isinstance(item, Transaction) else item.lsn
-                    if end is not None and end <= last_end:
-                        counts["duplicates"] += 1
-                        continue
-                    last_end = end if end is not None else last_end
-                    counts["transactions"] += isinstance(item, Transaction)
-                    for obj in jsonl.objects(item):
-                        counts["changes"] += 1
-                        if table is not None:
-                            table.add(obj)
-                        else:
-                            stdout.write(encode(obj) + "\n")
-        except (DecodeError, StreamStateError) as error:
+    with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
+        for number, (path, _) in enumerate(inputs):
+            if number:
+                assembler.resume()
+            reader = read_capture(path) if is_capture_file(path) else None
+            records = iter(reader) if reader is not None else read_copy_csv(path)
+            position = 0
+            try:
+                for position, record in enumerate(records):
+                    for item in assembler.feed(record.data, lsn=record.lsn or None):
+                        end = item.end_lsn if isinstance(item, Transaction) else item.lsn
+                        if end is not None and end <= last_end:
+                            counts["duplicates"] += 1
+                            continue
+                        last_end = end if end is not None else last_end
+                        counts["transactions"] += isinstance(item, Transaction)
+                        for obj in jsonl.objects(item):
+                            counts["changes"] += 1
+                            if table is not None:
+                                table.add(obj)
+                            else:
+                                stdout.write(encode(obj) + "\n")
+            except (DecodeError, StreamStateError) as error:
+                stdout.flush()
+                click.echo(f"error: {path}, record {position}: {error}", err=True)
+                sys.exit(1)
+            except CaptureFileError as error:
+                stdout.flush()
+                click.echo(f"error: {error}", err=True)
+                sys.exit(1)
+            finally:
+                if reader is not None:
+                    reader.close()
             stdout.flush()
-            click.echo(f"error: {path}, record {position}: {error}", err=True)
-            sys.exit(1)
-        except CaptureFileError as error:
-            stdout.flush()
-            click.echo(f"error: {error}", err=True)
-            sys.exit(1)
-        finally:
-            if reader is not None:
-                reader.close()
-        stdout.flush()
-        if reader is not None and reader.tail is not None:
-            click.echo(f"warning: {path}: {reader.tail}", err=True)
+            if reader is not None and reader.tail is not None:
+                click.echo(f"warning: {path}: {reader.tail}", err=True)
     if table is not None:
         table.print()
     click.echo(f"{counts['transactions']} transactions, {counts['changes']} changes from {len(inputs)} "

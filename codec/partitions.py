@@ -23,11 +23,8 @@ which records no protocol version, so one must be given for it.
 from __future__ import annotations
 
 import bisect
-import gc
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +37,14 @@ from .capture_file import (
     read_capture,
     read_copy_csv,
 )
+from .collector import fewer_collections
 from .decoder import Decoder
 from .messages import Relation, Type
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
 from .scalars import LSN, Timestamp
 
-__all__ = ["QUIET_THRESHOLDS", "Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes",
-           "committed", "decode_part", "fewer_collections", "open_inputs", "plan", "read_records"]
+__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes", "committed", "decode_part",
+           "open_inputs", "plan", "read_records"]
 
 _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
@@ -115,41 +113,6 @@ def read_records(source: Input, start: int | None = None, stop: int | None = Non
                 tail(reader.tail)
         return
     yield from read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the collector
-
-#: Thresholds of the cyclic garbage collector while a pass runs (CPython's defaults: 700, 10, 10).
-QUIET_THRESHOLDS = (50_000, 20, 100)
-_quiet_lock = threading.Lock()
-_quiet_users = 0
-_saved_thresholds: tuple[int, ...] = ()
-
-
-@contextmanager
-def fewer_collections() -> Iterator[None]:
-    """Run the cyclic garbage collector less often while decoding (thresholds :data:`QUIET_THRESHOLDS`).
-
-    A pass makes millions of small objects that reference counting frees (measured: a few hundred cyclic
-    objects in a part of 190k changes), yet each of them counts towards the collector's next run, and
-    every full run walks every live object -- the inputs' plan, the imported modules.  With the default
-    thresholds that walking took a third of the decoding time.  The collector still runs, less often.
-    Nested and concurrent users share one setting; the last one to leave restores the thresholds found.
-    """
-    global _quiet_users, _saved_thresholds
-    with _quiet_lock:
-        if not _quiet_users:
-            _saved_thresholds = gc.get_threshold()
-            gc.set_threshold(*QUIET_THRESHOLDS)
-        _quiet_users += 1
-    try:
-        yield
-    finally:
-        with _quiet_lock:
-            _quiet_users -= 1
-            if not _quiet_users:
-                gc.set_threshold(*_saved_thresholds)
 
 
 # ---------------------------------------------------------------------------------------------------------
