@@ -49,6 +49,7 @@ __all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Sh
 _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
 _ROW_TAGS = frozenset(b"IUDT")
+_UNKNOWN = object()
 
 
 @dataclass(frozen=True)
@@ -248,19 +249,30 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
                 dropped.pop(key, None)
         new_part(source, source.first)
         part, part_keys, cut = parts[-1], keys[-1], source.first + target
+        # The hot path is a row change: only its transaction is noted.  Which one that is changes only with
+        # the messages that are decoded, so it is worked out once after each (row_key), and the decoder's
+        # message count catches up (skipped) before it decodes again or its state is taken.
+        row_key: Any = _UNKNOWN
+        skipped = 0
         for offset, lsn, _, data in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t)),
                                                  raw=True):
             if offset >= cut and part.records:
                 part.stop = offset
+                decoder.index += skipped
+                skipped = 0
                 new_part(source, offset)
                 part, part_keys, cut = parts[-1], keys[-1], offset + target
             part.records += 1
-            if data and data[0] in _ROW_TAGS:  # the hot path: most records are row changes
-                decoder.index += 1
-                key = router.streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
-                if key is not None:
-                    part_keys.add(key)
+            if data and data[0] in _ROW_TAGS:
+                skipped += 1
+                if row_key is _UNKNOWN:
+                    row_key = router.streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
+                if row_key is not None:
+                    part_keys.add(row_key)
                 continue
+            decoder.index += skipped
+            skipped = 0
+            row_key = _UNKNOWN
             in_stream = decoder.in_stream
             message = decoder.feed(data)
             if isinstance(message, Relation):
@@ -319,6 +331,7 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
                     dropped.pop(route.key, None)  # type: ignore[arg-type]
             if progress is not None and not part.records % 8192:
                 progress(sum(p.size for p in parts[:-1]) + (offset - parts[-1].start), total)
+        decoder.index += skipped
         parts[-1].stop = source.size
     result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
