@@ -33,7 +33,7 @@ import textwrap
 from typing import Any
 
 from ..schema.core import MessageSpec
-from .fastgen_common import ARGS, CLASSES, Lines, Namespace
+from .fastgen_common import CLASSES, Lines, Namespace
 
 #: The messages whose bodies the entry points carry inline, commonest first: Insert (nine in ten messages
 #: of the real corpus) and the envelope frame that carries every message.  Each body inline adds its
@@ -182,6 +182,9 @@ def entry_points(generated: Any, ns: Namespace, logical_specs: list[MessageSpec]
                  envelope_specs: list[MessageSpec]) -> list[str]:
     """The four entry points' source."""
     order = {name: i for i, name in enumerate(HOT)}
+    unknown = set(HOT) - {s.name for s in logical_specs + envelope_specs}
+    if unknown:
+        raise ValueError(f"HOT names messages that are not declared: {sorted(unknown)}")
     hot_logical_specs = sorted((s for s in logical_specs if s.name in order), key=lambda s: order[s.name])
     hot_envelope_specs = [s for s in envelope_specs if s.name in order]
     return [logical("parse", generated, hot_logical_specs, ns), logical("build", generated, hot_logical_specs, ns),
