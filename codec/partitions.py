@@ -31,7 +31,6 @@ from typing import Any
 from .assembler import Assembler, Change, ChangeMaker, Transaction
 from .capture_file import (
     CaptureFileError,
-    CaptureRecord,
     TailProblem,
     is_capture_file,
     read_capture,
@@ -50,6 +49,7 @@ _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
 _ROW_TAGS = frozenset(b"IUDT")
 _UNKNOWN = object()
+_PROGRESS_BYTES = 4 << 20  # how often the first pass reports progress
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
 
 def read_records(source: Input, start: int | None = None, stop: int | None = None,
                  tail: Callable[[TailProblem], None] | None = None, *, raw: bool = False) -> Iterator[Any]:
-    """The records (:class:`CaptureRecord` s; ``raw=True``: ``(offset, lsn, xid, data)`` tuples) of
+    """The records (:class:`~replwire.codec.capture_file.CaptureRecord` s; ``raw=True``: ``(offset, lsn, xid, data)`` tuples) of
     ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
 
     A torn or corrupt tail of a capture file ends the records; it is handed to ``tail`` if given.
@@ -213,7 +213,7 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
 
     Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
     changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
-    ``progress(bytes_read, total_bytes)`` is called every few thousand records.
+    ``progress(bytes_read, total_bytes)`` is called every 4 MiB of input and at the end.
     """
     with fewer_collections():
         return _plan(inputs, part_bytes, min_parts, progress)
@@ -235,6 +235,7 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
     versions: list[RelationVersion] = []
     result = Plan(parts, versions)
     last_end = -1
+    done = 0  # bytes of the inputs before this one
 
     def new_part(source: Input, start: int) -> None:
         parts.append(Part(len(parts), source, start, start, router.state()))
@@ -254,6 +255,7 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
         # message count catches up (skipped) before it decodes again or its state is taken.
         row_key: Any = _UNKNOWN
         skipped = 0
+        report_at = source.first + _PROGRESS_BYTES if progress is not None else float("inf")
         for offset, lsn, _, data in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t)),
                                                  raw=True):
             if offset >= cut and part.records:
@@ -263,6 +265,9 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
                 new_part(source, offset)
                 part, part_keys, cut = parts[-1], keys[-1], offset + target
             part.records += 1
+            if offset >= report_at:
+                progress(done + offset - source.first, total)  # type: ignore[misc]
+                report_at = offset + _PROGRESS_BYTES
             if data and data[0] in _ROW_TAGS:
                 skipped += 1
                 if row_key is _UNKNOWN:
@@ -329,10 +334,9 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
                 else:
                     pending.pop(route.key, None)  # type: ignore[arg-type]
                     dropped.pop(route.key, None)  # type: ignore[arg-type]
-            if progress is not None and not part.records % 8192:
-                progress(sum(p.size for p in parts[:-1]) + (offset - parts[-1].start), total)
         decoder.index += skipped
         parts[-1].stop = source.size
+        done += source.size - source.first
     result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
         part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}

@@ -189,18 +189,12 @@ class TableRows:
             pa.field("_before_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field("_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field("_unrepresentable", _UNREPRESENTABLE, True)])
-        self._reset()
-
-    def _reset(self) -> None:
-        self.meta_values: list[list[Any]] = [[] for _ in META]
-        self.values: list[list[Any]] = [[] for _ in self.names]
-        self.before: list[dict[str, Any] | None] = []
-        self.before_toasted: list[list[str] | None] = []
-        self.toasted: list[list[str] | None] = []
-        self.unrepresentable: list[list[tuple[str, str]] | None] = []
+        self.rows: list[tuple[Any, ...]] = []
+        self._outcome: Any = None
+        self._facts: tuple[Any, ...] = (None, None, None)
 
     def __len__(self) -> int:
-        return len(self.before)
+        return len(self.rows)
 
     def _row(self, columns: Sequence[Any], odd: list[tuple[str, str]], toasted: list[str] | None) -> list[Any]:
         out = []
@@ -222,13 +216,12 @@ class TableRows:
 
     def add(self, decoded: Decoded) -> None:
         change, outcome = decoded.change, decoded.outcome
-        message = change.message
-        meta = (change.op, self.version.schema, self.version.table, outcome.xid if outcome else None,
-                int(change.lsn) if change.lsn is not None else None,
-                int(outcome.commit_lsn) if outcome else None, _time(outcome) if outcome else None,
-                decoded.position)
-        for target, value in zip(self.meta_values, meta):
-            target.append(value)
+        if outcome is not self._outcome:  # the transaction's facts, once per transaction
+            self._outcome = outcome
+            self._facts = (None, None, None) if outcome is None else (
+                outcome.xid, int(outcome.commit_lsn), _time(outcome))
+        xid, commit_lsn, commit_time = self._facts
+        lsn = change.lsn
         odd: list[tuple[str, str]] = []
         toasted: list[str] = []
         before_toasted: list[str] = []
@@ -236,28 +229,23 @@ class TableRows:
         if change.op == "truncate":
             row: list[Any] = [None] * len(self.names)
         else:
+            message = change.message
             new = getattr(message, "new", None)
             old = getattr(message, "key", None) or getattr(message, "old", None)
             if old is not None:
                 before = dict(zip(self.names, self._row(old, odd, before_toasted)))
             row = self._row(new, odd, toasted) if new is not None else list(before.values())  # type: ignore[union-attr]
-        for target, value in zip(self.values, row):
-            target.append(value)
-        self.before.append(before)
-        self.before_toasted.append(before_toasted or None)
-        self.toasted.append(toasted or None)
-        self.unrepresentable.append(odd or None)
+        # in the order of self.arrow: META, the table's columns, then the four trailing columns
+        self.rows.append((change.op, self.version.schema, self.version.table, xid,
+                          int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position,
+                          *row, before, before_toasted or None, toasted or None, odd or None))
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        arrays = [pa.array(v, type=a) for v, (_, _, a) in zip(self.meta_values, META)]
-        arrays += [pa.array(v, type=t.arrow) for v, t in zip(self.values, self.types)]
-        arrays.append(pa.array(self.before, type=self._struct))
-        arrays.append(pa.array(self.before_toasted, type=self.arrow.field("_before_unchanged_toast").type))
-        arrays.append(pa.array(self.toasted, type=self.arrow.field("_unchanged_toast").type))
-        arrays.append(pa.array(self.unrepresentable, type=_UNREPRESENTABLE))
-        out = pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
-        self._reset()
+        columns = list(zip(*self.rows)) if self.rows else [()] * len(self.arrow)
+        out = pa.RecordBatch.from_arrays([pa.array(values, type=field.type)
+                                          for values, field in zip(columns, self.arrow)], schema=self.arrow)
+        self.rows = []
         return out
 
 

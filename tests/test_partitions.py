@@ -34,6 +34,7 @@ from replwire.codec import (
     build,
 )
 from replwire.codec.capture_file import CaptureHeader, CaptureWriter, CaptureFileError
+from replwire.codec import partitions
 from replwire.codec.partitions import committed, decode_part, open_inputs, plan
 
 
@@ -278,6 +279,23 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
     assert len(result.parts) >= inputs[0].size // 2000 - 1
     assert max(p.size for p in result.parts) < 2000 + max(len(d) for _, d in rows) + 64
     assert len(plan(inputs, part_bytes=1 << 30, min_parts=4).parts) == 4
+
+
+def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch):
+    monkeypatch.setattr(partitions, "_PROGRESS_BYTES", 1000)
+    maker = StreamMaker(11)
+    rows = maker.make()
+    middle = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")  # between transactions
+    inputs = open_inputs([write_capture(tmp_path / "1.rwc", rows[:middle]),
+                          write_capture(tmp_path / "2.rwc", rows[middle:])])
+    total = sum(i.size - i.first for i in inputs)
+    heard = []
+    plan(inputs, progress=lambda done, of: heard.append((done, of)))
+    assert all(of == total for _, of in heard)
+    assert heard[-1] == (total, total)
+    done = [d for d, _ in heard]
+    assert done == sorted(done) and len(done) >= total // 1000 - len(inputs)  # every 1000 bytes, give or take a record
+    assert max(b - a for a, b in zip(done, done[1:])) < 1000 + max(len(d) for _, d in rows) + 64
 
 
 def test_relation_versions_count_shape_changes(tmp_path):
