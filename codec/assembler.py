@@ -94,6 +94,9 @@ class Change:
     message: WireMessage | None = field(default=None, repr=False, compare=False)
     #: The Relation message in force when the change arrived (column types and key flags).
     relation: Relation | None = field(default=None, repr=False, compare=False)
+    #: What the values of ``message``'s tuples are read with (:class:`~replwire.codec.values.RowSchema`: the
+    #: Relation and the Type messages in force when the change arrived); ``None`` for Truncate and Message.
+    row_schema: Any = field(default=None, repr=False, compare=False)
 
     @property
     def unchanged_toast(self) -> list[str]:
@@ -490,7 +493,7 @@ class ChangeMaker:
         if op is not None:
             relation = schema.relation
             change = Change(op, schema=_namespace(relation), table=relation.name, relation_id=relation.relation_id,
-                            lsn=lsn, xid=xid, message=message, relation=relation)
+                            lsn=lsn, xid=xid, message=message, relation=relation, row_schema=schema)
             if not self.rows:
                 return change
             return self._rows(change, schema, message)

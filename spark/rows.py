@@ -77,8 +77,9 @@ _NO_TRANSACTION = (None,) * 7
 class ChangeRows:
     """Collects :class:`~replwire.codec.partitions.Decoded` changes into :data:`CHANGES` batches.
 
-    Feed it the changes of ``decode_part(..., rows=False)``: the row images are written as JSON straight
-    from the wire tuples (:class:`~replwire.codec.jsonl.RowJson`), the same text ``replwire decode`` prints.
+    Feed it the changes of ``decode_part(..., rows=False)`` (or of an Assembler): the row images are written
+    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.jsonl.RowJson`, with
+    ``change.row_schema``), the same text ``replwire decode`` prints.
     Rows are kept as tuples in :data:`CHANGES` order and turned into columns once per batch; the transaction
     facts are worked out once per transaction.
     """
@@ -106,7 +107,7 @@ class ChangeRows:
         xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction(outcome)
         new = old = key = toasted = None
         if change.op in _OPS:
-            message, schema, row_json = change.message, decoded.schema, self.json
+            message, schema, row_json = change.message, change.row_schema, self.json
             columns = getattr(message, "new", None)
             if columns is not None:
                 new = row_json(schema, columns)

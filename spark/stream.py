@@ -24,10 +24,10 @@ so a position inside one would lose it.  Only the SQL functions are used, over o
   returns whole transactions (its row limit is checked at commits), so a transaction larger than the limit
   still makes one micro-batch of its own.
 * :meth:`~ReplwireStreamReader.read` (one Spark partition per micro-batch: a slot is one ordered stream)
-  peeks again up to the batch's end, runs the rows through one :class:`~replwire.codec.Assembler` (typed
-  values), keeps the transactions and messages whose position is in ``(start, end]`` and yields them as
-  Arrow batches (:class:`~replwire.spark.rows.ChangeRows`).  The slot is never ahead of ``start`` here, so
-  a micro-batch read again after a failure gets the same rows.
+  peeks again up to the batch's end, runs the rows through one :class:`~replwire.codec.Assembler`, keeps
+  the transactions and messages whose position is in ``(start, end]`` and yields them as Arrow batches
+  (:class:`~replwire.spark.rows.ChangeRows`).  The slot is never ahead of ``start`` here, so a micro-batch
+  read again after a failure gets the same rows.
 * :meth:`~ReplwireStreamReader.commit` moves the slot (``pg_replication_slot_advance``) to a batch's end.
   Spark calls it only once the batch is in the query's commit log, so a query restarted from its checkpoint
   finds every change it has not committed still in the slot, and none twice.
@@ -305,7 +305,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from replwire.codec import Assembler, Transaction
         from replwire.codec.partitions import Decoded, Outcome
 
-        assembler = Assembler(proto_version=part.proto_version)
+        assembler = Assembler(proto_version=part.proto_version, typed=False)  # ChangeRows reads the wire tuples
         start, end = LSN(part.start), LSN(part.end)
         # One transaction, for as long as the rows are read: a server-side cursor hands a large batch over in
         # pieces while Spark takes the Arrow batches.
