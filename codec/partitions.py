@@ -413,22 +413,20 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
 
 @dataclass(slots=True)
 class Decoded:
-    """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`), its
-    transaction's facts (``None`` for a non-transactional logical message), its stream ``position``, and
-    ``schema`` -- the :class:`~replwire.codec.values.RowSchema` its values are read with (a tuple of Relations
-    for a Truncate, ``None`` for a logical message)."""
+    """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`; its
+    ``row_schema`` is what its tuples' values are read with), its transaction's facts (``None`` for a
+    non-transactional logical message), and its stream ``position``."""
 
     position: int
     change: Change
     outcome: Outcome | None
-    schema: Any
 
 
 def decode_part(part: Part, *, typed: bool = True, rows: bool = True) -> Iterator[Decoded]:
     """The committed changes of one part, in stream order (see the module docstring).  ``typed=False``
     leaves the values as text (``str``) and bytes; ``rows=False`` makes no row dicts at all (``new``, ``old``
     and ``key`` stay ``None``), for callers that read the wire tuples of ``change.message`` with
-    ``Decoded.schema`` themselves."""
+    ``change.row_schema`` themselves."""
     with fewer_collections():
         yield from _decode_part(part, typed, rows)
 
@@ -452,10 +450,9 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
             if outcome is None or route.value in outcome.dropped_subxacts:
                 continue
             schema = maker.schema_for(decoder, message)
-            yield Decoded(position, maker.change(message, schema, LSN(lsn) if lsn else None, route.value), outcome,
-                          schema)
+            yield Decoded(position, maker.change(message, schema, LSN(lsn) if lsn else None, route.value), outcome)
         elif route.kind is LONE and position not in repeated:
-            yield Decoded(position, maker.change(message, None, LSN(lsn) if lsn else None, None), None, None)
+            yield Decoded(position, maker.change(message, None, LSN(lsn) if lsn else None, None), None)
 
 
 def committed(inputs: Sequence[Input], *, typed: bool = True,

@@ -69,9 +69,24 @@ def _time(outcome: Any) -> Any:
 
 
 _OPS = frozenset(("insert", "update", "delete"))
-
-
 _NO_TRANSACTION = (None,) * 7
+
+
+class _TransactionFacts:
+    """xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed of an Outcome as row values, worked out
+    once per transaction (changes arrive transaction by transaction)."""
+
+    def __init__(self) -> None:
+        self._outcome: Any = None
+        self._facts = _NO_TRANSACTION
+
+    def of(self, outcome: Any) -> tuple[Any, ...]:
+        if outcome is not self._outcome:
+            self._outcome = outcome
+            self._facts = _NO_TRANSACTION if outcome is None else (
+                outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
+                outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
+        return self._facts
 
 
 class ChangeRows:
@@ -87,24 +102,14 @@ class ChangeRows:
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.json = RowJson(loader)
         self.rows: list[tuple[Any, ...]] = []
-        self._outcome: Any = None
-        self._facts = _NO_TRANSACTION
+        self._transaction = _TransactionFacts()
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _transaction(self, outcome: Any) -> tuple[Any, ...]:
-        """xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed of ``outcome`` (cached)."""
-        if outcome is not self._outcome:
-            self._outcome = outcome
-            self._facts = _NO_TRANSACTION if outcome is None else (
-                outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
-                outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
-        return self._facts
-
     def add(self, decoded: Decoded) -> None:
-        change, outcome = decoded.change, decoded.outcome
-        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction(outcome)
+        change = decoded.change
+        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction.of(decoded.outcome)
         new = old = key = toasted = None
         if change.op in _OPS:
             message, schema, row_json = change.message, change.row_schema, self.json
@@ -191,8 +196,7 @@ class TableRows:
             pa.field("_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field("_unrepresentable", _UNREPRESENTABLE, True)])
         self.rows: list[tuple[Any, ...]] = []
-        self._outcome: Any = None
-        self._facts: tuple[Any, ...] = (None, None, None)
+        self._transaction = _TransactionFacts()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -216,12 +220,8 @@ class TableRows:
         return out
 
     def add(self, decoded: Decoded) -> None:
-        change, outcome = decoded.change, decoded.outcome
-        if outcome is not self._outcome:  # the transaction's facts, once per transaction
-            self._outcome = outcome
-            self._facts = (None, None, None) if outcome is None else (
-                outcome.xid, int(outcome.commit_lsn), _time(outcome))
-        xid, commit_lsn, commit_time = self._facts
+        change = decoded.change
+        xid, commit_lsn, _, commit_time, *_ = self._transaction.of(decoded.outcome)
         lsn = change.lsn
         odd: list[tuple[str, str]] = []
         toasted: list[str] = []

@@ -318,7 +318,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     for item in assembler.feed(bytes(data), lsn=LSN(lsn)):
                         if not isinstance(item, Transaction):  # a non-transactional logical message
                             if item.lsn is not None and start < item.lsn <= end:
-                                yield Decoded(0, item, None, None)
+                                yield Decoded(0, item, None)
                             continue
                         with item:
                             if not start < item.end_lsn <= end:
@@ -326,7 +326,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             outcome = Outcome(item.xid, item.commit_lsn, item.end_lsn, item.commit_time, item.origin,
                                               item.gid, item.prepare_lsn, item.prepare_time, item.streamed)
                             for index, change in enumerate(item.changes):
-                                yield Decoded(index, change, outcome, None)
+                                yield Decoded(index, change, outcome)
 
 
 def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,

@@ -118,9 +118,9 @@ def expected_changes(spark, conn, names: Names, proto: int, args: list[str]):
             if isinstance(item, Transaction):
                 outcome = Outcome(item.xid, item.commit_lsn, item.end_lsn, item.commit_time)
                 for index, change in enumerate(item.changes):
-                    collected.add(Decoded(index, change, outcome, None))
+                    collected.add(Decoded(index, change, outcome))
             else:
-                collected.add(Decoded(0, item, None, None))
+                collected.add(Decoded(0, item, None))
     return spark.createDataFrame(pa.Table.from_batches([collected.batch()]))
 
 
