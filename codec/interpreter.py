@@ -314,6 +314,9 @@ class _Writer:
         if isinstance(n, CountedArray):
             if not isinstance(value, (list, tuple)):
                 raise Failure(f"expected a list, got {type(value).__name__}")
+            most = n.count.bounds[1]
+            if len(value) > most:
+                raise Failure(f"{len(value)} items do not fit the Int{8 * n.count.size} count (at most {most})")
             self.integer(n.count, len(value))
             return self.items(n.item, value, context)
         if isinstance(n, ArrayOf):

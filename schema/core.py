@@ -397,6 +397,13 @@ class Items(Subconstruct):
         raise SizeofError("an array has no fixed size", path=path)
 
 
+def count_limit(countfield: Construct) -> tuple[str, int]:
+    """The docs' label of an integer count field (``Int16``) and the most items it can count."""
+    bits = 8 * countfield.sizeof()
+    signed = countfield.fmtstr[-1].islower()
+    return f"Int{bits}", 2 ** (bits - 1) - 1 if signed else 2**bits - 1
+
+
 class Counted(Subconstruct):
     """An array directly preceded by its element count (``countfield``, derived when building)."""
 
@@ -411,6 +418,9 @@ class Counted(Subconstruct):
     def _build(self, obj, stream, context, path):
         if not isinstance(obj, (list, tuple)):
             raise WireError(f"expected a list, got {type(obj).__name__}", path=path)
+        label, most = count_limit(self.countfield)
+        if len(obj) > most:
+            raise WireError(f"{len(obj)} items do not fit the {label} count (at most {most})", path=path)
         self.countfield._build(len(obj), stream, context, path)
         return _build_items(self.subcon, obj, stream, context, path)
 

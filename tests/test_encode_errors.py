@@ -70,6 +70,11 @@ def begin(**overrides):
      "new[1].kind", "unknown tuple column kind 'q'"),
     (Insert(relation_id=1, new=[TupleColumn(kind="t", data="text")]), dict(proto_version=1), "new[0].data",
      "expected bytes, got str"),
+    (Insert(relation_id=1, new=[TupleColumn.null()] * 65536), dict(proto_version=1), "new",  # ncols is Int16
+     "65536 items do not fit the Int16 count (at most 65535)"),
+    (Relation(relation_id=1, namespace="public", name="t", replica_identity="d",
+              columns=[RelationColumn(flags=0, name="a", type_id=23, type_modifier=-1)] * 65536),
+     dict(proto_version=1), "columns", "65536 items do not fit the Int16 count (at most 65535)"),
     (Truncate(options=0, relation_ids=[1, -2]), dict(proto_version=1), "relation_ids[1]", "out of range"),
     (Message(flags=1, lsn=1, prefix="p", content="text"), dict(proto_version=1), "content", "expected bytes"),
 ])

@@ -240,6 +240,9 @@ UNUSUAL = [
     (P1, Insert(relation_id=1, new=[("t", b"x")])),
     (P1, MyInsert(relation_id=1, new=[T("x")])),                             # a subclass of the message
     (P1, Insert(relation_id=1, new=[TupleColumn.null()] * 65536)),           # a count too big for Int16
+    (P1, Insert(relation_id=1, new=[TupleColumn.null()] * 65535)),           # and the largest that fits
+    (P1, Relation(relation_id=1, namespace="public", name="t", replica_identity="d",
+                  columns=[RelationColumn(flags=0, name="a", type_id=23, type_modifier=-1)] * 65536)),
     (P1, Relation(relation_id=1, namespace=Text("public"), name="t", replica_identity="d", columns=[])),
     (P1, Relation(relation_id=1, namespace="pub\0lic", name="t", replica_identity="d", columns=[])),
     (P1, Relation(relation_id=1, namespace="\udc80", name="t", replica_identity="d", columns=[])),

@@ -84,3 +84,36 @@ def test_lengths_and_counts_past_the_end_allocate_nothing_large(hex_data, proto)
     finally:
         tracemalloc.stop()
     assert peak < 256 * 1024, f"parsing {len(data)} bytes peaked at {peak} bytes"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the strict construct classes, used directly through the declarations
+
+
+def build_insert(new: list) -> bytes:
+    return schema.LOGICAL["I"].declaration.build({"tag": "I", "xid": None, "relation_id": 1, "new": new},
+                                                 proto_version=1, in_stream=False)
+
+
+def test_counted_builds_the_largest_int16_count():
+    # PROTOCOL.md section 4: TupleData is Int16 ncols, read as unsigned 16-bit, then a kind byte per
+    # column ('n' = NULL, nothing follows); section 1.3: Insert is 'I', OID relid, 'N', TupleData
+    data = build_insert([{"kind": "n", "data": None}] * 65535)
+    assert data == b"I" + b"\x00\x00\x00\x01" + b"N" + b"\xff\xff" + b"n" * 65535
+
+
+def test_counted_refuses_more_items_than_its_int16_count_holds():
+    with pytest.raises(core.WireError) as caught:
+        build_insert([{"kind": "n", "data": None}] * 65536)
+    assert caught.value.reason == "65536 items do not fit the Int16 count (at most 65535)"
+    assert caught.value.replwire_path == ["new"]
+
+
+def test_counted_refuses_too_many_relation_columns():
+    # PROTOCOL.md section 1.2: Relation's ncols is an Int16 too
+    column = {"flags": 0, "name": "a", "type_id": 23, "type_modifier": -1}
+    relation = {"tag": "R", "xid": None, "relation_id": 1, "namespace": "public", "name": "t",
+                "replica_identity": "d", "columns": [column] * 65536}
+    with pytest.raises(core.WireError, match="65536 items do not fit the Int16 count") as caught:
+        schema.LOGICAL["R"].declaration.build(relation, proto_version=1, in_stream=False)
+    assert caught.value.replwire_path == ["columns"]
