@@ -85,7 +85,7 @@ def render(cond: walker.Condition, top: bool = True) -> str:
     if isinstance(cond, Ref):
         return cond.name
     if isinstance(cond, Compare):
-        text = f"({cond.left.name} {cond.op} {cond.right})"
+        text = f"({cond.left.name} {cond.op} {cond.right!r})"
     else:  # construct nests ``a | b | c`` to the left: ((a | b) | c)
         text = render(cond.parts[0], False)
         for part in cond.parts[1:]:

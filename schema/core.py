@@ -46,6 +46,7 @@ from construct import (
     Subconstruct,
 )
 from construct.core import evaluate, stream_read, stream_tell, stream_write
+from construct.expr import BinExpr, ExprMixin, UniExpr, opnames
 
 DOCS_LOGICAL = "https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html"
 DOCS_REPLICATION = "https://www.postgresql.org/docs/current/protocol-replication.html"
@@ -263,11 +264,23 @@ class When(IfThenElse):
         return None
 
 
-def render_condition(cond: Any) -> str:
-    """A ``this`` expression as short text: ``this._params.in_stream`` reads ``in_stream``."""
-    text = re.sub(r"this\['_params'\]\['(\w+)'\]", r"\1", str(cond))
-    text = re.sub(r"this\['(\w+)'\]", r"\1", text)
-    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
+def render_condition(cond: Any, top: bool = True) -> str:
+    """A ``this`` expression as short text: ``this._params.in_stream`` reads ``in_stream``, and a literal
+    reads as Python writes it, so ``(this.kind == "t")`` reads ``kind == 't'``.
+
+    The expression tree is walked (construct's own ``str`` prints string literals bare, which makes
+    ``kind == t`` look like a comparison of two fields); only the paths are shortened.
+    """
+    if isinstance(cond, BinExpr):
+        text = f"({render_condition(cond.lhs, False)} {opnames[cond.op]} {render_condition(cond.rhs, False)})"
+    elif isinstance(cond, UniExpr):
+        text = f"({opnames[cond.op]} {render_condition(cond.operand, False)})"
+    elif isinstance(cond, ExprMixin):  # a path: this['_params']['in_stream'], this['kind']
+        text = re.sub(r"this\['_params'\]\['(\w+)'\]", r"\1", str(cond))
+        return re.sub(r"this\['(\w+)'\]", r"\1", text)
+    else:
+        return repr(cond)
+    return text[1:-1] if top else text
 
 
 def accepts_none(subcon: Construct) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
-from construct import Struct
+from construct import Struct, this
 
 from replwire import schema
 from replwire.codec import DecodeError, parse
@@ -117,3 +117,22 @@ def test_counted_refuses_too_many_relation_columns():
     with pytest.raises(core.WireError, match="65536 items do not fit the Int16 count") as caught:
         schema.LOGICAL["R"].declaration.build(relation, proto_version=1, in_stream=False)
     assert caught.value.replwire_path == ["columns"]
+
+
+@pytest.mark.parametrize("cond, text", [
+    ((this.kind == "t") | (this.kind == "b"), "(kind == 't') | (kind == 'b')"),
+    (this.kind == "a'b", "kind == \"a'b\""),
+    (this.kind == "this['x']", "kind == \"this['x']\""),  # a literal is not mistaken for a field
+    (this._params.proto_version >= 4, "proto_version >= 4"),
+    (this.key == None, "key == None"),  # noqa: E711 -- a construct expression
+    (this._params.in_stream, "in_stream"),
+])
+def test_conditions_render_with_quoted_string_literals(cond, text):
+    assert core.render_condition(cond) == text
+
+
+def test_absent_field_error_quotes_the_kinds():
+    # PROTOCOL.md section 4: only the 't' and 'b' kinds are followed by Int32 len and the bytes
+    with pytest.raises(core.WireError) as caught:
+        build_insert([{"kind": "n", "data": b"x"}])
+    assert caught.value.reason == "must be None here: the field is absent unless (kind == 't') | (kind == 'b')"

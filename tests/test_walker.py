@@ -7,7 +7,7 @@ import pytest
 from construct import Container, this
 
 from replwire import schema
-from replwire.codec import walker
+from replwire.codec import interpreter, walker
 from replwire.schema import core
 
 SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.values() for s in specs.values()]
@@ -87,6 +87,19 @@ def test_unnamed_members_are_refused():
 def test_conditions_evaluate_as_construct_does(expr, params, fields):
     context = Container(_params=Container(params), **fields)
     assert walker.evaluate(walker.condition(expr), params, fields) == bool(expr(context))
+
+
+@pytest.mark.parametrize("expr", [
+    this._params.in_stream,
+    this._params.proto_version >= 4,
+    this.key == None,  # noqa: E711
+    this.abort_lsn != None,  # noqa: E711
+    (this.kind == "t") | (this.kind == "b"),
+    (this.kind == "t") | (this.kind == "b") | (this.kind == "u"),
+])
+def test_conditions_render_as_the_reference_does(expr):
+    # the interpreter's build errors must quote the condition exactly as the construct reference does
+    assert interpreter.render(walker.condition(expr)) == core.render_condition(expr)
 
 
 def test_conditions_in_words():
