@@ -257,9 +257,12 @@ class _Writer:
     def node(self, n: walker.Node, value: Any, context: dict[str, Any]) -> Any:
         if isinstance(n, Int):
             return self.integer(n, value)
-        if isinstance(n, Zero):
-            if value not in (None, 0) or isinstance(value, bool):
-                raise Failure(f"must be 0, got {value!r}")
+        if isinstance(n, Zero):  # None: an omitted field
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise Failure(f"must be the int 0, got {value!r} ({type(value).__name__})")
+                if value != 0:
+                    raise Failure(f"must be 0, got {value!r}")
             return self.integer(n.int, 0)
         if isinstance(n, TagByte):
             proto = self.params.get("proto_version")

@@ -516,8 +516,13 @@ class MustBeZero(Const):
         return value
 
     def _build(self, obj, stream, context, path):
-        if obj not in (None, 0) or isinstance(obj, bool):
-            raise WireError(f"must be 0, got {obj!r}", path=path)
+        # None is what Struct passes for an omitted field (a Const builds from nothing): it builds as 0.
+        # Otherwise only an int will do: 0.0 and False equal 0 but are not the wire's integer.
+        if obj is not None:
+            if isinstance(obj, bool) or not isinstance(obj, int):
+                raise WireError(f"must be the int 0, got {obj!r} ({type(obj).__name__})", path=path)
+            if obj != 0:
+                raise WireError(f"must be 0, got {obj!r}", path=path)
         self.subcon._build(0, stream, context, path)
         return 0
 

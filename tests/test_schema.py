@@ -136,3 +136,31 @@ def test_absent_field_error_quotes_the_kinds():
     with pytest.raises(core.WireError) as caught:
         build_insert([{"kind": "n", "data": b"x"}])
     assert caught.value.reason == "must be None here: the field is absent unless (kind == 't') | (kind == 'b')"
+
+
+# PROTOCOL.md section 1.1: Commit is 'C', Int8 flags (always 0), LSN commit_lsn, LSN end_lsn, TS commit_time
+COMMIT = schema.LOGICAL["C"].declaration
+COMMIT_REST = {"tag": "C", "commit_lsn": 1, "end_lsn": 2, "commit_time": 3}
+COMMIT_BYTES = b"C" + b"\x00" + (1).to_bytes(8, "big") + (2).to_bytes(8, "big") + (3).to_bytes(8, "big")
+
+
+def test_must_be_zero_builds_zero():
+    assert COMMIT.build({**COMMIT_REST, "flags": 0}, proto_version=1, in_stream=False) == COMMIT_BYTES
+
+
+def test_must_be_zero_builds_zero_when_omitted():
+    # construct's Struct passes None for an omitted Const-like field: that is the default, not a mistake
+    assert COMMIT.build(COMMIT_REST, proto_version=1, in_stream=False) == COMMIT_BYTES
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (0.0, "must be the int 0, got 0.0 (float)"),
+    (False, "must be the int 0, got False (bool)"),
+    ("0", "must be the int 0, got '0' (str)"),
+    (1, "must be 0, got 1"),
+])
+def test_must_be_zero_refuses_anything_but_the_int_0(flags, reason):
+    with pytest.raises(core.WireError) as caught:
+        COMMIT.build({**COMMIT_REST, "flags": flags}, proto_version=1, in_stream=False)
+    assert caught.value.reason == reason
+    assert caught.value.replwire_path == ["flags"]
