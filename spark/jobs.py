@@ -12,7 +12,8 @@ every table shape with its columns, key columns, replica identity and row count.
 identity columns): an insert sets the row, an update replaces it (an unchanged TOASTed value keeps the value
 the row had), a delete removes it, a TRUNCATE empties the table.  Keys are spread over Spark tasks by hash,
 unless an update changed a key or the table has REPLICA IDENTITY FULL (rows are then matched by their whole
-old image), in which case one task folds that table in order.  The result is written as Parquet:
+old image), in which case one task folds that table in order; tables are folded at the same time, each
+from a driver thread of its own.  The result is written as Parquet:
 ``OUT/<schema>.<table>/`` with the table's columns (its last shape), ``_unrepresentable`` (see
 :mod:`replwire.spark.types`) and ``_unchanged_toast`` -- the columns whose value the stream never carried
 (an unchanged TOASTed value of a row last written before the capture began), which stay null.
@@ -31,6 +32,7 @@ from typing import Any
 __all__ = ["ApplySummary", "ChangesSummary", "apply", "changes"]
 
 MANIFEST = "_replwire.json"
+_FOLD_BATCH_ROWS = 1 << 16  # rows per Arrow batch a fold task hands back
 
 
 @dataclass
@@ -187,74 +189,185 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
 
 def _fold(batches: Iterator[Any], columns: list[str], key: list[str], truncates: list[tuple[int, int]],
           arrow_schema: Any) -> Iterator[Any]:
-    """Spark task: fold ordered change rows into the current rows (see the module docstring)."""
+    """Spark task: fold ordered change rows into the current rows (see the module docstring).
+
+    A batch holds ``op, commit_lsn, position``, the table's ``columns``, ``_before`` (the old image's
+    ``key`` columns: all a fold matches by), ``_unchanged_toast`` and ``_unrepresentable`` (as a JSON
+    object), in that order; it is read a column at a time.  A row of the state is one
+    tuple: its values, the sorted names of its columns of unknown value (or None), its unrepresentable
+    values (a dict, or None).  Tuples of plain values are what the cyclic garbage collector stops tracking,
+    and :func:`~replwire.codec.collector.fewer_collections` makes it walk the state less often.  ``state``
+    holds the first row of each identity, ``more`` the later ones (rows of a REPLICA IDENTITY FULL table
+    can be equal), which an update or delete meets after the first.  A TRUNCATE empties the state at the
+    first row at or after each of ``truncates``, and at its own row when this task sees it.
+    """
+    import json
+    import operator
+
     import pyarrow as pa
 
-    state: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    cut = 0
+    from replwire.codec.collector import fewer_collections
+
+    width = len(columns)
     index = {name: i for i, name in enumerate(columns)}
-    key_at = [index[k] for k in key]
+    ident = operator.itemgetter(*[index[k] for k in key])  # a value, or a tuple for a key of several columns
+    old_ident = operator.itemgetter(*range(len(key)))  # the same from the old image's key columns
+    loads = json.loads
+    state: dict[Any, tuple[Any, ...]] = {}
+    more: dict[Any, list[tuple[Any, ...]]] = {}
+    cuts = iter(truncates)
+    cut = next(cuts, None)
 
-    def ident(values: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(values[i] for i in key_at)
-
-    for batch in batches:
-        for row in batch.to_pylist():
-            order = (row["commit_lsn"], row["position"])
-            while cut < len(truncates) and truncates[cut] <= order:
-                state.clear()
-                cut += 1
-            op = row["op"]
-            if op == "truncate":
-                continue
-            new = [row[c] for c in columns]
-            before = row["_before"]
-            old = [before[c] for c in columns] if before is not None else None
-            if op == "insert":
-                entry = {"values": new, "unknown": set(), "odd": dict(row["_unrepresentable"] or ())}
-                state.setdefault(ident(new), []).append(entry)
-                continue
-            found = state.get(ident(old if old is not None else new))
-            previous = found.pop(0) if found else None
-            if found is not None and not found:
-                del state[ident(old if old is not None else new)]
-            if op == "delete":
-                continue
-            # an update: unchanged TOASTed values keep what the row had
-            odd = dict(row["_unrepresentable"] or ())
-            unknown: set[str] = set()
-            for name in row["_unchanged_toast"] or ():
-                i = index[name]
-                if previous is not None and name not in previous["unknown"]:
-                    new[i] = previous["values"][i]
-                    if name in previous["odd"]:
-                        odd[name] = previous["odd"][name]
+    with fewer_collections():
+        for batch in batches:
+            before = batch.column(3 + width)
+            changes = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), batch.column(2).to_pylist(),
+                          zip(*[batch.column(3 + i).to_pylist() for i in range(width)]),
+                          before.is_valid().to_pylist(), zip(*[f.to_pylist() for f in before.flatten()]),
+                          batch.column(4 + width).to_pylist(), batch.column(5 + width).to_pylist())
+            for op, lsn, position, new, has_before, old, toast, odd in changes:
+                while cut is not None and cut <= (lsn, position):
+                    state.clear()
+                    more.clear()
+                    cut = next(cuts, None)
+                if op == "insert":
+                    row = (*new, None, (loads(odd) or None) if odd else None)
+                elif op == "truncate":
+                    state.clear()
+                    more.clear()
+                    continue
                 else:
-                    unknown.add(name)
-            state.setdefault(ident(new), []).append({"values": new, "unknown": unknown, "odd": odd})
-    out: dict[str, list[Any]] = {c: [] for c in columns}
-    odd_column: list[Any] = []
-    unknown_column: list[Any] = []
-    for entries in state.values():
-        for entry in entries:
-            for c, v in zip(columns, entry["values"]):
-                out[c].append(v)
-            odd_column.append(sorted(entry["odd"].items()) or None)
-            unknown_column.append(sorted(entry["unknown"]) or None)
-    arrays = [pa.array(out[c], type=arrow_schema.field(c).type) for c in columns]
-    arrays.append(pa.array(odd_column, type=arrow_schema.field("_unrepresentable").type))
-    arrays.append(pa.array(unknown_column, type=arrow_schema.field("_unchanged_toast").type))
-    yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                    found = old_ident(old) if has_before else ident(new)
+                    previous = state.get(found)
+                    if previous is not None:
+                        later = more.get(found)
+                        if later:
+                            state[found] = later.pop(0)
+                            if not later:
+                                del more[found]
+                        else:
+                            del state[found]
+                    if op == "delete":
+                        continue
+                    if not toast:
+                        row = (*new, None, (loads(odd) or None) if odd else None)
+                    else:  # unchanged TOASTed values keep what the row had
+                        values = list(new)
+                        odd = loads(odd) if odd else {}
+                        unknown: set[str] = set()
+                        for name in toast:
+                            i = index[name]
+                            if previous is not None and (previous[width] is None or name not in previous[width]):
+                                values[i] = previous[i]
+                                if previous[width + 1] is not None and name in previous[width + 1]:
+                                    odd[name] = previous[width + 1][name]
+                            else:
+                                unknown.add(name)
+                        row = (*values, tuple(sorted(unknown)) or None, odd or None)
+                found = ident(row)
+                if found in state:
+                    more.setdefault(found, []).append(row)
+                else:
+                    state[found] = row
+    rows: list[tuple[Any, ...]]
+    if more:
+        rows = []
+        for found, row in state.items():
+            rows.append(row)
+            rows.extend(more.get(found, ()))
+    else:
+        rows = list(state.values())
+    state.clear()
+    more.clear()
+    types = [arrow_schema.field(c).type for c in (*columns, "_unchanged_toast", "_unrepresentable")]
+    for start in range(0, max(1, len(rows)), _FOLD_BATCH_ROWS):
+        chunk = rows[start:start + _FOLD_BATCH_ROWS]
+        values = list(zip(*chunk)) if chunk else [()] * (width + 2)
+        arrays = [pa.array(values[i], type=types[i]) for i in range(width)]
+        arrays.append(pa.array([sorted(o.items()) if o else None for o in values[width + 1]], type=types[width + 1]))
+        arrays.append(pa.array([list(u) if u else None for u in values[width]], type=types[width]))
+        yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], target: str) -> int:
+    """Fold one table's change rows (``entries``: its shapes in the manifest, oldest first) into its current
+    rows at ``target``; the number of rows written."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    last = entries[-1]
+    table = last["table"]
+    schema = T.StructType.fromJson(json.loads(last["spark_schema"]))
+    columns = last["columns"]
+    key = last["key"] or columns
+    types = {f.name: f.dataType for f in schema.fields}
+    frames = []
+    for entry in entries:
+        if not entry["rows"]:
+            continue
+        df = spark.read.parquet(os.path.join(changes_dir, entry["path"]))
+        present = set(entry["columns"])
+        before = F.when(F.col("_before").isNotNull(), F.struct(*[
+            (F.col(f"_before.{_quote(c)}") if c in present else F.lit(None)).cast(types[c]).alias(c)
+            for c in key]))
+        # the map as JSON: Spark hands a map column to Python several times slower than a string
+        frames.append(df.select(
+            "op", "commit_lsn", "position",
+            *[(F.col(_quote(c)) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in columns],
+            before.alias("_before"), "_unchanged_toast", F.to_json("_unrepresentable").alias("_unrepresentable")))
+    fold_schema = T.StructType([schema[c] for c in columns] + [
+        T.StructField("_unrepresentable", T.MapType(T.StringType(), T.StringType(), False), True),
+        T.StructField("_unchanged_toast", T.ArrayType(T.StringType(), False), True)])
+    if not frames:
+        spark.createDataFrame([], fold_schema).write.parquet(target)
+        return 0
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    spark.sparkContext.setJobDescription(f"replwire apply: {table}: truncates and key changes")
+    if last["replica_identity"] == "f":  # rows matched by their whole old image: one task, in order
+        truncates: list[tuple[int, int]] = []  # the task meets every TRUNCATE row itself
+        key_changes = True
+    else:  # one pass finds both the TRUNCATEs (which every task must hear of) and any key change
+        same_key = " AND ".join(f"({_quote(k)} <=> _before.{_quote(k)})" for k in key)
+        found = df.agg(
+            F.collect_list(F.when(F.col("op") == "truncate", F.struct("commit_lsn", "position"))).alias("truncates"),
+            F.count(F.when(F.expr(f"op = 'update' AND _before IS NOT NULL AND NOT ({same_key})"), 1))
+            .alias("key_changes")).first()
+        truncates = sorted((t.commit_lsn, t.position) for t in found.truncates)
+        key_changes = found.key_changes > 0
+    spark.sparkContext.setJobDescription(f"replwire apply: {table}")
+    spread = df.coalesce(1) if key_changes else df.repartition(spark.sparkContext.defaultParallelism, *key)
+    arrow_schema = to_arrow_schema(fold_schema, timezone="UTC")
+    state = spread.sortWithinPartitions("commit_lsn", "position").mapInArrow(
+        lambda batches, c=columns, k=key, t=truncates, a=arrow_schema: _fold(batches, c, k, t, a), fold_schema)
+    state.write.parquet(target)
+    return _parquet_rows(target)
+
+
+def _parquet_rows(directory: str) -> int:
+    """Rows in the Parquet files Spark wrote to ``directory``, from their footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(os.path.join(directory, name)).num_rows
+               for name in sorted(os.listdir(directory)) if name.endswith(".parquet") and name[0] not in "._")
 
 
 def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
           part_bytes: int | None = None, overwrite: bool = False,
           progress: Callable[[int, int], None] | None = None) -> ApplySummary:
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
-    per-table changes it is computed from are kept in ``out/_changes``."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_schema
+    per-table changes it is computed from are kept in ``out/_changes``.
+
+    Tables are folded concurrently, each by its own Spark jobs started from a driver thread of its own: a
+    table whose keys changed is folded by one task, and folding several at once keeps the other cores
+    busy.  When a table fails, the tables not yet started are not, the running Spark jobs of the others are
+    cancelled, and that failure is raised (of failures seen at once, the first in the manifest's order)."""
+    import uuid
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    from pyspark import inheritable_thread_target
 
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
@@ -265,48 +378,30 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     by_table: dict[str, list[dict[str, Any]]] = {}
     for entry in manifest["tables"]:
         by_table.setdefault(entry["table"], []).append(entry)
-    rows: dict[str, int] = {}
-    for table, entries in by_table.items():
-        last = entries[-1]
-        schema = T.StructType.fromJson(json.loads(last["spark_schema"]))
-        columns = last["columns"]
-        key = last["key"] or columns
-        types = {f.name: f.dataType for f in schema.fields}
-        frames = []
-        for entry in entries:
-            if not entry["rows"]:
-                continue
-            df = spark.read.parquet(os.path.join(changes_dir, entry["path"]))
-            present = set(entry["columns"])
-            before = F.when(F.col("_before").isNotNull(), F.struct(*[
-                (F.col(f"_before.{_quote(c)}") if c in present else F.lit(None)).cast(types[c]).alias(c)
-                for c in columns]))
-            frames.append(df.select(
-                "op", "commit_lsn", "position",
-                *[(F.col(_quote(c)) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in columns],
-                before.alias("_before"), "_unchanged_toast", "_unrepresentable"))
-        fold_schema = T.StructType([schema[c] for c in columns] + [
-            T.StructField("_unrepresentable", T.MapType(T.StringType(), T.StringType(), False), True),
-            T.StructField("_unchanged_toast", T.ArrayType(T.StringType(), False), True)])
-        target = os.path.join(out, _dir_name(table))
-        if not frames:
-            spark.createDataFrame([], fold_schema).write.parquet(target)
-            rows[table] = 0
-            continue
-        df = frames[0]
-        for other in frames[1:]:
-            df = df.unionByName(other)
-        truncates = sorted((r.commit_lsn, r.position) for r in df.where("op = 'truncate'")
-                           .select("commit_lsn", "position").collect())
-        same_key = " AND ".join(f"({_quote(k)} <=> _before.{_quote(k)})" for k in key)
-        key_changes = last["replica_identity"] == "f" or bool(
-            df.where(f"op = 'update' AND _before IS NOT NULL AND NOT ({same_key})").limit(1).count())
-        spark.sparkContext.setJobDescription(f"replwire apply: {table}")
-        spread = df.repartition(1) if key_changes else df.repartition(spark.sparkContext.defaultParallelism,
-                                                                       *key)
-        arrow_schema = to_arrow_schema(fold_schema, timezone="UTC")
-        state = spread.sortWithinPartitions("commit_lsn", "position").mapInArrow(
-            lambda batches, c=columns, k=key, t=truncates, a=arrow_schema: _fold(batches, c, k, t, a), fold_schema)
-        state.write.parquet(target)
-        rows[table] = spark.read.parquet(target).count()
+    context = spark.sparkContext
+    tag = f"replwire-apply-{uuid.uuid4().hex}"
+
+    def fold_table(table: str, entries: list[dict[str, Any]]) -> int:
+        context.addJobTag(tag)
+        try:
+            return _apply_table(spark, changes_dir, entries, os.path.join(out, _dir_name(table)))
+        finally:
+            context.removeJobTag(tag)
+
+    workers = max(1, min(len(by_table), 2 * context.defaultParallelism))
+    with ThreadPoolExecutor(workers, thread_name_prefix="replwire-apply") as pool:
+        # wrapped one by one: each thread gets its own copy of this thread's local properties
+        futures = {table: pool.submit(inheritable_thread_target(spark)(fold_table), table, entries)
+                   for table, entries in by_table.items()}
+        try:
+            done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)
+            for future in futures.values():
+                if future in done and future.exception() is not None:
+                    future.result()  # raises it
+        except BaseException:
+            for future in futures.values():
+                future.cancel()
+            context.cancelJobsWithTag(tag)
+            raise
+    rows = {table: future.result() for table, future in futures.items()}
     return ApplySummary(out, rows, summary)
