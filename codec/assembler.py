@@ -492,8 +492,10 @@ class ChangeMaker:
         op = _OPS.get(message.__class__)
         if op is not None:
             relation = schema.relation
-            change = Change(op, schema=_namespace(relation), table=relation.name, relation_id=relation.relation_id,
-                            lsn=lsn, xid=xid, message=message, relation=relation, row_schema=schema)
+            # positional, in Change's field order: half the cost of keywords, and one is made per change
+            change = Change(op, relation.namespace or "pg_catalog", relation.name, relation.relation_id, lsn, xid,
+                            None, None, None, None, None, None, None, None, None, None, None, message, relation,
+                            schema)
             if not self.rows:
                 return change
             return self._rows(change, schema, message)

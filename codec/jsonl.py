@@ -97,20 +97,22 @@ class RowJson:
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.loader = loader or ValueLoader()
-        self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[[Sequence[Any]], str]]] = {}
+        self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
 
-    def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False) -> str:
-        """The JSON object of ``columns`` (a tuple's wire columns); ``only_keys`` keeps the key columns."""
+    def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False,
+                 toasted: list[str] | None = None) -> str:
+        """The JSON object of ``columns`` (a tuple's wire columns); ``only_keys`` keeps the key columns.
+        The names of the columns whose unchanged TOASTed value was not sent are appended to ``toasted``."""
         cached = self._writers.get((id(schema), only_keys))
         if cached is None or cached[0] is not schema:
             if len(self._writers) > 4096:
                 self._writers.clear()
             cached = self._writers[(id(schema), only_keys)] = (schema, self._writer(schema, only_keys))
-        return cached[1](columns)
+        return cached[1](columns, toasted)
 
-    def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[[Sequence[Any]], str]:
+    def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
         loader = self.loader
-        lines = ["def write(columns):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
+        lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
         for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
             if only_keys and not meta.flags & 1:
                 continue
@@ -124,7 +126,9 @@ class RowJson:
                 lines.append(f"        elif kind == 't': append({key!r} + _string(column.data.decode('utf-8')))")
             elif oid in _INTEGER_OIDS:
                 lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
-            lines.append(f"        elif kind != 'u': append({key!r} + _typed(kind, column.data, {i}))")
+            lines += [f"        elif kind == 'u':",
+                      f"            if toasted is not None: toasted.append({meta.name!r})",
+                      f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
         lines.append("    return '{' + ','.join(parts) + '}'")
         types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
 

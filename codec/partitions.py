@@ -438,6 +438,7 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
     outcomes, repeated = part.outcome_table(), part.repeated_lone
     source = part.source
     base = source.position(0)
+    new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
     for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
         in_stream = decoder.in_stream
         message = decoder.feed(data)
@@ -450,9 +451,10 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
             if outcome is None or route.value in outcome.dropped_subxacts:
                 continue
             schema = maker.schema_for(decoder, message)
-            yield Decoded(position, maker.change(message, schema, LSN(lsn) if lsn else None, route.value), outcome)
+            yield Decoded(position, maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, route.value),
+                          outcome)
         elif route.kind is LONE and position not in repeated:
-            yield Decoded(position, maker.change(message, None, LSN(lsn) if lsn else None, None), None)
+            yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 
 
 def committed(inputs: Sequence[Input], *, typed: bool = True,

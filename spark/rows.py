@@ -115,8 +115,8 @@ class ChangeRows:
             message, schema, row_json = change.message, change.row_schema, self.json
             columns = getattr(message, "new", None)
             if columns is not None:
-                new = row_json(schema, columns)
-                toasted = [meta.name for meta, column in zip(schema.relation.columns, columns) if column.kind == "u"]
+                toasted = []
+                new = row_json(schema, columns, toasted=toasted)
             key_columns, old_columns = getattr(message, "key", None), getattr(message, "old", None)
             if key_columns is not None:
                 key = row_json(schema, key_columns, only_keys=True)

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replwire.codec import Decoder, Delete, Insert, Relation, RelationColumn, TupleColumn, Type, Update, jsonl
-from replwire.codec.values import RowSchema, ValueLoader
+from replwire.codec.values import UNCHANGED_TOAST, RowSchema, ValueLoader
 
 LOADER = ValueLoader()
 ROW_JSON = jsonl.RowJson(LOADER)
@@ -84,6 +84,15 @@ def test_row_json_writes_what_the_typed_row_encodes_to(row, only_keys):
     assert ROW_JSON(schema, columns, only_keys=only_keys) == dict_path(schema, columns, only_keys)
 
 
+@given(tuples(), st.booleans())
+def test_row_json_names_the_unchanged_toast_columns_the_typed_row_marks(row, only_keys):
+    schema, columns = row
+    toasted: list[str] = []
+    ROW_JSON(schema, columns, only_keys=only_keys, toasted=toasted)
+    typed = LOADER.load_row(schema, columns, only_keys=only_keys)
+    assert toasted == [name for name, value in typed.items() if value is UNCHANGED_TOAST]
+
+
 def test_row_json_keeps_unchanged_toast_out_and_writes_null_for_null():
     relation = Relation(xid=None, relation_id=1, namespace="public", name="t", replica_identity="d", columns=[
         RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1),
@@ -94,6 +103,9 @@ def test_row_json_keeps_unchanged_toast_out_and_writes_null_for_null():
     # hand-written: the key, no "body" (not sent), SQL NULL as null, the quote in a name escaped
     assert ROW_JSON(schema, columns) == '{"id":7,"say \\"hi\\"":null}'
     assert ROW_JSON(schema, columns, only_keys=True) == '{"id":7}'
+    toasted: list[str] = []
+    ROW_JSON(schema, columns, toasted=toasted)
+    assert toasted == ["body"]
 
 
 @pytest.mark.server
