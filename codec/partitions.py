@@ -48,7 +48,6 @@ __all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Sh
 _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
 _ROW_TAGS = frozenset(b"IUDT")
-_UNKNOWN = object()
 _PROGRESS_BYTES = 4 << 20  # how often the first pass reports progress
 
 
@@ -312,33 +311,36 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
         new_part(source, source.first)
         part, part_keys, cut = parts[-1], keys[-1], source.first + target
         # The hot path is a row change: only its transaction is noted.  Which one that is changes only with
-        # the messages that are decoded, so it is worked out once after each (row_key), and the decoder's
-        # message count catches up (skipped) before it decodes again or its state is taken.
-        row_key: Any = _UNKNOWN
-        skipped = 0
+        # the messages that are decoded, so it is worked out (and noted) once per run of row changes
+        # (noted = False until then), and the decoder's message count catches up (skipped) before it
+        # decodes again or its state is taken.  Records are counted in a local until the part ends.
+        noted = False
+        skipped = records = 0
+        row_tags, streams = _ROW_TAGS, router.streams
         report_at = source.first + _PROGRESS_BYTES if progress is not None else float("inf")
         for offset, lsn, _, data in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t)),
                                                  raw=True):
-            if offset >= cut and part.records:
-                part.stop = offset
+            if offset >= cut and records:
+                part.stop, part.records = offset, records
                 decoder.index += skipped
-                skipped = 0
+                skipped = records = 0
                 new_part(source, offset)
-                part, part_keys, cut = parts[-1], keys[-1], offset + target
-            part.records += 1
+                part, part_keys, cut, noted = parts[-1], keys[-1], offset + target, False
+            records += 1
             if offset >= report_at:
                 progress(done + offset - source.first, total)  # type: ignore[misc]
                 report_at = offset + _PROGRESS_BYTES
-            if data and data[0] in _ROW_TAGS:
+            if data and data[0] in row_tags:
                 skipped += 1
-                if row_key is _UNKNOWN:
-                    row_key = router.streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
-                if row_key is not None:
-                    part_keys.add(row_key)
+                if not noted:
+                    noted = True
+                    row_key = streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
+                    if row_key is not None:
+                        part_keys.add(row_key)
                 continue
             decoder.index += skipped
             skipped = 0
-            row_key = _UNKNOWN
+            noted = False
             in_stream = decoder.in_stream
             message = decoder.feed(data)
             if isinstance(message, Relation):
@@ -396,7 +398,7 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
                     pending.pop(route.key, None)  # type: ignore[arg-type]
                     dropped.pop(route.key, None)  # type: ignore[arg-type]
         decoder.index += skipped
-        parts[-1].stop = source.size
+        parts[-1].stop, parts[-1].records = source.size, records
         done += source.size - source.first
     result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
