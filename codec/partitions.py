@@ -48,6 +48,8 @@ __all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Sh
 _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
 _ROW_TAGS = frozenset(b"IUDT")
+_NO_FACTS: dict[str, Any] = {}
+_NO_SUBXACTS: frozenset[int] = frozenset()
 _PROGRESS_BYTES = 4 << 20  # how often the first pass reports progress
 
 
@@ -374,19 +376,19 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
                 dropped.setdefault(route.key, set()).add(route.value)  # type: ignore[arg-type]
             elif kind is COMMIT:
                 commit = route.value
-                facts = pending.pop(route.key, {})  # type: ignore[arg-type]
-                subxacts = dropped.pop(route.key, set())  # type: ignore[arg-type]
+                facts = pending.pop(route.key, _NO_FACTS)  # type: ignore[arg-type]
+                subxacts = dropped.pop(route.key, None)  # type: ignore[arg-type]
                 if commit.end_lsn <= last_end:
                     result.repeated += 1
                     continue
                 last_end = commit.end_lsn
                 prepare = facts.get("prepare")
+                # positional, in Outcome's field order: one is made per transaction
                 outcomes[route.key] = Outcome(  # type: ignore[index]
-                    xid=getattr(commit, "xid", None) or facts["xid"], commit_lsn=commit.commit_lsn,
-                    end_lsn=commit.end_lsn, commit_time=commit.commit_time, origin=facts.get("origin"),
-                    gid=getattr(commit, "gid", None), prepare_lsn=prepare.prepare_lsn if prepare else None,
-                    prepare_time=prepare.prepare_time if prepare else None, streamed=facts["streamed"],
-                    dropped_subxacts=frozenset(subxacts))
+                    getattr(commit, "xid", None) or facts["xid"], commit.commit_lsn, commit.end_lsn,
+                    commit.commit_time, facts.get("origin"), getattr(commit, "gid", None),
+                    prepare.prepare_lsn if prepare else None, prepare.prepare_time if prepare else None,
+                    facts["streamed"], frozenset(subxacts) if subxacts else _NO_SUBXACTS)
                 result.transactions += 1
             else:  # OPEN, DROP
                 if kind is not DROP:
