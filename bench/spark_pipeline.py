@@ -13,7 +13,8 @@ as a replwire capture file):
   process, then split over two processes running at once: how far two cores of the machine running the
   benchmark speed this work up at all, Spark aside.
 * ``Spark local[1]`` / ``Spark local[2]`` -- ``spark.read.format("replwire").load(file)`` written to Spark's
-  ``noop`` sink (every row produced, nothing stored), session start excluded, first pass included.
+  ``noop`` sink (every row produced, nothing stored), session start excluded, first pass included; with the
+  CPU seconds the JVM and the Python processes spent (read from ``/proc``): how many cores a run kept busy.
 * the wall time of the ``changes`` and ``apply`` jobs on ``local[2]``.
 
 Targets (issue 7): ``local[2]`` >= 1.6x ``local[1]``; ``local[1]`` >= 0.5x the single-process Decoder.
@@ -113,16 +114,50 @@ def spark_session(master: str):
     return session
 
 
-def spark_read(session, path: pathlib.Path, cores: int, rounds: int) -> float:
-    best = float("inf")
+def _descendants_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every process below this one, by pid, with its command name: the JVM
+    and Spark's Python workers (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        stats[int(entry)] = (int(rest[1]), name, (int(rest[11]) + int(rest[12])) / tick)  # ppid, utime, stime
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        out[pid] = stats[pid][1:]
+        todo += children.get(pid, [])
+    return out
+
+
+def spark_read(session, path: pathlib.Path, cores: int, rounds: int) -> tuple[float, float, float]:
+    """Best wall seconds of ``rounds`` reads, and the CPU seconds the JVM and the Python processes below
+    this one spent in that read."""
+    best, best_cpu = float("inf"), (0.0, 0.0)
     size = path.stat().st_size
     for _ in range(rounds):
+        before = _descendants_cpu()
         start = time.perf_counter()
         (session.read.format("replwire").option("minPartitions", str(4 * cores))
          .option("partitionBytes", str(max(1 << 20, size // (4 * cores) + 1))).load(str(path))
          .write.format("noop").mode("overwrite").save())
-        best = min(best, time.perf_counter() - start)
-    return best
+        seconds = time.perf_counter() - start
+        after = _descendants_cpu()
+        spent = {pid: cpu - before.get(pid, (name, 0.0))[1] for pid, (name, cpu) in after.items()}
+        jvm = sum(v for pid, v in spent.items() if after[pid][0] == "java")
+        if seconds < best:
+            best, best_cpu = seconds, (jvm, sum(spent.values()) - jvm)
+    return best, *best_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,12 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         one, two = process_ceiling(path)
         add("no Spark, 1 process, decoding only", one, "the parts' change rows, first pass not timed")
         add("no Spark, 2 processes, decoding only", two, "the same parts split over two processes at once")
-        results = {}
+        results: dict[int, float] = {}
+        cpu: dict[int, tuple[float, float]] = {}
         for cores in (1, 2):
             session = spark_session(f"local[{cores}]")
             spark_read(session, path, cores, 1)  # warm-up: Python workers, JIT of the JVM side
-            results[cores] = spark_read(session, path, cores, args.rounds)
-            add(f"Spark local[{cores}]", results[cores], "change DataFrame to the noop sink")
+            results[cores], jvm, python = spark_read(session, path, cores, args.rounds)
+            cpu[cores] = (jvm, python)
+            add(f"Spark local[{cores}]", results[cores],
+                f"change DataFrame to the noop sink; CPU: JVM {jvm:.1f} s, Python {python:.1f} s, "
+                f"{(jvm + python) / results[cores]:.2f} cores busy")
             if cores == 2 and not args.no_jobs:
                 from replwire.spark import jobs
 
@@ -172,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"processes without Spark: {one / two:.2f}x, what this machine's two cores give this work",
                  f"local[1] against the single-process Decoder: {per_core:.2f}x (target >= 0.5x)",
                  f"local[1] against the single process making the same change rows: {rows_seconds / results[1]:.2f}x",
+                 f"local[1] keeps {sum(cpu[1]) / results[1]:.2f} cores busy: the JVM's share ({cpu[1][0]:.1f} s CPU) "
+                 f"runs beside the one Python task; local[2] keeps {sum(cpu[2]) / results[2]:.2f} busy",
                  "Spark times include the first pass and every row reaching Spark; not the session start."]
         for note in notes:
             print(note, file=sys.stderr)
@@ -179,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                "columns": ["run", "seconds", "messages/s", "MB/s", "note"], "rows": rows, "notes": notes,
                "speedup_2_over_1": round(speedup, 3), "local1_over_decoder": round(per_core, 3),
                "local1_over_single_rows": round(rows_seconds / results[1], 3),
-               "two_processes_over_one": round(one / two, 3)}
+               "two_processes_over_one": round(one / two, 3),
+               "cpu_seconds": {f"local[{c}]": {"jvm": round(j, 2), "python": round(p, 2)} for c, (j, p) in cpu.items()}}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
