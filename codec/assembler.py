@@ -493,7 +493,7 @@ class ChangeMaker:
         if op is not None:
             relation = schema.relation
             # positional, in Change's field order: half the cost of keywords, and one is made per change
-            change = Change(op, relation.namespace or "pg_catalog", relation.name, relation.relation_id, lsn, xid,
+            change = Change(op, _namespace(relation), relation.name, relation.relation_id, lsn, xid,
                             None, None, None, None, None, None, None, None, None, None, None, message, relation,
                             schema)
             if not self.rows:
