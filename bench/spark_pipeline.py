@@ -15,6 +15,8 @@ as a replwire capture file):
 * ``Spark local[1]`` / ``Spark local[2]`` -- ``spark.read.format("replwire").load(file)`` written to Spark's
   ``noop`` sink (every row produced, nothing stored), session start excluded, first pass included; with the
   CPU seconds the JVM and the Python processes spent (read from ``/proc``): how many cores a run kept busy.
+  Each runs in a process of its own (its own JVM) pinned to as many CPUs as it has cores, so ``local[1]``
+  has one core for all of it: unpinned, its JVM works on the machine's other cores beside its one task.
 * the wall time of the ``changes`` and ``apply`` jobs on ``local[2]``.
 
 Targets (issue 7): ``local[2]`` >= 1.6x ``local[1]``; ``local[1]`` >= 0.5x the single-process Decoder.
@@ -160,6 +162,43 @@ def spark_read(session, path: pathlib.Path, cores: int, rounds: int) -> tuple[fl
     return best, *best_cpu
 
 
+def spark_runs(path: pathlib.Path, cores: int, rounds: int, jobs: bool) -> dict:
+    """In this process: ``local[cores]`` reading ``path`` (best of ``rounds`` after a warm-up), and with
+    ``jobs`` the wall time of the ``changes`` and ``apply`` jobs."""
+    session = spark_session(f"local[{cores}]")
+    try:
+        spark_read(session, path, cores, 1)  # warm-up: Python workers, JIT of the JVM side
+        seconds, jvm, python = spark_read(session, path, cores, rounds)
+        timed = {}
+        if jobs:
+            from replwire.spark import jobs as spark_jobs
+
+            for job in ("changes", "apply"):
+                out = path.parent / f"{job}-out"
+                start = time.perf_counter()
+                getattr(spark_jobs, job)(session, [str(path)], str(out), overwrite=True)
+                timed[job] = time.perf_counter() - start
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        session.stop()
+    return {"seconds": seconds, "jvm": jvm, "python": python, "jobs": timed}
+
+
+def spark_in_process(path: pathlib.Path, cores: int, rounds: int, jobs: bool, pinned: bool) -> dict:
+    """:func:`spark_runs` in a fresh Python process (its own JVM) that may run on ``cores`` CPUs only, when
+    ``pinned``: ``local[1]`` then has one core for everything -- its task, the JVM, the first pass -- not
+    one core for its task and the machine's others for the JVM beside it."""
+    import subprocess
+
+    cpus = sorted(os.sched_getaffinity(0))[:cores] if pinned else None
+    code = ("import json, pathlib, sys; from bench.spark_pipeline import spark_runs; "
+            f"print(json.dumps(spark_runs(pathlib.Path({str(path)!r}), {cores}, {rounds}, {jobs!r})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=pathlib.Path(__file__).parent.parent, check=True,
+                          stdout=subprocess.PIPE, text=True,
+                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.spark_pipeline", description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -188,22 +227,17 @@ def main(argv: list[str] | None = None) -> int:
         add("no Spark, 2 processes, decoding only", two, "the same parts split over two processes at once")
         results: dict[int, float] = {}
         cpu: dict[int, tuple[float, float]] = {}
+        pinned = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
         for cores in (1, 2):
-            session = spark_session(f"local[{cores}]")
-            spark_read(session, path, cores, 1)  # warm-up: Python workers, JIT of the JVM side
-            results[cores], jvm, python = spark_read(session, path, cores, args.rounds)
-            cpu[cores] = (jvm, python)
+            run = spark_in_process(path, cores, args.rounds, jobs=cores == 2 and not args.no_jobs, pinned=pinned)
+            results[cores] = run["seconds"]
+            cpu[cores] = (run["jvm"], run["python"])
             add(f"Spark local[{cores}]", results[cores],
-                f"change DataFrame to the noop sink; CPU: JVM {jvm:.1f} s, Python {python:.1f} s, "
-                f"{(jvm + python) / results[cores]:.2f} cores busy")
-            if cores == 2 and not args.no_jobs:
-                from replwire.spark import jobs
-
-                for job in ("changes", "apply"):
-                    start = time.perf_counter()
-                    getattr(jobs, job)(session, [str(path)], str(work / job), overwrite=True)
-                    add(f"job: {job} (local[2])", time.perf_counter() - start, "Parquet written")
-            session.stop()
+                f"change DataFrame to the noop sink; {cores} CPU{'s' if cores > 1 else ''}"
+                f"{'' if pinned else ' (not pinned)'}; CPU time: JVM {run['jvm']:.1f} s, Python "
+                f"{run['python']:.1f} s, {(run['jvm'] + run['python']) / results[cores]:.2f} cores busy")
+            for job, seconds in run["jobs"].items():
+                add(f"job: {job} (local[2])", seconds, "Parquet written")
         speedup = results[1] / results[2]
         per_core = decoder / results[1]
         notes = [f"{messages:,} messages, {size / 1e6:.1f} MB capture file (synthetic CDC mix, protocol 1)",
@@ -211,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"processes without Spark: {one / two:.2f}x, what this machine's two cores give this work",
                  f"local[1] against the single-process Decoder: {per_core:.2f}x (target >= 0.5x)",
                  f"local[1] against the single process making the same change rows: {rows_seconds / results[1]:.2f}x",
-                 f"local[1] keeps {sum(cpu[1]) / results[1]:.2f} cores busy: the JVM's share ({cpu[1][0]:.1f} s CPU) "
-                 f"runs beside the one Python task; local[2] keeps {sum(cpu[2]) / results[2]:.2f} busy",
+                 f"local[1] keeps {sum(cpu[1]) / results[1]:.2f} cores busy, local[2] "
+                 f"{sum(cpu[2]) / results[2]:.2f}" + ("; each ran in its own process pinned to as many CPUs as it "
+                                                     "has cores" if pinned else "; not pinned to CPUs"),
                  "Spark times include the first pass and every row reaching Spark; not the session start."]
         for note in notes:
             print(note, file=sys.stderr)
