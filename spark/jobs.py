@@ -296,24 +296,32 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from .rows import meta_names
+
     last = entries[-1]
     table = last["table"]
     schema = T.StructType.fromJson(json.loads(last["spark_schema"]))
     columns = last["columns"]
     key = last["key"] or columns
     types = {f.name: f.dataType for f in schema.fields}
+    # The fold's own columns get names no column of the table has (a table may well have an "op" or a
+    # "position"); each shape's change rows name their meta columns the same way (rows.meta_names).
+    names = meta_names(columns)
+    op, lsn, position = _quote(names["op"]), _quote(names["commit_lsn"]), _quote(names["position"])
     frames = []
     for entry in entries:
         if not entry["rows"]:
             continue
         df = spark.read.parquet(os.path.join(changes_dir, entry["path"]))
         present = set(entry["columns"])
+        meta = meta_names(entry["columns"])
         before = F.when(F.col("_before").isNotNull(), F.struct(*[
             (F.col(f"_before.{_quote(c)}") if c in present else F.lit(None)).cast(types[c]).alias(c)
             for c in key]))
         # the map as JSON: Spark hands a map column to Python several times slower than a string
         frames.append(df.select(
-            "op", "commit_lsn", "position",
+            F.col(_quote(meta["op"])).alias(names["op"]), F.col(_quote(meta["commit_lsn"])).alias(names["commit_lsn"]),
+            F.col(_quote(meta["position"])).alias(names["position"]),
             *[(F.col(_quote(c)) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in columns],
             before.alias("_before"), "_unchanged_toast", F.to_json("_unrepresentable").alias("_unrepresentable")))
     fold_schema = T.StructType([schema[c] for c in columns] + [
@@ -332,15 +340,16 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     else:  # one pass finds both the TRUNCATEs (which every task must hear of) and any key change
         same_key = " AND ".join(f"({_quote(k)} <=> _before.{_quote(k)})" for k in key)
         found = df.agg(
-            F.collect_list(F.when(F.col("op") == "truncate", F.struct("commit_lsn", "position"))).alias("truncates"),
-            F.count(F.when(F.expr(f"op = 'update' AND _before IS NOT NULL AND NOT ({same_key})"), 1))
+            F.collect_list(F.when(F.col(op) == "truncate", F.struct(F.col(lsn), F.col(position))))
+            .alias("truncates"),
+            F.count(F.when(F.expr(f"{op} = 'update' AND _before IS NOT NULL AND NOT ({same_key})"), 1))
             .alias("key_changes")).first()
-        truncates = sorted((t.commit_lsn, t.position) for t in found.truncates)
+        truncates = sorted((t[0], t[1]) for t in found.truncates)
         key_changes = found.key_changes > 0
     spark.sparkContext.setJobDescription(f"replwire apply: {table}")
     spread = df.coalesce(1) if key_changes else df.repartition(spark.sparkContext.defaultParallelism, *key)
     arrow_schema = to_arrow_schema(fold_schema, timezone="UTC")
-    state = spread.sortWithinPartitions("commit_lsn", "position").mapInArrow(
+    state = spread.sortWithinPartitions(F.col(lsn), F.col(position)).mapInArrow(
         lambda batches, c=columns, k=key, t=truncates, a=arrow_schema: _fold(batches, c, k, t, a), fold_schema)
     state.write.parquet(target)
     return _parquet_rows(target)

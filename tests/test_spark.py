@@ -267,6 +267,37 @@ def test_changes_job_writes_each_table_and_agrees_with_the_change_rows(spark, pg
         decimal.Decimal("1.25"), dt.datetime(2024, 1, 1, 9, 0), [1, 2])  # 11:00+02 = 09:00 UTC
 
 
+def test_apply_of_a_table_with_columns_named_like_the_meta_columns(spark, tmp_path):
+    """A table may have an "op", a "position" or a "commit_lsn" column of its own: the change rows then call
+    their meta columns "_op", ..., and apply folds by those, not by the table's columns."""
+    from replwire.codec import (Begin, Commit, Delete, Insert, Relation, RelationColumn, Timestamp, TupleColumn,
+                                Update, build)
+    from replwire.spark.jobs import apply
+
+    t = TupleColumn.text
+    relation = Relation(relation_id=7, namespace="public", name="odd", replica_identity="d", columns=[
+        RelationColumn(flags=1, name="op", type_id=23, type_modifier=-1),
+        RelationColumn(flags=0, name="position", type_id=25, type_modifier=-1),
+        RelationColumn(flags=0, name="commit_lsn", type_id=25, type_modifier=-1)])
+    at = Timestamp(800_000_000_000_000)
+    messages = [
+        Begin(final_lsn=LSN(0x100), commit_time=at, xid=10), relation,
+        Insert(relation_id=7, new=[t("1"), t("a"), t("x")]), Insert(relation_id=7, new=[t("2"), t("b"), t("y")]),
+        Commit(flags=0, commit_lsn=LSN(0x100), end_lsn=LSN(0x110), commit_time=at),
+        Begin(final_lsn=LSN(0x200), commit_time=at, xid=11),
+        Update(relation_id=7, new=[t("1"), t("c"), TupleColumn.unchanged_toast()]),
+        Delete(relation_id=7, key=[t("2"), TupleColumn.null(), TupleColumn.null()]),
+        Commit(flags=0, commit_lsn=LSN(0x200), end_lsn=LSN(0x210), commit_time=at)]
+    path = write_capture(tmp_path / "odd.rwc", [(0x100 + i, 0, build(m, proto_version=1))
+                                                for i, m in enumerate(messages)], 1)
+    result = apply(spark, [path], str(tmp_path / "state"))
+    assert result.rows == {"public.odd": 1}
+    state = spark.read.parquet(str(tmp_path / "state" / "public.odd"))
+    # worked by hand: row 1 updated with its unchanged "commit_lsn" value carried over, row 2 deleted
+    assert [tuple(r) for r in state.select("op", "position", "commit_lsn", "_unchanged_toast").collect()] == [
+        (1, "c", "x", None)]
+
+
 def test_cli_changes_and_apply(pg18, tmp_path):
     tag = "spark_cli"
     fresh_database(pg18, tag)
