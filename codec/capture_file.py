@@ -412,9 +412,8 @@ def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")
                 if not data.startswith(b"\\x"):
                     raise ValueError("the data column is not bytea hex (\\x...)")
-                record = CaptureRecord(LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii")),
-                                       here)
-                yield (here, int(record.lsn), record.xid, record.data) if raw else record
+                position, number, payload = LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii"))
+                yield (here, int(position), number, payload) if raw else CaptureRecord(position, number, payload, here)
             except ValueError as error:
                 raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
 
