@@ -72,6 +72,13 @@ _OPS = frozenset(("insert", "update", "delete"))
 _NO_TRANSACTION = (None,) * 7
 
 
+def _record_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows (tuples in ``schema``'s column order) as one Arrow batch, turned into columns at once."""
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.RecordBatch.from_arrays([pa.array(values, type=f.type) for values, f in zip(columns, schema)],
+                                      schema=schema)
+
+
 class _TransactionFacts:
     """xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed of an Outcome as row values, worked out
     once per transaction (changes arrive transaction by transaction)."""
@@ -135,10 +142,7 @@ class ChangeRows:
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        columns = list(zip(*self.rows)) if self.rows else [()] * len(_CHANGE_COLUMNS)
-        out = pa.RecordBatch.from_arrays([pa.array(values, type=a) for values, (_, _, a) in zip(columns, _CHANGE_COLUMNS)],
-                                         schema=_CHANGES_ARROW)
-        self.rows = []
+        out, self.rows = _record_batch(self.rows, _CHANGES_ARROW), []
         return out
 
 
@@ -243,10 +247,7 @@ class TableRows:
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        columns = list(zip(*self.rows)) if self.rows else [()] * len(self.arrow)
-        out = pa.RecordBatch.from_arrays([pa.array(values, type=field.type)
-                                          for values, field in zip(columns, self.arrow)], schema=self.arrow)
-        self.rows = []
+        out, self.rows = _record_batch(self.rows, self.arrow), []
         return out
 
 
