@@ -7,7 +7,11 @@ transaction (committed, aborted, a rolled-back subtransaction, prepared then com
 repeated after a resume).  A cheap first pass, :func:`plan`, reads the inputs once in order, runs the
 :class:`~replwire.codec.Decoder` and :class:`~replwire.codec.routing.Router` on every message *except* the
 row changes (for those it reads only the tag byte and notes which transaction they belong to), and cuts
-the inputs into :class:`Part` s at record boundaries.  Each part carries the router's state where it begins
+the inputs into :class:`Part` s at record boundaries.  Its reading is split from its decoding: runs of
+about 4 MiB of records are each reduced to the records to decode and counts of the row changes between
+them (a plain Begin ... Commit transaction, the commonest case, arrives already parsed, as a few numbers),
+either in this process or, with ``processes``, in worker processes that read ahead while this one merges
+the runs in order; the plan is the same either way.  Each part carries the router's state where it begins
 and the outcomes of just the transactions that have changes inside it.  :func:`decode_part` then runs the
 same decoder and router from that state over the part's records and yields the changes whose transaction
 was committed (once: a transaction seen again after a resume is skipped, as ``replwire decode`` does),
@@ -24,6 +28,8 @@ from __future__ import annotations
 
 import bisect
 import os
+import pickle
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,13 +43,14 @@ from .capture_file import (
     read_copy_csv,
 )
 from .collector import fewer_collections
-from .decoder import Decoder
-from .messages import Relation, Type
+from .decoder import IDLE, Decoder
+from .errors import DecodeError
+from .messages import Begin, Commit, Relation, Type
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
 from .scalars import LSN, Timestamp
 
 __all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes", "committed", "decode_part",
-           "open_inputs", "plan", "read_records"]
+           "open_inputs", "plan", "plan_processes", "read_records"]
 
 _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
@@ -269,22 +276,309 @@ def _shape(relation: Relation) -> tuple[Any, ...]:
 
 
 def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: int = 1,
-         progress: Callable[[int, int], None] | None = None) -> Plan:
+         progress: Callable[[int, int], None] | None = None, processes: int = 0) -> Plan:
     """The first pass: read every record once, cut the inputs into parts of about ``part_bytes`` (at least
     ``min_parts`` in all, inputs permitting), and resolve what each part needs from elsewhere.
 
+    ``processes`` (default 0: none) worker processes read the records beside this one, which then only
+    decodes the few that are not row changes; see :func:`plan_processes` for a number that suits the
+    machine.  The plan is the same either way.
+
     Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
     changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
-    ``progress(bytes_read, total_bytes)`` is called every 4 MiB of input and at the end.
+    ``progress(bytes_read, total_bytes)`` is called every 4 MiB of input or so, and at the end.
     """
-    with fewer_collections():
-        return _plan(inputs, part_bytes, min_parts, progress)
-
-
-def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
-          progress: Callable[[int, int], None] | None) -> Plan:
+    if processes < 0:
+        raise ValueError(f"processes must be 0 or more, not {processes}")
     total = sum(i.size - i.first for i in inputs)
     target = max(1, min(part_bytes, total // max(1, min_parts)))
+    unit = min(target, _PROGRESS_BYTES)
+    with fewer_collections():
+        if processes and any(i.size - i.first > unit for i in inputs):
+            with _ScanPool(processes) as pool:
+                return _merge(inputs, pool.runs(inputs, unit), target, total, progress)
+        return _merge(inputs, _runs_here(inputs, unit), target, total, progress)
+
+
+def plan_processes() -> int:
+    """How many worker processes :func:`plan` does well with on this machine: one fewer than the CPUs this
+    process may run on (it decodes while they read), at most 3 (more read faster than one can decode)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(0, min(3, cpus - 1))
+
+
+@dataclass(slots=True)
+class _Run:
+    """What the first pass needs of a run of consecutive records of one input.
+
+    ``controls`` holds the records it must decode -- everything but row changes -- as ``(offset, lsn,
+    data)``, except that a plain transaction (a Begin, row changes, its Commit, nothing else) comes as one
+    item, already parsed: ``(offset, lsn, data)`` of the Begin, the same of the Commit, then the number of
+    row changes inside, the xid, commit LSN, end LSN and commit time.  ``rows[0]`` counts the row changes
+    before the first item, ``rows[i + 1]`` those after item ``i``.  ``stop`` is where the next run starts
+    (the input's size after its last run); ``tail`` is a torn or corrupt record that ended the input."""
+
+    source: Input
+    start: int
+    stop: int
+    records: int
+    controls: list[tuple[Any, ...]]
+    rows: list[int]
+    tail: TailProblem | None = None
+
+
+_BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
+
+
+def _scan_run(source: Input, start: int, stop: int | None, unit: int | None) -> _Run:
+    """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop``, or, with ``unit``,
+    up to the first record at or past ``start + unit``.  Runs in a worker process, or in this one.
+
+    Begin and Commit records are parsed here (they read the same inside a stream or out), so that a plain
+    transaction reaches the merge as a few numbers; the merge decodes them after all when the stream
+    state there is not what a Begin needs (and so raises what the decoder raises)."""
+    from . import parse
+
+    controls: list[tuple[Any, ...]] = []
+    rows: list[int] = []
+    tails: list[TailProblem] = []
+    cut = start + unit if unit is not None else None
+    end = source.size
+    version, row_tags, records, run = source.proto_version, _ROW_TAGS, 0, 0
+    begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
+    reading = read_records(source, start, stop, tails.append, raw=True)
+    try:
+        for offset, lsn, _, data in reading:
+            if cut is not None and offset >= cut:
+                end = offset
+                break
+            records += 1
+            if data and data[0] in row_tags:
+                run += 1
+                continue
+            tag = data[0] if data else None
+            if begin is not None:
+                commit = _parsed(parse, data, version) if tag == _COMMIT else None
+                if isinstance(commit, Commit):
+                    rows.append(begin[4])
+                    controls.append((*begin[:3], offset, lsn, data, run, begin[3], int(commit.commit_lsn),
+                                     int(commit.end_lsn), int(commit.commit_time)))
+                    run, begin = 0, None
+                    continue
+                rows.append(begin[4])  # not a plain transaction: its Begin is decoded like the rest
+                controls.append(begin[:3])
+                begin = None
+            if tag == _BEGIN and isinstance(opened := _parsed(parse, data, version), Begin):
+                begin, run = (offset, lsn, data, opened.xid, run), 0
+                continue
+            rows.append(run)
+            run = 0
+            controls.append((offset, lsn, data))
+    finally:
+        reading.close()
+    if begin is not None:
+        rows.append(begin[4])
+        controls.append(begin[:3])
+    rows.append(run)
+    if stop is not None and not tails:
+        end = stop
+    return _Run(source, start, end, records, controls, rows, tails[0] if tails else None)
+
+
+def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
+    """``data`` parsed outside a stream, or ``None`` if it is not a message (the merge says why)."""
+    try:
+        return parse(data, proto_version=version, in_stream=False)
+    except DecodeError:
+        return None
+
+
+def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
+    """The runs of every input, read in this process."""
+    for source in inputs:
+        start = source.first
+        while True:
+            run = _scan_run(source, start, None, unit)
+            yield run
+            if run.stop >= source.size or run.tail is not None:
+                break
+            start = run.stop
+
+
+def _starts(source: Input, unit: int) -> Iterator[int]:
+    """Where the runs of ``source`` start: its first record, then each first record at or past ``unit``
+    bytes after the start before -- the runs :func:`_runs_here` reads.  Capture files are walked from record
+    head to record head; a COPY-CSV line starts after a newline."""
+    yield source.first
+    if source.form == "capture":
+        cut = source.first + unit
+        with read_capture(source.path) as reader:
+            for offset, _ in reader.offsets():
+                if offset >= cut:
+                    yield offset
+                    cut = offset + unit
+        return
+    with open(source.path, "rb") as handle:
+        cut = source.first + unit
+        while cut < source.size:
+            handle.seek(cut - 1)
+            line = handle.readline()  # from the byte before the cut to the end of its line
+            if not line.endswith(b"\n"):
+                return
+            start = cut - 1 + len(line)
+            if start >= source.size:
+                return
+            yield start
+            cut = start + unit
+
+
+class _ScanPool:
+    """Worker processes that read runs of records (:func:`_scan_run`) ahead of the merge, in stream order.
+
+    The workers are fresh interpreters running :func:`_serve_scans`, not forks of this process: a fork
+    would copy this process mid-step (a Spark driver's other threads with it), and :mod:`multiprocessing`'s
+    other ways re-run the caller's main script.  Tasks go to the workers in turn, so reading their answers
+    in turn gives the runs in order; at most two tasks wait per worker, so memory stays bounded whatever
+    the inputs' size."""
+
+    def __init__(self, processes: int) -> None:
+        import subprocess
+        import sys
+        import tempfile
+
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports from
+        command = [sys.executable, "-c", f"from {__name__} import _serve_scans; _serve_scans()"]
+        self.workers: list[Any] = []
+        try:
+            for _ in range(processes):
+                errors = tempfile.TemporaryFile()
+                self.workers.append((subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                      stderr=errors, env=env), errors))
+        except BaseException:
+            self.close()
+            raise
+
+    def runs(self, inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
+        """The runs of every input, in order; the runs of an input after one that ended at a torn tail are
+        read but dropped (the input ends there)."""
+        from collections import deque
+
+        sent: deque[int] = deque()  # which worker each task waiting for an answer went to
+        ended: set[int] = set()
+        tasks = ((source, begin, stop) for source in inputs for begin, stop in _bounds(source, unit, ended))
+        count = len(self.workers)
+        turn = 0
+        while True:
+            for task in tasks:
+                try:
+                    _send(self.workers[turn][0].stdin, task)
+                except OSError:  # the worker is gone: say why
+                    raise self._ended(turn) from None
+                sent.append(turn)
+                turn = (turn + 1) % count
+                if len(sent) >= 2 * count:
+                    break
+            if not sent:
+                return
+            run = self._answer(sent.popleft())
+            if run.source.index in ended:
+                continue
+            if run.tail is not None:
+                ended.add(run.source.index)
+            yield run
+
+    def _answer(self, index: int) -> _Run:
+        answer = _receive(self.workers[index][0].stdout)
+        if answer is None:
+            raise self._ended(index)
+        kind, value = answer
+        if kind == "error":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def _ended(self, index: int) -> RuntimeError:
+        process, errors = self.workers[index]
+        process.wait()
+        errors.seek(0)
+        said = errors.read().decode("utf-8", "replace").strip()
+        return RuntimeError(f"a first-pass worker process ended (exit code {process.returncode})"
+                            + (f":\n{said}" if said else ""))
+
+    def close(self) -> None:
+        for process, errors in self.workers:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            for stream in (process.stdin, process.stdout, errors):
+                try:
+                    stream.close()
+                except OSError:  # a task still buffered for a worker that is gone
+                    pass
+        self.workers = []
+
+    def __enter__(self) -> _ScanPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _bounds(source: Input, unit: int, ended: set[int]) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each run of ``source`` (see :func:`_starts`), until ``source`` is in ``ended``."""
+    starts = _starts(source, unit)
+    begin = next(starts)
+    for start in starts:
+        if source.index in ended:
+            return
+        yield begin, start
+        begin = start
+    yield begin, source.size
+
+
+_LENGTH = struct.Struct(">Q")
+
+
+def _send(stream: Any, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: Any) -> Any:
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    return pickle.loads(stream.read(_LENGTH.unpack(head)[0]))
+
+
+def _serve_scans() -> None:
+    """A first-pass worker process: read ``(input, start, stop)`` tasks from stdin until it closes, and
+    answer each on stdout with ``("run", _Run)`` or ``("error", exception)``."""
+    import sys
+
+    tasks, answers = sys.stdin.buffer, sys.stdout.buffer
+    with fewer_collections():
+        while (task := _receive(tasks)) is not None:
+            try:
+                answer: tuple[str, Any] = ("run", _scan_run(*task, None))
+            except Exception as error:  # noqa: BLE001 -- handed to the parent, which raises it
+                try:
+                    pickle.dumps(error)
+                except Exception:  # noqa: BLE001
+                    error = RuntimeError(f"{type(error).__name__}: {error}")
+                answer = ("error", error)
+            _send(answers, answer)
+
+
+def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: int,
+           progress: Callable[[int, int], None] | None) -> Plan:
+    """Run the decoder and router over the control records of ``runs`` (every input's, in order), note the
+    transaction of each stretch of row changes, and make the parts: a part starts with an input, or with the
+    first run at or past ``target`` bytes after the part's start."""
     decoder = Decoder(proto_version=inputs[0].proto_version)
     router = Router(decoder)
     parts: list[Part] = []
@@ -296,112 +590,139 @@ def _plan(inputs: Sequence[Input], part_bytes: int, min_parts: int,
     shapes: dict[tuple[str, str], tuple[Any, ...]] = {}
     versions: list[RelationVersion] = []
     result = Plan(parts, versions)
+    streams = router.streams
     last_end = -1
     done = 0  # bytes of the inputs before this one
+    source: Input | None = None
+    part, part_keys, skipped = None, set(), 0  # skipped: row changes since the decoder last counted a message
 
-    def new_part(source: Input, start: int) -> None:
-        parts.append(Part(len(parts), source, start, start, router.state()))
-        keys.append(set())
-        repeated_lone.append(set())
+    def row_key() -> int | None:  # the transaction the next row changes belong to
+        return streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
 
-    for source in inputs:
-        if source.index:
-            key = router.resume()
-            if key is not None:
-                pending.pop(key, None)
-                dropped.pop(key, None)
-        new_part(source, source.first)
-        part, part_keys, cut = parts[-1], keys[-1], source.first + target
-        # The hot path is a row change: only its transaction is noted.  Which one that is changes only with
-        # the messages that are decoded, so it is worked out (and noted) once per run of row changes
-        # (noted = False until then), and the decoder's message count catches up (skipped) before it
-        # decodes again or its state is taken.  Records are counted in a local until the part ends.
-        noted = False
-        skipped = records = 0
-        row_tags, streams = _ROW_TAGS, router.streams
-        report_at = source.first + _PROGRESS_BYTES if progress is not None else float("inf")
-        for offset, lsn, _, data in read_records(source, tail=lambda t, s=source: result.tails.append((s.path, t)),
-                                                 raw=True):
-            if offset >= cut and records:
-                part.stop, part.records = offset, records
-                decoder.index += skipped
-                skipped = records = 0
-                new_part(source, offset)
-                part, part_keys, cut, noted = parts[-1], keys[-1], offset + target, False
-            records += 1
-            if offset >= report_at:
-                progress(done + offset - source.first, total)  # type: ignore[misc]
-                report_at = offset + _PROGRESS_BYTES
-            if data and data[0] in row_tags:
-                skipped += 1
-                if not noted:
-                    noted = True
-                    row_key = streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
-                    if row_key is not None:
-                        part_keys.add(row_key)
-                continue
+    def control(offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
+        nonlocal last_end
+        in_stream = decoder.in_stream
+        message = decoder.feed(data)
+        if isinstance(message, Relation):
+            name = (message.namespace or "pg_catalog", message.name)
+            shape = _shape(message)
+            if shapes.get(name) != shape:
+                shapes[name] = shape
+                number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
+                versions.append(RelationVersion(name[0], name[1], number, message,
+                                                tuple(decoder.types.get(c.type_id) for c in message.columns),
+                                                source.position(offset)))  # type: ignore[union-attr]
+            return
+        route = router.route(message, source.position(offset), in_stream)  # type: ignore[union-attr]
+        if route is None:
+            return
+        kind = route.kind
+        if kind is CHANGE:
+            part_keys.add(route.key)  # type: ignore[arg-type]
+        elif kind is LONE:
+            end = lsn or None
+            if end is not None and end <= last_end:
+                repeated_lone[-1].add(source.position(offset))  # type: ignore[union-attr]
+                result.repeated += 1
+            elif end is not None:
+                last_end = end
+        elif kind is ORIGIN:
+            pending.setdefault(route.key, {}).setdefault("origin", route.value)  # type: ignore[arg-type]
+        elif kind is PREPARE:
+            pending.setdefault(route.key, {})["prepare"] = route.value  # type: ignore[arg-type]
+        elif kind is DROP_SUBXACT:
+            dropped.setdefault(route.key, set()).add(route.value)  # type: ignore[arg-type]
+        elif kind is COMMIT:
+            commit = route.value
+            facts = pending.pop(route.key, _NO_FACTS)  # type: ignore[arg-type]
+            subxacts = dropped.pop(route.key, None)  # type: ignore[arg-type]
+            if commit.end_lsn <= last_end:
+                result.repeated += 1
+                return
+            last_end = commit.end_lsn
+            prepare = facts.get("prepare")
+            # positional, in Outcome's field order: one is made per transaction
+            outcomes[route.key] = Outcome(  # type: ignore[index]
+                getattr(commit, "xid", None) or facts["xid"], commit.commit_lsn, commit.end_lsn,
+                commit.commit_time, facts.get("origin"), getattr(commit, "gid", None),
+                prepare.prepare_lsn if prepare else None, prepare.prepare_time if prepare else None,
+                facts["streamed"], frozenset(subxacts) if subxacts else _NO_SUBXACTS)
+            result.transactions += 1
+        elif kind is not DROP:  # OPEN
+            pending[route.key] = {"streamed": route.streamed, "xid": message.xid}  # type: ignore[index,attr-defined]
+            if route.value is not None:
+                pending.pop(route.value, None)
+                dropped.pop(route.value, None)
+        else:
+            pending.pop(route.key, None)  # type: ignore[arg-type]
+            dropped.pop(route.key, None)  # type: ignore[arg-type]
+
+    new = int.__new__  # the scan parsed these LSNs and times: no need to check them again
+    for run in runs:
+        if source is None or run.source.index != source.index:  # (a worker's run has a copy of its input)
+            if source is not None:
+                done += source.size - source.first
+            source = inputs[run.source.index]
+            if source.index:
+                key = router.resume()
+                if key is not None:
+                    pending.pop(key, None)
+                    dropped.pop(key, None)
+            part = None
+        if part is None or (run.records and run.start >= part.start + target):
             decoder.index += skipped
             skipped = 0
-            noted = False
-            in_stream = decoder.in_stream
-            message = decoder.feed(data)
-            if isinstance(message, Relation):
-                name = (message.namespace or "pg_catalog", message.name)
-                shape = _shape(message)
-                if shapes.get(name) != shape:
-                    shapes[name] = shape
-                    number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
-                    versions.append(RelationVersion(name[0], name[1], number, message,
-                                                    tuple(decoder.types.get(c.type_id) for c in message.columns),
-                                                    source.position(offset)))
-                continue
-            route = router.route(message, source.position(offset), in_stream)
-            if route is None:
-                continue
-            kind = route.kind
-            if kind is CHANGE:
-                part_keys.add(route.key)  # type: ignore[arg-type]
-            elif kind is LONE:
-                end = lsn or None
-                if end is not None and end <= last_end:
-                    repeated_lone[-1].add(source.position(offset))
+            part = Part(len(parts), source, run.start, run.stop, router.state())
+            parts.append(part)
+            part_keys = set()
+            keys.append(part_keys)
+            repeated_lone.append(set())
+        part.stop = source.size if run.tail is not None else run.stop
+        part.records += run.records
+        base = source.position(0)
+        after = iter(run.rows)
+        if next(after):
+            skipped += run.rows[0]
+            key = row_key()
+            if key is not None:
+                part_keys.add(key)
+        for item, rows in zip(run.controls, after):
+            decoder.index += skipped
+            if len(item) == 3:
+                control(*item)
+            elif decoder.state == IDLE and router.current is None:
+                # A plain transaction where one may begin: what decoding its Begin, rows and Commit would do.
+                offset, _, _, _, _, _, inside, xid, commit_lsn, end_lsn, commit_time = item
+                decoder.index += inside + 2
+                key = base | offset
+                if inside:
+                    part_keys.add(key)
+                if end_lsn <= last_end:
                     result.repeated += 1
-                elif end is not None:
-                    last_end = end
-            elif kind is ORIGIN:
-                pending.setdefault(route.key, {}).setdefault("origin", route.value)  # type: ignore[arg-type]
-            elif kind is PREPARE:
-                pending.setdefault(route.key, {})["prepare"] = route.value  # type: ignore[arg-type]
-            elif kind is DROP_SUBXACT:
-                dropped.setdefault(route.key, set()).add(route.value)  # type: ignore[arg-type]
-            elif kind is COMMIT:
-                commit = route.value
-                facts = pending.pop(route.key, _NO_FACTS)  # type: ignore[arg-type]
-                subxacts = dropped.pop(route.key, None)  # type: ignore[arg-type]
-                if commit.end_lsn <= last_end:
-                    result.repeated += 1
-                    continue
-                last_end = commit.end_lsn
-                prepare = facts.get("prepare")
-                # positional, in Outcome's field order: one is made per transaction
-                outcomes[route.key] = Outcome(  # type: ignore[index]
-                    getattr(commit, "xid", None) or facts["xid"], commit.commit_lsn, commit.end_lsn,
-                    commit.commit_time, facts.get("origin"), getattr(commit, "gid", None),
-                    prepare.prepare_lsn if prepare else None, prepare.prepare_time if prepare else None,
-                    facts["streamed"], frozenset(subxacts) if subxacts else _NO_SUBXACTS)
-                result.transactions += 1
-            else:  # OPEN, DROP
-                if kind is not DROP:
-                    pending[route.key] = {"streamed": route.streamed, "xid": message.xid}  # type: ignore[index,attr-defined]
-                    if route.value is not None:
-                        pending.pop(route.value, None)
-                        dropped.pop(route.value, None)
                 else:
-                    pending.pop(route.key, None)  # type: ignore[arg-type]
-                    dropped.pop(route.key, None)  # type: ignore[arg-type]
-        decoder.index += skipped
-        parts[-1].stop, parts[-1].records = source.size, records
-        done += source.size - source.first
+                    last_end = end_lsn
+                    outcomes[key] = Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn),
+                                            new(Timestamp, commit_time), None, None, None, None, False,
+                                            _NO_SUBXACTS)
+                    result.transactions += 1
+            else:  # not where a transaction may begin: decoded, so the decoder says what is wrong
+                control(*item[:3])
+                if item[6]:
+                    decoder.index += item[6]
+                    key = row_key()
+                    if key is not None:
+                        part_keys.add(key)
+                control(*item[3:6])
+            skipped = rows
+            if rows:
+                key = row_key()
+                if key is not None:
+                    part_keys.add(key)
+        if run.tail is not None:
+            result.tails.append((source.path, run.tail))
+        if progress is not None:
+            progress(done + part.stop - source.first, total)
+    decoder.index += skipped
     result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
         part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}

@@ -13,6 +13,8 @@ import pytest
 from replwire.codec import (
     LSN,
     Begin,
+    Decoder,
+    StreamStateError,
     BeginPrepare,
     Commit,
     CommitPrepared,
@@ -295,7 +297,8 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
     assert len(plan(inputs, part_bytes=1 << 30, min_parts=4).parts) == 4
 
 
-def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch):
+@pytest.mark.parametrize("processes", [0, 2])
+def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch, processes):
     monkeypatch.setattr(partitions, "_PROGRESS_BYTES", 1000)
     maker = StreamMaker(11)
     rows = maker.make()
@@ -304,7 +307,7 @@ def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypat
                           write_capture(tmp_path / "2.rwc", rows[middle:])])
     total = sum(i.size - i.first for i in inputs)
     heard = []
-    plan(inputs, progress=lambda done, of: heard.append((done, of)))
+    plan(inputs, progress=lambda done, of: heard.append((done, of)), processes=processes)
     assert all(of == total for _, of in heard)
     assert heard[-1] == (total, total)
     done = [d for d, _ in heard]
@@ -335,6 +338,97 @@ def test_a_torn_tail_is_reported_and_the_rest_decoded(tmp_path):
     result = plan(inputs)
     assert len(result.tails) == 1 and result.tails[0][0] == str(path)
     assert split(inputs, part_bytes=300)[0] == whole
+
+
+# -- the first pass with worker processes -----------------------------------------------------------------------
+
+
+def _plan_facts(result):
+    return ([(p.number, p.source.index, p.start, p.stop, p.state, dict(p.outcomes), p.repeated_lone, p.records)
+             for p in result.parts],
+            [(v.name, v.version, v.position, v.relation, v.types) for v in result.relations],
+            result.records, result.transactions, result.repeated,
+            [(path, t.offset, t.reason) for path, t in result.tails])
+
+
+def _resumed_and_damaged(tmp_path, seed):
+    """Three segments of one stream (cut before a Begin), the third damaged by one byte past its middle (its
+    records end there)."""
+    rows = StreamMaker(seed).make(120)
+    a, b = (next(i for i in range(n, len(rows)) if rows[i][1][:1] == b"B") for n in (len(rows) // 3, 2 * len(rows) // 3))
+    paths = [write_capture(tmp_path / "1.rwc", rows[:a]), write_capture(tmp_path / "2.rwc", rows[a:b]),
+             write_capture(tmp_path / "3.rwc", rows[b:])]
+    data = bytearray(paths[2].read_bytes())
+    data[len(data) * 3 // 5 + seed] ^= 0x5A
+    paths[2].write_bytes(bytes(data))
+    return open_inputs(paths)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_worker_processes_make_the_same_plan(tmp_path, seed):
+    """With worker processes reading the records, the plan is the one reading them here gives -- wherever it
+    is cut, over several segments, and with a damaged segment whose later records are dropped."""
+    inputs = _resumed_and_damaged(tmp_path, seed)
+    for size in (1, 300, 5000, 1 << 30):
+        here = plan(inputs, part_bytes=size)
+        assert here.tails and here.tails[0][0] == inputs[2].path
+        assert len(here.parts) >= (3 if size >= 5000 else 30)
+        for processes in (1, 2):
+            assert _plan_facts(plan(inputs, part_bytes=size, processes=processes)) == _plan_facts(here), (size, processes)
+
+
+def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path):
+    rows = StreamMaker(8).make()
+    csv_path = tmp_path / "rows.csv"
+    csv_path.write_text("".join(f"{LSN(lsn)},{0},\\x{data.hex()}\n" for lsn, data in rows))
+    inputs = open_inputs([csv_path], proto_version=4)
+    for size in (1, 500, 1 << 30):
+        assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(plan(inputs, part_bytes=size))
+
+
+def test_worker_processes_raise_what_reading_here_raises(tmp_path):
+    """A bad COPY-CSV row found by a worker arrives as the same error, naming the file and offset; a stream
+    out of order raises the decoder's error, also where a Begin is read ahead by the scan."""
+    rows = StreamMaker(4).make()
+    csv_path = tmp_path / "rows.csv"
+    text = "".join(f"{LSN(lsn)},{0},\\x{data.hex()}\n" for lsn, data in rows)
+    csv_path.write_text(text + "0/1,0,\\x4\n")
+    inputs = open_inputs([csv_path], proto_version=4)
+    match = rf"rows.csv at offset {len(text)}: not an \(lsn, xid, data\) row"
+    for processes in (0, 2):
+        with pytest.raises(CaptureFileError, match=match):
+            plan(inputs, part_bytes=400, processes=processes)
+
+    def message(m):
+        return build(m, proto_version=1)
+
+    begin = lambda xid: message(Begin(final_lsn=LSN(0x200), commit_time=1, xid=xid))  # noqa: E731
+    commit = message(Commit(flags=0, commit_lsn=LSN(0x200), end_lsn=LSN(0x201), commit_time=1))
+    insert = message(Insert(relation_id=16385, new=[TupleColumn(kind="t", data=b"1")]))
+    relation = message(_relation(16385, "t", 1))
+    streams = {  # Begin inside an open transaction (read ahead as a plain transaction); Commit without Begin
+        "begin twice": [begin(7), relation, insert, begin(8), insert, commit, commit],
+        "commit alone": [begin(7), relation, insert, commit, commit],
+    }
+    for name, stream in streams.items():
+        decoder = Decoder(proto_version=1)
+        with pytest.raises(StreamStateError) as expected:
+            for data in stream:
+                decoder.feed(data)
+        path = write_capture(tmp_path / f"{name}.rwc", [(0x100 + i, data) for i, data in enumerate(stream)],
+                             proto_version=1)
+        for processes in (0, 1):
+            with pytest.raises(StreamStateError) as raised:
+                plan(open_inputs([path]), processes=processes)
+            assert str(raised.value) == str(expected.value), (name, processes)
+
+
+def test_a_worker_that_dies_is_named(tmp_path):
+    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(2).make())])
+    with partitions._ScanPool(1) as pool:
+        pool.workers[0][0].kill()
+        with pytest.raises(RuntimeError, match=r"a first-pass worker process ended \(exit code -9\)"):
+            list(pool.runs(inputs, 100))
 
 
 # -- real servers ----------------------------------------------------------------------------------------------
