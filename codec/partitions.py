@@ -594,7 +594,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     last_end = -1
     done = 0  # bytes of the inputs before this one
     source: Input | None = None
-    part, part_keys, skipped = None, set(), 0  # skipped: row changes since the decoder last counted a message
+    part, part_keys = None, set()
+    skipped = 0  # messages the decoder has not counted yet (row changes, plain transactions)
+    plain = 0  # plain transactions committed (not decoded one message at a time)
 
     def row_key() -> int | None:  # the transaction the next row changes belong to
         return streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
@@ -687,13 +689,10 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
             if key is not None:
                 part_keys.add(key)
         for item, rows in zip(run.controls, after):
-            decoder.index += skipped
-            if len(item) == 3:
-                control(*item)
-            elif decoder.state == IDLE and router.current is None:
+            if len(item) != 3 and decoder.state == IDLE and router.current is None:
                 # A plain transaction where one may begin: what decoding its Begin, rows and Commit would do.
                 offset, _, _, _, _, _, inside, xid, commit_lsn, end_lsn, commit_time = item
-                decoder.index += inside + 2
+                skipped += inside + 2
                 key = base | offset
                 if inside:
                     part_keys.add(key)
@@ -704,17 +703,22 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                     outcomes[key] = Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn),
                                             new(Timestamp, commit_time), None, None, None, None, False,
                                             _NO_SUBXACTS)
-                    result.transactions += 1
-            else:  # not where a transaction may begin: decoded, so the decoder says what is wrong
-                control(*item[:3])
-                if item[6]:
-                    decoder.index += item[6]
-                    key = row_key()
-                    if key is not None:
-                        part_keys.add(key)
-                control(*item[3:6])
-            skipped = rows
+                    plain += 1
+            else:
+                decoder.index += skipped
+                skipped = 0
+                if len(item) == 3:
+                    control(*item)
+                else:  # a Begin where none may begin: decoded, so the decoder says what is wrong
+                    control(*item[:3])
+                    if item[6]:
+                        decoder.index += item[6]
+                        key = row_key()
+                        if key is not None:
+                            part_keys.add(key)
+                    control(*item[3:6])
             if rows:
+                skipped += rows
                 key = row_key()
                 if key is not None:
                     part_keys.add(key)
@@ -723,6 +727,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
         if progress is not None:
             progress(done + part.stop - source.first, total)
     decoder.index += skipped
+    result.transactions += plain
     result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
         part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}
