@@ -17,8 +17,9 @@ a Python object per row.  The Spark schemas here are the contract of ``spark.rea
 
   These meta and trailing columns are named by :func:`meta_names`: a table may have columns of its own
   called ``op``, ``position`` or ``_before``, so each of them takes leading underscores until its name
-  differs from every column of the table (``_op``, ``__before``, ``___unchanged_toast`` when ``op``,
-  ``_before``, ``_unchanged_toast`` and ``__unchanged_toast`` are taken).  The names depend only on the
+  differs from every column of the table, ignoring case as Spark does (``_op``, ``__before``,
+  ``___unchanged_toast`` when ``op``, ``_before``, ``_unchanged_toast`` and ``__unchanged_toast`` are
+  taken; ``_position`` beside a ``Position``).  The names depend only on the
   table's column names, and are the ones above for a table that has none of them.
 """
 
@@ -159,20 +160,22 @@ def meta_names(columns: Iterable[str]) -> dict[str, str]:
     """The names of the columns the change rows of a table with ``columns`` add to the table's own, by
     their default names: the meta columns ``op``, ``schema``, ... ``position`` (:data:`META`) and the
     trailing ``_before``, ``_before_unchanged_toast``, ``_unchanged_toast`` and ``_unrepresentable``
-    (:data:`EXTRA`) -- each given leading underscores until it differs from every column of the table.
+    (:data:`EXTRA`) -- each given leading underscores until it differs from every column of the table,
+    ignoring case as Spark does by default (``spark.sql.caseSensitive``): beside a column ``OP`` a column
+    ``op`` is ambiguous, and Parquet written with both is refused.
 
-    >>> names = meta_names(["id", "op", "_before", "_unchanged_toast", "__unchanged_toast"])
-    >>> names["op"], names["schema"], names["_before"], names["_unchanged_toast"]
-    ('_op', 'schema', '__before', '___unchanged_toast')
+    >>> names = meta_names(["id", "op", "_before", "_unchanged_toast", "__unchanged_toast", "Position"])
+    >>> names["op"], names["schema"], names["position"], names["_before"], names["_unchanged_toast"]
+    ('_op', 'schema', '_position', '__before', '___unchanged_toast')
     """
-    taken = set(columns)
+    taken = {c.lower() for c in columns}
     out = {}
     for name in [n for n, _, _ in META] + list(EXTRA):
         chosen = name
-        while chosen in taken:
+        while chosen.lower() in taken:
             chosen = "_" + chosen
         out[name] = chosen
-        taken.add(chosen)
+        taken.add(chosen.lower())
     return out
 
 

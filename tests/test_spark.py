@@ -300,17 +300,19 @@ def test_apply_of_a_table_with_columns_named_like_the_meta_columns(spark, tmp_pa
 
 # A table with columns of its own named like the extra columns of the change rows and of apply's output: each
 # extra column then takes leading underscores until its name is free.
-CLASHING = """CREATE TABLE clash (id int PRIMARY KEY, op text, "_before" text, "_before_unchanged_toast" int,
-    "_unchanged_toast" text, "__unchanged_toast" text, "_unrepresentable" text, n numeric(10,2), body text)"""
-CLASH_COLUMNS = ["id", "op", "_before", "_before_unchanged_toast", "_unchanged_toast", "__unchanged_toast",
-                 "_unrepresentable", "n", "body"]
+CLASHING = """CREATE TABLE clash (id int PRIMARY KEY, op text, "Position" int, "_before" text,
+    "_before_unchanged_toast" int, "_unchanged_toast" text, "__unchanged_toast" text, "_unrepresentable" text,
+    n numeric(10,2), body text)"""
+CLASH_COLUMNS = ["id", "op", "Position", "_before", "_before_unchanged_toast", "_unchanged_toast",
+                 "__unchanged_toast", "_unrepresentable", "n", "body"]
 
 
 def test_a_table_with_columns_named_like_the_extra_columns(spark, pg18, tmp_path):
     """The batch source with ``table``, the ``changes`` job and ``apply`` on a real table whose own columns are
-    called ``op``, ``_before``, ``_before_unchanged_toast``, ``_unchanged_toast`` (and ``__unchanged_toast``)
-    and ``_unrepresentable``: the table's columns hold the table's values, the extra columns are named
-    ``_op``, ``__before``, ``__before_unchanged_toast``, ``___unchanged_toast`` and ``__unrepresentable``."""
+    called ``op``, ``Position``, ``_before``, ``_before_unchanged_toast``, ``_unchanged_toast`` (and
+    ``__unchanged_toast``) and ``_unrepresentable``: the table's columns hold the table's values, the extra
+    columns are named ``_op``, ``_position`` (Spark ignores case), ``__before``, ``__before_unchanged_toast``,
+    ``___unchanged_toast`` and ``__unrepresentable``."""
     import hashlib
 
     from replwire.spark.jobs import apply
@@ -324,9 +326,10 @@ def test_a_table_with_columns_named_like_the_extra_columns(spark, pg18, tmp_path
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"slot_{tag}",))
         xids = []
         for statement in (
-                """INSERT INTO clash VALUES (1, 'one', 'b1', 1, 'ut1', 'uu1', 'ur1', 1.5, repeat('toast 1 ', 1500)),
-                    (2, 'two', 'b2', 2, 'ut2', 'uu2', 'ur2', 2.5, repeat('toast 2 ', 1500)),
-                    (3, 'three', 'b3', 3, 'ut3', 'uu3', 'ur3', 'NaN', repeat('toast 3 ', 1500))""",
+                """INSERT INTO clash VALUES
+                    (1, 'one', 10, 'b1', 1, 'ut1', 'uu1', 'ur1', 1.5, repeat('toast 1 ', 1500)),
+                    (2, 'two', 20, 'b2', 2, 'ut2', 'uu2', 'ur2', 2.5, repeat('toast 2 ', 1500)),
+                    (3, 'three', 30, 'b3', 3, 'ut3', 'uu3', 'ur3', 'NaN', repeat('toast 3 ', 1500))""",
                 "UPDATE clash SET id = 20 WHERE id = 2",  # a key change; body unchanged
                 """UPDATE clash SET op = 'updated', "_before" = 'b3 now', "_unchanged_toast" = NULL
                     WHERE id = 3""",  # body unchanged
@@ -349,24 +352,24 @@ def test_a_table_with_columns_named_like_the_extra_columns(spark, pg18, tmp_path
 
     d = decimal.Decimal
     expected_rows = [
-        ("insert", xids[0], 1, "one", "b1", 1, "ut1", "uu1", "ur1", d("1.50"), digest("toast 1 " * 1500),
+        ("insert", xids[0], 1, "one", 10, "b1", 1, "ut1", "uu1", "ur1", d("1.50"), digest("toast 1 " * 1500),
          None, None, None, None),
-        ("insert", xids[0], 2, "two", "b2", 2, "ut2", "uu2", "ur2", d("2.50"), digest("toast 2 " * 1500),
+        ("insert", xids[0], 2, "two", 20, "b2", 2, "ut2", "uu2", "ur2", d("2.50"), digest("toast 2 " * 1500),
          None, None, None, None),
-        ("insert", xids[0], 3, "three", "b3", 3, "ut3", "uu3", "ur3", None, digest("toast 3 " * 1500),
+        ("insert", xids[0], 3, "three", 30, "b3", 3, "ut3", "uu3", "ur3", None, digest("toast 3 " * 1500),
          None, None, None, [("n", "NaN")]),
-        ("update", xids[1], 20, "two", "b2", 2, "ut2", "uu2", "ur2", d("2.50"), None,
+        ("update", xids[1], 20, "two", 20, "b2", 2, "ut2", "uu2", "ur2", d("2.50"), None,
          old_key(2), None, ["body"], None),
-        ("update", xids[2], 3, "updated", "b3 now", 3, None, "uu3", "ur3", None, None,
+        ("update", xids[2], 3, "updated", 30, "b3 now", 3, None, "uu3", "ur3", None, None,
          None, None, ["body"], [("n", "NaN")]),
-        ("delete", xids[3], 1, None, None, None, None, None, None, None, None, old_key(1), None, None, None)]
+        ("delete", xids[3], 1, *[None] * (len(CLASH_COLUMNS) - 1), old_key(1), None, None, None)]
     extra = ["__before", "__before_unchanged_toast", "___unchanged_toast", "__unrepresentable"]
-    meta = ["_op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time", "position"]
+    meta = ["_op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time", "_position"]
 
     def check_change_rows(df):
         assert df.columns == meta + CLASH_COLUMNS + extra
         assert df.select("schema", "table").distinct().collect() == [("public", "clash")]
-        actual = df.orderBy("commit_lsn", "position").select(
+        actual = df.orderBy("commit_lsn", "_position").select(
             "_op", "xid", *CLASH_COLUMNS[:-1], F.md5("body").alias("body"), *extra[:3],
             F.array_sort(F.map_entries("__unrepresentable")).alias("__unrepresentable"))
         assertDataFrameEqual(actual, spark.createDataFrame(expected_rows, actual.schema), checkRowOrder=True)
@@ -400,6 +403,9 @@ def test_extra_column_names_are_the_defaults_unless_the_table_has_them():
     assert names == {**{name: name for name in defaults}, "position": "__position",
                      "_before_unchanged_toast": "__before_unchanged_toast",
                      "_unrepresentable": "___unrepresentable"}
+    # Spark resolves names ignoring case (spark.sql.caseSensitive is false by default)
+    assert meta_names(["OP", "_Unchanged_Toast"]) == {**{name: name for name in defaults}, "op": "_op",
+                                                      "_unchanged_toast": "__unchanged_toast"}
 
 
 def test_cli_changes_and_apply(pg18, tmp_path):
