@@ -196,14 +196,15 @@ def _fold(batches: Iterator[Any], columns: list[str], key: list[str], truncates:
 
     A batch holds ``op, commit_lsn, position``, the table's ``columns``, ``_before`` (the old image's
     ``key`` columns: all a fold matches by), ``_unchanged_toast`` and ``_unrepresentable`` (as a JSON
-    object), in that order, whatever their names; it is read a column at a time, and the rows handed back
-    have ``arrow_schema``: the ``columns``, then the unrepresentable values, then the unknown columns.  A row of the state is one
-    tuple: its values, the sorted names of its columns of unknown value (or None), its unrepresentable
-    values (a dict, or None).  Tuples of plain values are what the cyclic garbage collector stops tracking,
-    and :func:`~replwire.codec.collector.fewer_collections` makes it walk the state less often.  ``state``
-    holds the first row of each identity, ``more`` the later ones (rows of a REPLICA IDENTITY FULL table
-    can be equal), which an update or delete meets after the first.  A TRUNCATE empties the state at the
-    first row at or after each of ``truncates``, and at its own row when this task sees it.
+    object), in that order, whatever their names; it is read a column at a time.  The rows handed back
+    have ``arrow_schema``: the ``columns``, then the unrepresentable values, then the unknown columns,
+    whatever their names.  A row of the state is one tuple: its values, the sorted names of its columns of
+    unknown value (or None), its unrepresentable values (a dict, or None).  Tuples of plain values are what
+    the cyclic garbage collector stops tracking, and :func:`~replwire.codec.collector.fewer_collections`
+    makes it walk the state less often.  ``state`` holds the first row of each identity, ``more`` the later
+    ones (rows of a REPLICA IDENTITY FULL table can be equal), which an update or delete meets after the
+    first.  A TRUNCATE empties the state at the first row at or after each of ``truncates``, and at its own
+    row when this task sees it.
     """
     import json
     import operator
