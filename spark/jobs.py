@@ -16,7 +16,10 @@ old image), in which case one task folds that table in order; tables are folded 
 from a driver thread of its own.  The result is written as Parquet:
 ``OUT/<schema>.<table>/`` with the table's columns (its last shape), ``_unrepresentable`` (see
 :mod:`replwire.spark.types`) and ``_unchanged_toast`` -- the columns whose value the stream never carried
-(an unchanged TOASTed value of a row last written before the capture began), which stay null.
+(an unchanged TOASTed value of a row last written before the capture began), which stay null.  These two,
+like the extra columns of the change rows, take leading underscores until their names differ from every
+column of the table (:func:`replwire.spark.rows.meta_names` of the table's last shape): a table with a
+column ``_unrepresentable`` of its own gets ``__unrepresentable``.
 """
 
 from __future__ import annotations
@@ -197,13 +200,15 @@ def _fold(batches: Iterator[Any], columns: list[str], key: list[str], truncates:
 
     A batch holds ``op, commit_lsn, position``, the table's ``columns``, ``_before`` (the old image's
     ``key`` columns: all a fold matches by), ``_unchanged_toast`` and ``_unrepresentable`` (as a JSON
-    object), in that order; it is read a column at a time.  A row of the state is one
-    tuple: its values, the sorted names of its columns of unknown value (or None), its unrepresentable
-    values (a dict, or None).  Tuples of plain values are what the cyclic garbage collector stops tracking,
-    and :func:`~replwire.codec.collector.fewer_collections` makes it walk the state less often.  ``state``
-    holds the first row of each identity, ``more`` the later ones (rows of a REPLICA IDENTITY FULL table
-    can be equal), which an update or delete meets after the first.  A TRUNCATE empties the state at the
-    first row at or after each of ``truncates``, and at its own row when this task sees it.
+    object), in that order, whatever their names; it is read a column at a time.  The rows handed back
+    have ``arrow_schema``: the ``columns``, then the unrepresentable values, then the unknown columns,
+    whatever their names.  A row of the state is one tuple: its values, the sorted names of its columns of
+    unknown value (or None), its unrepresentable values (a dict, or None).  Tuples of plain values are what
+    the cyclic garbage collector stops tracking, and :func:`~replwire.codec.collector.fewer_collections`
+    makes it walk the state less often.  ``state`` holds the first row of each identity, ``more`` the later
+    ones (rows of a REPLICA IDENTITY FULL table can be equal), which an update or delete meets after the
+    first.  A TRUNCATE empties the state at the first row at or after each of ``truncates``, and at its own
+    row when this task sees it.
     """
     import json
     import operator
@@ -283,13 +288,13 @@ def _fold(batches: Iterator[Any], columns: list[str], key: list[str], truncates:
         rows = list(state.values())
     state.clear()
     more.clear()
-    types = [arrow_schema.field(c).type for c in (*columns, "_unchanged_toast", "_unrepresentable")]
+    types = arrow_schema.types  # by place: a table may have columns named like the last two
     for start in range(0, max(1, len(rows)), _FOLD_BATCH_ROWS):
         chunk = rows[start:start + _FOLD_BATCH_ROWS]
         values = list(zip(*chunk)) if chunk else [()] * (width + 2)
         arrays = [pa.array(values[i], type=types[i]) for i in range(width)]
-        arrays.append(pa.array([sorted(o.items()) if o else None for o in values[width + 1]], type=types[width + 1]))
-        arrays.append(pa.array([list(u) if u else None for u in values[width]], type=types[width]))
+        arrays.append(pa.array([sorted(o.items()) if o else None for o in values[width + 1]], type=types[width]))
+        arrays.append(pa.array([list(u) if u else None for u in values[width]], type=types[width + 1]))
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
@@ -308,29 +313,32 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     columns = last["columns"]
     key = last["key"] or columns
     types = {f.name: f.dataType for f in schema.fields}
-    # The fold's own columns get names no column of the table has (a table may well have an "op" or a
-    # "position"); each shape's change rows name their meta columns the same way (rows.meta_names).
+    # The fold's own columns, and the two apply writes after the table's, get names no column of the table
+    # has (a table may well have an "op", a "position" or an "_unchanged_toast"); each shape's change rows
+    # name their extra columns the same way, from that shape's columns (rows.meta_names).
     names = meta_names(columns)
     op, lsn, position = _quote(names["op"]), _quote(names["commit_lsn"]), _quote(names["position"])
+    old = _quote(names["_before"])
     frames = []
     for entry in entries:
         if not entry["rows"]:
             continue
         df = spark.read.parquet(os.path.join(changes_dir, entry["path"]))
         present = set(entry["columns"])
-        meta = meta_names(entry["columns"])
-        before = F.when(F.col("_before").isNotNull(), F.struct(*[
-            (F.col(f"_before.{_quote(c)}") if c in present else F.lit(None)).cast(types[c]).alias(c)
+        meta = {name: _quote(chosen) for name, chosen in meta_names(entry["columns"]).items()}
+        before = F.when(F.col(meta["_before"]).isNotNull(), F.struct(*[
+            (F.col(f"{meta['_before']}.{_quote(c)}") if c in present else F.lit(None)).cast(types[c]).alias(c)
             for c in key]))
         # the map as JSON: Spark hands a map column to Python several times slower than a string
         frames.append(df.select(
-            F.col(_quote(meta["op"])).alias(names["op"]), F.col(_quote(meta["commit_lsn"])).alias(names["commit_lsn"]),
-            F.col(_quote(meta["position"])).alias(names["position"]),
+            F.col(meta["op"]).alias(names["op"]), F.col(meta["commit_lsn"]).alias(names["commit_lsn"]),
+            F.col(meta["position"]).alias(names["position"]),
             *[(F.col(_quote(c)) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in columns],
-            before.alias("_before"), "_unchanged_toast", F.to_json("_unrepresentable").alias("_unrepresentable")))
+            before.alias(names["_before"]), F.col(meta["_unchanged_toast"]).alias(names["_unchanged_toast"]),
+            F.to_json(F.col(meta["_unrepresentable"])).alias(names["_unrepresentable"])))
     fold_schema = T.StructType([schema[c] for c in columns] + [
-        T.StructField("_unrepresentable", T.MapType(T.StringType(), T.StringType(), False), True),
-        T.StructField("_unchanged_toast", T.ArrayType(T.StringType(), False), True)])
+        T.StructField(names["_unrepresentable"], T.MapType(T.StringType(), T.StringType(), False), True),
+        T.StructField(names["_unchanged_toast"], T.ArrayType(T.StringType(), False), True)])
     if not frames:
         spark.createDataFrame([], fold_schema).write.parquet(target)
         return 0
@@ -342,11 +350,11 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
         truncates: list[tuple[int, int]] = []  # the task meets every TRUNCATE row itself
         key_changes = True
     else:  # one pass finds both the TRUNCATEs (which every task must hear of) and any key change
-        same_key = " AND ".join(f"({_quote(k)} <=> _before.{_quote(k)})" for k in key)
+        same_key = " AND ".join(f"({_quote(k)} <=> {old}.{_quote(k)})" for k in key)
         found = df.agg(
             F.collect_list(F.when(F.col(op) == "truncate", F.struct(F.col(lsn), F.col(position))))
             .alias("truncates"),
-            F.count(F.when(F.expr(f"{op} = 'update' AND _before IS NOT NULL AND NOT ({same_key})"), 1))
+            F.count(F.when(F.expr(f"{op} = 'update' AND {old} IS NOT NULL AND NOT ({same_key})"), 1))
             .alias("key_changes")).first()
         truncates = sorted((t[0], t[1]) for t in found.truncates)
         key_changes = found.key_changes > 0

@@ -11,9 +11,16 @@ a Python object per row.  The Spark schemas here are the contract of ``spark.rea
 * :func:`table_schema` -- one row per change of one table in one shape (:class:`RelationVersion`): the
   same facts, then the table's own columns, typed (:mod:`replwire.spark.types`), holding the new row
   (the deleted row's key or old image for a delete), ``_before`` (a struct of the same columns: the old
-  key or old row the server sent with an update or delete), ``_unchanged_toast`` (the columns of the row
-  whose unchanged TOASTed value was not sent: null there means "keep what you have", never SQL NULL),
-  ``_before_unchanged_toast`` (the same for ``_before``) and ``_unrepresentable``.
+  key or old row the server sent with an update or delete), ``_before_unchanged_toast`` (the columns of
+  ``_before`` whose unchanged TOASTed value was not sent), ``_unchanged_toast`` (the same for the row: null
+  there means "keep what you have", never SQL NULL) and ``_unrepresentable``.
+
+  These meta and trailing columns are named by :func:`meta_names`: a table may have columns of its own
+  called ``op``, ``position`` or ``_before``, so each of them takes leading underscores until its name
+  differs from every column of the table, ignoring case as Spark does (``_op``, ``__before``,
+  ``___unchanged_toast`` when ``op``, ``_before``, ``_unchanged_toast`` and ``__unchanged_toast`` are
+  taken; ``_position`` beside a ``Position``).  The names depend only on the
+  table's column names, and are the ones above for a table that has none of them.
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ _CHANGE_COLUMNS = [
     ("origin", T.StringType(), pa.string()), ("gid", T.StringType(), pa.string()),
     ("streamed", T.BooleanType(), pa.bool_()),
 ]
+#: The columns after the table's own in the per-table change rows, by their default names.
+EXTRA = ("_before", "_before_unchanged_toast", "_unchanged_toast", "_unrepresentable")
+
 #: The Spark schema of the change DataFrame (every table).
 CHANGES = T.StructType([T.StructField(n, t, True) for n, t, _ in _CHANGE_COLUMNS])
 _CHANGES_ARROW = pa.schema([pa.field(n, a, True) for n, _, a in _CHANGE_COLUMNS])
@@ -147,16 +157,25 @@ class ChangeRows:
 
 
 def meta_names(columns: Iterable[str]) -> dict[str, str]:
-    """The names of the meta columns for a table with ``columns``: ``op``, ``schema``, ... -- each given
-    leading underscores until it differs from every column of the table."""
-    taken = set(columns) | {"_before", "_unchanged_toast", "_unrepresentable"}
+    """The names of the columns the change rows of a table with ``columns`` add to the table's own, by
+    their default names: the meta columns ``op``, ``schema``, ... ``position`` (:data:`META`) and the
+    trailing ``_before``, ``_before_unchanged_toast``, ``_unchanged_toast`` and ``_unrepresentable``
+    (:data:`EXTRA`) -- each given leading underscores until it differs from every column of the table,
+    ignoring case as Spark does by default (``spark.sql.caseSensitive``): beside a column ``OP`` a column
+    ``op`` is ambiguous, and Parquet written with both is refused.
+
+    >>> names = meta_names(["id", "op", "_before", "_unchanged_toast", "__unchanged_toast", "Position"])
+    >>> names["op"], names["schema"], names["position"], names["_before"], names["_unchanged_toast"]
+    ('_op', 'schema', '_position', '__before', '___unchanged_toast')
+    """
+    taken = {c.lower() for c in columns}
     out = {}
-    for name, _, _ in META:
+    for name in [n for n, _, _ in META] + list(EXTRA):
         chosen = name
-        while chosen in taken:
+        while chosen.lower() in taken:
             chosen = "_" + chosen
         out[name] = chosen
-        taken.add(chosen)
+        taken.add(chosen.lower())
     return out
 
 
@@ -173,10 +192,10 @@ def table_schema(version: RelationVersion, loader: ValueLoader | None = None) ->
     meta = meta_names(names)
     row = [T.StructField(n, t.spark, True) for n, t in zip(names, types)]
     return T.StructType([T.StructField(meta[n], t, True) for n, t, _ in META] + row + [
-        T.StructField("_before", T.StructType(row), True),
-        T.StructField("_before_unchanged_toast", T.ArrayType(T.StringType(), False), True),
-        T.StructField("_unchanged_toast", T.ArrayType(T.StringType(), False), True),
-        T.StructField("_unrepresentable", T.MapType(T.StringType(), T.StringType(), False), True)])
+        T.StructField(meta["_before"], T.StructType(row), True),
+        T.StructField(meta["_before_unchanged_toast"], T.ArrayType(T.StringType(), False), True),
+        T.StructField(meta["_unchanged_toast"], T.ArrayType(T.StringType(), False), True),
+        T.StructField(meta["_unrepresentable"], T.MapType(T.StringType(), T.StringType(), False), True)])
 
 
 class TableRows:
@@ -194,11 +213,12 @@ class TableRows:
         self.meta = meta_names(self.names)
         row_fields = [pa.field(n, t.arrow, True) for n, t in zip(self.names, self.types)]
         self._struct = pa.struct(row_fields)
-        self.arrow = pa.schema([pa.field(self.meta[n], a, True) for n, _, a in META] + row_fields + [
-            pa.field("_before", self._struct, True),
-            pa.field("_before_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
-            pa.field("_unchanged_toast", pa.list_(pa.field("element", pa.string(), False)), True),
-            pa.field("_unrepresentable", _UNREPRESENTABLE, True)])
+        meta = self.meta
+        self.arrow = pa.schema([pa.field(meta[n], a, True) for n, _, a in META] + row_fields + [
+            pa.field(meta["_before"], self._struct, True),
+            pa.field(meta["_before_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
+            pa.field(meta["_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
+            pa.field(meta["_unrepresentable"], _UNREPRESENTABLE, True)])
         self.rows: list[tuple[Any, ...]] = []
         self._transaction = _TransactionFacts()
 

@@ -28,7 +28,8 @@ durations, ``\\x`` hex for bytes of a type replwire cannot read).
 Some values have no Spark equivalent: numeric ``NaN``/``Infinity``, date/timestamp ``infinity`` and dates
 outside years 1-9999, multi-dimensional arrays.  They are never turned into NULL: the typed column is left
 null and the value's text goes into the row's ``_unrepresentable`` map (column name -> text), beside
-``_unchanged_toast`` (the columns whose unchanged TOASTed value the server did not send).
+``_unchanged_toast`` (the columns whose unchanged TOASTed value the server did not send).  Both take
+leading underscores in a table that has columns of those names (:func:`replwire.spark.rows.meta_names`).
 """
 
 from __future__ import annotations

@@ -298,6 +298,116 @@ def test_apply_of_a_table_with_columns_named_like_the_meta_columns(spark, tmp_pa
         (1, "c", "x", None)]
 
 
+# A table with columns of its own named like the extra columns of the change rows and of apply's output: each
+# extra column then takes leading underscores until its name is free.
+CLASHING = """CREATE TABLE clash (id int PRIMARY KEY, op text, "Position" int, "_before" text,
+    "_before_unchanged_toast" int, "_unchanged_toast" text, "__unchanged_toast" text, "_unrepresentable" text,
+    n numeric(10,2), body text)"""
+CLASH_COLUMNS = ["id", "op", "Position", "_before", "_before_unchanged_toast", "_unchanged_toast",
+                 "__unchanged_toast", "_unrepresentable", "n", "body"]
+
+
+def test_a_table_with_columns_named_like_the_extra_columns(spark, pg18, tmp_path):
+    """The batch source with ``table``, the ``changes`` job and ``apply`` on a real table whose own columns are
+    called ``op``, ``Position``, ``_before``, ``_before_unchanged_toast``, ``_unchanged_toast`` (and
+    ``__unchanged_toast``) and ``_unrepresentable``: the table's columns hold the table's values, the extra
+    columns are named ``_op``, ``_position`` (Spark ignores case), ``__before``, ``__before_unchanged_toast``,
+    ``___unchanged_toast`` and ``__unrepresentable``."""
+    import hashlib
+
+    from replwire.spark.jobs import apply
+
+    tag = "clash"
+    fresh_database(pg18, tag)
+    with pg18.connect(dbname=tag, autocommit=True) as conn:
+        conn.execute(CLASHING)
+        conn.execute("ALTER TABLE clash ALTER COLUMN body SET STORAGE EXTERNAL")  # TOASTed, uncompressed
+        conn.execute(f"CREATE PUBLICATION pub_{tag} FOR TABLE clash")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"slot_{tag}",))
+        xids = []
+        for statement in (
+                """INSERT INTO clash VALUES
+                    (1, 'one', 10, 'b1', 1, 'ut1', 'uu1', 'ur1', 1.5, repeat('toast 1 ', 1500)),
+                    (2, 'two', 20, 'b2', 2, 'ut2', 'uu2', 'ur2', 2.5, repeat('toast 2 ', 1500)),
+                    (3, 'three', 30, 'b3', 3, 'ut3', 'uu3', 'ur3', 'NaN', repeat('toast 3 ', 1500))""",
+                "UPDATE clash SET id = 20 WHERE id = 2",  # a key change; body unchanged
+                """UPDATE clash SET op = 'updated', "_before" = 'b3 now', "_unchanged_toast" = NULL
+                    WHERE id = 3""",  # body unchanged
+                "DELETE FROM clash WHERE id = 1"):
+            with conn.transaction():
+                xids.append(conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0])
+                conn.execute(statement)
+        rows = peek(conn, f"slot_{tag}", 1, {"publication_names": f"pub_{tag}"})
+        server = conn.execute("SELECT * FROM clash").fetchall()
+    path = write_capture(tmp_path / "clash.rwc", rows, 1)
+
+    # (a) the typed change rows, worked out by hand: a key change and a delete carry the old key in
+    # "__before"; an update leaving body alone lists it in "___unchanged_toast"; numeric NaN goes to
+    # "__unrepresentable"
+    def digest(text):
+        return hashlib.md5(text.encode()).hexdigest()
+
+    def old_key(id_):
+        return (id_, *[None] * (len(CLASH_COLUMNS) - 1))
+
+    d = decimal.Decimal
+    expected_rows = [
+        ("insert", xids[0], 1, "one", 10, "b1", 1, "ut1", "uu1", "ur1", d("1.50"), digest("toast 1 " * 1500),
+         None, None, None, None),
+        ("insert", xids[0], 2, "two", 20, "b2", 2, "ut2", "uu2", "ur2", d("2.50"), digest("toast 2 " * 1500),
+         None, None, None, None),
+        ("insert", xids[0], 3, "three", 30, "b3", 3, "ut3", "uu3", "ur3", None, digest("toast 3 " * 1500),
+         None, None, None, [("n", "NaN")]),
+        ("update", xids[1], 20, "two", 20, "b2", 2, "ut2", "uu2", "ur2", d("2.50"), None,
+         old_key(2), None, ["body"], None),
+        ("update", xids[2], 3, "updated", 30, "b3 now", 3, None, "uu3", "ur3", None, None,
+         None, None, ["body"], [("n", "NaN")]),
+        ("delete", xids[3], 1, *[None] * (len(CLASH_COLUMNS) - 1), old_key(1), None, None, None)]
+    extra = ["__before", "__before_unchanged_toast", "___unchanged_toast", "__unrepresentable"]
+    meta = ["_op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time", "_position"]
+
+    def check_change_rows(df):
+        assert df.columns == meta + CLASH_COLUMNS + extra
+        assert df.select("schema", "table").distinct().collect() == [("public", "clash")]
+        actual = df.orderBy("commit_lsn", "_position").select(
+            "_op", "xid", *CLASH_COLUMNS[:-1], F.md5("body").alias("body"), *extra[:3],
+            F.array_sort(F.map_entries("__unrepresentable")).alias("__unrepresentable"))
+        assertDataFrameEqual(actual, spark.createDataFrame(expected_rows, actual.schema), checkRowOrder=True)
+
+    check_change_rows(spark.read.format("replwire").option("table", "public.clash").load(path))
+    out = tmp_path / "state"
+    apply(spark, [path], str(out))
+    check_change_rows(spark.read.parquet(str(out / "_changes" / "public.clash" / "v1")))  # the changes job's rows
+
+    # (b) apply's current rows equal SELECT * on the server, plus "__unrepresentable" (NaN's text where the
+    # decimal column is null) and "___unchanged_toast" (null: every value was captured)
+    state = spark.read.parquet(str(out / "public.clash"))
+    assert state.columns == CLASH_COLUMNS + ["__unrepresentable", "___unchanged_toast"]
+    actual = state.select(*CLASH_COLUMNS, F.array_sort(F.map_entries("__unrepresentable")).alias(
+        "__unrepresentable"), "___unchanged_toast")
+    n = CLASH_COLUMNS.index("n")
+    expected = [(*r[:n], None, *r[n + 1:], [("n", "NaN")], None) if r[n].is_nan() else (*r, None, None)
+                for r in server]
+    assert sorted(r[0] for r in expected) == [3, 20]
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, actual.schema))
+
+
+def test_extra_column_names_are_the_defaults_unless_the_table_has_them():
+    from replwire.spark.rows import meta_names
+
+    defaults = ["op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time", "position", "_before",
+                "_before_unchanged_toast", "_unchanged_toast", "_unrepresentable"]
+    assert meta_names(["id", "body", "__before", "op_"]) == {name: name for name in defaults}
+    names = meta_names(["position", "_position", "_before_unchanged_toast", "_unrepresentable",
+                        "__unrepresentable"])
+    assert names == {**{name: name for name in defaults}, "position": "__position",
+                     "_before_unchanged_toast": "__before_unchanged_toast",
+                     "_unrepresentable": "___unrepresentable"}
+    # Spark resolves names ignoring case (spark.sql.caseSensitive is false by default)
+    assert meta_names(["OP", "_Unchanged_Toast"]) == {**{name: name for name in defaults}, "op": "_op",
+                                                      "_unchanged_toast": "__unchanged_toast"}
+
+
 def test_cli_changes_and_apply(pg18, tmp_path):
     tag = "spark_cli"
     fresh_database(pg18, tag)
