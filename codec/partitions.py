@@ -301,13 +301,16 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
 
 
 def plan_processes() -> int:
-    """How many worker processes :func:`plan` does well with on this machine: one fewer than the CPUs this
-    process may run on (it decodes while they read), at most 3 (more read faster than one can decode)."""
+    """How many worker processes :func:`plan` does well with on this machine: as many as the CPUs this
+    process may run on, at most 3 (more read faster than this process can merge), none with one CPU.
+
+    Measured on the 1M-message benchmark capture with two CPUs: 1.79 s with no workers, 1.90 s with one
+    (it reads everything while this process mostly waits), 1.53 s with two, 1.70 s with three."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         cpus = os.cpu_count() or 1
-    return max(0, min(3, cpus - 1))
+    return min(3, cpus) if cpus > 1 else 0
 
 
 @dataclass(slots=True)

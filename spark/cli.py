@@ -30,8 +30,8 @@ def _options(function: Any) -> Any:
                      help="About how many MB of input one Spark task decodes (default: chosen from the "
                           "input size and the parallelism)."),
         click.option("--plan-processes", type=click.IntRange(0), default=None,
-                     help="Worker processes that help the first pass read the inputs (default: one fewer "
-                          "than the CPUs, at most 3; 0 for none)."),
+                     help="Worker processes that help the first pass read the inputs (default: as many as "
+                          "the CPUs, at most 3, none with one CPU; 0 for none)."),
         click.option("--overwrite", is_flag=True, help="Replace the output directory if it is not empty."),
     ]):
         function = option(function)

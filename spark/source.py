@@ -27,8 +27,8 @@ Options (all optional but the paths):
 ``minPartitions``
     Cut the inputs into at least this many partitions where they are big enough (default 1).
 ``planProcesses``
-    Worker processes that help the first pass read the inputs (default: one fewer than the driver's CPUs,
-    at most 3; 0 for none).  The result is the same either way.
+    Worker processes that help the first pass read the inputs (default: as many as the driver's CPUs, at
+    most 3, none with one CPU; 0 for none).  The result is the same either way.
 """
 
 from __future__ import annotations
