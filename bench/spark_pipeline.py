@@ -132,7 +132,8 @@ def spark_session(master: str):
 
 def _descendants_cpu() -> dict[int, tuple[str, float]]:
     """CPU seconds (user + system) of every process below this one, by pid, with its command name: the JVM
-    and Spark's Python workers (Linux ``/proc``)."""
+    and Spark's Python workers (Linux ``/proc``).  A process's seconds include those of its children that
+    have ended and been waited for (the first pass's worker processes), so that no work goes uncounted."""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, tuple[int, str, float]] = {}
     for entry in os.listdir("/proc"):
@@ -144,7 +145,8 @@ def _descendants_cpu() -> dict[int, tuple[str, float]]:
         except OSError:
             continue
         name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-        stats[int(entry)] = (int(rest[1]), name, (int(rest[11]) + int(rest[12])) / tick)  # ppid, utime, stime
+        # ppid; utime + stime + cutime + cstime
+        stats[int(entry)] = (int(rest[1]), name, sum(int(rest[i]) for i in (11, 12, 13, 14)) / tick)
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
