@@ -300,6 +300,7 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
 @pytest.mark.parametrize("processes", [0, 2])
 def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch, processes):
     monkeypatch.setattr(partitions, "_PROGRESS_BYTES", 1000)
+    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
     maker = StreamMaker(11)
     rows = maker.make()
     middle = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")  # between transactions
@@ -343,6 +344,34 @@ def test_a_torn_tail_is_reported_and_the_rest_decoded(tmp_path):
 # -- the first pass with worker processes -----------------------------------------------------------------------
 
 
+@pytest.fixture
+def workers_for_any_size(monkeypatch):
+    """Worker processes even for the small inputs of these tests (plan starts them for 32 MiB or more); the
+    list of how many each pool started, so a test can check the workers did the reading."""
+    started = []
+
+    class Counted(partitions._ScanPool):
+        def __init__(self, processes):
+            super().__init__(processes)
+            started.append(processes)
+
+    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
+    monkeypatch.setattr(partitions, "_ScanPool", Counted)
+    return started
+
+
+def test_small_inputs_are_read_without_worker_processes(tmp_path, monkeypatch):
+    def refuse(processes):
+        raise AssertionError("worker processes started for a small input")
+
+    monkeypatch.setattr(partitions, "_ScanPool", refuse)
+    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(1).make())])
+    assert _plan_facts(plan(inputs, part_bytes=300, processes=2)) == _plan_facts(plan(inputs, part_bytes=300))
+    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
+    with pytest.raises(AssertionError, match="worker processes started"):
+        plan(inputs, part_bytes=300, processes=2)
+
+
 def _plan_facts(result):
     return ([(p.number, p.source.index, p.start, p.stop, p.state, dict(p.outcomes), p.repeated_lone, p.records)
              for p in result.parts],
@@ -365,7 +394,7 @@ def _resumed_and_damaged(tmp_path, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_worker_processes_make_the_same_plan(tmp_path, seed):
+def test_worker_processes_make_the_same_plan(tmp_path, workers_for_any_size, seed):
     """With worker processes reading the records, the plan is the one reading them here gives -- wherever it
     is cut, over several segments, and with a damaged segment whose later records are dropped."""
     inputs = _resumed_and_damaged(tmp_path, seed)
@@ -374,19 +403,23 @@ def test_worker_processes_make_the_same_plan(tmp_path, seed):
         assert here.tails and here.tails[0][0] == inputs[2].path
         assert len(here.parts) >= (3 if size >= 5000 else 30)
         for processes in (1, 2):
+            before = len(workers_for_any_size)
             assert _plan_facts(plan(inputs, part_bytes=size, processes=processes)) == _plan_facts(here), (size, processes)
+            # (an input of one run, as at the largest size, is read here: there is nothing to share out)
+            assert workers_for_any_size[before:] == ([processes] if size < 1 << 30 else [])
 
 
-def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path):
+def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path, workers_for_any_size):
     rows = StreamMaker(8).make()
     csv_path = tmp_path / "rows.csv"
     csv_path.write_text("".join(f"{LSN(lsn)},{0},\\x{data.hex()}\n" for lsn, data in rows))
     inputs = open_inputs([csv_path], proto_version=4)
     for size in (1, 500, 1 << 30):
         assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(plan(inputs, part_bytes=size))
+    assert workers_for_any_size == [2, 2]  # (at the largest size, the one run is read here)
 
 
-def test_worker_processes_raise_what_reading_here_raises(tmp_path):
+def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_any_size):
     """A bad COPY-CSV row found by a worker arrives as the same error, naming the file and offset; a stream
     out of order raises the decoder's error, also where a Begin is read ahead by the scan."""
     rows = StreamMaker(4).make()
@@ -423,7 +456,7 @@ def test_worker_processes_raise_what_reading_here_raises(tmp_path):
             assert str(raised.value) == str(expected.value), (name, processes)
 
 
-def test_a_worker_that_dies_is_named(tmp_path):
+def test_a_worker_that_dies_is_named(tmp_path, workers_for_any_size):
     inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(2).make())])
     with partitions._ScanPool(1) as pool:
         pool.workers[0][0].kill()
