@@ -5,14 +5,17 @@ Spark task per part decodes it *once* and writes the typed change rows of every 
 (:class:`~replwire.spark.rows.TableRows`) straight to Parquet, one file per table shape per part:
 ``OUT/<schema>.<table>/v<N>/part-<part>.parquet`` (a task that runs again rewrites the same file, so retries
 are harmless).  Logical messages go to ``OUT/_messages``.  ``OUT/_replwire.json`` describes what was written:
-every table shape with its columns, key columns, replica identity and row count.
+every table shape with its columns, key columns, replica identity and row count, and what :func:`apply` must
+know before it folds: the ``(commit_lsn, position)`` of each TRUNCATE, and whether an update carried the
+row's old key or old image.
 
 :func:`apply` turns those changes into the current state of each table: rows are ordered by
 ``(commit_lsn, position)`` -- the order the server committed them in -- and folded per key (the replica
 identity columns): an insert sets the row, an update replaces it (an unchanged TOASTed value keeps the value
 the row had), a delete removes it, a TRUNCATE empties the table.  Keys are spread over Spark tasks by hash,
-unless an update changed a key or the table has REPLICA IDENTITY FULL (rows are then matched by their whole
-old image), in which case one task folds that table in order; tables are folded at the same time, each
+unless an update carried an old key -- the server sends one when the key changed (and, rarely, when a key
+value was stored out of line) -- or the table has REPLICA IDENTITY FULL (rows are then matched by their
+whole old image), in which case one task folds that table in order; tables are folded at the same time, each
 from a driver thread of its own.  The result is written as Parquet:
 ``OUT/<schema>.<table>/`` with the table's columns (its last shape), ``_unrepresentable`` (see
 :mod:`replwire.spark.types`) and ``_unchanged_toast`` -- the columns whose value the stream never carried
@@ -49,6 +52,10 @@ class ChangesSummary:
     rows: dict[str, dict[int, int]] = field(default_factory=dict)  # table -> version -> rows
     messages: int = 0
     tails: list[str] = field(default_factory=list)
+    #: table -> version -> the ``(commit_lsn, position)`` of each TRUNCATE of the table, in stream order
+    truncates: dict[str, dict[int, list[tuple[int, int]]]] = field(default_factory=dict)
+    #: table -> the versions with an update that carried the row's old key or old image
+    old_images: dict[str, set[int]] = field(default_factory=dict)
 
     @property
     def changes(self) -> int:
@@ -80,8 +87,10 @@ def _prepare_out(out: str, overwrite: bool) -> None:
     os.makedirs(out, exist_ok=True)
 
 
-def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> Iterator[tuple[str, int, int]]:
-    """Spark task: decode parts, write each table shape's rows to its Parquet file; yield row counts."""
+def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> Iterator[tuple[Any, ...]]:
+    """Spark task: decode parts, write each table shape's rows to its Parquet file; yield, per shape, the
+    row count, the ``(commit_lsn, position)`` of each TRUNCATE and whether an update carried an old image
+    (what :func:`apply` needs to know before it folds; ``("_messages", 0, n)`` for logical messages)."""
     import pyarrow.parquet as pq
 
     from replwire.codec.partitions import Shapes, decode_part
@@ -96,6 +105,8 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
         collectors: dict[Any, Any] = {}
         writers: dict[Any, Any] = {}
         counts: dict[Any, int] = {}
+        truncates: dict[Any, list[tuple[int, int]]] = {}
+        old_images: set[Any] = set()
 
         def flush(target: Any, rows: Any, final: bool = False) -> None:
             if not len(rows):
@@ -133,6 +144,11 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
                 if rows is None:
                     rows = collectors[(name, target.version)] = TableRows(target, loader)
                 rows.add(decoded)
+                if change.op == "truncate":
+                    truncates.setdefault((name, target.version), []).append(
+                        (int(decoded.outcome.commit_lsn), decoded.position))
+                elif change.op == "update" and (change.message.key or change.message.old):
+                    old_images.add((name, target.version))
                 if len(rows) >= 8192:
                     flush((name, target.version), rows)
         for target, rows in collectors.items():
@@ -141,7 +157,8 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
             writer.close()
             os.replace(path, path.replace(f"{os.sep}.part-", f"{os.sep}part-").removesuffix(".tmp"))
         for target, n in counts.items():
-            yield ("_messages", 0, n) if target == "_messages" else (*target, n)
+            yield (("_messages", 0, n) if target == "_messages"
+                   else (*target, n, truncates.get(target, []), target in old_images))
 
 
 def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
@@ -170,16 +187,24 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
     counted = rdd.mapPartitions(lambda parts: _decode_and_write(parts, versions, out)).collect()
     summary = ChangesSummary(out, result.records, result.transactions, len(result.parts),
                              tails=[f"{path}: {tail}" for path, tail in result.tails])
-    for table, version, n in counted:
+    for table, version, n, *facts in counted:
         if table == "_messages":
             summary.messages += n
         else:
             summary.rows.setdefault(table, {}).setdefault(version, 0)
             summary.rows[table][version] += n
+            summary.truncates.setdefault(table, {}).setdefault(version, []).extend(facts[0])
+            if facts[1]:
+                summary.old_images.setdefault(table, set()).add(version)
+    for by_version in summary.truncates.values():
+        for found in by_version.values():
+            found.sort()
     manifest = {"inputs": [i.path for i in inputs], "proto_version": inputs[0].proto_version,
                 "tables": [{"table": v.name, "schema": v.schema, "name": v.table, "version": v.version,
                             "path": os.path.join(_dir_name(v.name), f"v{v.version}"),
                             "rows": summary.rows.get(v.name, {}).get(v.version, 0),
+                            "truncates": summary.truncates.get(v.name, {}).get(v.version, []),
+                            "updates_with_old_image": v.version in summary.old_images.get(v.name, ()),
                             "replica_identity": v.relation.replica_identity,
                             "columns": [c.name for c in v.relation.columns],
                             "key": [c.name for c in v.relation.columns if c.flags & 1],
@@ -317,8 +342,7 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     # has (a table may well have an "op", a "position" or an "_unchanged_toast"); each shape's change rows
     # name their extra columns the same way, from that shape's columns (rows.meta_names).
     names = meta_names(columns)
-    op, lsn, position = _quote(names["op"]), _quote(names["commit_lsn"]), _quote(names["position"])
-    old = _quote(names["_before"])
+    lsn, position = _quote(names["commit_lsn"]), _quote(names["position"])
     frames = []
     for entry in entries:
         if not entry["rows"]:
@@ -345,19 +369,16 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
-    spark.sparkContext.setJobDescription(f"replwire apply: {table}: truncates and key changes")
     if last["replica_identity"] == "f":  # rows matched by their whole old image: one task, in order
         truncates: list[tuple[int, int]] = []  # the task meets every TRUNCATE row itself
         key_changes = True
-    else:  # one pass finds both the TRUNCATEs (which every task must hear of) and any key change
-        same_key = " AND ".join(f"({_quote(k)} <=> {old}.{_quote(k)})" for k in key)
-        found = df.agg(
-            F.collect_list(F.when(F.col(op) == "truncate", F.struct(F.col(lsn), F.col(position))))
-            .alias("truncates"),
-            F.count(F.when(F.expr(f"{op} = 'update' AND {old} IS NOT NULL AND NOT ({same_key})"), 1))
-            .alias("key_changes")).first()
-        truncates = sorted((t[0], t[1]) for t in found.truncates)
-        key_changes = found.key_changes > 0
+    else:
+        # Every task must hear of every TRUNCATE; and rows can be spread by key only if no key changed.  The
+        # changes job noted both as it wrote the rows.  An update carries the old key only when its key
+        # changed (or, rarely, when a key value was stored out of line): taken as a key change, it makes
+        # the fold one task, which is right in every case.
+        truncates = sorted((at, where) for entry in entries for at, where in entry["truncates"])
+        key_changes = any(entry["updates_with_old_image"] for entry in entries)
     spark.sparkContext.setJobDescription(f"replwire apply: {table}")
     spread = df.coalesce(1) if key_changes else df.repartition(spark.sparkContext.defaultParallelism, *key)
     arrow_schema = to_arrow_schema(fold_schema, timezone="UTC")

@@ -262,6 +262,17 @@ def test_changes_job_writes_each_table_and_agrees_with_the_change_rows(spark, pg
                          "xid", "lsn", "commit_lsn", "position"))
     assertDataFrameEqual(per_table, expected)
     assert summary.changes == expected.count()
+    # What apply reads from the manifest instead of from the rows, against the change rows: each table's
+    # TRUNCATEs, and whether an update carried an old key or image (items: its key change; full_ident: all)
+    for name in ("public.items", "public.full_ident", "public.trunc"):
+        entries = [t for t in manifest["tables"] if t["table"] == name]
+        found = sorted(tuple(t) for e in entries for t in e["truncates"])
+        assert found == sorted(tuple(r) for r in truncates.where(F.col("t") == name).select(
+            "commit_lsn", "position").collect()), name
+        old_images = every.where(F.concat_ws(".", "schema", "table") == name).where(
+            "op = 'update' AND (old IS NOT NULL OR key IS NOT NULL)").count() > 0
+        assert any(e["updates_with_old_image"] for e in entries) == old_images == (name != "public.trunc"), name
+    assert len([t for e in manifest["tables"] if e["table"] == "public.trunc" for t in e["truncates"]]) == 1
     inserted = spark.read.parquet(str(out / "public.items" / "v1")).where("op = 'insert' AND id = 1")
     assert inserted.select("price", "tstz", "nums").first() == (
         decimal.Decimal("1.25"), dt.datetime(2024, 1, 1, 9, 0), [1, 2])  # 11:00+02 = 09:00 UTC
