@@ -295,7 +295,7 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
         raise ValueError(f"processes must be 0 or more, not {processes}")
     total = sum(i.size - i.first for i in inputs)
     target = max(1, min(part_bytes, total // max(1, min_parts)))
-    unit = min(target, _PROGRESS_BYTES)
+    unit = max(1, min(target // 8, _PROGRESS_BYTES))  # runs: parts are cut where runs start
     with fewer_collections():
         if processes and total >= _POOL_BYTES and any(i.size - i.first > unit for i in inputs):
             with _ScanPool(processes) as pool:
@@ -584,7 +584,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
            progress: Callable[[int, int], None] | None) -> Plan:
     """Run the decoder and router over the control records of ``runs`` (every input's, in order), note the
     transaction of each stretch of row changes, and make the parts: a part starts with an input, or with the
-    first run at or past ``target`` bytes after the part's start."""
+    first run at or past the next multiple of ``target`` bytes from the input's first record."""
     decoder = Decoder(proto_version=inputs[0].proto_version)
     router = Router(decoder)
     parts: list[Part] = []
@@ -600,7 +600,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     last_end = -1
     done = 0  # bytes of the inputs before this one
     source: Input | None = None
-    part, part_keys = None, set()
+    part, part_keys, cut = None, set(), 0
     skipped = 0  # messages the decoder has not counted yet (row changes, plain transactions)
     plain = 0  # plain transactions committed (not decoded one message at a time)
 
@@ -677,7 +677,10 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                     pending.pop(key, None)
                     dropped.pop(key, None)
             part = None
-        if part is None or (run.records and run.start >= part.start + target):
+        if part is None or (run.records and run.start >= cut):
+            # cuts fall on a grid of target bytes from the input's start, so parts are target +- a run
+            # whatever the runs' sizes: no error piles up into a last part much smaller than the rest
+            cut = source.first + ((run.start - source.first) // target + 1) * target
             decoder.index += skipped
             skipped = 0
             part = Part(len(parts), source, run.start, run.stop, router.state())

@@ -293,8 +293,14 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
     for a, b in zip(result.parts, result.parts[1:]):
         assert a.stop == b.start
     assert len(result.parts) >= inputs[0].size // 2000 - 1
-    assert max(p.size for p in result.parts) < 2000 + max(len(d) for _, d in rows) + 64
-    assert len(plan(inputs, part_bytes=1 << 30, min_parts=4).parts) == 4
+    # parts are cut where runs of about an eighth of the size start (records of up to `longest` bytes)
+    longest = max(len(d) for _, d in rows) + 64
+    assert max(p.size for p in result.parts) < 2000 + 2000 // 8 + longest
+    assert min(p.size for p in result.parts[:-1]) > 2000 - 2000 // 8 - longest
+    # asked for four: four of about a quarter each, the last not left with what the others did not take
+    quarters = plan(inputs, part_bytes=1 << 30, min_parts=4).parts
+    quarter = (inputs[0].size - inputs[0].first) // 4
+    assert len(quarters) == 4 and all(abs(p.size - quarter) < quarter // 8 + longest for p in quarters)
 
 
 @pytest.mark.parametrize("processes", [0, 2])
@@ -405,8 +411,7 @@ def test_worker_processes_make_the_same_plan(tmp_path, workers_for_any_size, see
         for processes in (1, 2):
             before = len(workers_for_any_size)
             assert _plan_facts(plan(inputs, part_bytes=size, processes=processes)) == _plan_facts(here), (size, processes)
-            # (an input of one run, as at the largest size, is read here: there is nothing to share out)
-            assert workers_for_any_size[before:] == ([processes] if size < 1 << 30 else [])
+            assert workers_for_any_size[before:] == [processes]
 
 
 def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path, workers_for_any_size):
@@ -416,7 +421,7 @@ def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path, workers_fo
     inputs = open_inputs([csv_path], proto_version=4)
     for size in (1, 500, 1 << 30):
         assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(plan(inputs, part_bytes=size))
-    assert workers_for_any_size == [2, 2]  # (at the largest size, the one run is read here)
+    assert workers_for_any_size == [2, 2, 2]
 
 
 def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_any_size):
