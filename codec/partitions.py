@@ -30,6 +30,7 @@ import bisect
 import os
 import pickle
 import struct
+import warnings
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -309,6 +310,9 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
     decodes the few that are not row changes, when the inputs are large enough to repay their start (32
     MiB); see :func:`plan_processes` for a number that suits the machine.  The plan is the same either way.
 
+    Should a worker process fail (it cannot start, say, or is killed), a :class:`RuntimeWarning` says so and
+    this process reads the inputs itself, from the start (``progress`` starts again too).
+
     Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
     changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
     ``progress(bytes_read, total_bytes)`` is called every 4 MiB of input or so, and at the end.
@@ -320,8 +324,12 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
     unit = max(1, min(target // 8, _PROGRESS_BYTES))  # runs: parts are cut where runs start
     with fewer_collections():
         if processes and total >= _POOL_BYTES and any(i.size - i.first > unit for i in inputs):
-            with _ScanPool(processes) as pool:
-                return _merge(inputs, pool.runs(inputs, unit), target, total, progress)
+            try:
+                with _ScanPool(processes) as pool:
+                    return _merge(inputs, pool.runs(inputs, unit), target, total, progress)
+            except (WorkerLost, OSError) as error:  # they are a help, not a need: read here instead
+                warnings.warn(f"replwire: the first pass reads its inputs without worker processes: {error}",
+                              RuntimeWarning, stacklevel=2)
         return _merge(inputs, _runs_here(inputs, unit), target, total, progress)
 
 
@@ -463,6 +471,10 @@ def _starts(source: Input, unit: int) -> Iterator[int]:
             cut = start + unit
 
 
+class WorkerLost(RuntimeError):
+    """A worker process of the first pass ended without answering (it could not start, or was killed)."""
+
+
 class _ScanPool:
     """Worker processes that read runs of records (:func:`_scan_run`) ahead of the merge, in stream order.
 
@@ -528,13 +540,13 @@ class _ScanPool:
             raise value
         return value  # type: ignore[no-any-return]
 
-    def _ended(self, index: int) -> RuntimeError:
+    def _ended(self, index: int) -> WorkerLost:
         process, errors = self.workers[index]
         process.wait()
         errors.seek(0)
         said = errors.read().decode("utf-8", "replace").strip()
-        return RuntimeError(f"a first-pass worker process ended (exit code {process.returncode})"
-                            + (f":\n{said}" if said else ""))
+        return WorkerLost(f"a first-pass worker process ended (exit code {process.returncode})"
+                          + (f":\n{said}" if said else ""))
 
     def close(self) -> None:
         for process, errors in self.workers:

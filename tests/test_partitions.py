@@ -465,8 +465,20 @@ def test_a_worker_that_dies_is_named(tmp_path, workers_for_any_size):
     inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(2).make())])
     with partitions._ScanPool(1) as pool:
         pool.workers[0][0].kill()
-        with pytest.raises(RuntimeError, match=r"a first-pass worker process ended \(exit code -9\)"):
+        with pytest.raises(partitions.WorkerLost, match=r"a first-pass worker process ended \(exit code -9\)"):
             list(pool.runs(inputs, 100))
+
+
+def test_workers_that_cannot_start_leave_the_reading_to_this_process(tmp_path, workers_for_any_size, monkeypatch):
+    """Worker processes are a help, not a need: if they fail, the plan is made here, with a warning."""
+    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(2).make())])
+    expected = _plan_facts(plan(inputs, part_bytes=300))
+    import sys
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # each worker exits at once, with code 1
+    with pytest.warns(RuntimeWarning, match=r"without worker processes: a first-pass worker process ended \(exit code 1\)"):
+        assert _plan_facts(plan(inputs, part_bytes=300, processes=2)) == expected
+    assert workers_for_any_size == [2]
 
 
 # -- real servers ----------------------------------------------------------------------------------------------
