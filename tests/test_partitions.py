@@ -481,6 +481,48 @@ def test_workers_that_cannot_start_leave_the_reading_to_this_process(tmp_path, w
     assert workers_for_any_size == [2]
 
 
+def test_a_worker_killed_while_writing_its_answer_leaves_the_reading_to_this_process(tmp_path, monkeypatch):
+    """A worker killed half-way through an answer larger than its pipe (the OOM killer, say) is a lost worker
+    like any other: a warning, and the plan made here -- not an unpickling error."""
+    import fcntl
+    import os
+    import signal
+    import struct
+    import termios
+    import time
+
+    rows = [(0x1000 + i, build(Message(xid=None, flags=0, lsn=LSN(0x1000 + i), prefix="p", content=b"x" * 50_000),
+                               proto_version=4)) for i in range(40)]  # all control records: answers of ~256 kB
+    inputs = open_inputs([write_capture(tmp_path / "a.rwc", rows)])
+    expected = _plan_facts(plan(inputs, part_bytes=2 << 20))
+    pools = []
+
+    class Seen(partitions._ScanPool):
+        def __init__(self, processes):
+            super().__init__(processes)
+            pools.append(self)
+
+    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
+    monkeypatch.setattr(partitions, "_ScanPool", Seen)
+
+    def kill_the_next_answerer(done, total):  # after the first run: worker 1 is writing the second answer
+        if len(pools) != 1 or not pools[0].workers or pools[0].workers[1][0].poll() is not None:
+            return
+        process = pools[0].workers[1][0]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until its pipe is full: it is blocked inside the answer
+            waiting = struct.unpack("i", fcntl.ioctl(process.stdout.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+            if waiting >= 65536:
+                break
+            time.sleep(0.01)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+    with pytest.warns(RuntimeWarning, match="without worker processes: a first-pass worker process ended"):
+        got = plan(inputs, part_bytes=2 << 20, processes=2, progress=kill_the_next_answerer)
+    assert _plan_facts(got) == expected
+
+
 # -- real servers ----------------------------------------------------------------------------------------------
 
 
