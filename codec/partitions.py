@@ -589,10 +589,16 @@ def _send(stream: Any, value: Any) -> None:
 
 
 def _receive(stream: Any) -> Any:
+    """The next value, or ``None`` if the stream ends before a whole one (its writer is gone, perhaps killed
+    half-way through a value larger than the pipe holds)."""
     head = stream.read(_LENGTH.size)
     if len(head) < _LENGTH.size:
         return None
-    return pickle.loads(stream.read(_LENGTH.unpack(head)[0]))
+    (length,) = _LENGTH.unpack(head)
+    data = stream.read(length)
+    if len(data) < length:
+        return None
+    return pickle.loads(data)
 
 
 def _serve_scans() -> None:
