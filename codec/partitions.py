@@ -327,7 +327,7 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
             try:
                 with _ScanPool(processes) as pool:
                     return _merge(inputs, pool.runs(inputs, unit), target, total, progress)
-            except (WorkerLost, OSError) as error:  # they are a help, not a need: read here instead
+            except WorkerLost as error:  # they are a help, not a need: read here instead
                 warnings.warn(f"replwire: the first pass reads its inputs without worker processes: {error}",
                               RuntimeWarning, stacklevel=2)
         return _merge(inputs, _runs_here(inputs, unit), target, total, progress)
@@ -498,6 +498,9 @@ class _ScanPool:
                 errors = tempfile.TemporaryFile()
                 self.workers.append((subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                       stderr=errors, env=env), errors))
+        except OSError as error:  # cannot start one: a lost worker (only the pool's own failures are)
+            self.close()
+            raise WorkerLost(f"a first-pass worker process could not start: {error}") from error
         except BaseException:
             self.close()
             raise
@@ -532,7 +535,10 @@ class _ScanPool:
             yield run
 
     def _answer(self, index: int) -> _Run:
-        answer = _receive(self.workers[index][0].stdout)
+        try:
+            answer = _receive(self.workers[index][0].stdout)
+        except OSError:
+            answer = None
         if answer is None:
             raise self._ended(index)
         kind, value = answer

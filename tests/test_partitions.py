@@ -523,6 +523,25 @@ def test_a_worker_killed_while_writing_its_answer_leaves_the_reading_to_this_pro
     assert _plan_facts(got) == expected
 
 
+def test_an_os_error_that_is_not_the_workers_is_not_taken_for_a_lost_worker(tmp_path, workers_for_any_size):
+    """Only the workers' own failures make plan read again without them: an OSError from elsewhere (here the
+    progress callback, printing to a closed pipe) is raised at once, with no warning and no second reading."""
+    import warnings
+
+    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(1).make())])
+    calls = []
+
+    def progress(done, total):
+        calls.append(done)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BrokenPipeError):
+            plan(inputs, part_bytes=300, processes=2, progress=progress)
+    assert len(calls) == 1
+
+
 # -- real servers ----------------------------------------------------------------------------------------------
 
 
