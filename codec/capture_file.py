@@ -42,8 +42,8 @@ class CaptureFileError(ReplwireError, ValueError):
         where = f" at offset {offset}" if offset is not None else ""
         super().__init__(f"{path}{where}: {reason}")
 
-    def __reduce__(self) -> tuple[Any, ...]:  # whole after crossing a process boundary
-        return (CaptureFileError, (self.path, self.reason, self.offset))
+    def __reduce__(self) -> tuple[Any, ...]:  # whole after crossing a process boundary, notes and all
+        return (CaptureFileError, (self.path, self.reason, self.offset), self.__dict__)
 
 
 @dataclass(frozen=True)

@@ -315,7 +315,8 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
 
     Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
     changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
-    ``progress(bytes_read, total_bytes)`` is called every 4 MiB of input or so, and at the end.
+    ``progress(bytes_read, total_bytes)`` is called after each run of records (an eighth of a part, at
+    most 4 MiB) and at the end.
     """
     if processes < 0:
         raise ValueError(f"processes must be 0 or more, not {processes}")
@@ -369,9 +370,10 @@ class _Run:
 _BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
 
 
-def _scan_run(source: Input, start: int, stop: int | None, unit: int | None) -> _Run:
-    """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop``, or, with ``unit``,
-    up to the first record at or past ``start + unit``.  Runs in a worker process, or in this one.
+def _scan_run(source: Input, start: int, stop: int, unit: int | None) -> _Run:
+    """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop`` -- with ``unit``, up
+    to the first record at or past ``start + unit`` if that comes first.  Runs in a worker process, or in
+    this one.
 
     Begin and Commit records are parsed here (they read the same inside a stream or out), so that a plain
     transaction reaches the merge as a few numbers; the merge decodes them after all when the stream
@@ -382,7 +384,7 @@ def _scan_run(source: Input, start: int, stop: int | None, unit: int | None) -> 
     rows: list[int] = []
     tails: list[TailProblem] = []
     cut = start + unit if unit is not None else None
-    end = source.size
+    end = stop
     version, row_tags, records, run = source.proto_version, _ROW_TAGS, 0, 0
     begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
     reading = read_records(source, start, stop, tails.append, raw=True)
@@ -419,8 +421,6 @@ def _scan_run(source: Input, start: int, stop: int | None, unit: int | None) -> 
         rows.append(begin[4])
         controls.append(begin[:3])
     rows.append(run)
-    if stop is not None and not tails:
-        end = stop
     return _Run(source, start, end, records, controls, rows, tails[0] if tails else None)
 
 
@@ -437,7 +437,7 @@ def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
     for source in inputs:
         start = source.first
         while True:
-            run = _scan_run(source, start, None, unit)
+            run = _scan_run(source, start, source.size, unit)  # (a file still growing: its size then)
             yield run
             if run.stop >= source.size or run.tail is not None:
                 break
@@ -452,7 +452,7 @@ def _starts(source: Input, unit: int) -> Iterator[int]:
     if source.form == "capture":
         cut = source.first + unit
         with read_capture(source.path) as reader:
-            for offset, _ in reader.offsets():
+            for offset, _ in reader.offsets(source.size):
                 if offset >= cut:
                     yield offset
                     cut = offset + unit
@@ -491,7 +491,9 @@ class _ScanPool:
 
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports from
-        command = [sys.executable, "-c", f"from {__name__} import _serve_scans; _serve_scans()"]
+        # (without the current directory on the path, which -c puts first: a ./replwire there is not ours)
+        command = [sys.executable, "-c", f"import sys; sys.path[:] = [p for p in sys.path if p]; "
+                                         f"from {__name__} import _serve_scans; _serve_scans()"]
         self.workers: list[Any] = []
         try:
             for _ in range(processes):
@@ -610,16 +612,19 @@ def _receive(stream: Any) -> Any:
 def _serve_scans() -> None:
     """A first-pass worker process: read ``(input, start, stop)`` tasks from stdin until it closes, and
     answer each on stdout with ``("run", _Run)`` or ``("error", exception)``."""
+    import signal
     import sys
 
-    tasks, answers = sys.stdin.buffer, sys.stdout.buffer
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle: it ends its workers
+    tasks, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever prints to stdout here goes with the errors, not into the answers
     with fewer_collections():
         while (task := _receive(tasks)) is not None:
             try:
                 answer: tuple[str, Any] = ("run", _scan_run(*task, None))
             except Exception as error:  # noqa: BLE001 -- handed to the parent, which raises it
                 try:
-                    pickle.dumps(error)
+                    pickle.loads(pickle.dumps(error))
                 except Exception:  # noqa: BLE001
                     error = RuntimeError(f"{type(error).__name__}: {error}")
                 answer = ("error", error)
@@ -764,14 +769,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                 skipped = 0
                 if len(item) == 3:
                     control(*item)
-                else:  # a Begin where none may begin: decoded, so the decoder says what is wrong
+                else:  # a Begin where none may begin: decoding it raises the decoder's error
                     control(*item[:3])
-                    if item[6]:
-                        decoder.index += item[6]
-                        key = row_key()
-                        if key is not None:
-                            part_keys.add(key)
-                    control(*item[3:6])
+                    raise AssertionError(f"the decoder accepted a Begin in state {decoder.state!r}")
             if rows:
                 skipped += rows
                 key = row_key()

@@ -414,6 +414,23 @@ def test_worker_processes_make_the_same_plan(tmp_path, workers_for_any_size, see
             assert workers_for_any_size[before:] == [processes]
 
 
+def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_path, workers_for_any_size):
+    """Records appended after open_inputs (a capture still running) are not read, with workers or without:
+    the plan covers the file as open_inputs found it."""
+    rows = StreamMaker(5).make(120)
+    half = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")
+    path = write_capture(tmp_path / "a.rwc", rows[:half])
+    inputs = open_inputs([path])
+    with CaptureWriter(path, CaptureHeader(proto_version=4, server_version=180000)) as writer:
+        for lsn, data in rows[half:]:
+            writer.append(lsn, 0, data)
+    for size in (400, 1 << 30):
+        here = plan(inputs, part_bytes=size)
+        assert here.records == half and here.parts[-1].stop == inputs[0].size
+        assert all(p.start <= p.stop for p in here.parts)
+        assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(here)
+
+
 def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path, workers_for_any_size):
     rows = StreamMaker(8).make()
     csv_path = tmp_path / "rows.csv"
@@ -433,6 +450,11 @@ def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_a
     csv_path.write_text(text + "0/1,0,\\x4\n")
     inputs = open_inputs([csv_path], proto_version=4)
     match = rf"rows.csv at offset {len(text)}: not an \(lsn, xid, data\) row"
+    noted = CaptureFileError("rows.csv", "not a row", 12)
+    noted.add_note("in part 3")
+    travelled = pickle.loads(pickle.dumps(noted))  # as a worker's error reaches this process
+    assert (str(travelled), travelled.offset, travelled.__notes__) == ("rows.csv at offset 12: not a row", 12,
+                                                                       ["in part 3"])
     for processes in (0, 2):
         with pytest.raises(CaptureFileError, match=match):
             plan(inputs, part_bytes=400, processes=processes)
