@@ -34,6 +34,7 @@ import warnings
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -370,10 +371,22 @@ class _Run:
 _BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
 
 
-def _scan_run(source: Input, start: int, stop: int, unit: int | None) -> _Run:
-    """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop`` -- with ``unit``, up
-    to the first record at or past ``start + unit`` if that comes first.  Runs in a worker process, or in
-    this one.
+def _scan_run(source: Input, start: int, stop: int) -> _Run:
+    """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop``: a worker
+    process's task."""
+    tails: list[TailProblem] = []
+    reading = read_records(source, start, stop, tails.append, raw=True)
+    try:
+        return _take_run(source, start, stop, reading, None, tails)[0]
+    finally:
+        reading.close()
+
+
+def _take_run(source: Input, start: int, stop: int, reading: Iterator[Any], cut: int | None,
+              tails: list[TailProblem]) -> tuple[_Run, Any]:
+    """The run that ``reading`` (raw records of ``source`` from ``start``, up to ``stop``) holds, or, with
+    ``cut``, the part of it before the first record at or past ``cut``: that record is handed back, for the
+    next run (``None`` when ``reading`` ended).  ``tails`` is where ``reading`` reports a torn tail.
 
     Begin and Commit records are parsed here (they read the same inside a stream or out), so that a plain
     transaction reaches the merge as a few numbers; the merge decodes them after all when the stream
@@ -382,46 +395,41 @@ def _scan_run(source: Input, start: int, stop: int, unit: int | None) -> _Run:
 
     controls: list[tuple[Any, ...]] = []
     rows: list[int] = []
-    tails: list[TailProblem] = []
-    cut = start + unit if unit is not None else None
-    end = stop
+    end, carried = stop, None
     version, row_tags, records, run = source.proto_version, _ROW_TAGS, 0, 0
     begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
-    reading = read_records(source, start, stop, tails.append, raw=True)
-    try:
-        for offset, lsn, _, data in reading:
-            if cut is not None and offset >= cut:
-                end = offset
-                break
-            records += 1
-            if data and data[0] in row_tags:
-                run += 1
+    for record in reading:
+        offset, lsn, _, data = record
+        if cut is not None and offset >= cut:
+            end, carried = offset, record
+            break
+        records += 1
+        if data and data[0] in row_tags:
+            run += 1
+            continue
+        tag = data[0] if data else None
+        if begin is not None:
+            commit = _parsed(parse, data, version) if tag == _COMMIT else None
+            if isinstance(commit, Commit):
+                rows.append(begin[4])
+                controls.append((*begin[:3], offset, lsn, data, run, begin[3], int(commit.commit_lsn),
+                                 int(commit.end_lsn), int(commit.commit_time)))
+                run, begin = 0, None
                 continue
-            tag = data[0] if data else None
-            if begin is not None:
-                commit = _parsed(parse, data, version) if tag == _COMMIT else None
-                if isinstance(commit, Commit):
-                    rows.append(begin[4])
-                    controls.append((*begin[:3], offset, lsn, data, run, begin[3], int(commit.commit_lsn),
-                                     int(commit.end_lsn), int(commit.commit_time)))
-                    run, begin = 0, None
-                    continue
-                rows.append(begin[4])  # not a plain transaction: its Begin is decoded like the rest
-                controls.append(begin[:3])
-                begin = None
-            if tag == _BEGIN and isinstance(opened := _parsed(parse, data, version), Begin):
-                begin, run = (offset, lsn, data, opened.xid, run), 0
-                continue
-            rows.append(run)
-            run = 0
-            controls.append((offset, lsn, data))
-    finally:
-        reading.close()
+            rows.append(begin[4])  # not a plain transaction: its Begin is decoded like the rest
+            controls.append(begin[:3])
+            begin = None
+        if tag == _BEGIN and isinstance(opened := _parsed(parse, data, version), Begin):
+            begin, run = (offset, lsn, data, opened.xid, run), 0
+            continue
+        rows.append(run)
+        run = 0
+        controls.append((offset, lsn, data))
     if begin is not None:
         rows.append(begin[4])
         controls.append(begin[:3])
     rows.append(run)
-    return _Run(source, start, end, records, controls, rows, tails[0] if tails else None)
+    return _Run(source, start, end, records, controls, rows, tails[0] if tails else None), carried
 
 
 def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
@@ -433,15 +441,21 @@ def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
 
 
 def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
-    """The runs of every input, read in this process."""
+    """The runs of every input, read in this process: each input in one pass, cut into runs of ``unit``."""
     for source in inputs:
-        start = source.first
-        while True:
-            run = _scan_run(source, start, source.size, unit)  # (a file still growing: its size then)
-            yield run
-            if run.stop >= source.size or run.tail is not None:
-                break
-            start = run.stop
+        tails: list[TailProblem] = []
+        # (up to the size open_inputs found: a file still being written is read as it was then)
+        reading = read_records(source, source.first, source.size, tails.append, raw=True)
+        try:
+            start, records = source.first, reading
+            while True:
+                run, carried = _take_run(source, start, source.size, records, start + unit, tails)
+                yield run
+                if carried is None:
+                    break
+                start, records = carried[0], chain((carried,), reading)
+        finally:
+            reading.close()
 
 
 def _starts(source: Input, unit: int) -> Iterator[int]:
@@ -621,7 +635,7 @@ def _serve_scans() -> None:
     with fewer_collections():
         while (task := _receive(tasks)) is not None:
             try:
-                answer: tuple[str, Any] = ("run", _scan_run(*task, None))
+                answer: tuple[str, Any] = ("run", _scan_run(*task))
             except Exception as error:  # noqa: BLE001 -- handed to the parent, which raises it
                 try:
                     pickle.loads(pickle.dumps(error))
