@@ -353,17 +353,19 @@ def test_a_torn_tail_is_reported_and_the_rest_decoded(tmp_path):
 @pytest.fixture
 def workers_for_any_size(monkeypatch):
     """Worker processes even for the small inputs of these tests (plan starts them for 32 MiB or more); the
-    list of how many each pool started, so a test can check the workers did the reading."""
-    started = []
+    list of the pools plan started (each with the number of workers asked for as ``asked``), so a test can
+    check the workers did the reading, or reach them."""
+    pools = []
 
-    class Counted(partitions._ScanPool):
+    class Seen(partitions._ScanPool):
         def __init__(self, processes):
             super().__init__(processes)
-            started.append(processes)
+            self.asked = processes
+            pools.append(self)
 
     monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
-    monkeypatch.setattr(partitions, "_ScanPool", Counted)
-    return started
+    monkeypatch.setattr(partitions, "_ScanPool", Seen)
+    return pools
 
 
 def test_small_inputs_are_read_without_worker_processes(tmp_path, monkeypatch):
@@ -411,7 +413,7 @@ def test_worker_processes_make_the_same_plan(tmp_path, workers_for_any_size, see
         for processes in (1, 2):
             before = len(workers_for_any_size)
             assert _plan_facts(plan(inputs, part_bytes=size, processes=processes)) == _plan_facts(here), (size, processes)
-            assert workers_for_any_size[before:] == [processes]
+            assert [pool.asked for pool in workers_for_any_size[before:]] == [processes]
 
 
 def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_path, workers_for_any_size):
@@ -438,7 +440,7 @@ def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path, workers_fo
     inputs = open_inputs([csv_path], proto_version=4)
     for size in (1, 500, 1 << 30):
         assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(plan(inputs, part_bytes=size))
-    assert workers_for_any_size == [2, 2, 2]
+    assert [pool.asked for pool in workers_for_any_size] == [2, 2, 2]
 
 
 def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_any_size):
@@ -500,10 +502,10 @@ def test_workers_that_cannot_start_leave_the_reading_to_this_process(tmp_path, w
     monkeypatch.setattr(sys, "executable", "/bin/false")  # each worker exits at once, with code 1
     with pytest.warns(RuntimeWarning, match=r"without worker processes: a first-pass worker process ended \(exit code 1\)"):
         assert _plan_facts(plan(inputs, part_bytes=300, processes=2)) == expected
-    assert workers_for_any_size == [2]
+    assert [pool.asked for pool in workers_for_any_size] == [2]
 
 
-def test_a_worker_killed_while_writing_its_answer_leaves_the_reading_to_this_process(tmp_path, monkeypatch):
+def test_a_worker_killed_while_writing_its_answer_leaves_the_reading_to_this_process(tmp_path, workers_for_any_size):
     """A worker killed half-way through an answer larger than its pipe (the OOM killer, say) is a lost worker
     like any other: a warning, and the plan made here -- not an unpickling error."""
     import fcntl
@@ -517,15 +519,7 @@ def test_a_worker_killed_while_writing_its_answer_leaves_the_reading_to_this_pro
                                proto_version=4)) for i in range(40)]  # all control records: answers of ~256 kB
     inputs = open_inputs([write_capture(tmp_path / "a.rwc", rows)])
     expected = _plan_facts(plan(inputs, part_bytes=2 << 20))
-    pools = []
-
-    class Seen(partitions._ScanPool):
-        def __init__(self, processes):
-            super().__init__(processes)
-            pools.append(self)
-
-    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
-    monkeypatch.setattr(partitions, "_ScanPool", Seen)
+    pools = workers_for_any_size
 
     def kill_the_next_answerer(done, total):  # after the first run: worker 1 is writing the second answer
         if len(pools) != 1 or not pools[0].workers or pools[0].workers[1][0].poll() is not None:
