@@ -374,19 +374,81 @@ _BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
 def _scan_run(source: Input, start: int, stop: int) -> _Run:
     """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop``: a worker
     process's task."""
-    tails: list[TailProblem] = []
-    reading = read_records(source, start, stop, tails.append, raw=True)
-    try:
-        return _take_run(source, start, stop, reading, None, tails)[0]
-    finally:
-        reading.close()
+    with _Skimmer(source) as skimmer:
+        return _take_run(source, start, skimmer.skim(start, stop))
 
 
-def _take_run(source: Input, start: int, stop: int, reading: Iterator[Any], cut: int | None,
-              tails: list[TailProblem]) -> tuple[_Run, Any]:
-    """The run that ``reading`` (raw records of ``source`` from ``start``, up to ``stop``) holds, or, with
-    ``cut``, the part of it before the first record at or past ``cut``: that record is handed back, for the
-    next run (``None`` when ``reading`` ended).  ``tails`` is where ``reading`` reports a torn tail.
+class _Skimmer:
+    """One input open for the first pass, read run by run: :meth:`skim` gives the records of a run that are
+    not row changes, each with the number of row changes just before it."""
+
+    def __init__(self, source: Input) -> None:
+        self.source = source
+        self.reader = read_capture(source.path) if source.form == "capture" else None
+        self._lines: Iterator[Any] | None = None  # COPY-CSV: the lines from ``_next`` on, one read
+        self._next = -1
+        self._carried: Any = None
+
+    def skim(self, start: int, stop: int) -> _Skimmed:
+        """The records from ``start`` (a record boundary) while one starts below ``stop`` (and below the input's
+        size as :func:`open_inputs` found it)."""
+        reader, stop = self.reader, min(stop, self.source.size)
+        controls: list[tuple[int, int, bytes, int]] = []
+        append = controls.append
+        if reader is not None:
+            reading = reader.skim(start, stop, _ROW_TAGS)
+            for offset, lsn, _, data in reading:
+                append((offset, lsn, data, reader.skipped))
+            after, tail = reader.skipped, reader.tail
+            stop = min(reader.valid_end, self.source.size) if tail is None else self.source.size
+            return _Skimmed(controls, after, len(controls) + after + sum(c[3] for c in controls), stop, tail)
+        # COPY-CSV: lines carry no length, so the input is read in one go and cut where a run ends
+        if start != self._next:
+            self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
+            self._carried = None
+        lines = chain((self._carried,), self._lines) if self._carried is not None else self._lines
+        before, after_stop, self._carried = 0, self.source.size, None
+        for line in lines:  # type: ignore[union-attr]
+            offset, lsn, _, data = line
+            if offset >= stop:
+                after_stop, self._carried = offset, line
+                break
+            if data and data[0] in _ROW_TAGS:
+                before += 1
+            else:
+                append((offset, lsn, data, before))
+                before = 0
+        self._next = after_stop
+        return _Skimmed(controls, before, len(controls) + before + sum(c[3] for c in controls), after_stop, None)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+        if self._lines is not None:
+            self._lines.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> _Skimmer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass(slots=True)
+class _Skimmed:
+    """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, data, row
+    changes just before)``, the row changes after the last, how many records in all, where the next run
+    starts (the input's size after the last), and a torn or corrupt record that ended the input."""
+
+    controls: list[tuple[int, int, bytes, int]]
+    after: int
+    records: int
+    stop: int
+    tail: TailProblem | None
+
+
+def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
+    """The run that ``skimmed`` read from ``start``.
 
     Begin and Commit records are parsed here (they read the same inside a stream or out), so that a plain
     transaction reaches the merge as a few numbers; the merge decodes them after all when the stream
@@ -395,18 +457,10 @@ def _take_run(source: Input, start: int, stop: int, reading: Iterator[Any], cut:
 
     controls: list[tuple[Any, ...]] = []
     rows: list[int] = []
-    end, carried = stop, None
-    version, row_tags, records, run = source.proto_version, _ROW_TAGS, 0, 0
+    version, run = source.proto_version, 0
     begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
-    for record in reading:
-        offset, lsn, _, data = record
-        if cut is not None and offset >= cut:
-            end, carried = offset, record
-            break
-        records += 1
-        if data and data[0] in row_tags:
-            run += 1
-            continue
+    for offset, lsn, data, before in skimmed.controls:
+        run += before
         tag = data[0] if data else None
         if begin is not None:
             commit = _parsed(parse, data, version) if tag == _COMMIT else None
@@ -425,11 +479,12 @@ def _take_run(source: Input, start: int, stop: int, reading: Iterator[Any], cut:
         rows.append(run)
         run = 0
         controls.append((offset, lsn, data))
+    run += skimmed.after
     if begin is not None:
         rows.append(begin[4])
         controls.append(begin[:3])
     rows.append(run)
-    return _Run(source, start, end, records, controls, rows, tails[0] if tails else None), carried
+    return _Run(source, start, skimmed.stop, skimmed.records, controls, rows, skimmed.tail)
 
 
 def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
@@ -441,21 +496,17 @@ def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
 
 
 def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
-    """The runs of every input, read in this process: each input in one pass, cut into runs of ``unit``."""
+    """The runs of every input, read in this process: each input kept open, read a run of ``unit`` bytes at
+    a time (up to the size open_inputs found: a file still being written is read as it was then)."""
     for source in inputs:
-        tails: list[TailProblem] = []
-        # (up to the size open_inputs found: a file still being written is read as it was then)
-        reading = read_records(source, source.first, source.size, tails.append, raw=True)
-        try:
-            start, records = source.first, reading
+        with _Skimmer(source) as skimmer:
+            start = source.first
             while True:
-                run, carried = _take_run(source, start, source.size, records, start + unit, tails)
+                run = _take_run(source, start, skimmer.skim(start, start + unit))
                 yield run
-                if carried is None:
+                if run.tail is not None or run.stop >= source.size:
                     break
-                start, records = carried[0], chain((carried,), reading)
-        finally:
-            reading.close()
+                start = run.stop
 
 
 def _starts(source: Input, unit: int) -> Iterator[int]:

@@ -264,6 +264,42 @@ def test_ranges_and_offsets_report_a_torn_tail(tmp_path):
         assert reader.tail.offset == whole[-1].offset and reader.valid_end == whole[-1].offset
 
 
+@pytest.mark.parametrize("chunk", [1, 64, 1 << 20])
+def test_skim_counts_the_skipped_records_and_yields_the_rest(tmp_path, monkeypatch, chunk):
+    import replwire.codec.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", chunk)
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    skip = frozenset(b"ABCDEFGHKLx")  # an empty record is never skipped: it has no first byte
+
+    def expected(records):  # (offset, lsn, xid, data, skipped just before) of the kept, then those after
+        out, before = [], 0
+        for r in records:
+            if r.data[:1] and r.data[0] in skip:
+                before += 1
+            else:
+                out.append((r.offset, int(r.lsn), r.xid, r.data, before))
+                before = 0
+        return out, before
+
+    with read_capture(path) as reader:
+        whole = list(reader)
+        kept = [(*record, reader.skipped) for record in reader.skim(None, None, skip)]
+        assert (kept, reader.skipped) == expected(whole) and reader.tail is None
+        assert 0 < len(kept) < len(whole) and reader.skipped > 0  # both kinds, and skipped ones at the end
+        # a range: records that start in it, as records() gives them
+        kept = [(*record, reader.skipped) for record in reader.skim(whole[3].offset, whole[12].offset + 1, skip)]
+        assert (kept, reader.skipped) == expected(whole[3:13]) and reader.valid_end == whole[13].offset
+    raw = bytearray(path.read_bytes())
+    raw[whole[-4].offset + 16] ^= 0xFF  # a damaged record: reading stops there, the skipped ones before it told
+    path.write_bytes(bytes(raw))
+    with read_capture(path) as reader:
+        kept = [(*record, reader.skipped) for record in reader.skim(None, None, skip)]
+        assert (kept, reader.skipped) == expected(whole[:-4])
+        assert "checksum mismatch" in reader.tail.reason and reader.tail.offset == whole[-4].offset
+
+
 class CountingFile:
     def __init__(self, file):
         self.file, self.read_bytes = file, 0
@@ -313,3 +349,16 @@ def test_rewind_drops_what_was_appended_after_the_mark(tmp_path):
         writer.append(1, 2, b"E")
     with read_capture(path) as reader:
         assert [(r.lsn, r.xid, r.data) for r in reader] == MESSAGES[:3] + [(1, 2, b"E")] and reader.tail is None
+
+
+def test_a_range_reads_little_past_its_stop(tmp_path):
+    """Reading a small range of a large file reads about the range, not a whole chunk past it (the first
+    pass reads runs of a few KB when asked for many partitions)."""
+    path = tmp_path / "c.rwcap"
+    write(path, [(i, i, b"I" + bytes(40)) for i in range(50_000)])  # about 3 MB
+    with read_capture(path) as reader:
+        whole = [r.offset for r in reader]
+        reader._file = counting = CountingFile(reader._file)
+        assert [r[0] for r in reader.raw_records(whole[100], whole[110])] == whole[100:110]
+        assert [r[0] for r in reader.skim(whole[200], whole[210], frozenset(b"B"))] == whole[200:210]
+        assert counting.read_bytes < 2 * (whole[110] - whole[100]) + 64
