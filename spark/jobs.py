@@ -169,8 +169,8 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
     Parquet datasets under ``out`` (see the module docstring).  ``progress(done, total)`` hears how far the
     first pass (on the driver) has read, in bytes; ``plan_processes`` worker processes help it read
     (default: :func:`~replwire.codec.partitions.plan_processes`, 0 for none)."""
-    from replwire.codec import partitions
     from replwire.codec.partitions import open_inputs, plan
+    from replwire.codec.partitions import plan_processes as processes_here  # (the argument has its name)
 
     from .rows import table_schema
 
@@ -178,7 +178,7 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
     parallelism = spark.sparkContext.defaultParallelism
     total = sum(i.size - i.first for i in inputs)
     chosen = part_bytes or max(1 << 20, min(32 << 20, total // max(1, 4 * parallelism) + 1))
-    processes = partitions.plan_processes() if plan_processes is None else plan_processes
+    processes = processes_here() if plan_processes is None else plan_processes
     result = plan(inputs, part_bytes=chosen, min_parts=parallelism, progress=progress, processes=processes)
     _prepare_out(out, overwrite)
     versions = result.relations
