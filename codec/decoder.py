@@ -67,6 +67,11 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (STREAM, "StreamStop"): IDLE,
 }
 
+#: The tuples each row change may carry, by class: what :meth:`Decoder.accept` checks against the Relation.
+_TUPLES = {cls: tuple(p for p in ("key", "old", "new") if p in cls.__slots__) for cls in (Insert, Update, Delete)}
+#: The states a row change leaves as they are (every state but idle), from :data:`TRANSITIONS`.
+_ROW_STATES = frozenset(s for s in STATES if all(TRANSITIONS.get((s, cls.__name__)) == s for cls in _TUPLES))
+
 #: What opens and what closes each non-idle state (for error messages).
 _CLOSER = {TRANSACTION: "Commit", PREPARE: "Prepare", STREAM: "StreamStop"}
 
@@ -204,6 +209,12 @@ class Decoder:
     def accept(self, message: WireMessage) -> WireMessage:
         """Run an already parsed message through the state checks and caches (what :meth:`feed` does after
         parsing).  Use it for messages from elsewhere, e.g. built ones."""
+        if message.__class__ in _TUPLES and self.state in _ROW_STATES and self._row_problem(message) is None:
+            # the commonest message, where it may come and fitting its Relation: nothing else changes
+            self.index += 1
+            self.last_message = message
+            self.last_data = None
+            return message
         if not isinstance(message, WireMessage) or message.spec.layer != "logical":
             raise TypeError(f"expected a pgoutput message object, got {type(message).__name__}")
         event = event_name(message)
@@ -249,23 +260,29 @@ class Decoder:
         if isinstance(message, StreamStart) and self.proto_version < 2:
             raise self.fail(message, f"streaming needs protocol 2 or later (this stream is protocol "
                                      f"{self.proto_version})")
-        if isinstance(message, (Insert, Update, Delete)):
-            relation = self.relations.get(message.relation_id)
-            if relation is None:
-                raise self.fail(message, f"relation {message.relation_id} is unknown: no Relation message for "
-                                         f"it came before")
-            width = len(relation.columns)
-            for part in ("key", "old", "new"):
-                columns = getattr(message, part, None)
-                if columns is not None and len(columns) != width:
-                    raise self.fail(message, f"{part} tuple has {len(columns)} columns but Relation "
-                                             f"{relation.namespace or 'pg_catalog'}.{relation.name} "
-                                             f"({message.relation_id}) has {width}")
+        if message.__class__ in _TUPLES:
+            problem = self._row_problem(message)
+            if problem is not None:
+                raise self.fail(message, problem)
         elif isinstance(message, Truncate):
             unknown = [r for r in message.relation_ids if r not in self.relations]
             if unknown:
                 raise self.fail(message, f"relation{'s' if len(unknown) > 1 else ''} "
                                          f"{', '.join(map(str, unknown))} unknown: no Relation message came before")
+
+    def _row_problem(self, message: Insert | Update | Delete) -> str | None:
+        """What is wrong with a row change given the relation cache: an unknown relation, or a tuple whose
+        width is not its Relation's (``None``: nothing)."""
+        relation = self.relations.get(message.relation_id)
+        if relation is None:
+            return f"relation {message.relation_id} is unknown: no Relation message for it came before"
+        width = len(relation.columns)
+        for part in _TUPLES[message.__class__]:
+            columns = getattr(message, part)
+            if columns is not None and len(columns) != width:
+                return (f"{part} tuple has {len(columns)} columns but Relation "
+                        f"{relation.namespace or 'pg_catalog'}.{relation.name} ({message.relation_id}) has {width}")
+        return None
 
 
 def _opener(closer: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 from replwire.codec import (
     LSN,
     Begin,
+    BeginPrepare,
     Commit,
     DecodeError,
     Decoder,
@@ -108,6 +109,45 @@ def test_out_of_order_input_is_a_clear_error(messages_before, bad, pattern):
     assert isinstance(raised.value, ValueError)
     assert dec.state == state and dec.index == index  # nothing changed
     assert str(pickle.loads(pickle.dumps(raised.value))) == str(raised.value)
+
+
+@pytest.mark.parametrize("opening", [
+    [BEGIN],
+    [BeginPrepare(prepare_lsn=LSN("0/100"), end_lsn=LSN("0/130"), prepare_time=0, xid=700, gid="g")],
+    [StreamStart(xid=700, first_segment=1)],
+])
+def test_row_changes_take_the_short_way_with_the_same_effects(monkeypatch, opening):
+    """Row changes inside a transaction, a prepare or a stream block are checked without the general path's
+    lookups; with that short way closed (every row change through the general path), the same stream must
+    leave the decoder exactly as it does, message by message, and fail the same way."""
+    changes = [Insert(relation_id=16385, new=row(1, "a")), Update(relation_id=16385, key=row(1, None), new=row(2, "b")),
+               Update(relation_id=16385, new=row(2, "c")), Delete(relation_id=16385, old=row(2, "c")),
+               Delete(relation_id=16385, key=row(2, None))]
+    bad = [Insert(relation_id=16385, new=row(1)), Insert(relation_id=99, new=row(1, "a")),
+           Delete(relation_id=16385, old=row(1, 2, 3))]
+    stream = [*opening, relation(), *changes]
+    if isinstance(opening[0], StreamStart):  # inside a stream block each message carries the (sub)xid
+        stream, bad = ([m if m is opening[0] else type(m)(**{**{f: getattr(m, f) for f in m.__slots__}, "xid": 701})
+                        for m in ms] for ms in (stream, bad))
+
+    def run():
+        dec = Decoder(proto_version=4)
+        seen = []
+        for message in stream:
+            out = dec.feed(wire(message, 4, in_stream=dec.in_stream))
+            seen.append((out, dec.state, dec.index, dec.xid, dec.stream_xid, dec.last_message is out,
+                         dec.last_data, dict(dec.relations), dict(dec.types)))
+        for message in bad:
+            with pytest.raises(StreamStateError) as raised:
+                dec.feed(wire(message, 4, in_stream=dec.in_stream))
+            seen.append((str(raised.value), dec.state, dec.index))
+        return seen
+
+    short = run()
+    monkeypatch.setattr(decoder_module, "_ROW_STATES", frozenset())
+    assert run() == short
+    assert [s[1] for s in short[-len(bad) - len(changes) - 1:-len(bad)]] == [short[0][1]] * (len(changes) + 1)
+    assert "has 2" in short[-3][0] and "relation 99 is unknown" in short[-2][0] and "old tuple has 3" in short[-1][0]
 
 
 def test_stream_start_needs_protocol_2():
