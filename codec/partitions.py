@@ -339,8 +339,9 @@ def plan_processes() -> int:
     """How many worker processes :func:`plan` does well with on this machine: as many as the CPUs this
     process may run on, at most 3 (more read faster than this process can merge), none with one CPU.
 
-    Measured on the 1M-message benchmark capture with two CPUs: 1.79 s with no workers, 1.90 s with one
-    (it reads everything while this process mostly waits), 1.53 s with two, 1.70 s with three."""
+    Measured on the 1M-message benchmark capture with two CPUs, median of four: 1.72 s with no workers,
+    1.62 s with two, 1.83 s with three (with one, earlier: slower than none, as it reads everything while
+    this process mostly waits)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
