@@ -260,7 +260,7 @@ class Decoder:
         if isinstance(message, StreamStart) and self.proto_version < 2:
             raise self.fail(message, f"streaming needs protocol 2 or later (this stream is protocol "
                                      f"{self.proto_version})")
-        if message.__class__ in _TUPLES:
+        if isinstance(message, (Insert, Update, Delete)):  # (a subclass of one too)
             problem = self._row_problem(message)
             if problem is not None:
                 raise self.fail(message, problem)
@@ -277,8 +277,8 @@ class Decoder:
         if relation is None:
             return f"relation {message.relation_id} is unknown: no Relation message for it came before"
         width = len(relation.columns)
-        for part in _TUPLES[message.__class__]:
-            columns = getattr(message, part)
+        for part in _TUPLES.get(message.__class__, ("key", "old", "new")):
+            columns = getattr(message, part, None)
             if columns is not None and len(columns) != width:
                 return (f"{part} tuple has {len(columns)} columns but Relation "
                         f"{relation.namespace or 'pg_catalog'}.{relation.name} ({message.relation_id}) has {width}")
