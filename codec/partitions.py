@@ -402,7 +402,7 @@ class _Skimmer:
                 append((offset, lsn, data, reader.skipped))
             after, tail = reader.skipped, reader.tail
             stop = min(reader.valid_end, self.source.size) if tail is None else self.source.size
-            return _Skimmed(controls, after, len(controls) + after + sum(c[3] for c in controls), stop, tail)
+            return _Skimmed(controls, after, stop, tail)
         # COPY-CSV: lines carry no length, so the input is read in one go and cut where a run ends
         if start != self._next:
             self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
@@ -420,7 +420,7 @@ class _Skimmer:
                 append((offset, lsn, data, before))
                 before = 0
         self._next = after_stop
-        return _Skimmed(controls, before, len(controls) + before + sum(c[3] for c in controls), after_stop, None)
+        return _Skimmed(controls, before, after_stop, None)
 
     def close(self) -> None:
         if self.reader is not None:
@@ -438,14 +438,18 @@ class _Skimmer:
 @dataclass(slots=True)
 class _Skimmed:
     """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, data, row
-    changes just before)``, the row changes after the last, how many records in all, where the next run
-    starts (the input's size after the last), and a torn or corrupt record that ended the input."""
+    changes just before)``, the row changes after the last, where the next run starts (the input's size
+    after the last), and a torn or corrupt record that ended the input."""
 
     controls: list[tuple[int, int, bytes, int]]
     after: int
-    records: int
     stop: int
     tail: TailProblem | None
+
+    @property
+    def records(self) -> int:
+        """How many records were read: the ones kept and every row change counted."""
+        return len(self.controls) + self.after + sum(c[3] for c in self.controls)
 
 
 def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
@@ -721,8 +725,10 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     skipped = 0  # messages the decoder has not counted yet (row changes, plain transactions)
     plain = 0  # plain transactions committed (not decoded one message at a time)
 
-    def row_key() -> int | None:  # the transaction the next row changes belong to
-        return streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
+    def note_rows() -> None:  # the part has row changes of the transaction open now (if any)
+        key = streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
+        if key is not None:
+            part_keys.add(key)
 
     def control(offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
         nonlocal last_end
@@ -811,9 +817,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
         after = iter(run.rows)
         if next(after):
             skipped += run.rows[0]
-            key = row_key()
-            if key is not None:
-                part_keys.add(key)
+            note_rows()
         for item, rows in zip(run.controls, after):
             if len(item) != 3 and decoder.state == IDLE and router.current is None:
                 # A plain transaction where one may begin: what decoding its Begin, rows and Commit would do.
@@ -840,9 +844,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                     raise AssertionError(f"the decoder accepted a Begin in state {decoder.state!r}")
             if rows:
                 skipped += rows
-                key = row_key()
-                if key is not None:
-                    part_keys.add(key)
+                note_rows()
         if run.tail is not None:
             result.tails.append((source.path, run.tail))
         if progress is not None:
