@@ -405,6 +405,8 @@ class _Skimmer:
             return _Skimmed(controls, after, stop, tail)
         # COPY-CSV: lines carry no length, so the input is read in one go and cut where a run ends
         if start != self._next:
+            if self._lines is not None:
+                self._lines.close()  # type: ignore[attr-defined]
             self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
             self._carried = None
         lines = chain((self._carried,), self._lines) if self._carried is not None else self._lines
