@@ -18,8 +18,7 @@ as a replwire capture file):
   Each runs in a process of its own (its own JVM) pinned to as many CPUs as it has cores, so ``local[1]``
   has one core for all of it: unpinned, its JVM works on the machine's other cores beside its one task.
 * ``first pass`` -- :func:`replwire.codec.partitions.plan` alone, the part of the Spark runs that does not
-  spread over the cores: in one process, and with the worker processes the data source starts by default on
-  this machine (:func:`~replwire.codec.partitions.plan_processes`).
+  spread over the cores.
 * the wall time of the ``changes`` and ``apply`` jobs on ``local[2]``.
 
 Targets (issue 7): ``local[2]`` >= 1.6x ``local[1]``; ``local[1]`` >= 0.5x the single-process Decoder.
@@ -79,14 +78,14 @@ def single_rows(path: pathlib.Path) -> tuple[float, int]:
     return time.perf_counter() - start, rows
 
 
-def first_pass(path: pathlib.Path, processes: int) -> float:
-    """Seconds :func:`~replwire.codec.partitions.plan` takes over ``path`` with ``processes`` workers (cut as
-    the Spark runs cut it on two cores)."""
+def first_pass(path: pathlib.Path) -> float:
+    """Seconds :func:`~replwire.codec.partitions.plan` takes over ``path`` (cut as the Spark runs cut it on
+    two cores)."""
     from replwire.codec.partitions import open_inputs, plan
 
     size = path.stat().st_size
     start = time.perf_counter()
-    plan(open_inputs([str(path)]), part_bytes=max(1 << 20, size // 8 + 1), min_parts=8, processes=processes)
+    plan(open_inputs([str(path)]), part_bytes=max(1 << 20, size // 8 + 1), min_parts=8)
     return time.perf_counter() - start
 
 
@@ -133,7 +132,7 @@ def spark_session(master: str):
 def _descendants_cpu() -> dict[int, tuple[str, float]]:
     """CPU seconds (user + system) of every process below this one, by pid, with its command name: the JVM
     and Spark's Python workers (Linux ``/proc``).  A process's seconds include those of its children that
-    have ended and been waited for (the first pass's worker processes), so that no work goes uncounted."""
+    have ended and been waited for, so that no work goes uncounted."""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, tuple[int, str, float]] = {}
     for entry in os.listdir("/proc"):
@@ -241,16 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         add("single-process, change rows", rows_seconds, f"{changes:,} change rows")
         pinned = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
         # Rounds interleave every configuration (this machine's speed drifts over minutes); best of each kept.
-        from replwire.codec.partitions import plan_processes
-
-        workers = plan_processes()
         ceilings: list[tuple[float, float]] = []
-        passes: dict[int, list[float]] = {0: [], workers: []}
+        passes: list[float] = []
         runs: dict[int, list[dict]] = {1: [], 2: []}
         for round_ in range(args.rounds):
             ceilings.append(process_ceiling(path))
-            for processes in passes:
-                passes[processes].append(first_pass(path, processes))
+            passes.append(first_pass(path))
             for cores in (1, 2):
                 last = round_ == args.rounds - 1
                 runs[cores].append(spark_in_process(path, cores, 1, jobs=cores == 2 and last and not args.no_jobs,
@@ -258,10 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         one, two = min(c[0] for c in ceilings), min(c[1] for c in ceilings)
         add("no Spark, 1 process, decoding only", one, "the parts' change rows, first pass not timed")
         add("no Spark, 2 processes, decoding only", two, "the same parts split over two processes at once")
-        for processes, seconds in passes.items():
-            add(f"first pass, {processes} worker process{'es' if processes > 1 else ''}" if processes
-                else "first pass, one process",
-                min(seconds), f"plan() alone; rounds: {', '.join(f'{t:.2f}' for t in seconds)} s")
+        add("first pass", min(passes), f"plan() alone; rounds: {', '.join(f'{t:.2f}' for t in passes)} s")
         results: dict[int, float] = {}
         cpu: dict[int, tuple[float, float]] = {}
         for cores in (1, 2):

@@ -10,8 +10,7 @@ row changes (for those it reads only the tag byte and notes which transaction th
 the inputs into :class:`Part` s at record boundaries.  Its reading is split from its decoding: runs of
 about 4 MiB of records are each reduced to the records to decode and counts of the row changes between
 them (a plain Begin ... Commit transaction, the commonest case, arrives already parsed, as a few numbers),
-either in this process or, with ``processes``, in worker processes that read ahead while this one merges
-the runs in order; the plan is the same either way.  Each part carries the router's state where it begins
+and the merge decodes only those.  Each part carries the router's state where it begins
 and the outcomes of just the transactions that have changes inside it.  :func:`decode_part` then runs the
 same decoder and router from that state over the part's records and yields the changes whose transaction
 was committed (once: a transaction seen again after a resume is skipped, as ``replwire decode`` does),
@@ -28,9 +27,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import pickle
-import struct
-import warnings
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +50,7 @@ from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, 
 from .scalars import LSN, Timestamp
 
 __all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes", "committed", "decode_part",
-           "open_inputs", "plan", "plan_processes", "read_records"]
+           "open_inputs", "plan", "read_records"]
 
 _POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
@@ -62,9 +58,6 @@ _ROW_TAGS = frozenset(b"IUDT")
 _NO_FACTS: dict[str, Any] = {}
 _NO_SUBXACTS: frozenset[int] = frozenset()
 _PROGRESS_BYTES = 4 << 20  # the largest run of records the first pass reads; it reports progress after each
-#: Inputs smaller than this are read without worker processes: starting them takes about 0.3 s (measured: a
-#: 1.2 MB capture read through Spark in 0.55-0.62 s without them, 0.74-0.93 s with two).
-_POOL_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -204,10 +197,9 @@ class Part:
         return self.stop - self.start
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Parts travel to the workers pickled.  Their outcomes -- tens of thousands of small objects holding
-        # LSN and Timestamp ints -- go as a few arrays of plain values, and become objects again only when the
-        # part is decoded: pickled and unpickled one object at a time they took longer than the part took
-        # to decode (measured: 5.9 s for the 8 parts of a 1M-message capture, now 0.4 s).
+        # Parts travel to Spark's executors pickled.  Their outcomes -- tens of thousands of small objects
+        # holding LSN and Timestamp ints -- go as a few arrays of plain values and become objects again only
+        # when the part is decoded: pickling them one object at a time costs more than decoding the part.
         outcomes = self.outcomes
         packed = outcomes if isinstance(outcomes, _PackedOutcomes) else _PackedOutcomes(_pack_outcomes(outcomes))
         return (Part, (self.number, self.source, self.start, self.stop, self.state, packed, self.repeated_lone,
@@ -303,50 +295,20 @@ def _shape(relation: Relation) -> tuple[Any, ...]:
 
 
 def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: int = 1,
-         progress: Callable[[int, int], None] | None = None, processes: int = 0) -> Plan:
+         progress: Callable[[int, int], None] | None = None) -> Plan:
     """The first pass: read every record once, cut the inputs into parts of about ``part_bytes`` (at least
     ``min_parts`` in all, inputs permitting), and resolve what each part needs from elsewhere.
-
-    ``processes`` (default 0: none) worker processes read the records beside this one, which then only
-    decodes the few that are not row changes, when the inputs are large enough to repay their start (32
-    MiB); see :func:`plan_processes` for a number that suits the machine.  The plan is the same either way.
-
-    Should a worker process fail (it cannot start, say, or is killed), a :class:`RuntimeWarning` says so and
-    this process reads the inputs itself, from the start (``progress`` starts again too).
 
     Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
     changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
     ``progress(bytes_read, total_bytes)`` is called after each run of records (an eighth of a part, at
     most 4 MiB) and at the end.
     """
-    if processes < 0:
-        raise ValueError(f"processes must be 0 or more, not {processes}")
     total = sum(i.size - i.first for i in inputs)
     target = max(1, min(part_bytes, total // max(1, min_parts)))
     unit = max(1, min(target // 8, _PROGRESS_BYTES))  # runs: parts are cut where runs start
     with fewer_collections():
-        if processes and total >= _POOL_BYTES and any(i.size - i.first > unit for i in inputs):
-            try:
-                with _ScanPool(processes) as pool:
-                    return _merge(inputs, pool.runs(inputs, unit), target, total, progress)
-            except WorkerLost as error:  # they are a help, not a need: read here instead
-                warnings.warn(f"replwire: the first pass reads its inputs without worker processes: {error}",
-                              RuntimeWarning, stacklevel=2)
         return _merge(inputs, _runs_here(inputs, unit), target, total, progress)
-
-
-def plan_processes() -> int:
-    """How many worker processes :func:`plan` does well with on this machine: as many as the CPUs this
-    process may run on, at most 3 (more read faster than this process can merge), none with one CPU.
-
-    Measured on the 1M-message benchmark capture with two CPUs, median of four: 1.72 s with no workers,
-    1.62 s with two, 1.83 s with three (with one, earlier: slower than none, as it reads everything while
-    this process mostly waits)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cpus = os.cpu_count() or 1
-    return min(3, cpus) if cpus > 1 else 0
 
 
 @dataclass(slots=True)
@@ -370,13 +332,6 @@ class _Run:
 
 
 _BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
-
-
-def _scan_run(source: Input, start: int, stop: int) -> _Run:
-    """The run of ``source``'s records from ``start`` (a record boundary) up to ``stop``: a worker
-    process's task."""
-    with _Skimmer(source) as skimmer:
-        return _take_run(source, start, skimmer.skim(start, stop))
 
 
 class _Skimmer:
@@ -516,193 +471,6 @@ def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
                 start = run.stop
 
 
-def _starts(source: Input, unit: int) -> Iterator[int]:
-    """Where the runs of ``source`` start: its first record, then each first record at or past ``unit``
-    bytes after the start before -- the runs :func:`_runs_here` reads.  Capture files are walked from record
-    head to record head; a COPY-CSV line starts after a newline."""
-    yield source.first
-    if source.form == "capture":
-        cut = source.first + unit
-        with read_capture(source.path) as reader:
-            for offset, _ in reader.offsets(source.size):
-                if offset >= cut:
-                    yield offset
-                    cut = offset + unit
-        return
-    with open(source.path, "rb") as handle:
-        cut = source.first + unit
-        while cut < source.size:
-            handle.seek(cut - 1)
-            line = handle.readline()  # from the byte before the cut to the end of its line
-            if not line.endswith(b"\n"):
-                return
-            start = cut - 1 + len(line)
-            if start >= source.size:
-                return
-            yield start
-            cut = start + unit
-
-
-class WorkerLost(RuntimeError):
-    """A worker process of the first pass ended without answering (it could not start, or was killed)."""
-
-
-class _ScanPool:
-    """Worker processes that read runs of records (:func:`_scan_run`) ahead of the merge, in stream order.
-
-    The workers are fresh interpreters running :func:`_serve_scans`, not forks of this process: a fork
-    would copy this process mid-step (a Spark driver's other threads with it), and :mod:`multiprocessing`'s
-    other ways re-run the caller's main script.  Tasks go to the workers in turn, so reading their answers
-    in turn gives the runs in order; at most two tasks wait per worker, so memory stays bounded whatever
-    the inputs' size."""
-
-    def __init__(self, processes: int) -> None:
-        import subprocess
-        import sys
-        import tempfile
-
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports from
-        # (without the current directory on the path, which -c puts first: a ./replwire there is not ours)
-        command = [sys.executable, "-c", f"import sys; sys.path[:] = [p for p in sys.path if p]; "
-                                         f"from {__name__} import _serve_scans; _serve_scans()"]
-        self.workers: list[Any] = []
-        try:
-            for _ in range(processes):
-                errors = tempfile.TemporaryFile()
-                self.workers.append((subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                      stderr=errors, env=env), errors))
-        except OSError as error:  # cannot start one: a lost worker (only the pool's own failures are)
-            self.close()
-            raise WorkerLost(f"a first-pass worker process could not start: {error}") from error
-        except BaseException:
-            self.close()
-            raise
-
-    def runs(self, inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
-        """The runs of every input, in order; the runs of an input after one that ended at a torn tail are
-        read but dropped (the input ends there)."""
-        from collections import deque
-
-        sent: deque[int] = deque()  # which worker each task waiting for an answer went to
-        ended: set[int] = set()
-        tasks = ((source, begin, stop) for source in inputs for begin, stop in _bounds(source, unit, ended))
-        count = len(self.workers)
-        turn = 0
-        while True:
-            for task in tasks:
-                try:
-                    _send(self.workers[turn][0].stdin, task)
-                except OSError:  # the worker is gone: say why
-                    raise self._ended(turn) from None
-                sent.append(turn)
-                turn = (turn + 1) % count
-                if len(sent) >= 2 * count:
-                    break
-            if not sent:
-                return
-            run = self._answer(sent.popleft())
-            if run.source.index in ended:
-                continue
-            if run.tail is not None:
-                ended.add(run.source.index)
-            yield run
-
-    def _answer(self, index: int) -> _Run:
-        try:
-            answer = _receive(self.workers[index][0].stdout)
-        except OSError:
-            answer = None
-        if answer is None:
-            raise self._ended(index)
-        kind, value = answer
-        if kind == "error":
-            raise value
-        return value  # type: ignore[no-any-return]
-
-    def _ended(self, index: int) -> WorkerLost:
-        process, errors = self.workers[index]
-        process.wait()
-        errors.seek(0)
-        said = errors.read().decode("utf-8", "replace").strip()
-        return WorkerLost(f"a first-pass worker process ended (exit code {process.returncode})"
-                          + (f":\n{said}" if said else ""))
-
-    def close(self) -> None:
-        for process, errors in self.workers:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-            for stream in (process.stdin, process.stdout, errors):
-                try:
-                    stream.close()
-                except OSError:  # a task still buffered for a worker that is gone
-                    pass
-        self.workers = []
-
-    def __enter__(self) -> _ScanPool:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-def _bounds(source: Input, unit: int, ended: set[int]) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` of each run of ``source`` (see :func:`_starts`), until ``source`` is in ``ended``."""
-    starts = _starts(source, unit)
-    begin = next(starts)
-    for start in starts:
-        if source.index in ended:
-            return
-        yield begin, start
-        begin = start
-    yield begin, source.size
-
-
-_LENGTH = struct.Struct(">Q")
-
-
-def _send(stream: Any, value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LENGTH.pack(len(data)) + data)
-    stream.flush()
-
-
-def _receive(stream: Any) -> Any:
-    """The next value, or ``None`` if the stream ends before a whole one (its writer is gone, perhaps killed
-    half-way through a value larger than the pipe holds)."""
-    head = stream.read(_LENGTH.size)
-    if len(head) < _LENGTH.size:
-        return None
-    (length,) = _LENGTH.unpack(head)
-    data = stream.read(length)
-    if len(data) < length:
-        return None
-    return pickle.loads(data)
-
-
-def _serve_scans() -> None:
-    """A first-pass worker process: read ``(input, start, stop)`` tasks from stdin until it closes, and
-    answer each on stdout with ``("run", _Run)`` or ``("error", exception)``."""
-    import signal
-    import sys
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle: it ends its workers
-    tasks, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # whatever prints to stdout here goes with the errors, not into the answers
-    with fewer_collections():
-        while (task := _receive(tasks)) is not None:
-            try:
-                answer: tuple[str, Any] = ("run", _scan_run(*task))
-            except Exception as error:  # noqa: BLE001 -- handed to the parent, which raises it
-                try:
-                    pickle.loads(pickle.dumps(error))
-                except Exception:  # noqa: BLE001
-                    error = RuntimeError(f"{type(error).__name__}: {error}")
-                answer = ("error", error)
-            _send(answers, answer)
-
-
 def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: int,
            progress: Callable[[int, int], None] | None) -> Plan:
     """Run the decoder and router over the control records of ``runs`` (every input's, in order), note the
@@ -792,7 +560,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
 
     new = int.__new__  # the scan parsed these LSNs and times: no need to check them again
     for run in runs:
-        if source is None or run.source.index != source.index:  # (a worker's run has a copy of its input)
+        if source is None or run.source.index != source.index:
             if source is not None:
                 done += source.size - source.first
             source = inputs[run.source.index]

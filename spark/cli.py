@@ -29,9 +29,6 @@ def _options(function: Any) -> Any:
         click.option("--partition-mb", type=click.IntRange(1), default=None,
                      help="About how many MB of input one Spark task decodes (default: chosen from the "
                           "input size and the parallelism)."),
-        click.option("--plan-processes", type=click.IntRange(0), default=None,
-                     help="Worker processes that help the first pass read the inputs (default: as many as "
-                          "the CPUs, at most 3, none with one CPU; 0 for none)."),
         click.option("--overwrite", is_flag=True, help="Replace the output directory if it is not empty."),
     ]):
         function = option(function)
@@ -61,7 +58,7 @@ def _session(master: str | None) -> Any:
 
 
 def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-         master: str | None, partition_mb: int | None, plan_processes: int | None, overwrite: bool) -> None:
+         master: str | None, partition_mb: int | None, overwrite: bool) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -88,7 +85,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
             run = getattr(jobs, job)
             result = run(session, [str(p) for p in inputs], str(out), proto_version=proto_version,
                          part_bytes=partition_mb << 20 if partition_mb else None, overwrite=overwrite,
-                         progress=report, plan_processes=plan_processes)
+                         progress=report)
         except (CaptureFileError, FileExistsError, ValueError) as error:
             raise click.ClickException(str(error)) from error
     elapsed = time.monotonic() - started
@@ -119,24 +116,24 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
 @_INPUTS
 @_options
 def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-                    master: str | None, partition_mb: int | None, plan_processes: int | None,
+                    master: str | None, partition_mb: int | None,
                     overwrite: bool) -> None:
     """Write the committed changes of INPUTS -- consecutive segments of one stream, in order (capture files
     or COPY-CSV) -- as per-table Parquet datasets: OUT/<schema>.<table>/v<N>/ (one per table shape), every
     row with its op, schema, table, xid, LSNs and commit time."""
-    _run("changes", inputs, out, proto_version, master, partition_mb, plan_processes, overwrite)
+    _run("changes", inputs, out, proto_version, master, partition_mb, overwrite)
 
 
 @spark.command("apply")
 @_INPUTS
 @_options
 def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-                  master: str | None, partition_mb: int | None, plan_processes: int | None,
+                  master: str | None, partition_mb: int | None,
                   overwrite: bool) -> None:
     """Write the current state of every table of INPUTS: OUT/<schema>.<table>/ holds the last committed
     row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over); the per-table
     changes it came from are kept in OUT/_changes."""
-    _run("apply", inputs, out, proto_version, master, partition_mb, plan_processes, overwrite)
+    _run("apply", inputs, out, proto_version, master, partition_mb, overwrite)
 
 
 if __name__ == "__main__":  # spark-submit .../replwire/spark/cli.py apply ...

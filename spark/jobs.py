@@ -163,14 +163,11 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
 
 def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
             part_bytes: int | None = None, overwrite: bool = False,
-            progress: Callable[[int, int], None] | None = None,
-            plan_processes: int | None = None) -> ChangesSummary:
+            progress: Callable[[int, int], None] | None = None) -> ChangesSummary:
     """Write the committed changes of ``paths`` (consecutive segments of one stream, in order) as per-table
     Parquet datasets under ``out`` (see the module docstring).  ``progress(done, total)`` hears how far the
-    first pass (on the driver) has read, in bytes; ``plan_processes`` worker processes help it read
-    (default: :func:`~replwire.codec.partitions.plan_processes`, 0 for none)."""
+    first pass (on the driver) has read, in bytes."""
     from replwire.codec.partitions import open_inputs, plan
-    from replwire.codec.partitions import plan_processes as processes_here  # (the argument has its name)
 
     from .rows import table_schema
 
@@ -178,8 +175,7 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
     parallelism = spark.sparkContext.defaultParallelism
     total = sum(i.size - i.first for i in inputs)
     chosen = part_bytes or max(1 << 20, min(32 << 20, total // max(1, 4 * parallelism) + 1))
-    processes = processes_here() if plan_processes is None else plan_processes
-    result = plan(inputs, part_bytes=chosen, min_parts=parallelism, progress=progress, processes=processes)
+    result = plan(inputs, part_bytes=chosen, min_parts=parallelism, progress=progress)
     _prepare_out(out, overwrite)
     versions = result.relations
     rdd = spark.sparkContext.parallelize(result.parts, len(result.parts))
@@ -398,8 +394,7 @@ def _parquet_rows(directory: str) -> int:
 
 def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
           part_bytes: int | None = None, overwrite: bool = False,
-          progress: Callable[[int, int], None] | None = None,
-          plan_processes: int | None = None) -> ApplySummary:
+          progress: Callable[[int, int], None] | None = None) -> ApplySummary:
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
     per-table changes it is computed from are kept in ``out/_changes``.
 
@@ -415,7 +410,7 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
     summary = changes(spark, paths, changes_dir, proto_version=proto_version, part_bytes=part_bytes,
-                      progress=progress, plan_processes=plan_processes)
+                      progress=progress)
     with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
         manifest = json.load(handle)
     by_table: dict[str, list[dict[str, Any]]] = {}

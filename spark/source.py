@@ -26,9 +26,6 @@ Options (all optional but the paths):
     About how many bytes of input one partition decodes (default 32 MiB).
 ``minPartitions``
     Cut the inputs into at least this many partitions where they are big enough (default 1).
-``planProcesses``
-    Worker processes that help the first pass read the inputs (default: as many as the driver's CPUs, at
-    most 3, none with one CPU; 0 for none).  The result is the same either way.
 """
 
 from __future__ import annotations
@@ -71,17 +68,14 @@ class _Request:
         self.schema_version = options.integer("schemaVersion", None, 1)
         self.part_bytes = options.integer("partitionBytes", 32 * 2**20, 1)
         self.min_parts = options.integer("minPartitions", 1, 1)
-        self.processes = options.integer("planProcesses", None, 0)
         self._plan: Any = None
 
     @property
     def plan(self) -> Any:
         if self._plan is None:
-            from replwire.codec.partitions import plan, plan_processes
+            from replwire.codec.partitions import plan
 
-            processes = plan_processes() if self.processes is None else self.processes
-            self._plan = plan(self.inputs, part_bytes=self.part_bytes, min_parts=self.min_parts,
-                              processes=processes)
+            self._plan = plan(self.inputs, part_bytes=self.part_bytes, min_parts=self.min_parts)
         return self._plan
 
     def version(self) -> Any:

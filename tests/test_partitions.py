@@ -303,10 +303,8 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
     assert len(quarters) == 4 and all(abs(p.size - quarter) < quarter // 8 + longest for p in quarters)
 
 
-@pytest.mark.parametrize("processes", [0, 2])
-def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch, processes):
+def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch):
     monkeypatch.setattr(partitions, "_PROGRESS_BYTES", 1000)
-    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
     maker = StreamMaker(11)
     rows = maker.make()
     middle = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")  # between transactions
@@ -314,7 +312,7 @@ def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypat
                           write_capture(tmp_path / "2.rwc", rows[middle:])])
     total = sum(i.size - i.first for i in inputs)
     heard = []
-    plan(inputs, progress=lambda done, of: heard.append((done, of)), processes=processes)
+    plan(inputs, progress=lambda done, of: heard.append((done, of)))
     assert all(of == total for _, of in heard)
     assert heard[-1] == (total, total)
     done = [d for d, _ in heard]
@@ -347,37 +345,7 @@ def test_a_torn_tail_is_reported_and_the_rest_decoded(tmp_path):
     assert split(inputs, part_bytes=300)[0] == whole
 
 
-# -- the first pass with worker processes -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def workers_for_any_size(monkeypatch):
-    """Worker processes even for the small inputs of these tests (plan starts them for 32 MiB or more); the
-    list of the pools plan started (each with the number of workers asked for as ``asked``), so a test can
-    check the workers did the reading, or reach them."""
-    pools = []
-
-    class Seen(partitions._ScanPool):
-        def __init__(self, processes):
-            super().__init__(processes)
-            self.asked = processes
-            pools.append(self)
-
-    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
-    monkeypatch.setattr(partitions, "_ScanPool", Seen)
-    return pools
-
-
-def test_small_inputs_are_read_without_worker_processes(tmp_path, monkeypatch):
-    def refuse(processes):
-        raise AssertionError("worker processes started for a small input")
-
-    monkeypatch.setattr(partitions, "_ScanPool", refuse)
-    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(1).make())])
-    assert _plan_facts(plan(inputs, part_bytes=300, processes=2)) == _plan_facts(plan(inputs, part_bytes=300))
-    monkeypatch.setattr(partitions, "_POOL_BYTES", 0)
-    with pytest.raises(AssertionError, match="worker processes started"):
-        plan(inputs, part_bytes=300, processes=2)
+# -- the first pass over awkward inputs ----------------------------------------------------------------------
 
 
 def _plan_facts(result):
@@ -402,23 +370,18 @@ def _resumed_and_damaged(tmp_path, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_worker_processes_make_the_same_plan(tmp_path, workers_for_any_size, seed):
-    """With worker processes reading the records, the plan is the one reading them here gives -- wherever it
-    is cut, over several segments, and with a damaged segment whose later records are dropped."""
+def test_resumed_segments_and_a_damaged_one_plan_wherever_cut(tmp_path, seed):
+    """Over several segments, the third damaged, the plan names the damaged input and cuts as asked."""
     inputs = _resumed_and_damaged(tmp_path, seed)
     for size in (1, 300, 5000, 1 << 30):
         here = plan(inputs, part_bytes=size)
         assert here.tails and here.tails[0][0] == inputs[2].path
         assert len(here.parts) >= (3 if size >= 5000 else 30)
-        for processes in (1, 2):
-            before = len(workers_for_any_size)
-            assert _plan_facts(plan(inputs, part_bytes=size, processes=processes)) == _plan_facts(here), (size, processes)
-            assert [pool.asked for pool in workers_for_any_size[before:]] == [processes]
 
 
-def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_path, workers_for_any_size):
-    """Records appended after open_inputs (a capture still running) are not read, with workers or without:
-    the plan covers the file as open_inputs found it."""
+def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_path):
+    """Records appended after open_inputs (a capture still running) are not read: the plan covers the file
+    as open_inputs found it."""
     rows = StreamMaker(5).make(120)
     half = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")
     path = write_capture(tmp_path / "a.rwc", rows[:half])
@@ -430,22 +393,12 @@ def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_pa
         here = plan(inputs, part_bytes=size)
         assert here.records == half and here.parts[-1].stop == inputs[0].size
         assert all(p.start <= p.stop for p in here.parts)
-        assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(here)
 
 
-def test_worker_processes_split_copy_csv_at_line_boundaries(tmp_path, workers_for_any_size):
-    rows = StreamMaker(8).make()
-    csv_path = tmp_path / "rows.csv"
-    csv_path.write_text("".join(f"{LSN(lsn)},{0},\\x{data.hex()}\n" for lsn, data in rows))
-    inputs = open_inputs([csv_path], proto_version=4)
-    for size in (1, 500, 1 << 30):
-        assert _plan_facts(plan(inputs, part_bytes=size, processes=2)) == _plan_facts(plan(inputs, part_bytes=size))
-    assert [pool.asked for pool in workers_for_any_size] == [2, 2, 2]
-
-
-def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_any_size):
-    """A bad COPY-CSV row found by a worker arrives as the same error, naming the file and offset; a stream
-    out of order raises the decoder's error, also where a Begin is read ahead by the scan."""
+def test_the_first_pass_raises_what_the_reader_and_the_decoder_raise(tmp_path):
+    """A bad COPY-CSV row is an error naming the file and offset (and it survives pickling, as errors from
+    Spark's executors must); a stream out of order raises the decoder's error, also where a Begin is read
+    ahead by the scan."""
     rows = StreamMaker(4).make()
     csv_path = tmp_path / "rows.csv"
     text = "".join(f"{LSN(lsn)},{0},\\x{data.hex()}\n" for lsn, data in rows)
@@ -454,12 +407,11 @@ def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_a
     match = rf"rows.csv at offset {len(text)}: not an \(lsn, xid, data\) row"
     noted = CaptureFileError("rows.csv", "not a row", 12)
     noted.add_note("in part 3")
-    travelled = pickle.loads(pickle.dumps(noted))  # as a worker's error reaches this process
+    travelled = pickle.loads(pickle.dumps(noted))  # as an executor's error reaches the driver
     assert (str(travelled), travelled.offset, travelled.__notes__) == ("rows.csv at offset 12: not a row", 12,
                                                                        ["in part 3"])
-    for processes in (0, 2):
-        with pytest.raises(CaptureFileError, match=match):
-            plan(inputs, part_bytes=400, processes=processes)
+    with pytest.raises(CaptureFileError, match=match):
+        plan(inputs, part_bytes=400)
 
     def message(m):
         return build(m, proto_version=1)
@@ -479,83 +431,9 @@ def test_worker_processes_raise_what_reading_here_raises(tmp_path, workers_for_a
                 decoder.feed(data)
         path = write_capture(tmp_path / f"{name}.rwc", [(0x100 + i, data) for i, data in enumerate(stream)],
                              proto_version=1)
-        for processes in (0, 1):
-            with pytest.raises(StreamStateError) as raised:
-                plan(open_inputs([path]), processes=processes)
-            assert str(raised.value) == str(expected.value), (name, processes)
-
-
-def test_a_worker_that_dies_is_named(tmp_path, workers_for_any_size):
-    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(2).make())])
-    with partitions._ScanPool(1) as pool:
-        pool.workers[0][0].kill()
-        with pytest.raises(partitions.WorkerLost, match=r"a first-pass worker process ended \(exit code -9\)"):
-            list(pool.runs(inputs, 100))
-
-
-def test_workers_that_cannot_start_leave_the_reading_to_this_process(tmp_path, workers_for_any_size, monkeypatch):
-    """Worker processes are a help, not a need: if they fail, the plan is made here, with a warning."""
-    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(2).make())])
-    expected = _plan_facts(plan(inputs, part_bytes=300))
-    import sys
-
-    monkeypatch.setattr(sys, "executable", "/bin/false")  # each worker exits at once, with code 1
-    with pytest.warns(RuntimeWarning, match=r"without worker processes: a first-pass worker process ended \(exit code 1\)"):
-        assert _plan_facts(plan(inputs, part_bytes=300, processes=2)) == expected
-    assert [pool.asked for pool in workers_for_any_size] == [2]
-
-
-def test_a_worker_killed_while_writing_its_answer_leaves_the_reading_to_this_process(tmp_path, workers_for_any_size):
-    """A worker killed half-way through an answer larger than its pipe (the OOM killer, say) is a lost worker
-    like any other: a warning, and the plan made here -- not an unpickling error."""
-    import fcntl
-    import os
-    import signal
-    import struct
-    import termios
-    import time
-
-    rows = [(0x1000 + i, build(Message(xid=None, flags=0, lsn=LSN(0x1000 + i), prefix="p", content=b"x" * 50_000),
-                               proto_version=4)) for i in range(40)]  # all control records: answers of ~256 kB
-    inputs = open_inputs([write_capture(tmp_path / "a.rwc", rows)])
-    expected = _plan_facts(plan(inputs, part_bytes=2 << 20))
-    pools = workers_for_any_size
-
-    def kill_the_next_answerer(done, total):  # after the first run: worker 1 is writing the second answer
-        if len(pools) != 1 or not pools[0].workers or pools[0].workers[1][0].poll() is not None:
-            return
-        process = pools[0].workers[1][0]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until its pipe is full: it is blocked inside the answer
-            waiting = struct.unpack("i", fcntl.ioctl(process.stdout.fileno(), termios.FIONREAD, b"\0" * 4))[0]
-            if waiting >= 65536:
-                break
-            time.sleep(0.01)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-
-    with pytest.warns(RuntimeWarning, match="without worker processes: a first-pass worker process ended"):
-        got = plan(inputs, part_bytes=2 << 20, processes=2, progress=kill_the_next_answerer)
-    assert _plan_facts(got) == expected
-
-
-def test_an_os_error_that_is_not_the_workers_is_not_taken_for_a_lost_worker(tmp_path, workers_for_any_size):
-    """Only the workers' own failures make plan read again without them: an OSError from elsewhere (here the
-    progress callback, printing to a closed pipe) is raised at once, with no warning and no second reading."""
-    import warnings
-
-    inputs = open_inputs([write_capture(tmp_path / "a.rwc", StreamMaker(1).make())])
-    calls = []
-
-    def progress(done, total):
-        calls.append(done)
-        raise BrokenPipeError(32, "Broken pipe")
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(BrokenPipeError):
-            plan(inputs, part_bytes=300, processes=2, progress=progress)
-    assert len(calls) == 1
+        with pytest.raises(StreamStateError) as raised:
+            plan(open_inputs([path]))
+        assert str(raised.value) == str(expected.value), name
 
 
 # -- real servers ----------------------------------------------------------------------------------------------

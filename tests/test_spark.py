@@ -430,54 +430,10 @@ def test_cli_changes_and_apply(pg18, tmp_path):
     csv_path.write_text("".join(f"{lsn},{xid},\\x{data.hex()}\n" for lsn, xid, data in rows))
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     run = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "spark", "apply", str(csv_path),
-                          "--proto-version", "1", "--out", str(tmp_path / "state"), "--master", "local[2]",
-                          "--plan-processes", "0"],
+                          "--proto-version", "1", "--out", str(tmp_path / "state"), "--master", "local[2]"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"public.items: {expected} rows" in run.stdout
     missing = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "spark", "changes", str(csv_path),
                               "--out", str(tmp_path / "c")], capture_output=True, text=True, env=env, timeout=120)
     assert missing.returncode != 0 and "--proto-version" in missing.stderr
-
-
-def test_the_first_pass_workers_run_in_sparks_planner_and_change_nothing(spark, tmp_path):
-    """An input of 32 MiB or more is read by the first pass's worker processes, started by Spark's Python
-    planner (seen running in /proc); the rows are the same as with none, and one per row message written."""
-    import threading
-
-    from bench.corpus import synthetic
-
-    items = synthetic(300_000).items
-    path = write_capture(tmp_path / "big.rwc", [(0x1_0000_0000 + 64 * i, 0, item.data)
-                                                for i, item in enumerate(items)], 1)
-    assert os.path.getsize(path) >= 32 << 20
-    row_messages = sum(1 for item in items if item.data[:1] in (b"I", b"U", b"D"))
-    seen, done = set(), threading.Event()
-
-    def watch():  # the planner's worker processes, by pid
-        while not done.is_set():
-            for pid in os.listdir("/proc"):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                        if b"_serve_scans" in handle.read():
-                            seen.add(pid)
-                except OSError:
-                    pass
-            done.wait(0.02)
-
-    def read(processes):
-        return (spark.read.format("replwire").option("planProcesses", str(processes)).option("minPartitions", "4")
-                .load(path).select("op", "xid", "lsn", "commit_lsn", "position", "new", "old", "key"))
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        helped = read(2).cache()
-        assert helped.count() == row_messages
-    finally:
-        done.set()
-        watcher.join()
-    assert len(seen) == 2
-    alone = read(0)
-    assert helped.exceptAll(alone).count() == 0 and alone.exceptAll(helped).count() == 0
-    helped.unpersist()
