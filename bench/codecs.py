@@ -1,7 +1,7 @@
 """The codecs the benchmark runs side by side, behind one small interface.
 
 * ``replwire-fast``: ``replwire.codec.parse``/``build`` (the generated fast codec, the default);
-* ``replwire-reference``: ``replwire.codec.reference`` (construct, interpreted, with replwire's checks);
+* ``replwire-reference``: ``replwire.codec.wire.reference`` (construct, interpreted, with replwire's checks);
 * ``construct-compiled``: construct's own ``compile()`` of the same declarations (``Container`` results;
   builds from the dicts ``WireMessage.to_wire`` gives);
 * ``pypgoutput``: ``pypgoutput==0.0.3``'s decoder classes (parse only; protocol 1 subset);
@@ -15,11 +15,12 @@ codec with no adapter in between; ``prepare_build`` turns the corpus into the co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from replwire import schema
-from replwire.codec import fast, reference
+from replwire.codec.wire import fast, reference
 
 from . import yardstick
 

@@ -5,8 +5,9 @@
   a Begin and a Commit around every three to seven changes; the changes mostly Inserts and Updates, some
   Updates carrying the old key (``K``) or an unchanged TOASTed column (``u``), some Deletes.  Built with
   ``replwire.codec.build`` from a fixed random seed, so every run sees the same bytes.
-* :func:`real`: everything the repository's own capture code (``tests/capture.py``) records when it runs
-  its workload (``tests/workload.py``) on a PostgreSQL server started by ``tests/pgserver.py``: every
+* :func:`real`: everything the repository's own capture code (``tests/support/capture.py``) records when it
+  runs its workload (``tests/support/workload.py``) on a PostgreSQL server started by
+  :mod:`replwire.codec.testing.localserver`: every
   configuration (protocol versions 1-4, binary, messages, streaming, two-phase, origins) through the SQL
   interface, and the live walsender's CopyData frames.  Captured once and cached under ``bench/corpora/``
   (git-ignored); ``refresh=True`` captures again.
@@ -22,10 +23,10 @@ from __future__ import annotations
 import pathlib
 import random
 import struct
-import sys
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO
 
 from replwire import schema
 from replwire.codec import (
@@ -229,18 +230,11 @@ def synthetic(messages: int = 200_000, seed: int = 20261121) -> Corpus:
 # real servers
 
 
-def _tests_on_path() -> None:
-    tests = str(ROOT / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-
-
 def capture(major: int) -> tuple[list[Item], dict]:
     """Start a PostgreSQL ``major`` server, run the repository's workload through every capture
     configuration and the live walsender, stop it; every message in capture order."""
-    _tests_on_path()
-    from capture import capture_all  # noqa: PLC0415 - tests/ is only importable from a checkout
-    from pgserver import PgServer  # noqa: PLC0415
+    from replwire.codec.testing.localserver import PgServer  # noqa: PLC0415
+    from tests.support.capture import capture_all  # noqa: PLC0415 - tests/ is importable from a checkout only
 
     server = PgServer.start(major)
     try:
@@ -276,8 +270,9 @@ def real(majors: tuple[int, ...] = (18,), refresh: bool = False) -> Corpus:
             (CORPORA / f"real-pg{major}.txt").write_text(repr(source) + "\n")
         items += load(path)
         versions[f"pg{major}"] = (CORPORA / f"real-pg{major}.txt").read_text().strip()
-    return Corpus("real", "Captured from PostgreSQL " + ", ".join(str(m) for m in majors) + " by tests/capture.py "
-                  "(the workload of tests/workload.py through every protocol version and option set, "
+    return Corpus("real", "Captured from PostgreSQL " + ", ".join(str(m) for m in majors)
+                  + " by tests/support/capture.py "
+                  "(the workload of tests/support/workload.py through every protocol version and option set, "
                   "plus the live walsender frames)", items, {"servers": versions})
 
 

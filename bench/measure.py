@@ -17,8 +17,9 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 _HWM = re.compile(rb"VmHWM:\s+(\d+) kB")
 _RSS = re.compile(rb"VmRSS:\s+(\d+) kB")

@@ -28,7 +28,8 @@ import re
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import codecs as codec_registry
 from . import corpus as corpora
@@ -38,9 +39,12 @@ RESULTS = corpora.ROOT / "bench" / "results" / "latest.json"
 
 #: Targets of issue 5, as ratios from the same run.
 TARGETS = [
-    {"name": "parse >= 0.8x yardstick", "op": "parse", "codec": "replwire-fast", "versus": "yardstick", "at_least": 0.8},
-    {"name": "parse >= 4x pypgoutput", "op": "parse", "codec": "replwire-fast", "versus": "pypgoutput", "at_least": 4.0},
-    {"name": "build >= 0.8x yardstick", "op": "build", "codec": "replwire-fast", "versus": "yardstick", "at_least": 0.8},
+    {"name": "parse >= 0.8x yardstick", "op": "parse", "codec": "replwire-fast", "versus": "yardstick",
+     "at_least": 0.8},
+    {"name": "parse >= 4x pypgoutput", "op": "parse", "codec": "replwire-fast", "versus": "pypgoutput",
+     "at_least": 4.0},
+    {"name": "build >= 0.8x yardstick", "op": "build", "codec": "replwire-fast", "versus": "yardstick",
+     "at_least": 0.8},
 ]
 STREAM_LIMIT = 200 * 1024 * 1024
 

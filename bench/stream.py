@@ -19,7 +19,8 @@ import pathlib
 import subprocess
 import sys
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import corpus as corpora
 

@@ -37,11 +37,11 @@ from .messages import (
     WireMessage,
     XLogData,
 )
-from .fast import build, build_envelope, parse, parse_envelope  # the generated fast codec; see .reference
 from .scalars import LSN, Timestamp
-from .decoder import Decoder, StreamStateError  # noqa: E402 - after parse/build: the decoder binds them
-from .assembler import Assembler, Change, Changes, Transaction  # noqa: E402
-from .values import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, TypedValuesUnavailable  # noqa: E402
+from .stream.assembler import Assembler, Change, Changes, Transaction
+from .stream.decoder import Decoder, StreamStateError
+from .stream.values import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, TypedValuesUnavailable
+from .wire.fast import build, build_envelope, parse, parse_envelope  # the generated fast codec; see .reference
 
 __all__ = [
     "LSN", "Begin", "BeginPrepare", "Commit", "CommitPrepared", "DecodeError", "Delete", "EncodeError",

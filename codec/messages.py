@@ -252,8 +252,9 @@ class Record(_Declared):
 
 
 class WireMessage(_Declared):
-    """Base of every message class (logical and envelope).  ``spec`` is the declaration's :class:`~replwire.schema.MessageSpec`;
-    ``tag`` its tag character."""
+    """Base of every message class (logical and envelope).
+
+    ``spec`` is the declaration's :class:`~replwire.schema.MessageSpec`; ``tag`` its tag character."""
 
     __slots__ = ()
     spec: ClassVar[wire.MessageSpec]

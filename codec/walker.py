@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from construct import (
-    Const,
     Construct,
     FormatField,
     GreedyBytes,
@@ -64,7 +63,7 @@ class AnyOf:
     parts: tuple[Condition, ...]
 
 
-Condition = Union[Ref, Compare, AnyOf]
+Condition = Ref | Compare | AnyOf
 
 _OPS = {operator.eq: "==", operator.ne: "!=", operator.ge: ">=", operator.gt: ">", operator.le: "<=",
         operator.lt: "<"}
@@ -272,8 +271,8 @@ class Record:
     name: str | None = None
 
 
-Node = Union[Int, Zero, TagByte, Text, CharOf, LengthPrefixed, Rest, DerivedCount, When, IfBytesRemain,
-             MarkedBy, CountedArray, ArrayOf, Record, MagicBytes, Checksummed]
+Node = (Int | Zero | TagByte | Text | CharOf | LengthPrefixed | Rest | DerivedCount | When | IfBytesRemain
+        | MarkedBy | CountedArray | ArrayOf | Record | MagicBytes | Checksummed)
 
 #: Every construct class the walker understands (checked against the schema by a test).
 KNOWN_CONSTRUCTS: tuple[type, ...] = (

@@ -7,8 +7,22 @@ the records again -- the protocol version and the pgoutput options they were cap
 server's version.  Declared like the protocol messages, so the same walker documents it.
 """
 
-from .core import Counted, Crc32, Field, FieldMeta, Int8, Int16, Int32, LengthPrefixedBytes, Lsn, Magic, String, Xid
-from .core import field, record
+from .core import (
+    Counted,
+    Crc32,
+    Field,
+    FieldMeta,
+    Int8,
+    Int16,
+    Int32,
+    LengthPrefixedBytes,
+    Lsn,
+    Magic,
+    String,
+    Xid,
+    field,
+    record,
+)
 
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"

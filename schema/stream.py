@@ -11,7 +11,6 @@ from construct import this
 
 from .core import Int8, Lsn, Tail, Timestamp, Xid, ZeroFlags, field, message
 
-
 STREAM_START = message(
     b"S", "StreamStart",
     field("xid", Xid, "Xid of the top-level transaction being streamed."),

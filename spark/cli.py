@@ -63,8 +63,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
 
-    from replwire.codec.capture_file import CaptureFileError, is_capture_file
-
+    from replwire.codec.io.capture_file import CaptureFileError, is_capture_file
     from replwire.spark import jobs
 
     console = Console()

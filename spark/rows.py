@@ -31,9 +31,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from replwire.codec.jsonl import RowJson
-from replwire.codec.partitions import Decoded, RelationVersion
-from replwire.codec.values import ValueLoader
+from replwire.codec.split.partitions import Decoded, RelationVersion
+from replwire.codec.stream.jsonl import RowJson
+from replwire.codec.stream.values import ValueLoader
 
 from .types import ColumnType, Unrepresentable, column_type
 
@@ -107,10 +107,10 @@ class _TransactionFacts:
 
 
 class ChangeRows:
-    """Collects :class:`~replwire.codec.partitions.Decoded` changes into :data:`CHANGES` batches.
+    """Collects :class:`~replwire.codec.split.partitions.Decoded` changes into :data:`CHANGES` batches.
 
     Feed it the changes of ``decode_part(..., rows=False)`` (or of an Assembler): the row images are written
-    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.jsonl.RowJson`, with
+    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.stream.jsonl.RowJson`, with
     ``change.row_schema``), the same text ``replwire decode`` prints.
     Rows are kept as tuples in :data:`CHANGES` order and turned into columns once per batch; the transaction
     facts are worked out once per transaction.

@@ -138,7 +138,7 @@ class StreamOptions:
 
     def peek_arguments(self, server_version: int) -> tuple[int, list[str]]:
         """The protocol version and the pgoutput options (as the peek's variadic text array) for this server."""
-        from replwire.codec.live import CaptureError, CaptureSettings
+        from replwire.codec.io.live import CaptureError, CaptureSettings
 
         settings = CaptureSettings(slot=self.slot, publication=self.publication, proto_version=self.proto_version,
                                    binary=self.binary, messages=self.messages)
@@ -299,11 +299,11 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from batches(ChangeRows(), self._changes(partition), _BATCH_ROWS)
 
     def _changes(self, part: LsnRange) -> Iterator[Any]:
-        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.partitions.Decoded`)."""
+        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.split.partitions.Decoded`)."""
         import psycopg
 
         from replwire.codec import Assembler, Transaction
-        from replwire.codec.partitions import Decoded, Outcome
+        from replwire.codec.split.partitions import Decoded, Outcome
 
         assembler = Assembler(proto_version=part.proto_version, typed=False)  # ChangeRows reads the wire tuples
         start, end = LSN(part.start), LSN(part.end)
@@ -334,11 +334,12 @@ def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,
     """Peek at the slot (up to ``upto``, about ``rows`` rows): the row number and position of each row that
     completes a position, and the number of rows."""
     from replwire.codec import parse
-    from replwire.codec.live import completed_position
+    from replwire.codec.io.live import completed_position
 
     marks: list[tuple[int, LSN]] = []
     total = 0
-    for n, total, data in conn.execute(_MARKS, (slot, str(upto) if upto is not None else None, rows, arguments)):
+    rows_read = conn.execute(_MARKS, (slot, str(upto) if upto is not None else None, rows, arguments))
+    for n, total, data in rows_read:  # noqa: B007 - the last row's total is returned
         data = bytes(data)
         if data[:1] in (b"C", b"M"):
             position = completed_position(parse(data, proto_version=proto))

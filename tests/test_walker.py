@@ -7,7 +7,8 @@ import pytest
 from construct import Container, this
 
 from replwire import schema
-from replwire.codec import interpreter, walker
+from replwire.codec import walker
+from replwire.codec.wire import interpreter
 from replwire.schema import core
 
 SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.values() for s in specs.values()]

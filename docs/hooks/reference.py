@@ -2,9 +2,9 @@
 
 It adds one page per message (and the overview pages) as generated files, puts them in the navigation,
 and draws the framing diagram into ``reference/framing.md``.  The worked examples are the real messages
-stored in ``tests/captures/`` (captured from PostgreSQL 15 and 18 by ``tests/make_corpus.py``); the hand-
-assembled golden vectors of ``tests/vectors/messages.json`` serve only messages no server sends.  Any
-:class:`~replwire.codec.docgen.DocsError` fails the build.
+stored in ``tests/captures/`` (captured from PostgreSQL 15 and 18 by ``tests/support/make_corpus.py``); the
+hand-assembled golden vectors of ``tests/vectors/messages.json`` serve only messages no server sends.  Any
+:class:`~replwire.codec.docs.generate.DocsError` fails the build.
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ import sys
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
-from replwire.codec import decoder, docgen
+from replwire.codec.docs import generate as docgen
+from replwire.codec.stream import decoder
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # tests/ (the golden vectors' loader) is a plain package of the checkout
+    sys.path.insert(0, str(ROOT))
+
+from tests.support import vectors  # noqa: E402
+
 CAPTURES = ROOT / "tests" / "captures"
 VECTORS = ROOT / "tests" / "vectors" / "messages.json"
 PLACEHOLDER = "<!-- replwire:framing-diagram -->"
@@ -58,11 +64,6 @@ def captured_examples() -> list[docgen.Example]:
 
 
 def vector_examples() -> list[docgen.Example]:
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:
-        import vectors  # the golden-vector loader of the test suite
-    finally:
-        sys.path.pop(0)
     return [docgen.Example(v.wire, f"hand-assembled golden vector `{v.name}` (no server sends this message)",
                            v.ctx.get("proto_version"), v.ctx.get("in_stream", False), v.sender)
             for v in vectors.VALID]

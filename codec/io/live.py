@@ -1,0 +1,474 @@
+"""Live capture: stream pgoutput from a replication slot into a capture file, acknowledging only what is
+durably on disk.
+
+Strategy: a thin adapter around psycopg2's ``LogicalReplicationConnection`` (it answers the server's
+keepalives itself).  Every XLogData payload is appended to a :class:`~replwire.codec.io.capture_file.
+CaptureWriter` as it arrives and parsed (tracking the stream state) only to learn the position it
+completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a non-transactional message.
+At most every ``sync_interval`` seconds the file is fsynced, and only then is the highest such position
+reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
+When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
+
+With ``via="sql"`` the same file is written from the SQL functions over an ordinary connection instead,
+for servers where a replication connection is not available: ``pg_logical_slot_peek_binary_changes`` reads a
+batch from the slot's confirmed position, the records are appended and fsynced, and only then is the slot
+moved with ``pg_replication_slot_advance`` -- to the last position completed in the batch (a commit's end
+LSN, never the middle of a commit record, which would make the server skip that transaction), or, when the
+call read everything up to the WAL position taken just before it, to that position.  Each call is a new
+pgoutput session, so every batch repeats the Relation (and Type) messages its changes need.  Streaming is
+refused in this mode: every call decodes again from the confirmed position, so a streamed transaction still
+in progress would be sent -- and stored -- again by every call (without it the server spills a large
+transaction to disk and sends it once, at its commit).
+
+Restarting on an existing file resumes from the slot's confirmed position: records after the last one
+the server has confirmed are cut off first (the server sends them again), so the file ends up holding
+every message exactly once.  A streamed transaction whose early blocks were kept is sent again from its
+first block; readers restart such a transaction when its ``first_segment`` Stream Start comes again.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import ReplwireError
+from ..messages import (
+    Commit,
+    CommitPrepared,
+    Message,
+    Prepare,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    WireMessage,
+)
+from ..scalars import LSN
+from ..stream.decoder import IDLE, Decoder
+from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+
+#: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
+VIAS = ("replication", "sql")
+
+
+class CaptureError(ReplwireError, RuntimeError):
+    """Live capture could not start or go on (server, slot, publication or file problem)."""
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What to capture: the slot, the publication, and the pgoutput options to ask for."""
+
+    slot: str
+    publication: str
+    proto_version: int | None = None  # None: the highest the server supports
+    streaming: str | None = None  # None, "on" or "parallel"
+    binary: bool = False
+    messages: bool = False
+    two_phase: bool = False
+
+    def options(self, server_version: int) -> dict[str, str]:
+        """The pgoutput options for ``START_REPLICATION`` (besides proto_version), checked against the server."""
+        proto = self.protocol(server_version)
+        out: dict[str, str] = {"publication_names": quote_identifier(self.publication)}
+        if self.streaming:
+            need = 4 if self.streaming == "parallel" else 2
+            if proto < need:
+                raise CaptureError(f"streaming={self.streaming} needs protocol {need}; this capture uses {proto}")
+            out["streaming"] = self.streaming if server_version >= 160000 else "true"
+        if self.binary:
+            out["binary"] = "true"
+        if self.messages:
+            out["messages"] = "true"
+        if self.two_phase:
+            if proto < 3:
+                raise CaptureError(f"two_phase needs protocol 3; this capture uses {proto}")
+            out["two_phase"] = "true"
+        if server_version < 140000 and set(out) - {"publication_names"}:
+            raise CaptureError("binary, messages and streaming need PostgreSQL 14 or later")
+        return out
+
+    def protocol(self, server_version: int) -> int:
+        highest = (4 if server_version >= 160000 else 3 if server_version >= 150000
+                   else 2 if server_version >= 140000 else 1)
+        if self.proto_version is None:
+            return highest
+        if not 1 <= self.proto_version <= highest:
+            raise CaptureError(f"the server ({server_version}) supports protocol versions 1 to {highest}, "
+                               f"not {self.proto_version}")
+        return self.proto_version
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def completed_position(message: WireMessage) -> LSN | None:
+    """The position a message completes: once it is durable, the server may forget everything before it."""
+    if isinstance(message, (Commit, StreamCommit, Prepare, StreamPrepare, CommitPrepared)):
+        return message.end_lsn
+    if isinstance(message, RollbackPrepared):
+        return message.rollback_end_lsn
+    if isinstance(message, Message) and not message.is_transactional:
+        return message.lsn
+    return None
+
+
+@dataclass
+class Progress:
+    """What a running capture has done so far."""
+
+    messages: int = 0
+    bytes: int = 0
+    transactions: int = 0
+    current_lsn: LSN = LSN(0)
+    flushed_lsn: LSN = LSN(0)
+    server_lsn: LSN = LSN(0)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def lag_bytes(self) -> int:
+        """How far the server's WAL end is ahead of what this capture has made durable."""
+        return max(0, int(self.server_lsn) - int(self.flushed_lsn))
+
+
+class _Tracker:
+    """Follows the message stream just enough to know what is complete and whether anything is in flight:
+    the :class:`~replwire.codec.stream.decoder.Decoder` keeps the stream state, this adds the streamed transactions
+    still open between their blocks."""
+
+    def __init__(self, proto_version: int) -> None:
+        self.decoder = Decoder(proto_version)
+        self.open_streams: set[int] = set()
+
+    def feed(self, data: bytes) -> tuple[WireMessage | None, LSN | None]:
+        if not data:  # PostgreSQL 10 to 14 can send an empty payload
+            return None, None
+        message = self.decoder.feed(data)
+        if isinstance(message, StreamStart):
+            self.open_streams.add(message.xid)
+        elif isinstance(message, (StreamCommit, StreamPrepare)) or (
+                isinstance(message, StreamAbort) and message.subxid == message.xid):
+            self.open_streams.discard(message.xid)
+        return message, completed_position(message)
+
+    @property
+    def idle(self) -> bool:
+        return self.decoder.state == IDLE and not self.open_streams
+
+
+def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
+    """Where to cut an existing capture file so that it ends with what the server confirmed: the offset after
+    the last record whose completed position is at or below ``confirmed`` (records after it are sent again),
+    and how many records stay."""
+    with read_capture(path) as reader:
+        tracker = _Tracker(reader.header.proto_version)
+        cut, kept, count = reader.header_end, 0, 0
+        for record in reader:
+            count += 1
+            _, position = tracker.feed(record.data)
+            if position is not None and position <= confirmed:
+                cut, kept = reader.valid_end, count
+    return cut, kept
+
+
+class LiveCapture:
+    """Capture from ``dsn`` into the capture file ``out`` (see the module's docstring for the guarantees).
+
+    ``create_slot`` creates the slot when it does not exist; ``create_publication`` creates the publication
+    ``FOR ALL TABLES`` when it does not exist.  ``via`` is ``"replication"`` (the replication protocol) or
+    ``"sql"`` (the SQL functions, ``batch_size`` rows asked for per call, polled every ``sync_interval``
+    seconds while there is nothing new).  ``progress`` is called with a :class:`Progress` after every sync.
+    :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture, or on
+    Ctrl-C, always after a final sync and acknowledgement.
+    """
+
+    def __init__(self, dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *, create_slot: bool = True,
+                 create_publication: bool = False, sync_interval: float = 0.5,
+                 progress: Callable[[Progress], None] | None = None, via: str = "replication",
+                 batch_size: int = 10_000) -> None:
+        if via not in VIAS:
+            raise ValueError(f"via must be one of {VIAS}, not {via!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.dsn, self.out, self.settings = dsn, os.fspath(out), settings
+        self.create_slot, self.create_publication = create_slot, create_publication
+        self.sync_interval, self.on_progress = sync_interval, progress
+        self.via, self.batch_size = via, batch_size
+        self.progress = Progress()
+        self.resumed_records: int | None = None
+
+    # -- set-up over a normal connection -------------------------------------------------------------------
+
+    def _prepare_server(self) -> tuple[int, LSN]:
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error as error:
+            raise CaptureError(f"cannot connect: {str(error).strip()}") from None
+        conn.autocommit = True
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT current_setting('server_version_num')::int")
+            server_version = cur.fetchone()[0]
+            cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.settings.publication,))
+            if cur.fetchone() is None:
+                if not self.create_publication:
+                    raise CaptureError(f"publication {self.settings.publication!r} does not exist "
+                                       "(create it, or pass create_publication / --create-publication)")
+                cur.execute(f"CREATE PUBLICATION {quote_identifier(self.settings.publication)} FOR ALL TABLES")
+            cur.execute("SELECT plugin, confirmed_flush_lsn::text, two_phase FROM pg_replication_slots "
+                        "WHERE slot_name = %s" if server_version >= 150000 else
+                        "SELECT plugin, confirmed_flush_lsn::text, false FROM pg_replication_slots "
+                        "WHERE slot_name = %s", (self.settings.slot,))
+            row = cur.fetchone()
+            if row is None:
+                if not self.create_slot:
+                    raise CaptureError(f"replication slot {self.settings.slot!r} does not exist")
+                if self.settings.two_phase:
+                    cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput', false, true)",
+                                (self.settings.slot,))
+                else:
+                    cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                                (self.settings.slot,))
+                confirmed = LSN(cur.fetchone()[0])
+            else:
+                plugin, confirmed_text, two_phase = row
+                if plugin != "pgoutput":
+                    raise CaptureError(f"slot {self.settings.slot!r} uses {plugin}, not pgoutput")
+                if self.settings.two_phase and not two_phase:
+                    raise CaptureError(f"slot {self.settings.slot!r} was not created with two_phase")
+                confirmed = LSN(confirmed_text or "0/0")
+            return server_version, confirmed
+        finally:
+            conn.close()
+
+    def _open_file(self, server_version: int, confirmed: LSN, options: dict[str, str]) -> CaptureWriter:
+        header = CaptureHeader(proto_version=self.settings.protocol(server_version), server_version=server_version,
+                               options=options)
+        if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
+            with read_capture(self.out) as reader:
+                if (reader.header.proto_version, reader.header.options) != (header.proto_version, header.options):
+                    raise CaptureError(f"{self.out} was captured with other settings "
+                                       f"({reader.header.proto_version}, {reader.header.options}); "
+                                       "use another --out file")
+            cut, self.resumed_records = resume_point(self.out, confirmed)
+            with open(self.out, "r+b") as handle:
+                handle.truncate(cut)
+                handle.flush()
+                os.fsync(handle.fileno())
+        try:
+            return CaptureWriter(self.out, header)
+        except CaptureFileError as error:
+            raise CaptureError(str(error)) from None
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def run(self, *, stop: threading.Event | None = None, idle_exit: float | None = None) -> Progress:
+        if self.via == "sql" and self.settings.streaming:
+            raise CaptureError("streaming cannot be used with the SQL functions: every call decodes again from the "
+                               "slot's confirmed position, so a streamed transaction still in progress would be "
+                               "stored again by every call (leave streaming off: the server spills large "
+                               "transactions to disk and sends them once), or capture over replication")
+        server_version, confirmed = self._prepare_server()
+        options = self.settings.options(server_version)
+        proto = self.settings.protocol(server_version)
+        writer = self._open_file(server_version, confirmed, options)
+        self.progress.flushed_lsn = confirmed
+        if self.via == "sql":
+            return self._run_sql(writer, proto, options, stop, idle_exit)
+        return self._run_replication(writer, proto, options, stop, idle_exit)
+
+    def _run_replication(self, writer: CaptureWriter, proto: int, options: dict[str, str],
+                         stop: threading.Event | None, idle_exit: float | None) -> Progress:
+        import psycopg2
+        import psycopg2.extras
+
+        tracker = _Tracker(proto)
+        progress = self.progress
+        try:
+            conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        except psycopg2.Error as error:
+            writer.close()
+            raise CaptureError(f"cannot open a replication connection: {str(error).strip()}") from None
+        cur = conn.cursor()
+        pending: LSN | None = None
+        last_sync = time.monotonic()
+        last_activity = time.monotonic()
+
+        def sync_and_ack(force: bool = False) -> None:
+            nonlocal pending, last_sync
+            now = time.monotonic()
+            if not force and now - last_sync < self.sync_interval:
+                return
+            writer.sync()
+            last_sync = now
+            target = pending
+            server_end = LSN(cur.wal_end) if getattr(cur, "wal_end", 0) else None
+            if server_end is not None:
+                progress.server_lsn = max(progress.server_lsn, server_end)
+            if tracker.idle and server_end is not None and server_end > (target or 0):
+                target = server_end  # nothing in flight: the server may forget everything it sent
+            if target is not None and target > progress.flushed_lsn:
+                progress.flushed_lsn = target
+            cur.send_feedback(write_lsn=int(progress.current_lsn), flush_lsn=int(progress.flushed_lsn),
+                              apply_lsn=int(progress.flushed_lsn), force=True)
+            pending = None
+            if self.on_progress:
+                self.on_progress(progress)
+
+        try:
+            cur.start_replication(slot_name=self.settings.slot, decode=False,
+                                  options={"proto_version": str(proto), **options}, status_interval=10)
+            while not (stop is not None and stop.is_set()):
+                message = cur.read_message()
+                if message is None:
+                    sync_and_ack()
+                    if idle_exit is not None and tracker.idle and time.monotonic() - last_activity > idle_exit:
+                        break
+                    select.select([cur], [], [], min(self.sync_interval, 0.2))
+                    continue
+                last_activity = time.monotonic()
+                data = bytes(message.payload)
+                writer.append(message.data_start, 0, data)
+                progress.messages += 1
+                progress.bytes += len(data)
+                progress.current_lsn = max(progress.current_lsn, LSN(message.data_start or 0))
+                _, position = tracker.feed(data)
+                if position is not None:
+                    progress.transactions += 1
+                    pending = position if pending is None else max(pending, position)
+                sync_and_ack()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            try:
+                sync_and_ack(force=True)
+            finally:
+                writer.close()
+                conn.close()
+        return progress
+
+    # -- the SQL functions ----------------------------------------------------------------------------------
+
+    def _run_sql(self, writer: CaptureWriter, proto: int, options: dict[str, str],
+                 stop: threading.Event | None, idle_exit: float | None) -> Progress:
+        import psycopg2
+
+        progress = self.progress
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error as error:
+            writer.close()
+            raise CaptureError(f"cannot connect: {str(error).strip()}") from None
+        batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
+                          + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
+        last_activity = time.monotonic()
+        failure: str | None = None
+
+        def advance(target: LSN) -> None:
+            if target > progress.flushed_lsn:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
+                                (self.settings.slot, str(target)))
+                    moved = LSN(cur.fetchone()[0])
+                conn.commit()
+                progress.flushed_lsn = max(progress.flushed_lsn, min(moved, target))
+
+        try:
+            try:
+                while not (stop is not None and stop.is_set()):
+                    before = batch.done
+                    rows, wal_end = batch.read(conn, _Tracker(proto))  # every call is a new pgoutput session
+                    everything_read = rows < self.batch_size and writer.mark() == batch.kept
+                    batch.settle()
+                    # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
+                    # left to complete, so the slot need not keep it (an idle slot does not hold WAL).
+                    advance(max(batch.done, wal_end) if everything_read else batch.done)
+                    if self.on_progress:
+                        self.on_progress(progress)
+                    if rows:
+                        last_activity = time.monotonic()
+                        if rows >= self.batch_size and batch.done > before:
+                            continue  # more is waiting
+                    elif idle_exit is not None and time.monotonic() - last_activity > idle_exit:
+                        break
+                    if stop is not None:
+                        stop.wait(self.sync_interval)
+                    else:
+                        time.sleep(self.sync_interval)
+            except KeyboardInterrupt:
+                pass
+            except psycopg2.Error as error:
+                failure = str(error).strip()
+        finally:
+            try:
+                batch.settle()
+                if not conn.closed:
+                    conn.rollback()  # an interrupted call: what it read after batch.kept is sent again next time
+                    advance(batch.done)
+            except psycopg2.Error as error:
+                failure = failure or str(error).strip()
+            finally:
+                writer.close()
+                conn.close()
+        if failure is not None:
+            raise CaptureError(f"capturing through the SQL functions failed: {failure}")
+        return progress
+
+
+class _SqlBatch:
+    """One call of ``pg_logical_slot_peek_binary_changes`` at a time, appended to the capture file.
+
+    ``kept`` is where the file ends after the last record that completes a position, ``done`` the highest such
+    position.  Records appended after ``kept`` belong to something the server will send again (it sends
+    everything after the slot's confirmed position on every call), so :meth:`settle` drops them before it
+    fsyncs, and the file ends at a completed position before the slot moves.
+    """
+
+    def __init__(self, slot: str, args: list[str], size: int, writer: CaptureWriter, progress: Progress) -> None:
+        self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
+        self.kept, self.done = writer.mark(), progress.flushed_lsn
+
+    def read(self, conn, tracker: _Tracker) -> tuple[int, LSN]:
+        """Read one call's rows into the file; returns how many, and the WAL position the call read up to at
+        least (taken just before it)."""
+        writer, progress = self.writer, self.progress
+        with conn.cursor() as cur:
+            cur.execute(_WAL_END)
+            wal_end = LSN(cur.fetchone()[0])
+        progress.server_lsn = max(progress.server_lsn, wal_end)
+        rows = 0
+        with conn.cursor(name="replwire_peek") as cur:  # server-side: a large transaction comes in pieces
+            cur.itersize = 1000
+            cur.execute("SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes("
+                        "%s, NULL, %s, VARIADIC %s::text[])", (self.slot, self.size, self.args))
+            for lsn_text, xid, raw in cur:
+                data, lsn = bytes(raw), LSN(lsn_text)
+                writer.append(lsn, xid, data)
+                rows += 1
+                progress.messages += 1
+                progress.bytes += len(data)
+                progress.current_lsn = max(progress.current_lsn, lsn)
+                _, position = tracker.feed(data)
+                if position is not None:
+                    progress.transactions += 1
+                    self.kept, self.done = writer.mark(), max(self.done, position)
+        conn.commit()
+        return rows, wal_end
+
+    def settle(self) -> None:
+        """Drop what was appended after the last completed position, and fsync: on disk before the slot moves."""
+        self.writer.rewind(self.kept)
+        self.writer.sync()
+
+
+#: The WAL position a call of the SQL functions reads up to, at least (the replay position on a standby).
+_WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+            "ELSE pg_current_wal_flush_lsn() END)::text")

@@ -1,0 +1,700 @@
+"""Split decoding: a captured stream cut into parts that decode independently, with the same result as the
+single-process :class:`~replwire.codec.Assembler`.
+
+Strategy: a change needs three things from outside the bytes around it -- the Relation/Type messages in
+force, the stream state (inside a Stream Start block or not, which transaction is open), and the fate of its
+transaction (committed, aborted, a rolled-back subtransaction, prepared then committed or rolled back,
+repeated after a resume).  A cheap first pass, :func:`plan`, reads the inputs once in order, runs the
+:class:`~replwire.codec.Decoder` and :class:`~replwire.codec.stream.routing.Router` on every message *except* the
+row changes (for those it reads only the tag byte and notes which transaction they belong to), and cuts
+the inputs into :class:`Part` s at record boundaries.  Its reading is split from its decoding: runs of
+about 4 MiB of records are each reduced to the records to decode and counts of the row changes between
+them (a plain Begin ... Commit transaction, the commonest case, arrives already parsed, as a few numbers),
+and the merge decodes only those.  Each part carries the router's state where it begins
+and the outcomes of just the transactions that have changes inside it.  :func:`decode_part` then runs the
+same decoder and router from that state over the part's records and yields the changes whose transaction
+was committed (once: a transaction seen again after a resume is skipped, as ``replwire decode`` does),
+each with its transaction's commit facts and its stream *position* -- ``(input << 48) | byte offset`` --
+which orders changes within a transaction.  Nothing here knows about Spark: :mod:`replwire.spark` maps
+parts onto Spark partitions.
+
+Inputs are consecutive segments of one stream, in order: replwire capture files and the COPY-CSV form
+(``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)``),
+which records no protocol version, so one must be given for it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+from typing import Any
+
+from ..collector import fewer_collections
+from ..errors import DecodeError
+from ..io.capture_file import (
+    CaptureFileError,
+    TailProblem,
+    is_capture_file,
+    read_capture,
+    read_copy_csv,
+)
+from ..messages import Begin, Commit, Relation, Type
+from ..scalars import LSN, Timestamp
+from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
+from ..stream.decoder import IDLE, Decoder
+from ..stream.routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
+from ..wire.fast import parse
+
+__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes", "committed", "decode_part",
+           "open_inputs", "plan", "read_records"]
+
+_POSITION_BITS = 48
+#: Tags of the messages the first pass does not parse (their transaction is all it needs).
+_ROW_TAGS = frozenset(b"IUDT")
+_NO_FACTS: dict[str, Any] = {}
+_NO_SUBXACTS: frozenset[int] = frozenset()
+_PROGRESS_BYTES = 4 << 20  # the largest run of records the first pass reads; it reports progress after each
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``."""
+
+    path: str
+    form: str
+    proto_version: int
+    size: int
+    first: int
+    index: int = 0
+
+    def position(self, offset: int) -> int:
+        """The stream position of the record at ``offset``."""
+        return (self.index << _POSITION_BITS) | offset
+
+
+def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None) -> list[Input]:
+    """Look at each input: its form, protocol version and size.  Capture files record their protocol
+    version; COPY-CSV files need ``proto_version``.  All inputs must agree."""
+    out: list[Input] = []
+    for index, raw in enumerate(paths):
+        path = os.fspath(raw)
+        if not os.path.exists(path):
+            raise CaptureFileError(path, "no such file")
+        if is_capture_file(path):
+            with read_capture(path) as reader:
+                version, first = reader.header.proto_version, reader.valid_end
+            form = "capture"
+        elif proto_version is None:
+            raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
+                                         "COPY-CSV form (proto_version / --proto-version)")
+        else:
+            version, first, form = proto_version, 0, "copy-csv"
+        if proto_version is not None and form == "capture" and version != proto_version:
+            raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
+                                         f"given")
+        out.append(Input(path, form, version, os.path.getsize(path), first, index))
+    versions = sorted({i.proto_version for i in out})
+    if len(versions) > 1:
+        raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
+                                            f"{versions}")
+    if not out:
+        raise ValueError("no inputs")
+    if len(out) >= 1 << (63 - _POSITION_BITS):
+        raise ValueError("too many inputs for one stream")
+    return out
+
+
+def read_records(source: Input, start: int | None = None, stop: int | None = None,
+                 tail: Callable[[TailProblem], None] | None = None, *, raw: bool = False) -> Iterator[Any]:
+    """The records (:class:`~replwire.codec.io.capture_file.CaptureRecord` s; ``raw=True``: ``(offset, lsn,
+    xid, data)`` tuples) of ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
+
+    A torn or corrupt tail of a capture file ends the records; it is handed to ``tail`` if given.
+    """
+    if source.form == "capture":
+        with read_capture(source.path) as reader:
+            yield from reader.raw_records(start, stop) if raw else reader.records(start, stop)
+            if reader.tail is not None and tail is not None and (stop is None or reader.tail.offset < stop):
+                tail(reader.tail)
+        return
+    yield from read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the first pass
+
+
+@dataclass(slots=True)
+class Outcome:  # not frozen: one is made per transaction, in the serial first pass
+    """A committed transaction's facts (as :class:`~replwire.codec.Transaction` has them, without the
+    changes), and the subtransactions whose changes were rolled back."""
+
+    xid: int
+    commit_lsn: LSN
+    end_lsn: LSN
+    commit_time: Timestamp
+    origin: tuple[str, LSN] | None = None
+    gid: str | None = None
+    prepare_lsn: LSN | None = None
+    prepare_time: Timestamp | None = None
+    streamed: bool = False
+    dropped_subxacts: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class RelationVersion:
+    """One shape of a table: ``version`` counts from 1 and goes up when a Relation message for the same
+    ``schema.table`` differs from the previous one (columns, types, key flags, replica identity)."""
+
+    schema: str
+    table: str
+    version: int
+    relation: Relation
+    types: tuple[Type | None, ...]
+    position: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+class Shapes:
+    """Which shape of a table is in force at a stream position: the last of its :class:`RelationVersion` s
+    that came before."""
+
+    def __init__(self, versions: Sequence[RelationVersion]) -> None:
+        self._by_table: dict[str, list[RelationVersion]] = {}
+        for version in versions:
+            self._by_table.setdefault(version.name, []).append(version)
+        self._starts = {name: [v.position for v in vs] for name, vs in self._by_table.items()}
+
+    def at(self, table: str, position: int) -> RelationVersion | None:
+        """The shape of ``table`` (``schema.table``) in force at ``position``, ``None`` before its first."""
+        starts = self._starts.get(table)
+        index = bisect.bisect_right(starts, position) - 1 if starts else -1
+        return self._by_table[table][index] if index >= 0 else None
+
+
+@dataclass
+class Part:
+    """A run of records of one input, decodable on its own with :func:`decode_part`."""
+
+    number: int
+    source: Input
+    start: int
+    stop: int
+    state: dict[str, Any]
+    outcomes: Mapping[int, Outcome] = field(default_factory=dict)
+    repeated_lone: frozenset[int] = frozenset()
+    records: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Parts travel to Spark's executors pickled.  Their outcomes -- tens of thousands of small objects
+        # holding LSN and Timestamp ints -- go as a few arrays of plain values and become objects again only
+        # when the part is decoded: pickling them one object at a time costs more than decoding the part.
+        outcomes = self.outcomes
+        packed = outcomes if isinstance(outcomes, _PackedOutcomes) else _PackedOutcomes(_pack_outcomes(outcomes))
+        return (Part, (self.number, self.source, self.start, self.stop, self.state, packed, self.repeated_lone,
+                       self.records))
+
+    def outcome_table(self) -> dict[int, Outcome]:
+        """``outcomes`` as a plain dict (unpacked first if the part arrived pickled)."""
+        outcomes = self.outcomes
+        return outcomes.table() if isinstance(outcomes, _PackedOutcomes) else outcomes  # type: ignore[return-value]
+
+
+class _PackedOutcomes(Mapping[int, Outcome]):
+    """A part's outcomes as they travel: a few arrays of plain values, made into Outcomes on first use."""
+
+    def __init__(self, packed: tuple[Any, ...]) -> None:
+        self.packed = packed
+        self._table: dict[int, Outcome] | None = None
+
+    def table(self) -> dict[int, Outcome]:
+        if self._table is None:
+            self._table = _unpack_outcomes(self.packed)
+        return self._table
+
+    def __getitem__(self, key: int) -> Outcome:
+        return self.table()[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.table())
+
+    def __len__(self) -> int:
+        return len(self.packed[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_PackedOutcomes, (self.packed,))
+
+
+_PACKED = (("Q", "xid"), ("Q", "commit_lsn"), ("Q", "end_lsn"), ("q", "commit_time"))
+
+
+def _pack_outcomes(outcomes: dict[int, Outcome]) -> tuple[Any, ...]:
+    """The keys, xids, commit LSNs, end LSNs and commit times as machine-word arrays (pickled as their
+    bytes), and the rarer facts -- origin, two-phase, streamed, rolled-back subtransactions -- only for the
+    transactions that have them, by index."""
+    values = outcomes.values()
+    rare = {}
+    for index, o in enumerate(values):
+        if o.origin or o.gid is not None or o.prepare_lsn is not None or o.streamed or o.dropped_subxacts:
+            rare[index] = (None if o.origin is None else (o.origin[0], int(o.origin[1])), o.gid,
+                           None if o.prepare_lsn is None else int(o.prepare_lsn),
+                           None if o.prepare_time is None else int(o.prepare_time), o.streamed,
+                           tuple(o.dropped_subxacts))
+    return (_words("q", list(outcomes)), *(_words(code, list(map(attrgetter(name), values))) for code, name in _PACKED),
+            rare)
+
+
+def _words(code: str, values: list[int]) -> array[int]:
+    out = array(code)
+    out.fromlist(values)  # (many times faster than array(code, values))
+    return out
+
+
+def _unpack_outcomes(packed: tuple[Any, ...]) -> dict[int, Outcome]:
+    keys, xids, commit_lsns, end_lsns, commit_times, rare = packed
+    new = int.__new__  # the values were LSNs and Timestamps already: no need to check them again
+    out = {key: Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn), new(Timestamp, commit_time), None, None,
+                        None, None, False, _NO_SUBXACTS)
+           for key, xid, commit_lsn, end_lsn, commit_time in zip(keys, xids, commit_lsns, end_lsns, commit_times)}
+    for index, (origin, gid, prepare_lsn, prepare_time, streamed, dropped) in rare.items():
+        o = out[keys[index]]
+        o.origin = None if origin is None else (origin[0], new(LSN, origin[1]))
+        o.gid, o.streamed = gid, streamed
+        o.prepare_lsn = None if prepare_lsn is None else new(LSN, prepare_lsn)
+        o.prepare_time = None if prepare_time is None else new(Timestamp, prepare_time)
+        o.dropped_subxacts = frozenset(dropped) if dropped else _NO_SUBXACTS
+    return out
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` found: the parts, every table shape, and counts."""
+
+    parts: list[Part]
+    relations: list[RelationVersion]
+    records: int = 0
+    transactions: int = 0
+    repeated: int = 0
+    tails: list[tuple[str, TailProblem]] = field(default_factory=list)
+
+
+def _shape(relation: Relation) -> tuple[Any, ...]:
+    return (relation.replica_identity, tuple((c.flags, c.name, c.type_id, c.type_modifier)
+                                             for c in relation.columns))
+
+
+def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: int = 1,
+         progress: Callable[[int, int], None] | None = None) -> Plan:
+    """The first pass: read every record once, cut the inputs into parts of about ``part_bytes`` (at least
+    ``min_parts`` in all, inputs permitting), and resolve what each part needs from elsewhere.
+
+    Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
+    changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
+    ``progress(bytes_read, total_bytes)`` is called after each run of records (an eighth of a part, at
+    most 4 MiB) and at the end.
+    """
+    total = sum(i.size - i.first for i in inputs)
+    target = max(1, min(part_bytes, total // max(1, min_parts)))
+    unit = max(1, min(target // 8, _PROGRESS_BYTES))  # runs: parts are cut where runs start
+    with fewer_collections():
+        return _merge(inputs, _runs_here(inputs, unit), target, total, progress)
+
+
+@dataclass(slots=True)
+class _Run:
+    """What the first pass needs of a run of consecutive records of one input.
+
+    ``controls`` holds the records it must decode -- everything but row changes -- as ``(offset, lsn,
+    data)``, except that a plain transaction (a Begin, row changes, its Commit, nothing else) comes as one
+    item, already parsed: ``(offset, lsn, data)`` of the Begin, the same of the Commit, then the number of
+    row changes inside, the xid, commit LSN, end LSN and commit time.  ``rows[0]`` counts the row changes
+    before the first item, ``rows[i + 1]`` those after item ``i``.  ``stop`` is where the next run starts
+    (the input's size after its last run); ``tail`` is a torn or corrupt record that ended the input."""
+
+    source: Input
+    start: int
+    stop: int
+    records: int
+    controls: list[tuple[Any, ...]]
+    rows: list[int]
+    tail: TailProblem | None = None
+
+
+_BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
+
+
+class _Skimmer:
+    """One input open for the first pass, read run by run: :meth:`skim` gives the records of a run that are
+    not row changes, each with the number of row changes just before it."""
+
+    def __init__(self, source: Input) -> None:
+        self.source = source
+        self.reader = read_capture(source.path) if source.form == "capture" else None
+        self._lines: Iterator[Any] | None = None  # COPY-CSV: the lines from ``_next`` on, one read
+        self._next = -1
+        self._carried: Any = None
+
+    def skim(self, start: int, stop: int) -> _Skimmed:
+        """The records from ``start`` (a record boundary) while one starts below ``stop`` (and below the input's
+        size as :func:`open_inputs` found it)."""
+        reader, stop = self.reader, min(stop, self.source.size)
+        controls: list[tuple[int, int, bytes, int]] = []
+        append = controls.append
+        if reader is not None:
+            reading = reader.skim(start, stop, _ROW_TAGS)
+            for offset, lsn, _, data in reading:
+                append((offset, lsn, data, reader.skipped))
+            after, tail = reader.skipped, reader.tail
+            stop = min(reader.valid_end, self.source.size) if tail is None else self.source.size
+            return _Skimmed(controls, after, stop, tail)
+        # COPY-CSV: lines carry no length, so the input is read in one go and cut where a run ends
+        if start != self._next:
+            if self._lines is not None:
+                self._lines.close()  # type: ignore[attr-defined]
+            self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
+            self._carried = None
+        lines = chain((self._carried,), self._lines) if self._carried is not None else self._lines
+        before, after_stop, self._carried = 0, self.source.size, None
+        for line in lines:  # type: ignore[union-attr]
+            offset, lsn, _, data = line
+            if offset >= stop:
+                after_stop, self._carried = offset, line
+                break
+            if data and data[0] in _ROW_TAGS:
+                before += 1
+            else:
+                append((offset, lsn, data, before))
+                before = 0
+        self._next = after_stop
+        return _Skimmed(controls, before, after_stop, None)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+        if self._lines is not None:
+            self._lines.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> _Skimmer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass(slots=True)
+class _Skimmed:
+    """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, data, row
+    changes just before)``, the row changes after the last, where the next run starts (the input's size
+    after the last), and a torn or corrupt record that ended the input."""
+
+    controls: list[tuple[int, int, bytes, int]]
+    after: int
+    stop: int
+    tail: TailProblem | None
+
+    @property
+    def records(self) -> int:
+        """How many records were read: the ones kept and every row change counted."""
+        return len(self.controls) + self.after + sum(c[3] for c in self.controls)
+
+
+def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
+    """The run that ``skimmed`` read from ``start``.
+
+    Begin and Commit records are parsed here (they read the same inside a stream or out), so that a plain
+    transaction reaches the merge as a few numbers; the merge decodes them after all when the stream
+    state there is not what a Begin needs (and so raises what the decoder raises)."""
+    controls: list[tuple[Any, ...]] = []
+    rows: list[int] = []
+    version, run = source.proto_version, 0
+    begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
+    for offset, lsn, data, before in skimmed.controls:
+        run += before
+        tag = data[0] if data else None
+        if begin is not None:
+            commit = _parsed(parse, data, version) if tag == _COMMIT else None
+            if isinstance(commit, Commit):
+                rows.append(begin[4])
+                controls.append((*begin[:3], offset, lsn, data, run, begin[3], int(commit.commit_lsn),
+                                 int(commit.end_lsn), int(commit.commit_time)))
+                run, begin = 0, None
+                continue
+            rows.append(begin[4])  # not a plain transaction: its Begin is decoded like the rest
+            controls.append(begin[:3])
+            begin = None
+        if tag == _BEGIN and isinstance(opened := _parsed(parse, data, version), Begin):
+            begin, run = (offset, lsn, data, opened.xid, run), 0
+            continue
+        rows.append(run)
+        run = 0
+        controls.append((offset, lsn, data))
+    run += skimmed.after
+    if begin is not None:
+        rows.append(begin[4])
+        controls.append(begin[:3])
+    rows.append(run)
+    return _Run(source, start, skimmed.stop, skimmed.records, controls, rows, skimmed.tail)
+
+
+def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
+    """``data`` parsed outside a stream, or ``None`` if it is not a message (the merge says why)."""
+    try:
+        return parse(data, proto_version=version, in_stream=False)
+    except DecodeError:
+        return None
+
+
+def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
+    """The runs of every input, read in this process: each input kept open, read a run of ``unit`` bytes at
+    a time (up to the size open_inputs found: a file still being written is read as it was then)."""
+    for source in inputs:
+        with _Skimmer(source) as skimmer:
+            start = source.first
+            while True:
+                run = _take_run(source, start, skimmer.skim(start, start + unit))
+                yield run
+                if run.tail is not None or run.stop >= source.size:
+                    break
+                start = run.stop
+
+
+def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: int,
+           progress: Callable[[int, int], None] | None) -> Plan:
+    """Run the decoder and router over the control records of ``runs`` (every input's, in order), note the
+    transaction of each stretch of row changes, and make the parts: a part starts with an input, or with the
+    first run at or past the next multiple of ``target`` bytes from the input's first record."""
+    decoder = Decoder(proto_version=inputs[0].proto_version)
+    router = Router(decoder)
+    parts: list[Part] = []
+    keys: list[set[int]] = []
+    outcomes: dict[int, Outcome] = {}
+    pending: dict[int, dict[str, Any]] = {}  # key -> origin / prepare / streamed, for transactions not done
+    dropped: dict[int, set[int]] = {}
+    repeated_lone: list[set[int]] = []
+    shapes: dict[tuple[str, str], tuple[Any, ...]] = {}
+    versions: list[RelationVersion] = []
+    result = Plan(parts, versions)
+    streams = router.streams
+    last_end = -1
+    done = 0  # bytes of the inputs before this one
+    source: Input | None = None
+    part, part_keys, cut = None, set(), 0
+    skipped = 0  # messages the decoder has not counted yet (row changes, plain transactions)
+    plain = 0  # plain transactions committed (not decoded one message at a time)
+
+    def note_rows() -> None:  # the part has row changes of the transaction open now (if any)
+        key = streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
+        if key is not None:
+            part_keys.add(key)
+
+    def control(offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
+        nonlocal last_end
+        in_stream = decoder.in_stream
+        message = decoder.feed(data)
+        if isinstance(message, Relation):
+            name = (message.namespace or "pg_catalog", message.name)
+            shape = _shape(message)
+            if shapes.get(name) != shape:
+                shapes[name] = shape
+                number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
+                versions.append(RelationVersion(name[0], name[1], number, message,
+                                                tuple(decoder.types.get(c.type_id) for c in message.columns),
+                                                source.position(offset)))  # type: ignore[union-attr]
+            return
+        route = router.route(message, source.position(offset), in_stream)  # type: ignore[union-attr]
+        if route is None:
+            return
+        kind = route.kind
+        if kind is CHANGE:
+            part_keys.add(route.key)  # type: ignore[arg-type]
+        elif kind is LONE:
+            end = lsn or None
+            if end is not None and end <= last_end:
+                repeated_lone[-1].add(source.position(offset))  # type: ignore[union-attr]
+                result.repeated += 1
+            elif end is not None:
+                last_end = end
+        elif kind is ORIGIN:
+            pending.setdefault(route.key, {}).setdefault("origin", route.value)  # type: ignore[arg-type]
+        elif kind is PREPARE:
+            pending.setdefault(route.key, {})["prepare"] = route.value  # type: ignore[arg-type]
+        elif kind is DROP_SUBXACT:
+            dropped.setdefault(route.key, set()).add(route.value)  # type: ignore[arg-type]
+        elif kind is COMMIT:
+            commit = route.value
+            facts = pending.pop(route.key, _NO_FACTS)  # type: ignore[arg-type]
+            subxacts = dropped.pop(route.key, None)  # type: ignore[arg-type]
+            if commit.end_lsn <= last_end:
+                result.repeated += 1
+                return
+            last_end = commit.end_lsn
+            prepare = facts.get("prepare")
+            # positional, in Outcome's field order: one is made per transaction
+            outcomes[route.key] = Outcome(  # type: ignore[index]
+                getattr(commit, "xid", None) or facts["xid"], commit.commit_lsn, commit.end_lsn,
+                commit.commit_time, facts.get("origin"), getattr(commit, "gid", None),
+                prepare.prepare_lsn if prepare else None, prepare.prepare_time if prepare else None,
+                facts["streamed"], frozenset(subxacts) if subxacts else _NO_SUBXACTS)
+            result.transactions += 1
+        elif kind is not DROP:  # OPEN
+            pending[route.key] = {"streamed": route.streamed, "xid": message.xid}  # type: ignore[index,attr-defined]
+            if route.value is not None:
+                pending.pop(route.value, None)
+                dropped.pop(route.value, None)
+        else:
+            pending.pop(route.key, None)  # type: ignore[arg-type]
+            dropped.pop(route.key, None)  # type: ignore[arg-type]
+
+    new = int.__new__  # the scan parsed these LSNs and times: no need to check them again
+    for run in runs:
+        if source is None or run.source.index != source.index:
+            if source is not None:
+                done += source.size - source.first
+            source = inputs[run.source.index]
+            if source.index:
+                key = router.resume()
+                if key is not None:
+                    pending.pop(key, None)
+                    dropped.pop(key, None)
+            part = None
+        if part is None or (run.records and run.start >= cut):
+            # cuts fall on a grid of target bytes from the input's start, so parts are target +- a run
+            # whatever the runs' sizes: no error piles up into a last part much smaller than the rest
+            cut = source.first + ((run.start - source.first) // target + 1) * target
+            decoder.index += skipped
+            skipped = 0
+            part = Part(len(parts), source, run.start, run.stop, router.state())
+            parts.append(part)
+            part_keys = set()
+            keys.append(part_keys)
+            repeated_lone.append(set())
+        part.stop = source.size if run.tail is not None else run.stop
+        part.records += run.records
+        base = source.position(0)
+        after = iter(run.rows)
+        if next(after):
+            skipped += run.rows[0]
+            note_rows()
+        for item, rows in zip(run.controls, after):
+            if len(item) != 3 and decoder.state == IDLE and router.current is None:
+                # A plain transaction where one may begin: what decoding its Begin, rows and Commit would do.
+                offset, _, _, _, _, _, inside, xid, commit_lsn, end_lsn, commit_time = item
+                skipped += inside + 2
+                key = base | offset
+                if inside:
+                    part_keys.add(key)
+                if end_lsn <= last_end:
+                    result.repeated += 1
+                else:
+                    last_end = end_lsn
+                    outcomes[key] = Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn),
+                                            new(Timestamp, commit_time), None, None, None, None, False,
+                                            _NO_SUBXACTS)
+                    plain += 1
+            else:
+                decoder.index += skipped
+                skipped = 0
+                if len(item) == 3:
+                    control(*item)
+                else:  # a Begin where none may begin: decoding it raises the decoder's error
+                    control(*item[:3])
+                    raise AssertionError(f"the decoder accepted a Begin in state {decoder.state!r}")
+            if rows:
+                skipped += rows
+                note_rows()
+        if run.tail is not None:
+            result.tails.append((source.path, run.tail))
+        if progress is not None:
+            progress(done + part.stop - source.first, total)
+    decoder.index += skipped
+    result.transactions += plain
+    result.records = sum(p.records for p in parts)
+    for part, part_keys, lone in zip(parts, keys, repeated_lone):
+        part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}
+        part.repeated_lone = frozenset(lone)
+    if progress is not None:
+        progress(total, total)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the second pass
+
+
+@dataclass(slots=True)
+class Decoded:
+    """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`; its
+    ``row_schema`` is what its tuples' values are read with), its transaction's facts (``None`` for a
+    non-transactional logical message), and its stream ``position``."""
+
+    position: int
+    change: Change
+    outcome: Outcome | None
+
+
+def decode_part(part: Part, *, typed: bool = True, rows: bool = True) -> Iterator[Decoded]:
+    """The committed changes of one part, in stream order (see the module docstring).  ``typed=False``
+    leaves the values as text (``str``) and bytes; ``rows=False`` makes no row dicts at all (``new``, ``old``
+    and ``key`` stay ``None``), for callers that read the wire tuples of ``change.message`` with
+    ``change.row_schema`` themselves."""
+    with fewer_collections():
+        yield from _decode_part(part, typed, rows)
+
+
+def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
+    router = Router.from_state(part.state)
+    decoder = router.decoder
+    maker = ChangeMaker(typed=typed and rows, rows=rows)
+    outcomes, repeated = part.outcome_table(), part.repeated_lone
+    source = part.source
+    base = source.position(0)
+    new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
+    for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
+        in_stream = decoder.in_stream
+        message = decoder.feed(data)
+        position = base | offset
+        route = router.route(message, position, in_stream)
+        if route is None:
+            continue
+        if route.kind is CHANGE:
+            outcome = outcomes.get(route.key)  # type: ignore[arg-type]
+            if outcome is None or route.value in outcome.dropped_subxacts:
+                continue
+            schema = maker.schema_for(decoder, message)
+            yield Decoded(position, maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, route.value),
+                          outcome)
+        elif route.kind is LONE and position not in repeated:
+            yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
+
+
+def committed(inputs: Sequence[Input], *, typed: bool = True,
+              tail: Callable[[str, TailProblem], None] | None = None) -> Iterator[Transaction | Change]:
+    """The single-process way to the same result: every committed transaction (and non-transactional
+    logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
+    what a resume sends again skipped (an item whose end is not past the last one's).  ``tail(path,
+    problem)`` hears of a torn capture file tail."""
+    assembler = Assembler(proto_version=inputs[0].proto_version, typed=typed)
+    last_end = -1
+    for source in inputs:
+        if source.index:
+            assembler.resume()
+        for record in read_records(source, tail=(lambda t, p=source.path: tail(p, t)) if tail else None):
+            for item in assembler.feed(record.data, lsn=record.lsn or None):
+                end = item.end_lsn if isinstance(item, Transaction) else item.lsn
+                if end is not None and end <= last_end:
+                    continue
+                if end is not None:
+                    last_end = end
+                yield item

@@ -1,0 +1,187 @@
+"""The documentation site: built strictly, generated from the declarations, examples that run."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from replwire import schema
+from replwire.codec import walker
+from replwire.codec.docs import generate as docgen
+from tests.support.docexamples import check_examples
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def build_site(out: pathlib.Path) -> None:
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                   check=True, capture_output=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("site")
+    build_site(out)
+    return out
+
+
+def page_text(site: pathlib.Path, spec) -> str:
+    html = (site / docgen.page_path(spec).removesuffix(".md") / "index.html").read_text(encoding="utf-8")
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+@pytest.mark.parametrize("spec", docgen.all_specs(), ids=lambda s: s.name)
+def test_every_message_has_a_page_with_every_field(site, spec):
+    text = page_text(site, spec)
+    assert spec.name in text
+    for field in walker.layout(spec).fields:
+        assert field.name in text, f"{spec.name}.{field.name} missing from its page"
+    for nested in docgen.nested_records(walker.layout(spec).record):
+        if nested.name != "TupleColumn":
+            for field in nested.fields:
+                assert field.name in text
+    assert "Worked example" in text
+    assert "Decoded, and re-built" in text
+
+
+def test_version_matrix_lists_every_message(site):
+    html = (site / "reference" / "versions" / "index.html").read_text(encoding="utf-8")
+    for spec in docgen.all_specs():
+        assert f">{spec.name}</a>" in html
+
+
+def test_worked_examples_are_real_captures_where_servers_send_the_message():
+    spec = importlib.util.spec_from_file_location("reference_hook", ROOT / "docs" / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    captured = hook.captured_examples()
+    for spec in docgen.all_specs():
+        picked = docgen.pick_examples(spec, captured)
+        if spec.name in ("StandbyStatusUpdate", "HotStandbyFeedback"):
+            assert not picked  # sent by clients only: the page uses a hand-assembled vector
+        else:
+            assert picked and all("captured from PostgreSQL" in e.source for e in picked), spec.name
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").rglob("*.md")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_examples_print_what_they_say(page):
+    check_examples(page)
+
+
+def test_a_field_without_description_fails_the_build():
+    spec = schema.LOGICAL["B"]
+    record = walker.layout(spec).record
+    broken = dataclasses.replace(record.fields[1], meta=dataclasses.replace(record.fields[1].meta, doc=" "))
+    with pytest.raises(docgen.DocsError, match="no description"):
+        docgen.field_table(dataclasses.replace(record, fields=(record.fields[0], broken)))
+
+
+def test_an_example_that_does_not_round_trip_fails_the_build(monkeypatch):
+    spec = schema.LOGICAL["B"]
+    data = bytes.fromhex("42000000000169e5a80002894463074dc800000313")
+    example = docgen.Example(data, "test", proto_version=1)
+    docgen.check_example(spec, example)
+    monkeypatch.setattr(docgen, "build", lambda message, **ctx: data[:-1] + b"\x00")
+    with pytest.raises(docgen.DocsError, match="does not round-trip"):
+        docgen.check_example(spec, example)
+
+
+def test_a_message_without_example_fails_the_build():
+    with pytest.raises(docgen.DocsError, match="has no worked example"):
+        docgen.message_page(schema.LOGICAL["B"], [])
+
+
+def test_docgen_has_words_for_every_node_the_schema_uses():
+    for spec in docgen.all_specs():
+        for node in walker.iter_nodes(walker.layout(spec).record):
+            docgen.wire_type(node)
+    for declaration in schema.CAPTURE_FILE.values():
+        for node in walker.iter_nodes(walker.node(declaration)):
+            docgen.wire_type(node)
+
+
+def test_capture_format_page_has_every_field(site):
+    html = (site / "reference" / "capture-format" / "index.html").read_text(encoding="utf-8")
+    for name in ("magic", "format_version", "server_version", "proto_version", "options", "lsn", "xid", "data"):
+        assert f"<code>{name}</code>" in html
+    with pytest.raises(docgen.DocsError):
+        docgen.wire_type(object())  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# as a reader sees it: the built site served on localhost, in headless Chromium
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert os.path.exists(CHROMIUM), "Debian's chromium is not installed (scripts/setup.sh installs it)"
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.mark.parametrize("path, name", [("", "home"), ("reference/versions/", "version-matrix"),
+                                         ("reference/dml/update/", "update")])
+def test_pages_render_in_a_browser(served, browser, site, path, name):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    response = page.goto(served + path)
+    assert response is not None and response.ok
+    assert page.locator("h1").first.is_visible()
+    if name == "home":
+        assert "From bytes to meaning" in page.locator("article").inner_text()
+        assert page.locator("nav").get_by_text("Version matrix").count() >= 1
+    elif name == "version-matrix":
+        rows = page.locator("article table").first.locator("tbody tr")
+        assert rows.count() == len(docgen.all_specs())
+    else:
+        header = page.locator("article table").nth(1).locator("thead").inner_text()
+        assert "Field" in header and "Wire type" in header and "Present" in header
+        diagram = page.locator("svg.replwire-layout").first
+        assert diagram.is_visible()
+        box = diagram.bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 40
+        assert page.locator("svg.replwire-layout text").filter(has_text="relation_id").count() == 1
+    shots = site / "screenshots"
+    shots.mkdir(exist_ok=True)
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    review = ROOT / "build" / "screenshots"  # kept for review after the run (build/ is not committed)
+    review.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(review / f"{name}.png"), full_page=True)
+    assert not errors, errors
+    page.close()

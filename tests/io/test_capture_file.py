@@ -1,0 +1,365 @@
+"""Capture files: exact layout, round trip, torn and corrupt tails, appending, and the COPY-CSV form."""
+
+from __future__ import annotations
+
+import io
+import os
+import tracemalloc
+import zlib
+
+import pytest
+
+from replwire.codec.io.capture_file import (
+    CaptureFileError,
+    CaptureHeader,
+    CaptureWriter,
+    read_capture,
+    read_copy_csv,
+)
+
+HEADER = CaptureHeader(proto_version=4, server_version=180006, options={"streaming": "parallel"})
+MESSAGES = [(0x169E5A8 + i, 700 + i, bytes([0x49]) + i.to_bytes(4, "big") * (i + 1)) for i in range(10)]
+
+
+def write(path, messages=MESSAGES, header=HEADER):
+    with CaptureWriter(path, header) as writer:
+        for lsn, xid, data in messages:
+            writer.append(lsn, xid, data)
+
+
+def test_layout_is_as_declared(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path, [(0x169E5A8, 787, b"E")], CaptureHeader(proto_version=2, server_version=150018, options={}))
+    raw = path.read_bytes()
+    # header: magic, format 1, server 150018, proto 2, no options, CRC-32 of those bytes (zlib's)
+    head = b"RWCAP\r\n\x1a" + bytes.fromhex("0001" "00024a02" "02" "0000")
+    assert raw[:len(head)] == head
+    assert raw[len(head):len(head) + 4] == zlib.crc32(head).to_bytes(4, "big")
+    # record: lsn, xid, length-prefixed message, CRC-32
+    body = bytes.fromhex("000000000169E5A8" "00000313" "00000001") + b"E"
+    assert raw[len(head) + 4:] == body + zlib.crc32(body).to_bytes(4, "big")
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path)
+    with read_capture(path) as reader:
+        assert reader.header == HEADER
+        records = list(reader)
+        assert reader.tail is None and reader.valid_end == os.path.getsize(path)
+    assert [(r.lsn, r.xid, r.data) for r in records] == MESSAGES
+
+
+@pytest.mark.parametrize("cut", [1, 4, 12, 16, 20])
+def test_torn_tail_is_reported_and_the_rest_kept(tmp_path, cut):
+    path = tmp_path / "c.rwcap"
+    write(path)
+    with read_capture(path) as reader:
+        starts = [r.offset for r in reader]
+    size = os.path.getsize(path)
+    os.truncate(path, size - cut)
+    with read_capture(path) as reader:
+        records = list(reader)
+        assert [(r.lsn, r.xid, r.data) for r in records] == MESSAGES[:-1]
+        assert reader.tail is not None and reader.tail.offset == starts[-1]
+        assert "cut short" in reader.tail.reason or "checksum" in reader.tail.reason
+        assert str(reader.tail).startswith(f"{size - cut - starts[-1]} bytes after offset {starts[-1]}")
+
+
+def test_corrupt_record_stops_reading_there(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path)
+    with read_capture(path) as reader:
+        starts = [r.offset for r in reader]
+    raw = bytearray(path.read_bytes())
+    raw[starts[5] + 17] ^= 0x01  # inside the sixth record's message
+    path.write_bytes(bytes(raw))
+    with read_capture(path) as reader:
+        assert len(list(reader)) == 5
+        assert reader.tail.offset == starts[5] and "checksum mismatch" in reader.tail.reason
+
+
+def test_a_lying_length_allocates_nothing_large(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path, MESSAGES[:1])
+    raw = bytearray(path.read_bytes())
+    with read_capture(path) as reader:
+        (record,) = list(reader)
+    raw[record.offset + 12:record.offset + 16] = (2**31 - 1).to_bytes(4, "big")
+    path.write_bytes(bytes(raw))
+    tracemalloc.start()
+    try:
+        with read_capture(path) as reader:
+            assert list(reader) == []
+            assert reader.tail.offset == record.offset
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_appending_continues_after_a_torn_tail(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path)
+    os.truncate(path, os.path.getsize(path) - 3)
+    with CaptureWriter(path, HEADER) as writer:
+        assert writer.recovered is not None
+        assert writer.last_lsn == MESSAGES[-2][0]
+        writer.append(1, 2, b"E")
+    with read_capture(path) as reader:
+        records = [(r.lsn, r.xid, r.data) for r in reader]
+        assert reader.tail is None
+    assert records == MESSAGES[:-1] + [(1, 2, b"E")]
+
+
+def test_appending_with_another_context_is_refused(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path)
+    with pytest.raises(CaptureFileError, match="cannot append"):
+        CaptureWriter(path, CaptureHeader(proto_version=4, options={"streaming": "on"}))
+
+
+@pytest.mark.parametrize("content, match", [(b"", "not a readable capture file"),
+                                            (b"PGCOPY\n\xff\r\n\x00", "not a replwire file"),
+                                            (b"RWCAP\r\n\x1a\x00\x01\x00\x00\x00\x00\x01\x00\x00" + bytes(4),
+                                             "checksum mismatch"),
+                                            (b"RWCAP\r\n\x1a\x00\x02\x00\x00\x00\x00\x01\x00\x00"
+                                             + zlib.crc32(b"RWCAP\r\n\x1a\x00\x02\x00\x00\x00\x00\x01\x00\x00")
+                                             .to_bytes(4, "big"), "format version 2 is not supported")])
+def test_not_a_capture_file(tmp_path, content, match):
+    path = tmp_path / "c.rwcap"
+    path.write_bytes(content)
+    with pytest.raises(CaptureFileError, match=match):
+        read_capture(path)
+
+
+@pytest.mark.server
+def test_copy_csv_form_reads_what_the_server_wrote(pg18, tmp_path):
+    with pg18.connect() as conn:
+        conn.execute("CREATE TABLE copy_csv (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION copy_csv_pub FOR TABLE copy_csv")
+        conn.execute("SELECT pg_create_logical_replication_slot('copy_csv_slot', 'pgoutput')")
+        conn.execute("INSERT INTO copy_csv VALUES (1, 'a,\"b\"'), (2, NULL)")
+        query = ("SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes('copy_csv_slot', NULL, NULL, "
+                 "'proto_version', '1', 'publication_names', 'copy_csv_pub')")
+        rows = conn.execute(query).fetchall()
+        path = tmp_path / "changes.csv"
+        with conn.cursor().copy(f"COPY ({query}) TO STDOUT WITH (FORMAT csv)") as copy, open(path, "wb") as out:
+            for chunk in copy:
+                out.write(chunk)
+        conn.execute("SELECT pg_drop_replication_slot('copy_csv_slot')")
+    records = list(read_copy_csv(path))
+    assert [(str(r.lsn), r.xid, r.data) for r in records] == [(str(lsn), int(xid), bytes(data))
+                                                              for lsn, xid, data in rows]
+    assert [chr(r.data[0]) for r in records] == ["B", "R", "I", "I", "C"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the fast record reader against construct's parse of the same declaration
+
+
+def construct_records(path):
+    """The records of a capture file as construct's parse of ``schema.capture.RECORD`` reads them: a list of
+    (offset, lsn, xid, data), then (where reading stopped, the tail's reason or None)."""
+    from construct import ConstructError
+
+    from replwire.codec.io.capture_file import _reason
+    from replwire.schema import capture as layout
+
+    raw = path.read_bytes()
+    stream = io.BytesIO(raw)
+    layout.HEADER.parse_stream(stream)
+    out = []
+    while stream.tell() < len(raw):
+        start = stream.tell()
+        try:
+            record = layout.RECORD.parse_stream(stream)["record"]
+        except ConstructError as error:
+            return out, (start, _reason(error))
+        out.append((start, record.lsn, record.xid, record.data))
+    return out, (len(raw), None)
+
+
+def fast_records(path):
+    with read_capture(path) as reader:
+        out = [(r.offset, r.lsn, r.xid, r.data) for r in reader]
+        return out, (reader.valid_end, reader.tail.reason if reader.tail else None)
+
+
+VARIED = [(0, 0, b""), (1, 2**32 - 1, b"B"), (2**64 - 1, 7, bytes(range(256)) * 3), (0x169E5A8, 787, b"E" * 70_000),
+          (5, 6, b"x" * 5)] + [(100 + i, i, bytes([65 + i % 26]) * (i % 9)) for i in range(12)]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_fast_reader_agrees_with_construct_on_damaged_files(tmp_path, monkeypatch, chunk):
+    import replwire.codec.io.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", chunk)  # records cut across chunks, or read whole
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    good = path.read_bytes()
+    expected, end = construct_records(path)
+    assert fast_records(path) == (expected, end) and end == (len(good), None)
+    assert [r[1:] for r in expected] == VARIED
+    starts = [r[0] for r in expected]
+    damaged = []
+    for cut in range(starts[-3], len(good)):  # torn inside each of the last three records
+        damaged.append(good[:cut])
+    for at in range(starts[2], starts[3]):  # every byte of one record flipped (head, data and CRC)
+        damaged.append(good[:at] + bytes([good[at] ^ 0x5A]) + good[at + 1:])
+    length_at = starts[5] + 12
+    for length in (0, 4, 6, 2**31 - 1, 2**32 - 1, len(good)):  # lying lengths, short and long
+        damaged.append(good[:length_at] + length.to_bytes(4, "big") + good[length_at + 4:])
+    for number, content in enumerate(damaged):
+        path.write_bytes(content)
+        expected, end = construct_records(path)
+        assert fast_records(path) == (expected, end), number
+        assert end[1] in (None, "record cut short") or end[1].startswith("checksum mismatch: stored")
+
+
+def test_records_in_ranges_cover_the_file_once(tmp_path, monkeypatch):
+    import replwire.codec.io.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", 100)
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    with read_capture(path) as reader:
+        whole = list(reader)
+        pairs = list(reader.offsets())
+        assert reader.tail is None and reader.valid_end == reader.size
+        # offsets: each record's start, and the distance to the next one (the file's end after the last)
+        assert pairs == [(r.offset, nxt - r.offset) for r, nxt in zip(whole, [r.offset for r in whole[1:]]
+                                                                      + [reader.size])]
+        assert [o for o, _ in reader.offsets(stop=whole[4].offset)] == [r.offset for r in whole[:4]]
+        # split at every third record boundary, and once in the middle of a record
+        bounds = [reader.header_end] + [o for o, _ in pairs[3::3]] + [reader.size]
+        parts = [list(reader.records(a, b)) for a, b in zip(bounds, bounds[1:])]
+        assert [r for part in parts for r in part] == whole
+        assert all(part for part in parts)
+        middle = whole[3].offset + 5  # a stop inside record 3: it starts before the stop, so it is in range
+        assert list(reader.records(stop=middle)) == whole[:4]
+        assert reader.valid_end == whole[4].offset
+        assert list(reader.records(whole[4].offset)) == whole[4:]
+        assert list(reader.records(reader.size)) == [] and reader.tail is None
+        with pytest.raises(ValueError, match="outside the records"):
+            reader.records(reader.header_end - 1)
+        with pytest.raises(ValueError, match="outside the records"):
+            reader.records(reader.size + 1)
+        # two ranges read in turn, one record at a time: each reads its own positions
+        first, second = reader.records(stop=whole[2].offset), reader.records(whole[10].offset)
+        assert [next(first), next(second), next(first), next(second)] == [whole[0], whole[10], whole[1], whole[11]]
+
+
+def test_ranges_and_offsets_report_a_torn_tail(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    with read_capture(path) as reader:
+        whole = list(reader)
+    os.truncate(path, os.path.getsize(path) - 2)
+    with read_capture(path) as reader:
+        assert list(reader.records(whole[-3].offset)) == whole[-3:-1]
+        assert reader.tail.offset == whole[-1].offset and reader.tail.reason == "record cut short"
+        assert reader.valid_end == whole[-1].offset
+        assert list(reader.records(whole[-3].offset, whole[-1].offset)) == whole[-3:-1] and reader.tail is None
+        assert [o for o, _ in reader.offsets()] == [r.offset for r in whole[:-1]]
+        assert reader.tail.offset == whole[-1].offset and reader.valid_end == whole[-1].offset
+
+
+@pytest.mark.parametrize("chunk", [1, 64, 1 << 20])
+def test_skim_counts_the_skipped_records_and_yields_the_rest(tmp_path, monkeypatch, chunk):
+    import replwire.codec.io.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", chunk)
+    path = tmp_path / "c.rwcap"
+    write(path, VARIED)
+    skip = frozenset(b"ABCDEFGHKLx")  # an empty record is never skipped: it has no first byte
+
+    def expected(records):  # (offset, lsn, xid, data, skipped just before) of the kept, then those after
+        out, before = [], 0
+        for r in records:
+            if r.data[:1] and r.data[0] in skip:
+                before += 1
+            else:
+                out.append((r.offset, int(r.lsn), r.xid, r.data, before))
+                before = 0
+        return out, before
+
+    with read_capture(path) as reader:
+        whole = list(reader)
+        kept = [(*record, reader.skipped) for record in reader.skim(None, None, skip)]
+        assert (kept, reader.skipped) == expected(whole) and reader.tail is None
+        assert 0 < len(kept) < len(whole) and reader.skipped > 0  # both kinds, and skipped ones at the end
+        # a range: records that start in it, as records() gives them
+        kept = [(*record, reader.skipped) for record in reader.skim(whole[3].offset, whole[12].offset + 1, skip)]
+        assert (kept, reader.skipped) == expected(whole[3:13]) and reader.valid_end == whole[13].offset
+    raw = bytearray(path.read_bytes())
+    raw[whole[-4].offset + 16] ^= 0xFF  # a damaged record: reading stops there, the skipped ones before it told
+    path.write_bytes(bytes(raw))
+    with read_capture(path) as reader:
+        kept = [(*record, reader.skipped) for record in reader.skim(None, None, skip)]
+        assert (kept, reader.skipped) == expected(whole[:-4])
+        assert "checksum mismatch" in reader.tail.reason and reader.tail.offset == whole[-4].offset
+
+
+class CountingFile:
+    def __init__(self, file):
+        self.file, self.read_bytes = file, 0
+
+    def seek(self, offset):
+        return self.file.seek(offset)
+
+    def read(self, n):
+        data = self.file.read(n)
+        self.read_bytes += len(data)
+        return data
+
+    def close(self):
+        self.file.close()
+
+
+def test_offsets_read_only_lengths_and_skip_large_records(tmp_path, monkeypatch):
+    import replwire.codec.io.capture_file as capture_file
+
+    monkeypatch.setattr(capture_file, "CHUNK", 4096)
+    path = tmp_path / "c.rwcap"
+    write(path, [(1, 1, b"a"), (2, 2, b"b" * 3_000_000), (3, 3, b"c")])
+    with read_capture(path) as reader:
+        whole = list(reader)
+        reader._file = counting = CountingFile(reader._file)
+        assert len(list(reader.offsets())) == 3
+        assert counting.read_bytes < 3 * 4096  # the large record's data was never read
+    raw = bytearray(path.read_bytes())
+    raw[whole[0].offset + 16] ^= 0xFF  # damage the first record's data: its lengths still hold
+    path.write_bytes(bytes(raw))
+    with read_capture(path) as reader:
+        assert [o for o, _ in reader.offsets()] == [r.offset for r in whole] and reader.tail is None
+        assert list(reader.records()) == [] and "checksum mismatch" in reader.tail.reason
+
+
+def test_rewind_drops_what_was_appended_after_the_mark(tmp_path):
+    path = tmp_path / "c.rwcap"
+    with CaptureWriter(path, HEADER) as writer:
+        for lsn, xid, data in MESSAGES[:3]:
+            writer.append(lsn, xid, data)
+        mark = writer.mark()
+        for lsn, xid, data in MESSAGES[3:]:
+            writer.append(lsn, xid, data)
+        writer.sync()
+        writer.rewind(mark)
+        assert writer.last_lsn == MESSAGES[2][0]
+        writer.append(1, 2, b"E")
+    with read_capture(path) as reader:
+        assert [(r.lsn, r.xid, r.data) for r in reader] == MESSAGES[:3] + [(1, 2, b"E")] and reader.tail is None
+
+
+def test_a_range_reads_little_past_its_stop(tmp_path):
+    """Reading a small range of a large file reads about the range, not a whole chunk past it (the first
+    pass reads runs of a few KB when asked for many partitions)."""
+    path = tmp_path / "c.rwcap"
+    write(path, [(i, i, b"I" + bytes(40)) for i in range(50_000)])  # about 3 MB
+    with read_capture(path) as reader:
+        whole = [r.offset for r in reader]
+        reader._file = counting = CountingFile(reader._file)
+        assert [r[0] for r in reader.raw_records(whole[100], whole[110])] == whole[100:110]
+        assert [r[0] for r in reader.skim(whole[200], whole[210], frozenset(b"B"))] == whole[200:210]
+        assert counting.read_bytes < 2 * (whole[110] - whole[100]) + 64

@@ -1,0 +1,218 @@
+"""Live capture against real servers: what it stores, what it acknowledges, and surviving a kill -9."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from replwire.codec import LSN, Assembler, Transaction, parse
+from replwire.codec.io.capture_file import read_capture
+from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture, completed_position
+
+pytestmark = pytest.mark.server
+
+
+def sql_changes(conn, slot, proto_version, options):
+    args = ["proto_version", str(proto_version)]
+    for name, value in options.items():
+        args += [name, value]
+    rows = conn.execute("SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                        "VARIADIC %s::text[])", (slot, args)).fetchall()
+    return [(LSN(lsn), bytes(data)) for lsn, data in rows]
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("major", [15, 18])
+def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_path):
+    server = request.getfixturevalue(f"pg{major}")
+    table, slot, peek = f"live_{major}", f"live_slot_{major}", f"live_peek_{major}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (peek,))
+        settings = CaptureSettings(slot=slot, publication=f"{table}_pub", messages=True)
+        capture = LiveCapture(server.dsn, tmp_path / "live.rwcap", settings, create_slot=False, sync_interval=0.1)
+        runner = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
+        runner.start()
+        for i in range(20):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (i, f"row {i} ü"))
+        conn.execute(f"UPDATE {table} SET v = 'updated' WHERE id < 5")
+        conn.execute("SELECT pg_logical_emit_message(false, 'live', 'not in a transaction')")
+        conn.execute(f"DELETE FROM {table} WHERE id >= 15")
+        end = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        runner.join(60)
+        assert not runner.is_alive()
+        options = CaptureSettings(slot=peek, publication=f"{table}_pub", messages=True).options(server.version_num)
+        expected = sql_changes(conn, peek, settings.protocol(server.version_num), options)
+        confirmed = LSN(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                     "WHERE slot_name = %s", (slot,)).fetchone()[0])
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
+    with read_capture(tmp_path / "live.rwcap") as reader:
+        records = list(reader)
+        assert reader.tail is None
+        assert reader.header.server_version == server.version_num
+    assert [r.data for r in records] == [data for _, data in expected]
+    # one Relation; 20 single-row transactions (B I C); an UPDATE and a DELETE of 5 rows; the message
+    assert len(records) == 1 + 20 * 3 + (2 + 5) + 1 + (2 + 5)
+    assert "".join(chr(r.data[0]) for r in records[:4]) == "BRIC"
+    # every record at the LSN the SQL interface reports for it, except the 0/0 of non-final writes
+    for record, (lsn, _) in zip(records, expected):
+        assert record.lsn in (lsn, 0)
+    # acknowledged: at least the end of the last transaction, never beyond what the server has
+    last_complete = max(p for p in (completed_position(parse(d, proto_version=reader.header.proto_version))
+                                    for _, d in expected) if p is not None)
+    assert last_complete <= confirmed <= end
+
+
+def test_unknown_publication_is_a_clear_error(pg18, tmp_path):
+    settings = CaptureSettings(slot="nope_slot", publication="no_such_publication")
+    with pytest.raises(CaptureError, match="publication 'no_such_publication' does not exist"):
+        LiveCapture(pg18.dsn, tmp_path / "x.rwcap", settings).run(idle_exit=0.1)
+
+
+def test_settings_are_checked_against_the_server():
+    with pytest.raises(CaptureError, match="streaming=parallel needs protocol 4"):
+        CaptureSettings(slot="s", publication="p", proto_version=3, streaming="parallel").options(180000)
+    with pytest.raises(CaptureError, match="supports protocol versions 1 to 3"):
+        CaptureSettings(slot="s", publication="p", proto_version=4).options(150000)
+    assert CaptureSettings(slot="s", publication="p", streaming="on").options(150000)["streaming"] == "true"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --via sql: pg_logical_slot_peek_binary_changes, then pg_replication_slot_advance
+
+
+def committed(rows, proto):
+    """Every committed transaction (end LSN, xid, changes) and non-transactional message, decoded from
+    (lsn, data) rows by the assembler (untyped: the server's text forms)."""
+    out = []
+    for item in Assembler(proto_version=proto, typed=False).feed_all((lsn, None, data) for lsn, data in rows):
+        if isinstance(item, Transaction):
+            out.append((item.end_lsn, item.xid, list(item.changes)))
+        else:
+            out.append((item.lsn, None, [item]))
+    return out
+
+
+def confirmed_lsn(conn, slot):
+    return LSN(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                            (slot,)).fetchone()[0])
+
+
+def completed_in_file(path, proto):
+    """The completed positions of the records in the file as it is now (no streaming: no Stream blocks)."""
+    with read_capture(path) as reader:
+        return {completed_position(parse(r.data, proto_version=proto)) for r in reader} - {None}
+
+
+@pytest.mark.parametrize("major", [15, 18])
+def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path):
+    server = request.getfixturevalue(f"pg{major}")
+    table, slot, peek = f"sql_{major}", f"sql_slot_{major}", f"sql_peek_{major}"
+    out = tmp_path / "sql.rwcap"
+    with server.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (peek,))
+        settings = CaptureSettings(slot=slot, publication=f"{table}_pub", messages=True)
+        proto = settings.protocol(server.version_num)
+        # a small batch: many calls, each its own pgoutput session, some cut right after a transaction
+        capture = LiveCapture(server.dsn, out, settings, create_slot=False, sync_interval=0.05, via="sql",
+                              batch_size=7)
+        runner = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
+        runner.start()
+        seen = []  # (the slot's confirmed position, then the completed positions in the file right after)
+
+        def watch():
+            with server.connect() as watcher:
+                while runner.is_alive():
+                    position = confirmed_lsn(watcher, slot)
+                    seen.append((position, completed_in_file(out, proto)))
+                    time.sleep(0.01)
+
+        wait_for(out.exists)
+        watching = threading.Thread(target=watch)
+        watching.start()
+        for i in range(40):
+            time.sleep(0.02)
+            conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (i, f"row {i} ü"))
+            if i % 10 == 5:
+                with conn.transaction():  # a larger transaction: one call returns all of it
+                    conn.execute(f"INSERT INTO {table} SELECT g, 'bulk' FROM generate_series(%s::int, %s::int) g",
+                                 (1000 * i, 1000 * i + 300))
+                    conn.execute(f"UPDATE {table} SET v = 'bulk updated' WHERE id = %s", (1000 * i,))
+            if i % 10 == 7:
+                try:
+                    with conn.transaction():
+                        conn.execute(f"INSERT INTO {table} VALUES (-1, 'rolled back')")
+                        raise RuntimeError
+                except RuntimeError:
+                    pass
+                conn.execute("SELECT pg_logical_emit_message(false, 'sql', 'not in a transaction')")
+        conn.execute(f"UPDATE {table} SET v = 'updated' WHERE id < 5")
+        conn.execute(f"DELETE FROM {table} WHERE id >= 35 AND id < 1000")
+        end = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        runner.join(60)
+        watching.join(10)
+        assert not runner.is_alive()
+        expected = sql_changes(conn, peek, proto, settings.options(server.version_num))
+        confirmed = confirmed_lsn(conn, slot)
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
+    with read_capture(out) as reader:
+        records = list(reader)
+        assert reader.tail is None and reader.header.server_version == server.version_num
+    # the same rows as one call of the SQL interface, with the same LSNs, except that every call repeats the
+    # Relation messages its changes need
+    body = [(r.lsn, r.data) for r in records if r.data[:1] != b"R"]
+    assert body == [(lsn, data) for lsn, data in expected if data[:1] != b"R"]
+    assert {r.data for r in records if r.data[:1] == b"R"} == {d for _, d in expected if d[:1] == b"R"}
+    assert sum(r.data[:1] == b"R" for r in records) > 1
+    assert all(r.xid for r in records if r.data[:1] in b"BICUD")  # the xid column is stored too
+    # and decoded: the same committed transactions and messages, the rolled-back ones nowhere
+    decoded = committed([(r.lsn, r.data) for r in records], proto)
+    assert decoded == committed(expected, proto)
+    assert len(decoded) == 40 + 4 + 4 + 2 and not any(c.new and c.new["id"] == "-1" for *_, cs in decoded for c in cs)
+    # the slot moved past everything, and at no moment past a transaction that was not in the file
+    completed = sorted({p for p in (completed_position(parse(d, proto_version=proto)) for _, d in expected) if p})
+    assert completed[-1] <= confirmed <= end
+    assert len({position for position, _ in seen}) > 10
+    for position, in_file in seen:
+        assert {p for p in completed if p <= position} <= in_file, position
+
+
+def test_sql_capture_of_an_idle_slot_does_not_hold_wal(pg18, tmp_path):
+    with pg18.connect() as conn:
+        conn.execute("CREATE TABLE sql_idle (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE sql_idle_other (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION sql_idle_pub FOR TABLE sql_idle")
+        conn.execute("SELECT pg_create_logical_replication_slot('sql_idle_slot', 'pgoutput')")
+        conn.execute("INSERT INTO sql_idle_other SELECT generate_series(1, 1000)")  # not published
+        end = LSN(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        settings = CaptureSettings(slot="sql_idle_slot", publication="sql_idle_pub")
+        progress = LiveCapture(pg18.dsn, tmp_path / "idle.rwcap", settings, create_slot=False, via="sql",
+                               sync_interval=0.05).run(idle_exit=0.3)
+        assert confirmed_lsn(conn, "sql_idle_slot") >= end and progress.flushed_lsn >= end
+        assert progress.messages == 0
+        conn.execute("INSERT INTO sql_idle VALUES (1)")  # and what comes next is still captured
+        LiveCapture(pg18.dsn, tmp_path / "idle.rwcap", settings, create_slot=False, via="sql",
+                    sync_interval=0.05).run(idle_exit=0.3)
+        conn.execute("SELECT pg_drop_replication_slot('sql_idle_slot')")
+    with read_capture(tmp_path / "idle.rwcap") as reader:
+        assert "".join(chr(r.data[0]) for r in reader) == "BRIC"
+
+
+def test_sql_capture_refuses_streaming(tmp_path):
+    settings = CaptureSettings(slot="s", publication="p", streaming="on")
+    with pytest.raises(CaptureError, match="streaming cannot be used with the SQL functions"):
+        LiveCapture("host=/nonexistent", tmp_path / "x.rwcap", settings, via="sql").run()
+    assert not (tmp_path / "x.rwcap").exists()
