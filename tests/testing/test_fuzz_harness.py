@@ -90,7 +90,7 @@ def test_inputs_with_the_high_bit_first_fuzz_the_encoder(monkeypatch):
     assert fuzz.replay(b"\x81abc") is None and fuzz.replay(b"\x01abc", fuzz_mode="encoder") is None
     assert given == [b"abc", b"abc"]
     assert "KeyError" in fuzz.replay(fuzz.join(P1, BEGIN[:-4] + (0xC0FFEE).to_bytes(4, "big")),
-                                     "test_fuzz_harness:planted_target", "decoder")
+                                     "tests.testing.test_fuzz_harness:planted_target", "decoder")
 
 
 def test_encoder_checks_report_what_breaks_the_invariant():
