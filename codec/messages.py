@@ -13,8 +13,10 @@ boundary: LSN fields become :class:`~replwire.codec.scalars.LSN`, timestamps
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from construct import Construct, FormatField, Struct
 
@@ -22,6 +24,11 @@ from ..schema import core as wire
 from ..schema import dml, envelope, logical_message, relation, stream, transaction, twophase
 from .errors import EncodeError
 from .scalars import LSN, Timestamp
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:
+    from typing_extensions import dataclass_transform
 
 _RECORD_CLASSES: dict[int, type[Record]] = {}
 
@@ -100,7 +107,7 @@ def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], An
                         raise
                 return out
 
-            return load_items, dump_items, list[cls]
+            return load_items, dump_items, types.GenericAlias(list, (cls,))
         check = _scalar_check(element, "int")
 
         def dump_ints(values, check=check):
@@ -181,8 +188,13 @@ class _DeclaredType(type):
         return super().__new__(mcs, name, bases, namespace, **kwargs)
 
 
+@dataclass_transform(kw_only_default=True)
 class _Declared(metaclass=_DeclaredType):
-    """Shared machinery of messages and records: dataclass fields generated from a declaration."""
+    """Shared machinery of messages and records: dataclass fields generated from a declaration.
+
+    For type checkers, a subclass is a keyword-only dataclass whose fields are those its
+    ``if TYPE_CHECKING:`` block lists; :mod:`replwire.codec.wire.gen.annotations` writes the blocks from
+    the fields the classes get here."""
 
     __slots__ = ()
     _declaration: ClassVar[Struct]
@@ -195,7 +207,7 @@ class _Declared(metaclass=_DeclaredType):
         fields = []
         # dataclass() reads a field's default from the class attribute of its name, where the slot's
         # descriptor is: a Field placeholder stands in for it while dataclass() runs
-        slots = {name: cls.__dict__[name] for name in cls.__slots__}
+        slots = {f.name: cls.__dict__[f.name] for f in value_fields(declaration)}
         for f in value_fields(declaration):
             load, dump, annotation = _converters(f)
             if not is_optional(f) and not isinstance(strip_presence(f.subcon), wire.MustBeZero):
@@ -211,7 +223,7 @@ class _Declared(metaclass=_DeclaredType):
                 annotations[f.name] = annotation
         cls.__annotations__ = annotations
         cls._fields = tuple(fields)
-        dataclasses.dataclass(cls, kw_only=True)  # type: ignore[call-overload]
+        dataclasses.dataclass(cls, kw_only=True)
         for name, descriptor in slots.items():
             setattr(cls, name, descriptor)
 
@@ -294,6 +306,12 @@ def _docstring(spec: wire.MessageSpec) -> str:
 class RelationColumn(Record, record=relation.RELATION_COLUMN):
     """One column of a :class:`Relation`: flags, name, type_id, type_modifier."""
 
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        flags: int
+        name: str
+        type_id: int
+        type_modifier: int
+
     @property
     def is_key(self) -> bool:
         """Whether the column is part of the replica identity key (flags bit 0)."""
@@ -303,6 +321,10 @@ class RelationColumn(Record, record=relation.RELATION_COLUMN):
 class TupleColumn(Record, record=dml.TUPLE_COLUMN):
     """One column of tuple data: ``kind`` is ``'n'`` (NULL), ``'u'`` (unchanged TOASTed value, not sent),
     ``'t'`` (text) or ``'b'`` (binary); ``data`` the value's bytes for ``'t'``/``'b'``, else ``None``."""
+
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        kind: str
+        data: bytes | None = None
 
     @classmethod
     def null(cls) -> TupleColumn:
@@ -335,38 +357,74 @@ class TupleColumn(Record, record=dml.TUPLE_COLUMN):
 
 
 class Begin(WireMessage, spec=transaction.BEGIN):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        final_lsn: LSN
+        commit_time: Timestamp
+        xid: int
 
 
 class Commit(WireMessage, spec=transaction.COMMIT):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        flags: int = 0
+        commit_lsn: LSN
+        end_lsn: LSN
+        commit_time: Timestamp
 
 
 class Origin(WireMessage, spec=transaction.ORIGIN):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        origin_lsn: LSN
+        name: str
 
 
 class Relation(WireMessage, spec=relation.RELATION):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        relation_id: int
+        namespace: str
+        name: str
+        replica_identity: str
+        columns: list[RelationColumn]
 
 
 class Type(WireMessage, spec=relation.TYPE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        type_id: int
+        namespace: str
+        name: str
 
 
 class Insert(WireMessage, spec=dml.INSERT):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        relation_id: int
+        new: list[TupleColumn]
 
 
 class Update(WireMessage, spec=dml.UPDATE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        relation_id: int
+        key: list[TupleColumn] | None = None
+        old: list[TupleColumn] | None = None
+        new: list[TupleColumn]
 
 
 class Delete(WireMessage, spec=dml.DELETE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        relation_id: int
+        key: list[TupleColumn] | None = None
+        old: list[TupleColumn] | None = None
 
 
 class Truncate(WireMessage, spec=dml.TRUNCATE):
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        options: int
+        relation_ids: list[int]
+
     @property
     def cascade(self) -> bool:
         """TRUNCATE ... CASCADE (options bit 0)."""
@@ -379,6 +437,13 @@ class Truncate(WireMessage, spec=dml.TRUNCATE):
 
 
 class Message(WireMessage, spec=logical_message.MESSAGE):
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int | None = None
+        flags: int
+        lsn: LSN
+        prefix: str
+        content: bytes
+
     @property
     def is_transactional(self) -> bool:
         """Whether the message was emitted as transactional (flags bit 0)."""
@@ -386,6 +451,10 @@ class Message(WireMessage, spec=logical_message.MESSAGE):
 
 
 class StreamStart(WireMessage, spec=stream.STREAM_START):
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int
+        first_segment: int
+
     @property
     def is_first_segment(self) -> bool:
         """Whether this is the transaction's first block (the server sends 1; only 1 counts as true)."""
@@ -397,10 +466,21 @@ class StreamStop(WireMessage, spec=stream.STREAM_STOP):
 
 
 class StreamCommit(WireMessage, spec=stream.STREAM_COMMIT):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int
+        flags: int = 0
+        commit_lsn: LSN
+        end_lsn: LSN
+        commit_time: Timestamp
 
 
 class StreamAbort(WireMessage, spec=stream.STREAM_ABORT):
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        xid: int
+        subxid: int
+        abort_lsn: LSN | None = None
+        abort_time: Timestamp | None = None
+
     @property
     def is_subtransaction(self) -> bool:
         """Whether only a subtransaction aborted (``subxid != xid``)."""
@@ -408,23 +488,53 @@ class StreamAbort(WireMessage, spec=stream.STREAM_ABORT):
 
 
 class BeginPrepare(WireMessage, spec=twophase.BEGIN_PREPARE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        prepare_lsn: LSN
+        end_lsn: LSN
+        prepare_time: Timestamp
+        xid: int
+        gid: str
 
 
 class Prepare(WireMessage, spec=twophase.PREPARE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        flags: int = 0
+        prepare_lsn: LSN
+        end_lsn: LSN
+        prepare_time: Timestamp
+        xid: int
+        gid: str
 
 
 class CommitPrepared(WireMessage, spec=twophase.COMMIT_PREPARED):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        flags: int = 0
+        commit_lsn: LSN
+        end_lsn: LSN
+        commit_time: Timestamp
+        xid: int
+        gid: str
 
 
 class RollbackPrepared(WireMessage, spec=twophase.ROLLBACK_PREPARED):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        flags: int = 0
+        prepare_end_lsn: LSN
+        rollback_end_lsn: LSN
+        prepare_time: Timestamp
+        rollback_time: Timestamp
+        xid: int
+        gid: str
 
 
 class StreamPrepare(WireMessage, spec=twophase.STREAM_PREPARE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        flags: int = 0
+        prepare_lsn: LSN
+        end_lsn: LSN
+        prepare_time: Timestamp
+        xid: int
+        gid: str
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -432,16 +542,33 @@ class StreamPrepare(WireMessage, spec=twophase.STREAM_PREPARE):
 
 
 class XLogData(WireMessage, spec=envelope.XLOG_DATA):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        data_start: LSN
+        wal_end: LSN
+        send_time: Timestamp
+        data: bytes
 
 
 class PrimaryKeepalive(WireMessage, spec=envelope.PRIMARY_KEEPALIVE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        wal_end: LSN
+        send_time: Timestamp
+        reply_requested: int
 
 
 class StandbyStatusUpdate(WireMessage, spec=envelope.STANDBY_STATUS_UPDATE):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        write_lsn: LSN
+        flush_lsn: LSN
+        apply_lsn: LSN
+        send_time: Timestamp
+        reply_requested: int
 
 
 class HotStandbyFeedback(WireMessage, spec=envelope.HOT_STANDBY_FEEDBACK):
-    pass
+    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+        send_time: Timestamp
+        xmin: int
+        xmin_epoch: int
+        catalog_xmin: int
+        catalog_xmin_epoch: int

@@ -24,7 +24,7 @@ import dataclasses
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from construct import (
     Const,
@@ -627,6 +627,17 @@ class MessageSpec:
     min_proto: int = 1
     since_server: int = 10
     options: tuple[str, ...] = ()
+
+
+class Family(TypedDict, total=False):
+    """Keyword arguments of :func:`message` that the messages of one family share (``**COMMON``)."""
+
+    family: str
+    layer: str
+    docs_page: str
+    min_proto: int
+    since_server: int
+    options: tuple[str, ...]
 
 
 def message(tag: bytes, name: str, *fields: Field, family: str, doc: str, doc_ref: str,

@@ -6,9 +6,9 @@ each) and Primary keepalive ``k``; the client sends Standby status update ``r`` 
 ``h``.
 """
 
-from .core import DOCS_REPLICATION, Int8, Int32, Lsn, RestBytes, Timestamp, Xid, field, message
+from .core import DOCS_REPLICATION, Family, Int8, Int32, Lsn, RestBytes, Timestamp, Xid, field, message
 
-COMMON = dict(layer="envelope", docs_page=DOCS_REPLICATION, family="envelope")
+COMMON = Family(layer="envelope", docs_page=DOCS_REPLICATION, family="envelope")
 
 XLOG_DATA = message(
     b"w", "XLogData",

@@ -5,7 +5,7 @@ Strategy: fixed layouts.  Begin Prepare has no flags byte; the others have one t
 Prepare shares Prepare's layout (its xid comes after the timestamps, unlike Stream Commit's).
 """
 
-from .core import Lsn, String, Timestamp, Xid, ZeroFlags, field, message
+from .core import Family, Lsn, String, Timestamp, Xid, ZeroFlags, field, message
 
 GID_DOC = "Global identifier of the prepared transaction (the name given to PREPARE TRANSACTION)."
 FLAGS_DOC = "Flags; none are defined, so this is always 0."
@@ -23,7 +23,7 @@ def prepare_fields():
     )
 
 
-COMMON = dict(family="two_phase", min_proto=3, since_server=15, options=("two_phase",))
+COMMON = Family(family="two_phase", min_proto=3, since_server=15, options=("two_phase",))
 
 BEGIN_PREPARE = message(
     b"b", "BeginPrepare",

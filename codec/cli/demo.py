@@ -137,6 +137,7 @@ def run(echo: Callable[[str], None] = print) -> Summary:
                     if change.op == "message":
                         summary.logical_messages += 1
                     elif change.op == "truncate":
+                        assert change.relations is not None  # a truncate change names its tables
                         for _, table in change.relations:
                             summary.changes[(table, "truncate")] += 1
                     else:

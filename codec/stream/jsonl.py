@@ -162,9 +162,11 @@ def _change_object(change: Change, shared: dict[str, Any] | None) -> dict[str, A
     if shared is not None:
         out.update(shared)
     if change.op == "truncate":
+        assert change.relations is not None  # a truncate change names its tables
         out["relations"] = [f"{schema}.{table}" for schema, table in change.relations]
         out["cascade"], out["restart_identity"] = change.cascade, change.restart_identity
     elif change.op == "message":
+        assert change.content is not None  # a message change has its content
         out["prefix"] = change.prefix
         out["content"] = "\\x" + change.content.hex()
         out["transactional"] = change.transactional

@@ -25,6 +25,7 @@ typed values without it raises :class:`TypedValuesUnavailable` saying what to in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,7 @@ class Infinite:
     """
 
     __slots__ = ("sign",)
+    sign: int
     _instances: dict[int, Infinite] = {}
 
     def __new__(cls, sign: int) -> Infinite:
@@ -151,7 +153,9 @@ def _utf8(data: bytes) -> str:
 
 # Text-format values whose psycopg loader amounts to one call: the most common column types, loaded
 # without the loader's own overhead (same results: the tests compare with psycopg's SELECT).
-_TEXT_FAST = {25: _utf8, 1043: _utf8, 1042: _utf8, 19: _utf8, 20: int, 21: int, 23: int}
+_TEXT_FAST: dict[int, Callable[[bytes], Any]] = {
+    25: _utf8, 1043: _utf8, 1042: _utf8, 19: _utf8, 20: int, 21: int, 23: int,
+}
 
 
 def text_value(kind: str, data: bytes | None) -> Any:
@@ -162,7 +166,9 @@ def text_value(kind: str, data: bytes | None) -> Any:
     if kind == "u":
         return UNCHANGED_TOAST
     if kind == "t":
-        return data.decode("utf-8")  # type: ignore[union-attr]
+        if data is None:
+            raise ValueError("a text column ('t') without data")
+        return data.decode("utf-8")
     return data
 
 

@@ -37,6 +37,7 @@ import tempfile
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import DecodeError, EncodeError
 from ..wire import fast, reference
@@ -199,7 +200,8 @@ def _encoder_target() -> Callable[[bytes], object]:
     def encoder(item):
         check_case(item) if isinstance(item, Case) else check_invalid(item)
 
-    return encoder.hypothesis.fuzz_one_input
+    # given() is typed as returning a plain callable, without the .hypothesis handle it attaches
+    return encoder.hypothesis.fuzz_one_input  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -369,7 +371,7 @@ def save_reproducer(path: pathlib.Path, log: str, target: str | None = None, fuz
                                    "replay": f"replwire fuzz --mode {fuzz_mode} --reproduce {path}"},
                                   indent=2) + "\n")
         return out
-    vector = {"name": f"fuzz_{path.name.replace('-', '_')[:24]}", "layer": context.layer}
+    vector: dict[str, Any] = {"name": f"fuzz_{path.name.replace('-', '_')[:24]}", "layer": context.layer}
     if context.layer == "logical":
         vector["ctx"] = {"proto_version": context.proto_version, "in_stream": context.in_stream}
     else:
@@ -424,11 +426,11 @@ def _child(argv: list[str]) -> None:  # pragma: no cover -- runs in the libFuzze
     import atheris
 
     global mode
-    ours = {"--target": None, "--mode": "both"}
-    while argv[1:2] and argv[1] in ours:
+    ours = {"--mode": "both"}
+    while argv[1:2] and argv[1] in ("--target", "--mode"):
         ours[argv[1]] = argv[2]
         argv = argv[:1] + argv[3:]
-    target, mode = ours["--target"], ours["--mode"]
+    target, mode = ours.get("--target"), ours["--mode"]
     function = _target(target)
     _instrument(atheris)
     if target:

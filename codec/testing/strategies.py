@@ -128,14 +128,20 @@ def all_contexts() -> tuple[Context, ...]:
     return tuple(logical) + tuple(Context("envelope", sender=s) for s in schema.ENVELOPE)
 
 
+def _tag(cls: type[WireMessage]) -> TagByte:
+    """The walker node of ``cls``'s tag, the first field of every message."""
+    node = walker.layout(cls.spec).fields[0].node
+    assert isinstance(node, TagByte), node
+    return node
+
+
 def contexts(cls: type[WireMessage]) -> tuple[Context, ...]:
     """The contexts ``cls`` exists in (from its tag's lowest protocol version, or its envelope side)."""
-    tag = walker.layout(cls.spec).fields[0].node
     if cls.spec.layer == "envelope":
-        return tuple(c for c in all_contexts()
-                     if c.layer == "envelope" and ENVELOPE_CLASSES[c.sender].get(cls.tag) is cls)
-    low = tag.min_proto or 1
-    return tuple(c for c in all_contexts() if c.layer == "logical" and c.proto_version >= low)
+        return tuple(c for c in all_contexts() if c.layer == "envelope" and c.sender is not None
+                     and ENVELOPE_CLASSES[c.sender].get(cls.tag) is cls)
+    low = _tag(cls).min_proto or 1
+    return tuple(c for c in all_contexts() if c.proto_version is not None and c.proto_version >= low)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -211,7 +217,7 @@ def value(n: walker.Node, context: Context, siblings: dict[str, Any], kind: str 
 @functools.cache
 def _record(record: Record, cls: type, context: Context) -> st.SearchStrategy:
     @st.composite
-    def draw_record(draw):
+    def draw_record(draw: st.DrawFn) -> Any:
         drawn: dict[str, Any] = {}
         for f in record.fields:
             if not isinstance(f.node, (TagByte, DerivedCount)):  # neither is an attribute: both are implied
@@ -260,13 +266,15 @@ def cases(*message_classes: type[WireMessage], layer: str | None = None, proto_v
     return st.sampled_from(pairs).flatmap(lambda pair: messages(*pair).map(lambda m: Case(m, pair[1])))
 
 
-def _tuple_column_node() -> Record:
-    return walker.node(schema.RECORDS["TupleColumn"])  # type: ignore[return-value]
+def _record_node(name: str) -> Record:
+    node = walker.node(schema.RECORDS[name])
+    assert isinstance(node, Record), node
+    return node
 
 
 def tuple_columns() -> st.SearchStrategy[classes.TupleColumn]:
     """Single tuple columns of every kind (``n``, ``u``, ``t``, ``b``), from the TupleColumn record."""
-    return value(_tuple_column_node(), Context("logical", 1), {})
+    return value(_record_node("TupleColumn"), Context("logical", 1), {})
 
 
 def tuple_data() -> st.SearchStrategy[list[classes.TupleColumn]]:
@@ -425,7 +433,7 @@ def _damage(site: Site, context: Context) -> list[tuple[str, st.SearchStrategy]]
         out.append(("not a list", st.sampled_from(["items", 1, {}, b"\x00"])))
     elif isinstance(n, Record):
         other = next(cls for name, cls in ((k, getattr(classes, k)) for k in schema.RECORDS) if name != n.name)
-        sample = other(**{f.name: None for f in walker.node(schema.RECORDS[other.__name__]).fields})
+        sample = other(**{f.name: None for f in _record_node(other.__name__).fields})
         out.append(("a different record", st.sampled_from([sample, ("t", b"1"), None])))
     return out
 
@@ -438,8 +446,8 @@ def _invalid(draw, source: st.SearchStrategy[Case]) -> Invalid:
     for s in sites(case):
         for how, bad in _damage(s, case.context):
             options.append((how, s.where, (s, bad)))
-    low = walker.layout(cls.spec).fields[0].node.min_proto
-    if case.context.layer == "logical" and low and low > 1:
+    low = _tag(cls).min_proto or 1
+    if case.context.layer == "logical" and low > 1:
         options.append(("a protocol version without the message", "tag", None))
     options.append(("the other layer's build", None, None))
     how, where, detail = draw(st.sampled_from(options))
@@ -447,7 +455,7 @@ def _invalid(draw, source: st.SearchStrategy[Case]) -> Invalid:
         s, bad = detail
         return Invalid(Case(_replace(case.message, s.path, draw(bad)), case.context), where, how)
     if where == "tag":
-        older = [c for c in all_contexts() if c.layer == "logical" and c.proto_version < low]
+        older = [c for c in all_contexts() if c.proto_version is not None and c.proto_version < low]
         return Invalid(Case(case.message, draw(st.sampled_from(older))), where, how)
     other = next(c for c in all_contexts() if c.layer != case.context.layer)
     return Invalid(Case(case.message, other), None, how)

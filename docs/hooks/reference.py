@@ -28,20 +28,6 @@ from tests.support import vectors  # noqa: E402
 CAPTURES = ROOT / "tests" / "captures"
 VECTORS = ROOT / "tests" / "vectors" / "messages.json"
 PLACEHOLDER = "<!-- replwire:framing-diagram -->"
-#: The API pages' source tree: replwire installs schema/ and codec/ under one namespace, which a static
-#: reader cannot see in the repository's layout, so it reads this tree of links instead (mkdocs.yml, paths).
-API_SOURCE = ROOT / "build" / "api-source" / "replwire"
-
-
-def _link_api_source() -> None:
-    API_SOURCE.mkdir(parents=True, exist_ok=True)
-    for name in ("schema", "codec"):
-        link = API_SOURCE / name
-        if not link.is_symlink():
-            link.symlink_to(ROOT / name, target_is_directory=True)
-
-
-_link_api_source()
 
 
 def _server(version_num: int) -> str:
