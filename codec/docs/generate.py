@@ -123,7 +123,7 @@ def presence(node: walker.Node) -> str:
     parts = []
     while True:
         if isinstance(node, walker.When):
-            parts.append(node.words)
+            parts.append(f"when `{node.text}`")
         elif isinstance(node, walker.IfBytesRemain):
             parts.append("when bytes remain (the message is longer)")
         elif isinstance(node, walker.MarkedBy) and node.optional:

@@ -78,10 +78,6 @@ def _show(value: Any, meta: wire.FieldMeta | None) -> str:
     return str(value)
 
 
-def _path_text(parts: tuple[str, ...]) -> str:
-    return ".".join(parts).replace(".[", "[")
-
-
 def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = False,
             sender: str | None = None) -> Explanation:
     """Explain one pgoutput message (``proto_version`` given) or one envelope frame (``sender`` given).
@@ -105,14 +101,14 @@ def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = 
         children = sorted((s[1], s[2]) for s in spans
                           if len(s[0]) > len(path) and s[0][:len(path)] == path and s[2] > s[1])
         if not children:
-            segments.append(Segment(_path_text(path), start, end, data[start:end], _show(value, meta), meta))
+            segments.append(Segment(wire.path_text(path), start, end, data[start:end], _show(value, meta), meta))
             continue
         # bytes of the container that no element covers: markers and counts
         position = start
         for child_start, child_end in children:
             if child_start > position:
                 raw = data[position:child_start]
-                segments.append(Segment(_path_text(path), position, child_start, raw, _header(raw, value),
+                segments.append(Segment(wire.path_text(path), position, child_start, raw, _header(raw, value),
                                         meta, header=True))
             position = max(position, child_end)
     segments.sort(key=lambda s: s.start)
