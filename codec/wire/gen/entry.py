@@ -24,7 +24,7 @@ declarations.  A generated entry point looks like::
                 try:
                     _function = _PARSE_OUT[proto_version][_tag]
             ...
-        return _parse_other(data, proto_version, in_stream)
+        return _parse_other(_PARSE, data, proto_version, in_stream)
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def logical(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) ->
     out("if _function is not None:")
     out(f"    return _function({'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
     out.dedent()
-    out(f"return _{kind}_other({'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
+    out(f"return _{kind}_other(_{upper}, {'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
     return out.text()
 
 
@@ -156,7 +156,7 @@ def envelope(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) -
         out("if _function is not None:")
         out("    return _function(data, None, False)")
         out.dedent()
-        out("return _parse_envelope_other(data, sender)")
+        out("return _parse_envelope_other(_PARSE_ENVELOPE, data, sender)")
         return out.text()
     out(f"def build_envelope({SIGNATURES['build_envelope']}):")
     out.indent()
