@@ -206,8 +206,8 @@ class _Declared(metaclass=_DeclaredType):
         for name, descriptor in slots.items():
             setattr(cls, name, descriptor)
 
-    # pickling and copying: the state is ``{field: value}``, as it was before the classes had slots (so
-    # every pickle protocol works, and objects pickled then still load)
+    # pickling and copying: the state is ``{field: value}``, not the slots, so every pickle protocol works
+    # and a pickle does not depend on how instances store their fields
     def __getstate__(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name, _, _ in self._fields}
 

@@ -4,8 +4,8 @@ Strategy: parse through the reference declarations with a :class:`~replwire.sche
 records where each field started and ended; then cut the message into segments that cover every byte
 exactly once -- a field's own bytes, and for arrays and marked records the header bytes (marker, count)
 that belong to the container rather than to any element.  Values are shown the way the message classes
-show them (LSNs as ``X/X``, timestamps in ISO 8601).  The docs' worked examples and ``replwire parse
---explain`` both use this.
+show them (LSNs as ``X/X``, timestamps in ISO 8601).  The reference docs' worked examples are made with
+it, and users call :func:`explain` to see what a message's bytes mean.
 """
 
 from __future__ import annotations

@@ -69,9 +69,9 @@ class State:
     of the output so far, and what is known about the fields so far.
 
     ``pieces`` are expressions joined at the end (``a + b``), until a loop needs a ``parts`` list that
-    grows at run time; then ``pieces`` is ``None`` and pieces go to ``parts.append(...)`` (called as a
-    method, which CPython 3.11 specializes for lists, not through a bound ``append`` kept in a variable:
-    that was 13% slower on Inserts).
+    grows at run time; then ``pieces`` is ``None`` and pieces go to ``parts.append(...)``, called as a
+    method: CPython specializes that call for lists, and not a call through a bound ``append`` kept in a
+    variable.
     """
 
     values: dict[str, str]  # field -> local variable holding its value

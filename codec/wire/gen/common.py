@@ -189,9 +189,9 @@ def record_maker(cls: type) -> str:
 
     ``"attrs"``: a new object whose slots are set one by one (the slotted dataclasses of messages and
     records); ``"init"``: the class's own constructor (when it has a ``__post_init__``).  Either way the
-    instance is the same as one made by the constructor.  (Filling in an instance of an unfrozen twin class
-    and then assigning ``__class__`` is cheaper to make, but CPython 3.11 gives such an instance a dict of
-    its own: building from parsed messages was measured 20% slower, and the objects take more memory.)
+    instance is the same as one made by the constructor.  (Not an instance of an unfrozen twin class whose
+    ``__class__`` is then assigned: CPython gives such an instance a dict of its own, which makes every later
+    attribute read slower and the object larger.)
     """
     if hasattr(cls, "__post_init__"):
         return "init"

@@ -35,11 +35,10 @@ from typing import Any
 from ....schema.core import MessageSpec
 from .common import CLASSES, Lines, Namespace
 
-#: The messages whose bodies the entry points carry inline, commonest first: Insert (nine in ten messages
-#: of the real corpus) and the envelope frame that carries every message.  Each body inline adds its
-#: local variables to the entry point's frame, which every call pays to set up and clear: with Update,
-#: Delete, Begin and Commit inline as well, Inserts were 1.5-2% slower (and the synthetic mix, a third
-#: of it Updates, about as much faster).
+#: The messages whose bodies the entry points carry inline, commonest first: Insert (most of the messages
+#: of a real change stream) and the envelope frame that carries every message.  Each body inline adds its
+#: local variables to the entry point's frame, which every call pays to set up and clear, so only the
+#: messages that dominate real streams are inlined; the others cost one more call through the tables.
 HOT = ("Insert", "XLogData")
 
 #: The signatures of the entry points (:mod:`replwire.codec.wire.fast` checks its documented ones against them).
