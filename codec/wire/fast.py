@@ -30,7 +30,7 @@ from .runtime import DECLINED
 __all__ = ["DECLINED", "FILENAME", "build", "build_envelope", "parse", "parse_envelope"]
 
 #: The file of the generated code.
-FILENAME: str = _generated.__file__  # type: ignore[assignment]
+FILENAME: str = _generated.__file__
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

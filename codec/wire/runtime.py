@@ -72,7 +72,7 @@ def parse_other(tables: Tables, data: Any, proto_version: Any, in_stream: Any) -
     table = _context(tables, proto_version, in_stream)
     if data.__class__ is not bytes:
         data = as_bytes(data)
-    function = table[data[0]] if data else None
+    function: Any = table[data[0]] if data else None
     if function is None:
         logical_class(data, proto_version)  # raises the empty-input or unknown-tag DecodeError
     return function(data, proto_version, in_stream)

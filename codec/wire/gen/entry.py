@@ -6,7 +6,7 @@ Strategy: the entry point tests for the common case (``bytes`` input, an exact `
 functions, once per group of contexts whose functions are the same, so that the commonest messages cost
 one Python call (the public one) and no table lookups.  Every other message goes through the dispatch
 tables to its per-message function, and anything unusual (another kind of input, a context that cannot
-be, an unknown tag or class) to the ``_*_other`` functions of :mod:`replwire.codec.wire.fast`, which check it
+be, an unknown tag or class) to the ``*_other`` functions of :mod:`replwire.codec.wire.runtime`, which check it
 as the reference does.  Nothing here knows a message: the bodies come from
 :mod:`replwire.codec.wire.gen.parse` and :mod:`replwire.codec.wire.gen.build`, the tags and classes from the
 declarations.  A generated entry point looks like::

@@ -172,18 +172,18 @@ def tables(result: Generated, ns: Namespace) -> str:
     for in_stream, suffix in ((False, "OUT"), (True, "IN")):
         out(f"_PARSE_{suffix} = {{")
         out.indent()
-        for (layer, _, (version, stream)), functions in result.parsers.items():
+        for (layer, _, (version, stream)), by_tag in result.parsers.items():
             if layer == "logical" and stream is in_stream:
-                parse_table(version, functions)
+                parse_table(version, by_tag)
         out.dedent()
         out("}")
         out(f"_BUILD_{suffix} = {{")
         out.indent()
-        for (layer, (version, stream)), functions in result.builders.items():
+        for (layer, (version, stream)), by_class in result.builders.items():
             if layer == "logical" and stream is in_stream:
                 out(f"{version}: {{")
                 out.indent()
-                build_table(functions)
+                build_table(by_class)
                 out.dedent()
                 out("},")
         out.dedent()
@@ -192,16 +192,16 @@ def tables(result: Generated, ns: Namespace) -> str:
     out("_BUILD = {False: _BUILD_OUT, True: _BUILD_IN}")
     out("_PARSE_ENVELOPE = {")
     out.indent()
-    for (layer, sender, _), functions in result.parsers.items():
+    for (layer, sender, _), by_tag in result.parsers.items():
         if layer == "envelope":
-            parse_table(sender, functions)
+            parse_table(sender, by_tag)
     out.dedent()
     out("}")
     out("_BUILD_ENVELOPE = {")
     out.indent()
-    for (layer, _), functions in result.builders.items():
+    for (layer, _), by_class in result.builders.items():
         if layer == "envelope":
-            build_table(functions)
+            build_table(by_class)
     out.dedent()
     out("}")
     return out.text()
