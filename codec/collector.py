@@ -1,11 +1,11 @@
 """How often CPython's cyclic garbage collector runs during a long decoding pass.
 
 Strategy: decoding makes millions of small objects (messages, tuple columns, changes) that reference
-counting frees as soon as they are used -- measured, a part of 190k changes leaves a few hundred cyclic
-objects -- yet each one counts towards the collector's next run, and every full run walks every live
-object: the plan of the inputs, the imported modules.  With CPython's default thresholds that walking took
-a third of split decoding's time.  :func:`fewer_collections` raises the thresholds for the length of a pass;
-the collector still runs, less often.
+counting frees as soon as they are used -- hardly any of them are in reference cycles -- yet each one
+counts towards the collector's next run, and every full run walks every live object: the plan of the
+inputs, the imported modules.  With CPython's default thresholds that walking is a large share of a long
+pass's time.  :func:`fewer_collections` raises the thresholds for the length of a pass; the collector
+still runs, less often.
 """
 
 from __future__ import annotations

@@ -71,15 +71,6 @@ def _int_bounds(construct: Construct) -> tuple[int, int, str] | None:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1, f"signed {bits}-bit"
 
 
-class _Path(Exception):
-    """Internal: an encode failure on its way out, collecting its field path."""
-
-    def __init__(self, reason: str, path: list[str]) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.path = path
-
-
 def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Any]:
     """(wire value -> Python value, Python value -> wire value, annotation) for one field."""
     core = strip_presence(f.subcon)
@@ -95,15 +86,15 @@ def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], An
                 if values is None:
                     return None
                 if not isinstance(values, (list, tuple)):
-                    raise _Path(f"expected a list of {cls.__name__}, got {type(values).__name__}", [])
+                    raise wire.WireError(f"expected a list of {cls.__name__}, got {type(values).__name__}")
                 out = []
                 for index, item in enumerate(values):
-                    if not isinstance(item, cls):
-                        raise _Path(f"expected {cls.__name__}, got {type(item).__name__}", [f"[{index}]"])
                     try:
+                        if not isinstance(item, cls):
+                            raise wire.WireError(f"expected {cls.__name__}, got {type(item).__name__}")
                         out.append(item._to_wire())
-                    except _Path as failure:
-                        failure.path.insert(0, f"[{index}]")
+                    except wire.WireError as failure:
+                        wire.annotate(failure, index=index)
                         raise
                 return out
 
@@ -114,12 +105,12 @@ def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], An
             if values is None:
                 return None
             if not isinstance(values, (list, tuple)):
-                raise _Path(f"expected a list, got {type(values).__name__}", [])
+                raise wire.WireError(f"expected a list, got {type(values).__name__}")
             for index, item in enumerate(values):
                 try:
                     check(item)
-                except _Path as failure:
-                    failure.path.insert(0, f"[{index}]")
+                except wire.WireError as failure:
+                    wire.annotate(failure, index=index)
                     raise
             return list(values)
 
@@ -150,9 +141,9 @@ def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
 
         def check_int(value):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise _Path(f"expected int, got {type(value).__name__}", [])
+                raise wire.WireError(f"expected int, got {type(value).__name__}")
             if not low <= value <= high:
-                raise _Path(f"{value} is out of range for {label} ({low} to {high})", [])
+                raise wire.WireError(f"{value} is out of range for {label} ({low} to {high})")
 
         return check_int
     expected = {"text": str, "char": str, "bytes": (bytes, bytearray, memoryview)}.get(kind)
@@ -160,7 +151,7 @@ def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
     def check_type(value):
         if expected is not None and not isinstance(value, expected):
             name = expected.__name__ if isinstance(expected, type) else "bytes"
-            raise _Path(f"expected {name}, got {type(value).__name__}", [])
+            raise wire.WireError(f"expected {name}, got {type(value).__name__}")
 
     return check_type
 
@@ -170,7 +161,7 @@ def _required(dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     def dump_required(value):
         if value is None:
-            raise _Path("a value is required", [])
+            raise wire.WireError("a value is required")
         return dump(value)
 
     return dump_required
@@ -227,8 +218,8 @@ class _Declared(metaclass=_DeclaredType):
         for name, descriptor in slots.items():
             setattr(cls, name, descriptor)
 
-    # pickling and copying: the state is ``{field: value}``, as it was before the classes had slots (so
-    # every pickle protocol works, and objects pickled then still load)
+    # pickling and copying: the state is ``{field: value}``, not the slots, so every pickle protocol works
+    # and a pickle does not depend on how instances store their fields
     def __getstate__(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name, _, _ in self._fields}
 
@@ -245,8 +236,8 @@ class _Declared(metaclass=_DeclaredType):
         for name, _, dump in self._fields:
             try:
                 out[name] = dump(getattr(self, name))
-            except _Path as failure:
-                failure.path.insert(0, name)
+            except wire.WireError as failure:
+                wire.annotate(failure, name=name)
                 raise
         return out
 
@@ -285,9 +276,8 @@ class WireMessage(_Declared):
         """The message as the dict its construct declaration builds from (values checked)."""
         try:
             wire_values = self._to_wire()
-        except _Path as failure:
-            raise EncodeError(failure.reason, message=type(self).__name__,
-                              field=".".join(failure.path).replace(".[", "[")) from None
+        except wire.WireError as failure:
+            raise EncodeError(failure.reason, message=type(self).__name__, field=wire.location(failure)[1]) from None
         wire_values["tag"] = None
         return wire_values
 

@@ -1,12 +1,13 @@
 """The one walker over the construct declarations: from a ``Struct`` to a plain layout model.
 
 Strategy: every consumer that derives something from the declarations -- the reference docs, the
-Hypothesis strategies, the fast code generator, the Spark schema -- reads the same small, typed model
-(:class:`Layout` and the node classes below) instead of construct internals.  :func:`layout` knows every
-construct class used in :mod:`replwire.schema` and raises :class:`UnknownConstruct` for any other, so a
-new construct in a declaration cannot be silently misread by a consumer.  Conditions (``this``
-expressions) become :class:`Ref`/:class:`Compare`/:class:`AnyOf` trees that can be evaluated, rendered in
-words, or compiled.
+Hypothesis strategies and the sites they enumerate, the fast code generator, the interpreter -- reads the
+same small, typed model (:class:`Layout` and the node classes below) instead of construct internals.
+:func:`layout` knows every construct class used in :mod:`replwire.schema` and raises
+:class:`UnknownConstruct` for any other, so a new construct in a declaration cannot be silently misread by
+a consumer.  Conditions (``this`` expressions) become :class:`Ref`/:class:`Compare`/:class:`AnyOf` trees
+that can be evaluated or compiled; their text is the one :func:`replwire.schema.core.render_condition`
+gives, kept on the :class:`When` node.
 """
 
 from __future__ import annotations
@@ -109,26 +110,6 @@ def evaluate(cond: Condition, params: dict[str, Any], fields: dict[str, Any]) ->
     return any(evaluate(part, params, fields) for part in cond.parts)
 
 
-def describe(cond: Condition) -> str:
-    """A condition in words, as the docs print it."""
-    if isinstance(cond, Ref):
-        if cond == Ref("param", "in_stream"):
-            return "only inside a Stream Start…Stop block"
-        return f"only when {cond.name} is set"
-    if isinstance(cond, Compare):
-        name, op, value = cond.left.name, cond.op, cond.right
-        if name == "proto_version" and op == ">=":
-            return f"protocol version {value} and later"
-        if value is None:
-            return f"only when {name} is {'absent' if op == '==' else 'present'}"
-        return f"only when {name} {op} {value!r}"
-    kinds = [p for p in cond.parts if isinstance(p, Compare) and p.op == "=="]
-    if len(kinds) == len(cond.parts) and len({p.left for p in kinds}) == 1:
-        values = " or ".join(repr(p.right) for p in kinds)
-        return f"only when {kinds[0].left.name} is {values}"
-    return " or ".join(describe(p) for p in cond.parts)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # nodes
 
@@ -197,14 +178,12 @@ class DerivedCount:
 
 @dataclass(frozen=True)
 class When:
-    """``node`` is on the wire exactly when ``condition`` holds."""
+    """``node`` is on the wire exactly when ``condition`` holds; ``text`` is the condition as
+    :func:`replwire.schema.core.render_condition` prints it (in error messages and in the docs)."""
 
     condition: Condition
     node: Node
-
-    @property
-    def words(self) -> str:
-        return describe(self.condition)
+    text: str
 
 
 @dataclass(frozen=True)
@@ -304,7 +283,7 @@ def node(c: Construct, names: dict[int, str] | None = None) -> Node:
     if kind is wire.Tag:
         return TagByte(c.tag.decode("ascii"), c.min_proto)
     if kind is wire.When:
-        return When(condition(c.condfunc), node(c.thensubcon, names))
+        return When(condition(c.condfunc), node(c.thensubcon, names), wire.render_condition(c.condfunc))
     if kind is wire.Tail:
         return IfBytesRemain(node(c.subcon, names))
     if kind is wire.Marked:

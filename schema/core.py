@@ -14,8 +14,11 @@ here, each strict in both directions:
 * :class:`PgString`, :class:`Char`, :class:`MustBeZero`.
 
 Failures raised by these classes are :class:`WireError` with a plain-words ``reason``; every
-:class:`Field` and array on the way out records its name, index and byte offset on the exception so that
-``replwire.codec`` can say *where* and *what*.  This module imports construct only.
+:class:`Field` and array on the way out records its name, index and byte offset on the exception
+(:func:`annotate`, read back by :func:`location`) so that ``replwire.codec`` can say *where* and *what*.
+The codec's own checks (the interpreter, the message classes' value checks) raise and annotate the same
+way, so there is one kind of failure on its way out and one way to read where it happened.  This module
+imports construct only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -77,6 +81,17 @@ def annotate(error: BaseException, *, name: str | None = None, index: int | None
         path.insert(0, name)
     if offset is not None and getattr(error, "replwire_offset", None) is None:
         error.replwire_offset = offset  # type: ignore[attr-defined]
+
+
+def location(error: BaseException) -> tuple[int | None, str | None]:
+    """What :func:`annotate` recorded on ``error``: the innermost byte offset (or ``None``) and the field
+    path as errors print it (or ``None`` when the failure is not inside a field)."""
+    return getattr(error, "replwire_offset", None), path_text(getattr(error, "replwire_path", None) or ()) or None
+
+
+def path_text(parts: Iterable[str]) -> str:
+    """A field path as text: names joined by dots, array indexes attached (``columns[1].type_id``)."""
+    return ".".join(parts).replace(".[", "[")
 
 
 class Trace:

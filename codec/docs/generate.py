@@ -119,11 +119,12 @@ def record_name(node: walker.Node) -> str:
 
 
 def presence(node: walker.Node) -> str:
-    """When the field is on the wire, in words."""
+    """When the field is on the wire: "always", or each presence condition (a condition as the error
+    messages quote it, from :func:`replwire.schema.core.render_condition`)."""
     parts = []
     while True:
         if isinstance(node, walker.When):
-            parts.append(node.words)
+            parts.append(f"when `{node.text}`")
         elif isinstance(node, walker.IfBytesRemain):
             parts.append("when bytes remain (the message is longer)")
         elif isinstance(node, walker.MarkedBy) and node.optional:
@@ -162,7 +163,7 @@ def field_table(record: walker.Record, *, with_tag: bool = True) -> str:
         if f.meta.docs_page.startswith("https://"):
             meaning += f" [PostgreSQL docs]({f.meta.docs_url})"
         rows.append(f"| `{f.name}` | {_cell(wire_type(f.node))} | {_cell(f.meta.spec_type)} | "
-                    f"{_cell(presence(f.node))} | {since} | {_cell(meaning)} |")
+                    f"{presence(f.node)} | {since} | {_cell(meaning)} |")  # its pipes are in code spans
     return "\n".join(rows)
 
 

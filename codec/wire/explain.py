@@ -4,8 +4,8 @@ Strategy: parse through the reference declarations with a :class:`~replwire.sche
 records where each field started and ended; then cut the message into segments that cover every byte
 exactly once -- a field's own bytes, and for arrays and marked records the header bytes (marker, count)
 that belong to the container rather than to any element.  Values are shown the way the message classes
-show them (LSNs as ``X/X``, timestamps in ISO 8601).  The docs' worked examples and ``replwire parse
---explain`` both use this.
+show them (LSNs as ``X/X``, timestamps in ISO 8601).  The reference docs' worked examples are made with
+it, and users call :func:`explain` to see what a message's bytes mean.
 """
 
 from __future__ import annotations
@@ -78,10 +78,6 @@ def _show(value: Any, meta: wire.FieldMeta | None) -> str:
     return str(value)
 
 
-def _path_text(parts: tuple[str, ...]) -> str:
-    return ".".join(parts).replace(".[", "[")
-
-
 def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = False,
             sender: str | None = None) -> Explanation:
     """Explain one pgoutput message (``proto_version`` given) or one envelope frame (``sender`` given).
@@ -105,14 +101,14 @@ def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = 
         children = sorted((s[1], s[2]) for s in spans
                           if len(s[0]) > len(path) and s[0][:len(path)] == path and s[2] > s[1])
         if not children:
-            segments.append(Segment(_path_text(path), start, end, data[start:end], _show(value, meta), meta))
+            segments.append(Segment(wire.path_text(path), start, end, data[start:end], _show(value, meta), meta))
             continue
         # bytes of the container that no element covers: markers and counts
         position = start
         for child_start, child_end in children:
             if child_start > position:
                 raw = data[position:child_start]
-                segments.append(Segment(_path_text(path), position, child_start, raw, _header(raw, value),
+                segments.append(Segment(wire.path_text(path), position, child_start, raw, _header(raw, value),
                                         meta, header=True))
             position = max(position, child_end)
     segments.sort(key=lambda s: s.start)

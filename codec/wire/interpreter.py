@@ -6,9 +6,10 @@ builds it node by node and says exactly where and what went wrong: the same :cla
 :class:`EncodeError` class, byte offset, field path and reason as the construct reference path.
 
 Strategy: one small function per node class of :mod:`replwire.codec.walker`, mirroring what the construct
-classes of :mod:`replwire.schema.core` do, in the same order.  A failure is a :class:`Failure` carrying the
-reason; every field and array element it passes on the way out adds its name or index (and the innermost
-byte offset), as :func:`replwire.schema.core.annotate` does for the reference.  Values go through the
+classes of :mod:`replwire.schema.core` do, in the same order.  A failure is the reference's
+:class:`~replwire.schema.core.WireError` carrying the reason; every field and array element it passes on
+the way out adds its name or index (and the innermost byte offset) with
+:func:`~replwire.schema.core.annotate`, exactly as the construct classes do.  Values go through the
 message classes' own conversions (``_from_wire`` when parsing, ``to_wire`` when building), so the objects
 and the value checks are the reference's.  Nothing here is written per message.
 """
@@ -19,14 +20,13 @@ import struct
 from functools import cache
 from typing import Any
 
-from ...schema.core import MessageSpec
+from ...schema.core import MessageSpec, WireError, annotate, location
 from .. import walker
 from ..errors import DecodeError, EncodeError
 from ..messages import WireMessage
 from ..walker import (
     ArrayOf,
     CharOf,
-    Compare,
     CountedArray,
     DerivedCount,
     IfBytesRemain,
@@ -34,7 +34,6 @@ from ..walker import (
     LengthPrefixed,
     MarkedBy,
     Record,
-    Ref,
     Rest,
     TagByte,
     Text,
@@ -50,28 +49,6 @@ CLASSES: dict[int, type[WireMessage]] = {id(cls.spec): cls for cls in WireMessag
 CONSTRUCT_PREFIX = "Error in path (building)\n"
 
 
-class Failure(Exception):
-    """A failed check on its way out; ``path`` and ``offset`` are filled in by the enclosing fields."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.path: list[str] = []
-        self.offset: int | None = None
-
-    def at(self, *, name: str | None = None, index: int | None = None, offset: int | None = None) -> None:
-        if index is not None:
-            self.path.insert(0, f"[{index}]")
-        if name is not None:
-            self.path.insert(0, name)
-        if offset is not None and self.offset is None:
-            self.offset = offset
-
-    @property
-    def field(self) -> str | None:
-        return ".".join(self.path).replace(".[", "[") or None
-
-
 @cache
 def layout_of(spec: MessageSpec) -> walker.Layout:
     return walker.layout(spec)
@@ -79,19 +56,6 @@ def layout_of(spec: MessageSpec) -> walker.Layout:
 
 def truncated(needed: int, available: int) -> str:
     return f"truncated: needed {needed} byte{'s' if needed != 1 else ''}, {available} available"
-
-
-def render(cond: walker.Condition, top: bool = True) -> str:
-    """A condition as :func:`replwire.schema.core.render_condition` prints its construct expression."""
-    if isinstance(cond, Ref):
-        return cond.name
-    if isinstance(cond, Compare):
-        text = f"({cond.left.name} {cond.op} {cond.right!r})"
-    else:  # construct nests ``a | b | c`` to the left: ((a | b) | c)
-        text = render(cond.parts[0], False)
-        for part in cond.parts[1:]:
-            text = f"({text} | {render(part, False)})"
-    return text[1:-1] if top and text.startswith("(") and text.endswith(")") else text
 
 
 def accepts_none(n: walker.Node) -> bool:
@@ -113,7 +77,7 @@ class _Reader:
     def take(self, size: int) -> bytes:
         available = len(self.data) - self.pos
         if size > available:
-            raise Failure(truncated(size, available))
+            raise WireError(truncated(size, available))
         chunk = self.data[self.pos:self.pos + size]
         self.pos += size
         return chunk
@@ -126,15 +90,15 @@ class _Reader:
         if isinstance(n, Zero):
             value = self.node(n.int, fields)
             if value != 0:
-                raise Failure(f"must be 0, got {value}")
+                raise WireError(f"must be 0, got {value}")
             return value
         if isinstance(n, TagByte):
             got = self.take(1)
             if got != n.tag.encode("ascii"):
-                raise Failure(f"expected tag {n.tag!r}, got {got.decode('latin-1')!r}")
+                raise WireError(f"expected tag {n.tag!r}, got {got.decode('latin-1')!r}")
             proto = self.params.get("proto_version")
             if n.min_proto is not None and proto is not None and proto < n.min_proto:
-                raise Failure(f"{self.spec.name} exists from protocol version {n.min_proto} on, "
+                raise WireError(f"{self.spec.name} exists from protocol version {n.min_proto} on, "
                               f"not in protocol version {proto}")
             return n.tag
         if isinstance(n, Text):
@@ -142,17 +106,17 @@ class _Reader:
             end = rest.find(b"\0")
             if end < 0:
                 self.pos = len(self.data)
-                raise Failure(f"no NUL terminator in the {len(rest)} bytes left")
+                raise WireError(f"no NUL terminator in the {len(rest)} bytes left")
             self.pos += end + 1
             try:
                 return rest[:end].decode("utf-8")
             except UnicodeDecodeError as error:
-                raise Failure(f"invalid UTF-8 at byte {error.start} of the string") from None
+                raise WireError(f"invalid UTF-8 at byte {error.start} of the string") from None
         if isinstance(n, CharOf):
             value = self.take(1).decode("latin-1")
             if value not in n.choices:
                 allowed = ", ".join(repr(c) for c in n.choices)
-                raise Failure(f"unknown {n.what} {value!r} (expected one of {allowed})")
+                raise WireError(f"unknown {n.what} {value!r} (expected one of {allowed})")
             return value
         if isinstance(n, LengthPrefixed):
             return self.take(self.node(n.length, fields))
@@ -184,8 +148,8 @@ class _Reader:
             self.pos = start
             return None
         if not got:
-            raise Failure(f"truncated: needed 1 byte for the marker {n.expect}, 0 available")
-        raise Failure(f"bad marker {got.decode('latin-1')!r}: expected {n.expect}")
+            raise WireError(f"truncated: needed 1 byte for the marker {n.expect}, 0 available")
+        raise WireError(f"bad marker {got.decode('latin-1')!r}: expected {n.expect}")
 
     def items(self, item: walker.Node, count: int) -> list[Any]:
         values = []
@@ -193,8 +157,8 @@ class _Reader:
             start = self.pos
             try:
                 values.append(self.node(item, {}))
-            except Failure as failure:
-                failure.at(index=index, offset=start)
+            except WireError as failure:
+                annotate(failure, index=index, offset=start)
                 raise
         return values
 
@@ -204,8 +168,8 @@ class _Reader:
             start = self.pos
             try:
                 fields[f.name] = self.node(f.node, fields)
-            except Failure as failure:
-                failure.at(name=f.name, offset=start)
+            except WireError as failure:
+                annotate(failure, name=f.name, offset=start)
                 raise
         return fields
 
@@ -215,10 +179,10 @@ def parse(spec: MessageSpec, data: bytes, proto_version: int | None, in_stream: 
     reader = _Reader(data, spec, {"proto_version": proto_version, "in_stream": in_stream})
     try:
         raw = reader.record(layout_of(spec).record)
-    except Failure as failure:
-        raise DecodeError(failure.reason, offset=failure.offset if failure.offset is not None else reader.pos,
-                          tag=spec.tag, message=spec.name, field=failure.field,
-                          proto_version=proto_version) from None
+    except WireError as failure:
+        offset, field = location(failure)
+        raise DecodeError(failure.reason, offset=offset if offset is not None else reader.pos,
+                          tag=spec.tag, message=spec.name, field=field, proto_version=proto_version) from None
     if reader.pos != len(data):
         extra = len(data) - reader.pos
         raise DecodeError(f"{extra} trailing byte{'s' if extra != 1 else ''} after the end of the message"
@@ -242,7 +206,7 @@ class _Writer:
         try:
             self.out += struct.pack(fmt, value)
         except Exception:
-            raise Failure(f"{CONSTRUCT_PREFIX}struct {fmt!r} error during building, given value {value!r}") \
+            raise WireError(f"{CONSTRUCT_PREFIX}struct {fmt!r} error during building, given value {value!r}") \
                 from None
         return value
 
@@ -250,9 +214,9 @@ class _Writer:
         """What construct's ``GreedyBytes`` accepts: bytes (a bytearray is copied)."""
         data = bytes(value) if type(value) is bytearray else value
         if not hasattr(data, "__len__"):
-            raise Failure(f"expected bytes, got {type(value).__name__}")
+            raise WireError(f"expected bytes, got {type(value).__name__}")
         if not isinstance(data, bytes):
-            raise Failure(f"{CONSTRUCT_PREFIX}given non-bytes value, perhaps unicode? {data!r}")
+            raise WireError(f"{CONSTRUCT_PREFIX}given non-bytes value, perhaps unicode? {data!r}")
         return data
 
     def node(self, n: walker.Node, value: Any, context: dict[str, Any]) -> Any:
@@ -261,33 +225,33 @@ class _Writer:
         if isinstance(n, Zero):  # None: an omitted field
             if value is not None:
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise Failure(f"must be the int 0, got {value!r} ({type(value).__name__})")
+                    raise WireError(f"must be the int 0, got {value!r} ({type(value).__name__})")
                 if value != 0:
-                    raise Failure(f"must be 0, got {value!r}")
+                    raise WireError(f"must be 0, got {value!r}")
             return self.integer(n.int, 0)
         if isinstance(n, TagByte):
             proto = self.params.get("proto_version")
             if n.min_proto is not None and proto is not None and proto < n.min_proto:
-                raise Failure(f"{self.spec.name} exists from protocol version {n.min_proto} on, "
+                raise WireError(f"{self.spec.name} exists from protocol version {n.min_proto} on, "
                               f"not in protocol version {proto}")
             self.out += n.tag.encode("ascii")
             return n.tag
         if isinstance(n, Text):
             if not isinstance(value, str):
-                raise Failure(f"expected str, got {type(value).__name__}")
+                raise WireError(f"expected str, got {type(value).__name__}")
             if "\0" in value:
-                raise Failure("a String cannot contain a NUL character")
+                raise WireError("a String cannot contain a NUL character")
             try:
                 self.out += value.encode("utf-8") + b"\0"
             except UnicodeEncodeError as error:
-                raise Failure(f"not encodable as UTF-8 at character {error.start}") from None
+                raise WireError(f"not encodable as UTF-8 at character {error.start}") from None
             return value
         if isinstance(n, CharOf):
             if not isinstance(value, str) or len(value) != 1:
-                raise Failure(f"expected a one-character str, got {value!r}")
+                raise WireError(f"expected a one-character str, got {value!r}")
             if value not in n.choices:
                 allowed = ", ".join(repr(c) for c in n.choices)
-                raise Failure(f"unknown {n.what} {value!r} (expected one of {allowed})")
+                raise WireError(f"unknown {n.what} {value!r} (expected one of {allowed})")
             self.out += value.encode("latin-1")
             return value
         if isinstance(n, LengthPrefixed):
@@ -302,9 +266,9 @@ class _Writer:
         if isinstance(n, When):
             present = walker.evaluate(n.condition, self.params, context)
             if present and value is None and not accepts_none(n.node):
-                raise Failure(f"a value is required here (present because {render(n.condition)})")
+                raise WireError(f"a value is required here (present because {n.text})")
             if not present and value is not None:
-                raise Failure(f"must be None here: the field is absent unless {render(n.condition)}")
+                raise WireError(f"must be None here: the field is absent unless {n.text}")
             return self.node(n.node, value, context) if present else None
         if isinstance(n, IfBytesRemain):
             return None if value is None else self.node(n.node, value, context)
@@ -312,21 +276,21 @@ class _Writer:
             if value is None:
                 if n.optional:
                     return None
-                raise Failure(f"a value is required here (marker {n.expect})")
+                raise WireError(f"a value is required here (marker {n.expect})")
             self.out += n.marker.encode("ascii")
             return self.node(n.node, value, context)
         if isinstance(n, CountedArray):
             if not isinstance(value, (list, tuple)):
-                raise Failure(f"expected a list, got {type(value).__name__}")
+                raise WireError(f"expected a list, got {type(value).__name__}")
             most = n.count.bounds[1]
             if len(value) > most:
-                raise Failure(f"{len(value)} items do not fit the Int{8 * n.count.size} count (at most {most})")
+                raise WireError(f"{len(value)} items do not fit the Int{8 * n.count.size} count (at most {most})")
             self.integer(n.count, len(value))
             return self.items(n.item, value, context)
         if isinstance(n, ArrayOf):
             items = self.items(n.item, value, context)
             if context[n.count_field] != len(items):
-                raise Failure(f"{len(items)} items given but the count says {context[n.count_field]}")
+                raise WireError(f"{len(items)} items given but the count says {context[n.count_field]}")
             return items
         if isinstance(n, Record):
             self.record(n, value)
@@ -335,12 +299,12 @@ class _Writer:
 
     def items(self, item: walker.Node, values: Any, context: dict[str, Any]) -> Any:
         if not isinstance(values, (list, tuple)):
-            raise Failure(f"expected a list, got {type(values).__name__}")
+            raise WireError(f"expected a list, got {type(values).__name__}")
         for index, value in enumerate(values):
             try:
                 self.node(item, value, {})
-            except Failure as failure:
-                failure.at(index=index)
+            except WireError as failure:
+                annotate(failure, index=index)
                 raise
         return values
 
@@ -351,20 +315,20 @@ class _Writer:
             if isinstance(n, DerivedCount):
                 counted = context.get(n.of)
                 if not isinstance(counted, (list, tuple)):  # the count of a missing list: name the list
-                    failure = Failure(f"expected a list, got {type(counted).__name__}")
-                    failure.at(name=n.of)
+                    failure = WireError(f"expected a list, got {type(counted).__name__}")
+                    annotate(failure, name=n.of)
                     raise failure
                 value = len(counted)
                 try:
                     context[f.name] = self.integer(n.int, value)
-                except Failure as failure:
-                    failure.at(name=f.name)
+                except WireError as failure:
+                    annotate(failure, name=f.name)
                     raise
                 continue
             try:
                 context[f.name] = self.node(n, values.get(f.name), context)
-            except Failure as failure:
-                failure.at(name=f.name)
+            except WireError as failure:
+                annotate(failure, name=f.name)
                 raise
 
 
@@ -375,6 +339,6 @@ def build(message: WireMessage, proto_version: int | None, in_stream: bool) -> b
     writer = _Writer(spec, {"proto_version": proto_version, "in_stream": in_stream})
     try:
         writer.record(layout_of(spec).record, values)
-    except Failure as failure:
-        raise EncodeError(failure.reason, message=spec.name, field=failure.field) from None
+    except WireError as failure:
+        raise EncodeError(failure.reason, message=spec.name, field=location(failure)[1]) from None
     return bytes(writer.out)

@@ -56,12 +56,6 @@ def _reason(error: ConstructError) -> str:
     return text
 
 
-def _where(error: BaseException) -> tuple[int | None, str | None]:
-    path = getattr(error, "replwire_path", None) or []
-    field = ".".join(path).replace(".[", "[") or None
-    return getattr(error, "replwire_offset", None), field
-
-
 def _absent_fields_hint(spec: wire.MessageSpec, proto_version: int | None) -> str:
     later = [f.name for f in messages.value_fields(spec.declaration)
              if proto_version is not None and f.meta.since > proto_version and f.meta.since > 1
@@ -84,7 +78,7 @@ def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None
         raw = spec.declaration.parse_stream(stream, proto_version=proto_version, in_stream=in_stream,
                                             _trace=trace)
     except ConstructError as error:
-        offset, field = _where(error)
+        offset, field = wire.location(error)
         raise DecodeError(_reason(error), offset=offset if offset is not None else stream.tell(),
                           tag=spec.tag, message=spec.name, field=field, proto_version=proto_version) from None
     end = stream.tell()
@@ -103,7 +97,7 @@ def build_with(message: WireMessage, *, proto_version: int | None, in_stream: bo
     try:
         return spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream)
     except ConstructError as error:
-        _, field = _where(error)
+        _, field = wire.location(error)
         raise EncodeError(_reason(error), message=spec.name, field=field) from None
 
 

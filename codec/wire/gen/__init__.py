@@ -1,1 +1,4 @@
-"""The code generators: the fast codec's Python source, written from the walker's model of the declarations."""
+"""The code generators: the fast codec's Python source, written from the walker's model of the declarations.
+
+``python -m replwire.codec.wire.gen`` writes the generated module ``replwire/codec/wire/_generated.py``.
+"""

@@ -23,7 +23,6 @@ and the message goes to :mod:`replwire.codec.wire.interpreter`, which builds it 
 from __future__ import annotations
 
 import struct
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,9 +69,9 @@ class State:
     of the output so far, and what is known about the fields so far.
 
     ``pieces`` are expressions joined at the end (``a + b``), until a loop needs a ``parts`` list that
-    grows at run time; then ``pieces`` is ``None`` and pieces go to ``parts.append(...)`` (called as a
-    method, which CPython 3.11 specializes for lists, not through a bound ``append`` kept in a variable:
-    that was 13% slower on Inserts).
+    grows at run time; then ``pieces`` is ``None`` and pieces go to ``parts.append(...)``, called as a
+    method: CPython specializes that call for lists, and not a call through a bound ``append`` kept in a
+    variable.
     """
 
     values: dict[str, str]  # field -> local variable holding its value
@@ -152,11 +151,9 @@ class BuildGen:
 
     def header_table(self, fmt: str, args: list[str]) -> str:
         """The packed run for every length below :data:`HEADERS` (the other arguments are constants)."""
-        def make() -> tuple[bytes, ...]:
-            pack = struct.Struct(">" + fmt).pack
-            return tuple(pack(*(size if not a.isdigit() else int(a) for a in args)) for size in range(HEADERS))
-
-        return self.ns.add(("headers", fmt, tuple(a if a.isdigit() else "*" for a in args)), "_H", make)
+        packed = ", ".join(a if a.isdigit() else "size" for a in args)
+        source = f"tuple(_struct.pack({'>' + fmt!r}, {packed}) for size in range({HEADERS}))"
+        return self.ns.add(("headers", fmt, tuple(a if a.isdigit() else "*" for a in args)), "_H", source)
 
     def start_parts(self, st: State) -> None:
         """From here on the output grows at run time (a loop follows): a ``parts`` list."""
@@ -297,9 +294,9 @@ class BuildGen:
         # TupleColumn.text() and of parsed columns match at the first test.  Any other str equal to one
         # of them is interned and tested again; anything else falls through to _Decline.
         order = branch_order(name, n.choices, later, self.ctx)
-        consts = {c: self.ns.add(("interned", c), "_I", lambda c=c: sys.intern(c)) for c in order}
+        consts = {c: self.ns.add(("interned", c), "_I", f"_sys.intern({c!r})") for c in order}
         table = self.ns.add(("intern-table", n.choices), "_N",
-                            lambda: {sys.intern(c): sys.intern(c) for c in n.choices})
+                            f"{{_sys.intern(c): _sys.intern(c) for c in {n.choices!r}}}")
         self.dispatch(name, v, order, consts, st, cont)
         self.out("else:")
         self.out.indent()

@@ -8,8 +8,6 @@ Strategy: small helpers over the walker's model (:mod:`replwire.codec.walker`), 
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,40 +33,61 @@ RECORD_CLASSES = {name: cls for cls in RecordBase.__subclasses__()
 
 
 class Namespace:
-    """The globals of the generated module: every constant the code refers to, each made once."""
+    """The constants of the generated module: every one the code refers to, each defined once, by the
+    Python expression that makes it (written at the top of the module, after its imports)."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}
+        self.modules: set[str] = set()
         self._names: dict[Any, str] = {}
 
-    def add(self, key: Any, prefix: str, make: Callable[[], Any]) -> str:
+    def add(self, key: Any, prefix: str, source: str) -> str:
         name = self._names.get(key)
         if name is None:
             name = f"{prefix}{len(self._names)}"
             self._names[key] = name
-            self.values[name] = make()
+            self.sources[name] = source
         return name
 
     def unpacker(self, fmt: str) -> str:
-        return self.add(("unpack", fmt), "_U", lambda: struct.Struct(">" + fmt).unpack_from)
+        return self.add(("unpack", fmt), "_U", f"_struct.Struct({'>' + fmt!r}).unpack_from")
 
     def packer(self, fmt: str) -> str:
-        return self.add(("pack", fmt), "_P", lambda: struct.Struct(">" + fmt).pack)
+        return self.add(("pack", fmt), "_P", f"_struct.Struct({'>' + fmt!r}).pack")
 
-    def const(self, value: Any) -> str:
-        return self.add(("const", type(value), value), "_C", lambda: value)
+    def const(self, value: bytes | str | int) -> str:
+        return self.add(("const", type(value), value), "_C", repr(value))
 
     def cls(self, cls: type) -> str:
-        return self.add(("class", cls), "_K", lambda: cls)
+        """A class, imported from its module (which must be an absolute module of replwire)."""
+        self.modules.add(cls.__module__)
+        return self.add(("class", cls), "_K", f"{module_alias(cls.__module__)}.{cls.__qualname__}")
+
+    def spec(self, cls: type) -> str:
+        """The declaration of a message class."""
+        return self.add(("spec", cls), "_S", f"{self.cls(cls)}.spec")
 
     def char_table(self, choices: str) -> str:
         """A tuple mapping each byte value to its character when it is one of ``choices``, else ``None``."""
         return self.add(("chars", choices), "_T",
-                        lambda: tuple(chr(b) if chr(b) in choices else None for b in range(256)))
+                        f"tuple(chr(b) if chr(b) in {choices!r} else None for b in range(256))")
 
     def char_bytes(self, choices: str) -> str:
         """A dict mapping each character of ``choices`` to its byte value."""
-        return self.add(("charbytes", choices), "_B", lambda: {c: ord(c) for c in choices})
+        return self.add(("charbytes", choices), "_B", repr({c: ord(c) for c in choices}))
+
+    def imports(self) -> list[str]:
+        """The import statements of the modules the constants come from."""
+        return [f"import {module} as {module_alias(module)}" for module in sorted(self.modules)]
+
+    def definitions(self) -> list[str]:
+        return [f"{name} = {source}" for name, source in self.sources.items()]
+
+
+def module_alias(module: str) -> str:
+    """The name a module is imported under in the generated module: ``replwire.codec.messages`` is
+    ``_messages``."""
+    return "_" + module.rsplit(".", 1)[-1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -170,9 +189,9 @@ def record_maker(cls: type) -> str:
 
     ``"attrs"``: a new object whose slots are set one by one (the slotted dataclasses of messages and
     records); ``"init"``: the class's own constructor (when it has a ``__post_init__``).  Either way the
-    instance is the same as one made by the constructor.  (Filling in an instance of an unfrozen twin class
-    and then assigning ``__class__`` is cheaper to make, but CPython 3.11 gives such an instance a dict of
-    its own: building from parsed messages was measured 20% slower, and the objects take more memory.)
+    instance is the same as one made by the constructor.  (Not an instance of an unfrozen twin class whose
+    ``__class__`` is then assigned: CPython gives such an instance a dict of its own, which makes every later
+    attribute read slower and the object larger.)
     """
     if hasattr(cls, "__post_init__"):
         return "init"

@@ -6,7 +6,7 @@ Strategy: the entry point tests for the common case (``bytes`` input, an exact `
 functions, once per group of contexts whose functions are the same, so that the commonest messages cost
 one Python call (the public one) and no table lookups.  Every other message goes through the dispatch
 tables to its per-message function, and anything unusual (another kind of input, a context that cannot
-be, an unknown tag or class) to the ``_*_other`` functions of :mod:`replwire.codec.wire.fast`, which check it
+be, an unknown tag or class) to the ``*_other`` functions of :mod:`replwire.codec.wire.runtime`, which check it
 as the reference does.  Nothing here knows a message: the bodies come from
 :mod:`replwire.codec.wire.gen.parse` and :mod:`replwire.codec.wire.gen.build`, the tags and classes from the
 declarations.  A generated entry point looks like::
@@ -24,7 +24,7 @@ declarations.  A generated entry point looks like::
                 try:
                     _function = _PARSE_OUT[proto_version][_tag]
             ...
-        return _parse_other(data, proto_version, in_stream)
+        return _parse_other(_PARSE, data, proto_version, in_stream)
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ from typing import Any
 from ....schema.core import MessageSpec
 from .common import CLASSES, Lines, Namespace
 
-#: The messages whose bodies the entry points carry inline, commonest first: Insert (nine in ten messages
-#: of the real corpus) and the envelope frame that carries every message.  Each body inline adds its
-#: local variables to the entry point's frame, which every call pays to set up and clear: with Update,
-#: Delete, Begin and Commit inline as well, Inserts were 1.5-2% slower (and the synthetic mix, a third
-#: of it Updates, about as much faster).
+#: The messages whose bodies the entry points carry inline, commonest first: Insert (most of the messages
+#: of a real change stream) and the envelope frame that carries every message.  Each body inline adds its
+#: local variables to the entry point's frame, which every call pays to set up and clear, so only the
+#: messages that dominate real streams are inlined; the others cost one more call through the tables.
 HOT = ("Insert", "XLogData")
 
 #: The signatures of the entry points (:mod:`replwire.codec.wire.fast` checks its documented ones against them).
@@ -126,7 +125,7 @@ def logical(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) ->
     out("if _function is not None:")
     out(f"    return _function({'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
     out.dedent()
-    out(f"return _{kind}_other({'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
+    out(f"return _{kind}_other(_{upper}, {'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
     return out.text()
 
 
@@ -156,7 +155,7 @@ def envelope(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) -
         out("if _function is not None:")
         out("    return _function(data, None, False)")
         out.dedent()
-        out("return _parse_envelope_other(data, sender)")
+        out("return _parse_envelope_other(_PARSE_ENVELOPE, data, sender)")
         return out.text()
     out(f"def build_envelope({SIGNATURES['build_envelope']}):")
     out.indent()
