@@ -296,7 +296,7 @@ def _docstring(spec: wire.MessageSpec) -> str:
 class RelationColumn(Record, record=relation.RELATION_COLUMN):
     """One column of a :class:`Relation`: flags, name, type_id, type_modifier."""
 
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int
         name: str
         type_id: int
@@ -312,7 +312,7 @@ class TupleColumn(Record, record=dml.TUPLE_COLUMN):
     """One column of tuple data: ``kind`` is ``'n'`` (NULL), ``'u'`` (unchanged TOASTed value, not sent),
     ``'t'`` (text) or ``'b'`` (binary); ``data`` the value's bytes for ``'t'``/``'b'``, else ``None``."""
 
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         kind: str
         data: bytes | None = None
 
@@ -347,14 +347,14 @@ class TupleColumn(Record, record=dml.TUPLE_COLUMN):
 
 
 class Begin(WireMessage, spec=transaction.BEGIN):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         final_lsn: LSN
         commit_time: Timestamp
         xid: int
 
 
 class Commit(WireMessage, spec=transaction.COMMIT):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int = 0
         commit_lsn: LSN
         end_lsn: LSN
@@ -362,13 +362,13 @@ class Commit(WireMessage, spec=transaction.COMMIT):
 
 
 class Origin(WireMessage, spec=transaction.ORIGIN):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         origin_lsn: LSN
         name: str
 
 
 class Relation(WireMessage, spec=relation.RELATION):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         relation_id: int
         namespace: str
@@ -378,7 +378,7 @@ class Relation(WireMessage, spec=relation.RELATION):
 
 
 class Type(WireMessage, spec=relation.TYPE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         type_id: int
         namespace: str
@@ -386,14 +386,14 @@ class Type(WireMessage, spec=relation.TYPE):
 
 
 class Insert(WireMessage, spec=dml.INSERT):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         relation_id: int
         new: list[TupleColumn]
 
 
 class Update(WireMessage, spec=dml.UPDATE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         relation_id: int
         key: list[TupleColumn] | None = None
@@ -402,7 +402,7 @@ class Update(WireMessage, spec=dml.UPDATE):
 
 
 class Delete(WireMessage, spec=dml.DELETE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         relation_id: int
         key: list[TupleColumn] | None = None
@@ -410,7 +410,7 @@ class Delete(WireMessage, spec=dml.DELETE):
 
 
 class Truncate(WireMessage, spec=dml.TRUNCATE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         options: int
         relation_ids: list[int]
@@ -427,7 +427,7 @@ class Truncate(WireMessage, spec=dml.TRUNCATE):
 
 
 class Message(WireMessage, spec=logical_message.MESSAGE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int | None = None
         flags: int
         lsn: LSN
@@ -441,7 +441,7 @@ class Message(WireMessage, spec=logical_message.MESSAGE):
 
 
 class StreamStart(WireMessage, spec=stream.STREAM_START):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int
         first_segment: int
 
@@ -456,7 +456,7 @@ class StreamStop(WireMessage, spec=stream.STREAM_STOP):
 
 
 class StreamCommit(WireMessage, spec=stream.STREAM_COMMIT):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int
         flags: int = 0
         commit_lsn: LSN
@@ -465,7 +465,7 @@ class StreamCommit(WireMessage, spec=stream.STREAM_COMMIT):
 
 
 class StreamAbort(WireMessage, spec=stream.STREAM_ABORT):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         xid: int
         subxid: int
         abort_lsn: LSN | None = None
@@ -478,7 +478,7 @@ class StreamAbort(WireMessage, spec=stream.STREAM_ABORT):
 
 
 class BeginPrepare(WireMessage, spec=twophase.BEGIN_PREPARE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         prepare_lsn: LSN
         end_lsn: LSN
         prepare_time: Timestamp
@@ -487,7 +487,7 @@ class BeginPrepare(WireMessage, spec=twophase.BEGIN_PREPARE):
 
 
 class Prepare(WireMessage, spec=twophase.PREPARE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int = 0
         prepare_lsn: LSN
         end_lsn: LSN
@@ -497,7 +497,7 @@ class Prepare(WireMessage, spec=twophase.PREPARE):
 
 
 class CommitPrepared(WireMessage, spec=twophase.COMMIT_PREPARED):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int = 0
         commit_lsn: LSN
         end_lsn: LSN
@@ -507,7 +507,7 @@ class CommitPrepared(WireMessage, spec=twophase.COMMIT_PREPARED):
 
 
 class RollbackPrepared(WireMessage, spec=twophase.ROLLBACK_PREPARED):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int = 0
         prepare_end_lsn: LSN
         rollback_end_lsn: LSN
@@ -518,7 +518,7 @@ class RollbackPrepared(WireMessage, spec=twophase.ROLLBACK_PREPARED):
 
 
 class StreamPrepare(WireMessage, spec=twophase.STREAM_PREPARE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int = 0
         prepare_lsn: LSN
         end_lsn: LSN
@@ -532,7 +532,7 @@ class StreamPrepare(WireMessage, spec=twophase.STREAM_PREPARE):
 
 
 class XLogData(WireMessage, spec=envelope.XLOG_DATA):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         data_start: LSN
         wal_end: LSN
         send_time: Timestamp
@@ -540,14 +540,14 @@ class XLogData(WireMessage, spec=envelope.XLOG_DATA):
 
 
 class PrimaryKeepalive(WireMessage, spec=envelope.PRIMARY_KEEPALIVE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         wal_end: LSN
         send_time: Timestamp
         reply_requested: int
 
 
 class StandbyStatusUpdate(WireMessage, spec=envelope.STANDBY_STATUS_UPDATE):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         write_lsn: LSN
         flush_lsn: LSN
         apply_lsn: LSN
@@ -556,7 +556,7 @@ class StandbyStatusUpdate(WireMessage, spec=envelope.STANDBY_STATUS_UPDATE):
 
 
 class HotStandbyFeedback(WireMessage, spec=envelope.HOT_STANDBY_FEEDBACK):
-    if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations
+    if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         send_time: Timestamp
         xmin: int
         xmin_epoch: int

@@ -3,7 +3,7 @@
 The package is built as a wheel and unpacked into a directory mypy reads as site-packages (through the
 interpreter's ``sys.path``), so this is what a user's type checker sees: the ``py.typed`` markers, and the
 message classes' fields from their ``if TYPE_CHECKING:`` blocks.  Those blocks are written from the
-declarations (``python -m replwire.codec.wire.gen.annotations``); the last test fails when they are stale.
+declarations (``python -m replwire.codec.wire.gen``); the last test fails when they are stale.
 """
 
 from __future__ import annotations

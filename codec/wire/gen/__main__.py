@@ -1,6 +1,8 @@
-"""``python -m replwire.codec.wire.gen``: write the fast codec's generated module from the declarations."""
+"""``python -m replwire.codec.wire.gen``: write every source generated from the declarations -- the fast
+codec's module and the message classes' type-checking blocks."""
 
-from .generate import MODULE, write
+from . import annotations, generate
 
 if __name__ == "__main__":
-    print(f"{'wrote' if write() else 'up to date:'} {MODULE}")
+    print(f"{'wrote' if generate.write() else 'up to date:'} {generate.MODULE}")
+    print(f"{'wrote' if annotations.write() else 'up to date:'} {annotations.messages.__file__}")

@@ -7,27 +7,24 @@ and default, in the order of the declaration -- and this module writes those blo
 fields the classes have at run time.  The declarations stay the one source; ``tests/test_typing.py`` fails
 when a block is stale.
 
-``python -m replwire.codec.wire.gen.annotations`` rewrites the blocks in place; with ``--check`` it only
-says whether they are current (exit status 1 when not).
+``python -m replwire.codec.wire.gen`` rewrites the blocks in place, with the fast codec's module.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import dataclasses
 import pathlib
-import sys
 import types
 from typing import Any
 
 from ... import messages
 
-#: The command that rewrites the blocks.
-COMMAND = "python -m replwire.codec.wire.gen.annotations"
+#: The command that rewrites the blocks (and every other generated source).
+COMMAND = "python -m replwire.codec.wire.gen"
 
-_GUARD = "if TYPE_CHECKING:  # the declaration's fields, written by replwire.codec.wire.gen.annotations"
+_GUARD = "if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen"
 _INDENT = " " * 4
 
 
@@ -90,22 +87,12 @@ def render(source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="only report whether the blocks are current")
-    args = parser.parse_args(argv)
+def write() -> bool:
+    """Rewrite the blocks of :mod:`replwire.codec.messages` in place; whether anything changed."""
     path = pathlib.Path(messages.__file__)
     source = path.read_text(encoding="utf-8")
     current = render(source)
     if current == source:
-        return 0
-    if args.check:
-        print(f"{path}: the TYPE_CHECKING blocks are stale; run {COMMAND}", file=sys.stderr)
-        return 1
+        return False
     path.write_text(current, encoding="utf-8")
-    print(f"{path}: rewritten")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    return True
