@@ -90,7 +90,7 @@ def condition(expr: Any) -> Condition:
         return _ref(expr)
     if isinstance(expr, BinExpr):
         if expr.op is operator.or_:
-            parts = []
+            parts: list[Condition] = []
             for side in (expr.lhs, expr.rhs):
                 sub = condition(side)
                 parts.extend(sub.parts if isinstance(sub, AnyOf) else [sub])
@@ -342,9 +342,19 @@ class Layout:
         return self.record.fields
 
 
+def record_node(c: Construct, names: dict[int, str] | None = None) -> Record:
+    """The record of a declaration that is a ``Struct`` (a message, a record, a part of the capture file):
+    :func:`node` of it, but typed as the :class:`Record` its callers read fields from; any other construct
+    raises :class:`UnknownConstruct`."""
+    n = node(c, names)
+    if not isinstance(n, Record):
+        raise UnknownConstruct(f"a declaration must be a Struct, got {c!r}")
+    return n
+
+
 def layout(spec: MessageSpec) -> Layout:
     """The layout model of one declared message."""
-    return Layout(spec, node(spec.declaration))  # type: ignore[arg-type]
+    return Layout(spec, record_node(spec.declaration))
 
 
 def fixed_size(n: Node) -> int | None:
@@ -361,8 +371,13 @@ def fixed_size(n: Node) -> int | None:
         inner = fixed_size(n.node)
         return None if inner is None else inner + 4
     if isinstance(n, Record):
-        sizes = [fixed_size(f.node) for f in n.fields]
-        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+        total = 0
+        for f in n.fields:
+            size = fixed_size(f.node)
+            if size is None:
+                return None
+            total += size
+        return total
     return None
 
 
@@ -391,7 +406,9 @@ def _record_min_size(record: Record) -> int:
     absent (``old`` after ``key``) makes the pair "one of the two"."""
     sizes = {f.name: min_size(f.node) for f in record.fields}
     for f in record.fields:
-        cond = f.node.condition if isinstance(f.node, When) else None
+        if not isinstance(f.node, When):
+            continue
+        cond = f.node.condition
         if isinstance(cond, Compare) and cond.left.scope == "field" and cond.op == "==" and cond.right is None:
             sibling = next(s for s in record.fields if s.name == cond.left.name)
             if isinstance(sibling.node, MarkedBy) and sibling.node.optional:

@@ -49,8 +49,10 @@ from replwire.codec.stream.values import Infinite, RawValue, ValueLoader
 
 __all__ = ["ColumnType", "Unrepresentable", "column_type", "numeric_precision_scale"]
 
-_INT = {21: (T.ShortType(), pa.int16()), 23: (T.IntegerType(), pa.int32()), 20: (T.LongType(), pa.int64())}
-_FLOAT = {700: (T.FloatType(), pa.float32()), 701: (T.DoubleType(), pa.float64())}
+_INT: dict[int, tuple[T.DataType, pa.DataType]] = {
+    21: (T.ShortType(), pa.int16()), 23: (T.IntegerType(), pa.int32()), 20: (T.LongType(), pa.int64())}
+_FLOAT: dict[int, tuple[T.DataType, pa.DataType]] = {
+    700: (T.FloatType(), pa.float32()), 701: (T.DoubleType(), pa.float64())}
 _BOOL, _DATE, _TIMESTAMP, _TIMESTAMPTZ, _BYTEA, _NUMERIC = 16, 1082, 1114, 1184, 17, 1700
 _UUID, _JSON, _JSONB = 2950, 114, 3802
 _UTC = dt.timezone.utc
@@ -86,7 +88,8 @@ def column_type(type_id: int, type_modifier: int, type_message: Any, loader: Val
     if oid is not None:
         element = _element_of(oid, loader)
         if element is not None:
-            inner = _scalar(element, -1, loader) or ColumnType(T.StringType(), pa.string(), _text, element)
+            inner = _scalar(element, -1, loader) or ColumnType(T.StringType(), pa.string(),
+                                                               _text_value(element, None, loader), element)
             return ColumnType(T.ArrayType(inner.spark, True), pa.list_(inner.arrow),
                               _array_value(oid, type_id, type_message, inner, loader), oid)
         else:

@@ -197,7 +197,7 @@ def layout_svg(record: walker.Record, caption: str) -> str:
     out = [f'<svg class="replwire-layout" xmlns="http://www.w3.org/2000/svg" width="{_MAX + 20}" '
            f'height="{height}" viewBox="0 0 {_MAX + 20} {height}" role="img" aria-label="{html.escape(caption)}">',
            f'<text x="10" y="16" font-size="12" fill="currentColor">{html.escape(caption)}</text>']
-    offset = 0
+    offset: int | None = 0  # None once a variable-length or conditional field makes the rest unknown
     for r, row in enumerate(rows):
         x = 10
         y = 26 + r * _ROW
@@ -223,7 +223,7 @@ def layout_svg(record: walker.Record, caption: str) -> str:
 
 
 def nested_records(record: walker.Record) -> list[walker.Record]:
-    found = []
+    found: list[walker.Record] = []
     for f in record.fields:
         for n in walker.iter_nodes(f.node):
             if isinstance(n, walker.Record) and n.name and n.name not in {r.name for r in found}:
@@ -238,6 +238,8 @@ def nested_records(record: walker.Record) -> list[walker.Record]:
 def check_example(spec: MessageSpec, example: Example):
     """Explain, decode and re-build an example; refuse one that does not give back its bytes."""
     if spec.layer == "logical":
+        if example.proto_version is None:
+            raise DocsError(f"example of {spec.name} from {example.source} has no proto_version")
         explanation = explain(example.data, proto_version=example.proto_version, in_stream=example.in_stream)
         rebuilt = build(explanation.message, proto_version=example.proto_version, in_stream=example.in_stream)
     else:
@@ -350,7 +352,7 @@ def _size_words(record: walker.Record) -> str:
 
 
 def tupledata_page() -> str:
-    record = walker.node(schema.RECORDS["TupleColumn"])
+    record = walker.record_node(schema.RECORDS["TupleColumn"])
     return "\n".join([
         "# TupleData", "",
         "A row image inside Insert, Update and Delete: an Int16 column count, then one TupleColumn per column, "
@@ -362,15 +364,24 @@ def tupledata_page() -> str:
     ])
 
 
+def _checksummed_fields(part: walker.Record) -> walker.Record:
+    """The fields of a capture file part (header or record), declared as one field holding a checksummed
+    record: those fields are what the page tabulates and draws."""
+    inner = part.fields[0].node
+    if not (isinstance(inner, walker.Checksummed) and isinstance(inner.node, walker.Record)):
+        raise DocsError(f"the capture file part {part.name or part.fields[0].name} is not one checksummed record")
+    return inner.node
+
+
 def capture_format_page() -> str:
     """The capture file format, from its declaration (:mod:`replwire.schema.capture`)."""
     from ...schema import capture
 
-    header = walker.node(schema.CAPTURE_FILE["Header"])
-    record = walker.node(schema.CAPTURE_FILE["Record"])
-    header_fields = header.fields[0].node.node
-    record_fields = record.fields[0].node.node
-    option = walker.node(capture.OPTION)
+    header = walker.record_node(schema.CAPTURE_FILE["Header"])
+    record = walker.record_node(schema.CAPTURE_FILE["Record"])
+    header_fields = _checksummed_fields(header)
+    record_fields = _checksummed_fields(record)
+    option = walker.record_node(capture.OPTION)
     return "\n".join([
         "# Capture file format", "",
         "replwire's capture files hold pgoutput messages exactly as a server sent them, with what is needed to "
@@ -501,7 +512,7 @@ def framing_svg() -> str:
         y = 14 + r * row_height
         out.append(f'<text x="10" y="{y + 10}" font-size="13" font-weight="bold" fill="currentColor">'
                    f'{html.escape(caption)}</text>')
-        x = 10
+        x: float = 10
         box_width = (width - 20 - 18 * (len(boxes) - 1)) / len(boxes)
         for i, (label, optional, repeated) in enumerate(boxes):
             dash = ' stroke-dasharray="5 3"' if optional else ""

@@ -49,7 +49,7 @@ def _documented(model: _F) -> _F:
     function.__doc__ = model.__doc__
     function.__module__ = model.__module__
     function.__annotations__ = model.__annotations__
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 @_documented

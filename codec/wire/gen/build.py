@@ -47,7 +47,6 @@ from ...walker import (
 )
 from .common import (
     ARGS,
-    RECORD_CLASSES,
     Ctx,
     Known,
     Lines,
@@ -56,6 +55,7 @@ from .common import (
     context_args,
     fixed_format,
     gate_open,
+    record_class,
     referenced,
     runtime,
     static,
@@ -332,7 +332,7 @@ class BuildGen:
         self.start_parts(st)
         self.loops += 1
         c = f"c{self.loops}"
-        cls = RECORD_CLASSES[item.name]
+        cls = record_class(item)
         out(f"for {c} in {v}:")
         out.indent()
         self.guard(f"{c}.__class__ is not {self.ns.cls(cls)}")

@@ -173,18 +173,24 @@ def value_fields(record: Record) -> list[FieldNode]:
     return [f for f in record.fields if f.meta.value not in ("tag", "count")]
 
 
-def fixed_format(n: walker.Node) -> str | None:
-    """The ``struct`` format character of a node read as one integer, or ``None``."""
+def fixed_format(n: Int | Zero | DerivedCount | CharOf) -> str:
+    """The ``struct`` format character of a node read as one integer."""
     if isinstance(n, Int):
         return n.format
     if isinstance(n, (Zero, DerivedCount)):
         return n.int.format
-    if isinstance(n, CharOf):
-        return "B"
-    return None
+    return "B"
 
 
-def record_maker(cls: type) -> str:
+def record_class(record: Record) -> type[RecordBase]:
+    """The class of a repeated record: a declared record (``schema.RECORDS``) has one, found by its name; an
+    unnamed one has none and raises :class:`~replwire.codec.walker.UnknownConstruct`."""
+    if record.name is None:
+        raise walker.UnknownConstruct(f"the generators cannot make an unnamed record: {record!r}")
+    return RECORD_CLASSES[record.name]
+
+
+def record_maker(cls: type[object]) -> str:
     """How generated code makes an instance of ``cls`` without running its ``__init__``.
 
     ``"attrs"``: a new object whose slots are set one by one (the slotted dataclasses of messages and

@@ -44,7 +44,6 @@ from ...walker import (
 from .common import (
     ARGS,
     CLASSES,
-    RECORD_CLASSES,
     Ctx,
     Known,
     Lines,
@@ -55,6 +54,7 @@ from .common import (
     gate_open,
     make_object,
     python_values,
+    record_class,
     referenced,
     runtime,
     static,
@@ -309,7 +309,7 @@ class ParseGen:
 
     def finish_item(self, item: Record, st: State, target: str) -> None:
         self.materialize(st)
-        cls = RECORD_CLASSES[item.name]
+        cls = record_class(item)
         make_object(self.out, self.ns, cls, python_values(self.out, self.ns, value_fields(item), st.values), "o")
         self.out(f"{target} = o")
 
