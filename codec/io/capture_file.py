@@ -214,7 +214,7 @@ class CaptureReader:
         record last yielded, and once the records are done, how many came after it.
 
         For readers that need only a few kinds of message out of millions of records (the first pass of
-        :mod:`replwire.codec.split.partitions` skips the row changes): a record passed over costs a fraction of
+        :mod:`replwire.codec.split` skips the row changes): a record passed over costs a fraction of
         one yielded."""
         begin = self._range_start(start)
         end = self.size if stop is None else min(stop, self.size)

@@ -1,4 +1,4 @@
-"""Split decoding (replwire.codec.split.partitions) gives exactly what one Assembler gives, wherever the stream is
+"""Split decoding (replwire.codec.split) gives exactly what one Assembler gives, wherever the stream is
 cut: on random hand-built streams with every transaction outcome, on streams split over several resumed
 files, on the COPY-CSV form, and on every real-server capture."""
 
@@ -37,8 +37,7 @@ from replwire.codec import (
     build,
 )
 from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter
-from replwire.codec.split import partitions
-from replwire.codec.split.partitions import committed, decode_part, open_inputs, plan
+from replwire.codec.split import committed, decode_part, first_pass, open_inputs, plan
 
 # -- comparing the two ways ----------------------------------------------------------------------------------
 
@@ -302,7 +301,7 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
 
 
 def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch):
-    monkeypatch.setattr(partitions, "_PROGRESS_BYTES", 1000)
+    monkeypatch.setattr(first_pass, "_PROGRESS_BYTES", 1000)
     maker = StreamMaker(11)
     rows = maker.make()
     middle = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")  # between transactions
