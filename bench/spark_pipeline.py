@@ -61,7 +61,7 @@ def single_decoder(path: pathlib.Path) -> float:
     decoder = Decoder(proto_version=1)
     feed = decoder.feed
     with read_capture(path) as reader:
-        for record in reader:
+        for record in reader.records():
             feed(record.data)
     return time.perf_counter() - start
 

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..collector import fewer_collections
+from ..errors import DecodeError, ReplwireError
 from ..io.capture_file import TailProblem
 from ..scalars import LSN
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
+from ..stream.decoder import StreamStateError
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
 from .first_pass import Part
 from .inputs import Input, read_records
 
-__all__ = ["Decoded", "committed", "decode_part"]
+__all__ = ["Decoded", "RecordError", "committed", "decode_part"]
 
 @dataclass(slots=True)
 class Decoded:
@@ -71,22 +74,49 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
             yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 
 
+class RecordError(ReplwireError, ValueError):
+    """A record of an input that does not decode: ``path``, ``record`` (its number in the input, from 0) and
+    the decoder's ``error`` (a :class:`~replwire.codec.DecodeError` or
+    :class:`~replwire.codec.StreamStateError`; also the ``__cause__``)."""
+
+    def __init__(self, path: str, record: int, error: Exception) -> None:
+        self.path, self.record, self.error = path, record, error
+        super().__init__(f"{path}, record {record}: {error}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RecordError, (self.path, self.record, self.error))
+
+
 def committed(inputs: Sequence[Input], *, typed: bool = True,
-              tail: Callable[[str, TailProblem], None] | None = None) -> Iterator[Transaction | Change]:
+              tail: Callable[[str, TailProblem], None] | None = None,
+              repeated: Callable[[Transaction | Change], None] | None = None) -> Iterator[Transaction | Change]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
-    what a resume sends again skipped (an item whose end is not past the last one's).  ``tail(path,
-    problem)`` hears of a torn capture file tail."""
+    what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
+    to ``repeated`` if given.  ``tail(path, problem)`` hears of a torn capture file tail once the records
+    before it are done.  A record that does not decode raises :class:`RecordError`."""
     assembler = Assembler(proto_version=inputs[0].proto_version, typed=typed)
+    feed = assembler.feed
     last_end = -1
     for source in inputs:
         if source.index:
             assembler.resume()
-        for record in read_records(source, tail=(lambda t, p=source.path: tail(p, t)) if tail else None):
-            for item in assembler.feed(record.data, lsn=record.lsn or None):
-                end = item.end_lsn if isinstance(item, Transaction) else item.lsn
-                if end is not None and end <= last_end:
-                    continue
-                if end is not None:
-                    last_end = end
-                yield item
+        reading = read_records(source)
+        number = 0
+        try:
+            for number, record in enumerate(reading):  # noqa: B007 - named in the error
+                for item in feed(record.data, lsn=record.lsn or None):
+                    end = item.end_lsn if isinstance(item, Transaction) else item.lsn
+                    if end is not None and end <= last_end:
+                        if repeated is not None:
+                            repeated(item)
+                        continue
+                    if end is not None:
+                        last_end = end
+                    yield item
+        except (DecodeError, StreamStateError) as error:
+            raise RecordError(source.path, number, error) from error
+        finally:
+            reading.close()
+        if reading.tail is not None and tail is not None:
+            tail(source.path, reading.tail)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..collector import fewer_collections
 from ..errors import DecodeError
-from ..io.capture_file import TailProblem, read_capture, read_copy_csv
+from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv
 from ..messages import Begin, Commit, Relation, Type
 from ..scalars import LSN, Timestamp
 from ..stream.decoder import IDLE, Decoder
@@ -244,7 +244,7 @@ class _Skimmer:
     def __init__(self, source: Input) -> None:
         self.source = source
         self.reader = read_capture(source.path) if source.form == "capture" else None
-        self._lines: Iterator[Any] | None = None  # COPY-CSV: the lines from ``_next`` on, one read
+        self._lines: Reading | None = None  # COPY-CSV: the lines from ``_next`` on, one read
         self._next = -1
         self._carried: Any = None
 
@@ -252,32 +252,31 @@ class _Skimmer:
         """The records from ``start`` (a record boundary) while one starts below ``stop`` (and below the input's
         size as :func:`open_inputs` found it)."""
         reader, stop = self.reader, min(stop, self.source.size)
-        controls: list[tuple[int, int, bytes, int]] = []
-        append = controls.append
         if reader is not None:
-            reading = reader.skim(start, stop, _ROW_TAGS)
-            for offset, lsn, _, data in reading:
-                append((offset, lsn, data, reader.skipped))
-            after, tail = reader.skipped, reader.tail
-            stop = min(reader.valid_end, self.source.size) if tail is None else self.source.size
-            return _Skimmed(controls, after, stop, tail)
+            reading = reader.records(start, stop, raw=True, skip=_ROW_TAGS)
+            controls = list(reading)
+            tail = reading.tail
+            stop = min(reading.end, self.source.size) if tail is None else self.source.size
+            return _Skimmed(controls, reading.skipped, stop, tail)
+        controls = []
+        append = controls.append
         # COPY-CSV: lines carry no length, so the input is read in one go and cut where a run ends
         if start != self._next:
             if self._lines is not None:
-                self._lines.close()  # type: ignore[attr-defined]
+                self._lines.close()
             self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
             self._carried = None
         lines = chain((self._carried,), self._lines) if self._carried is not None else self._lines
         before, after_stop, self._carried = 0, self.source.size, None
         for line in lines:  # type: ignore[union-attr]
-            offset, lsn, _, data = line
+            offset, lsn, xid, data = line
             if offset >= stop:
                 after_stop, self._carried = offset, line
                 break
             if data and data[0] in _ROW_TAGS:
                 before += 1
             else:
-                append((offset, lsn, data, before))
+                append((offset, lsn, xid, data, before))
                 before = 0
         self._next = after_stop
         return _Skimmed(controls, before, after_stop, None)
@@ -286,7 +285,7 @@ class _Skimmer:
         if self.reader is not None:
             self.reader.close()
         if self._lines is not None:
-            self._lines.close()  # type: ignore[attr-defined]
+            self._lines.close()
 
     def __enter__(self) -> _Skimmer:
         return self
@@ -297,11 +296,11 @@ class _Skimmer:
 
 @dataclass(slots=True)
 class _Skimmed:
-    """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, data, row
-    changes just before)``, the row changes after the last, where the next run starts (the input's size
+    """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, xid, data,
+    row changes just before)``, the row changes after the last, where the next run starts (the input's size
     after the last), and a torn or corrupt record that ended the input."""
 
-    controls: list[tuple[int, int, bytes, int]]
+    controls: list[tuple[int, int, int, bytes, int]]
     after: int
     stop: int
     tail: TailProblem | None
@@ -309,7 +308,7 @@ class _Skimmed:
     @property
     def records(self) -> int:
         """How many records were read: the ones kept and every row change counted."""
-        return len(self.controls) + self.after + sum(c[3] for c in self.controls)
+        return len(self.controls) + self.after + sum(c[4] for c in self.controls)
 
 
 def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
@@ -322,7 +321,7 @@ def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
     rows: list[int] = []
     version, run = source.proto_version, 0
     begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
-    for offset, lsn, data, before in skimmed.controls:
+    for offset, lsn, _, data, before in skimmed.controls:
         run += before
         tag = data[0] if data else None
         if begin is not None:

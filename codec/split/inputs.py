@@ -14,11 +14,10 @@ version, so one must be given for it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ..io.capture_file import CaptureFileError, TailProblem, is_capture_file, read_capture, read_copy_csv
+from ..io.capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
 
 __all__ = ["Input", "open_inputs", "read_records"]
 
@@ -51,7 +50,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
             raise CaptureFileError(path, "no such file")
         if is_capture_file(path):
             with read_capture(path) as reader:
-                version, first = reader.header.proto_version, reader.valid_end
+                version, first = reader.header.proto_version, reader.header_end
             form = "capture"
         elif proto_version is None:
             raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
@@ -73,17 +72,12 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     return out
 
 
-def read_records(source: Input, start: int | None = None, stop: int | None = None,
-                 tail: Callable[[TailProblem], None] | None = None, *, raw: bool = False) -> Iterator[Any]:
-    """The records (:class:`~replwire.codec.io.capture_file.CaptureRecord` s; ``raw=True``: ``(offset, lsn,
-    xid, data)`` tuples) of ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
-
-    A torn or corrupt tail of a capture file ends the records; it is handed to ``tail`` if given.
-    """
+def read_records(source: Input, start: int | None = None, stop: int | None = None, *,
+                 raw: bool = False) -> Reading:
+    """A :class:`~replwire.codec.io.capture_file.Reading` of the records of ``source`` that start at offsets in
+    ``[start, stop)`` (``start`` a record boundary): :class:`~replwire.codec.io.capture_file.CaptureRecord`
+    s, or ``(offset, lsn, xid, data)`` tuples with ``raw=True``.  A torn or corrupt tail of a capture file
+    ends the records and is the reading's ``tail``; the file is closed when the reading ends."""
     if source.form == "capture":
-        with read_capture(source.path) as reader:
-            yield from reader.raw_records(start, stop) if raw else reader.records(start, stop)
-            if reader.tail is not None and tail is not None and (stop is None or reader.tail.offset < stop):
-                tail(reader.tail)
-        return
-    yield from read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
+        return read_capture(source.path).records(start, stop, raw=raw, closing=True)
+    return read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
