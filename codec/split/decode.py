@@ -28,6 +28,7 @@ from .inputs import Input, read_records
 
 __all__ = ["Decoded", "RecordError", "committed", "decode_part"]
 
+
 @dataclass(slots=True)
 class Decoded:
     """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`; its
