@@ -7,7 +7,7 @@ as a replwire capture file):
 * ``single-process Decoder`` -- reading the file and running every message through
   :class:`replwire.codec.Decoder` (the fast codec and the stream state): the yardstick of the targets.
 * ``single-process, change rows`` -- the same file to the change DataFrame's Arrow batches in one process
-  (:func:`replwire.codec.split.partitions.decode_part` over one part + :class:`replwire.spark.rows.ChangeRows`):
+  (:func:`replwire.codec.split.decode_part` over one part + :class:`replwire.spark.rows.ChangeRows`):
   the work Spark spreads over its tasks.
 * ``no Spark, 1 process`` / ``2 processes`` -- the decoding of the same parts (first pass not timed) in one
   process, then split over two processes running at once: how far two cores of the machine running the
@@ -17,7 +17,7 @@ as a replwire capture file):
   CPU seconds the JVM and the Python processes spent (read from ``/proc``): how many cores a run kept busy.
   Each runs in a process of its own (its own JVM) pinned to as many CPUs as it has cores, so ``local[1]``
   has one core for all of it: unpinned, its JVM works on the machine's other cores beside its one task.
-* ``first pass`` -- :func:`replwire.codec.split.partitions.plan` alone, the part of the Spark runs that does not
+* ``first pass`` -- :func:`replwire.codec.split.plan` alone, the part of the Spark runs that does not
   spread over the cores.
 * the wall time of the ``changes`` and ``apply`` jobs on ``local[2]``.
 
@@ -61,13 +61,13 @@ def single_decoder(path: pathlib.Path) -> float:
     decoder = Decoder(proto_version=1)
     feed = decoder.feed
     with read_capture(path) as reader:
-        for record in reader:
+        for record in reader.records():
             feed(record.data)
     return time.perf_counter() - start
 
 
 def single_rows(path: pathlib.Path) -> tuple[float, int]:
-    from replwire.codec.split.partitions import decode_part, open_inputs, plan
+    from replwire.codec.split import decode_part, open_inputs, plan
     from replwire.spark.rows import ChangeRows, batches
 
     start = time.perf_counter()
@@ -79,9 +79,9 @@ def single_rows(path: pathlib.Path) -> tuple[float, int]:
 
 
 def first_pass(path: pathlib.Path) -> float:
-    """Seconds :func:`~replwire.codec.split.partitions.plan` takes over ``path`` (cut as the Spark runs cut it on
+    """Seconds :func:`~replwire.codec.split.plan` takes over ``path`` (cut as the Spark runs cut it on
     two cores)."""
-    from replwire.codec.split.partitions import open_inputs, plan
+    from replwire.codec.split import open_inputs, plan
 
     size = path.stat().st_size
     start = time.perf_counter()
@@ -92,7 +92,7 @@ def first_pass(path: pathlib.Path) -> float:
 def _decode_parts(path: str, number: int, of: int) -> float:
     """Worker: decode every ``of``-th part of ``path`` starting at ``number`` into change rows; seconds taken
     (the first pass is not timed)."""
-    from replwire.codec.split.partitions import decode_part, open_inputs, plan
+    from replwire.codec.split import decode_part, open_inputs, plan
     from replwire.spark.rows import ChangeRows, batches
 
     parts = plan(open_inputs([path]), part_bytes=1 << 40, min_parts=8).parts

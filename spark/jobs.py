@@ -1,6 +1,6 @@
 """The pipeline jobs: per-table Parquet datasets of changes, and the current state of every table.
 
-Strategy: :func:`changes` runs the first pass of :mod:`replwire.codec.split.partitions` on the driver, then one
+Strategy: :func:`changes` runs the first pass of :mod:`replwire.codec.split` on the driver, then one
 Spark task per part decodes it *once* and writes the typed change rows of every table it meets
 (:class:`~replwire.spark.rows.TableRows`) straight to Parquet, one file per table shape per part:
 ``OUT/<schema>.<table>/v<N>/part-<part>.parquet`` (a task that runs again rewrites the same file, so retries
@@ -93,7 +93,7 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
     (what :func:`apply` needs to know before it folds; ``("_messages", 0, n)`` for logical messages)."""
     import pyarrow.parquet as pq
 
-    from replwire.codec.split.partitions import Shapes, decode_part
+    from replwire.codec.split import Shapes, decode_part
     from replwire.codec.stream.values import ValueLoader
 
     from .rows import ChangeRows, TableRows
@@ -167,7 +167,7 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
     """Write the committed changes of ``paths`` (consecutive segments of one stream, in order) as per-table
     Parquet datasets under ``out`` (see the module docstring).  ``progress(done, total)`` hears how far the
     first pass (on the driver) has read, in bytes."""
-    from replwire.codec.split.partitions import open_inputs, plan
+    from replwire.codec.split import open_inputs, plan
 
     from .rows import table_schema
 

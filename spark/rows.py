@@ -31,8 +31,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from replwire.codec.split.partitions import Decoded, RelationVersion
+from replwire.codec.split import Decoded, RelationVersion
 from replwire.codec.stream.jsonl import RowJson
+from replwire.codec.stream.outcome import Outcome
 from replwire.codec.stream.values import ValueLoader
 
 from .types import ColumnType, Unrepresentable, column_type
@@ -71,7 +72,7 @@ _CHANGES_ARROW = pa.schema([pa.field(n, a, True) for n, _, a in _CHANGE_COLUMNS]
 _UNREPRESENTABLE = pa.map_(pa.string(), pa.field("value", pa.string(), False))
 
 
-def _time(outcome: Any) -> Any:
+def _time(outcome: Outcome) -> Any:
     try:
         return outcome.commit_time.to_datetime()
     except (ValueError, OverflowError):
@@ -89,15 +90,16 @@ def _record_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBa
                                       schema=schema)
 
 
-class _TransactionFacts:
-    """xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed of an Outcome as row values, worked out
-    once per transaction (changes arrive transaction by transaction)."""
+class _OutcomeValues:
+    """The row values of an :class:`~replwire.codec.stream.outcome.Outcome` -- xid, commit_lsn, end_lsn,
+    commit_time, origin name, gid, streamed -- worked out once per transaction (changes arrive transaction
+    by transaction)."""
 
     def __init__(self) -> None:
-        self._outcome: Any = None
+        self._outcome: Outcome | None = None
         self._facts = _NO_TRANSACTION
 
-    def of(self, outcome: Any) -> tuple[Any, ...]:
+    def of(self, outcome: Outcome | None) -> tuple[Any, ...]:
         if outcome is not self._outcome:
             self._outcome = outcome
             self._facts = _NO_TRANSACTION if outcome is None else (
@@ -107,7 +109,7 @@ class _TransactionFacts:
 
 
 class ChangeRows:
-    """Collects :class:`~replwire.codec.split.partitions.Decoded` changes into :data:`CHANGES` batches.
+    """Collects :class:`~replwire.codec.split.Decoded` changes into :data:`CHANGES` batches.
 
     Feed it the changes of ``decode_part(..., rows=False)`` (or of an Assembler): the row images are written
     as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.stream.jsonl.RowJson`, with
@@ -119,7 +121,7 @@ class ChangeRows:
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.json = RowJson(loader)
         self.rows: list[tuple[Any, ...]] = []
-        self._transaction = _TransactionFacts()
+        self._transaction = _OutcomeValues()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -220,7 +222,7 @@ class TableRows:
             pa.field(meta["_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field(meta["_unrepresentable"], _UNREPRESENTABLE, True)])
         self.rows: list[tuple[Any, ...]] = []
-        self._transaction = _TransactionFacts()
+        self._transaction = _OutcomeValues()
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -6,7 +6,7 @@
 >>> orders = (spark.read.format("replwire").option("table", "public.orders")
 ...           .load("segment-1.rwc"))  # doctest: +SKIP
 
-Strategy: :meth:`ReplwireReader.partitions` runs the first pass of :mod:`replwire.codec.split.partitions` (one
+Strategy: :meth:`ReplwireReader.partitions` runs the first pass of :mod:`replwire.codec.split` (one
 read of the inputs that parses only the few control messages) and turns each part into a Spark input
 partition; :meth:`ReplwireReader.read` decodes one part on an executor and yields Arrow record batches
 (:mod:`replwire.spark.rows`).  The result equals what one :class:`~replwire.codec.Assembler` gives for the
@@ -60,7 +60,7 @@ class _Request:
     """The options, checked, and the first pass over the inputs."""
 
     def __init__(self, options: Any) -> None:
-        from replwire.codec.split.partitions import open_inputs
+        from replwire.codec.split import open_inputs
 
         options = Options(options)
         self.inputs = open_inputs(input_paths(options), options.integer("protoVersion", None, 1))
@@ -73,7 +73,7 @@ class _Request:
     @property
     def plan(self) -> Any:
         if self._plan is None:
-            from replwire.codec.split.partitions import plan
+            from replwire.codec.split import plan
 
             self._plan = plan(self.inputs, part_bytes=self.part_bytes, min_parts=self.min_parts)
         return self._plan
@@ -135,7 +135,7 @@ class ReplwireReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[_Part]:
-        from replwire.codec.split.partitions import Shapes
+        from replwire.codec.split import Shapes
 
         request = _Request(self.options)
         version, shapes = None, None
@@ -145,7 +145,7 @@ class ReplwireReader(DataSourceReader):
         return [_Part(part, version, shapes) for part in request.plan.parts]
 
     def read(self, partition: _Part) -> Iterator[Any]:  # type: ignore[override]
-        from replwire.codec.split.partitions import decode_part
+        from replwire.codec.split import decode_part
 
         from .rows import ChangeRows, TableRows, batches
 

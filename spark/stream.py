@@ -299,11 +299,11 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from batches(ChangeRows(), self._changes(partition), _BATCH_ROWS)
 
     def _changes(self, part: LsnRange) -> Iterator[Any]:
-        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.split.partitions.Decoded`)."""
+        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.split.Decoded`)."""
         import psycopg
 
         from replwire.codec import Assembler, Transaction
-        from replwire.codec.split.partitions import Decoded, Outcome
+        from replwire.codec.split import Decoded, Outcome
 
         assembler = Assembler(proto_version=part.proto_version, typed=False)  # ChangeRows reads the wire tuples
         start, end = LSN(part.start), LSN(part.end)

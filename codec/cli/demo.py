@@ -124,7 +124,7 @@ def run(echo: Callable[[str], None] = print) -> Summary:
     summary = Summary(path)
     with read_capture(path) as reader:
         assembler = Assembler(proto_version=reader.header.proto_version)
-        for record in reader:
+        for record in reader.records():
             summary.messages += 1
             for item in assembler.feed(record.data, lsn=record.lsn or None):
                 if not isinstance(item, Transaction):

@@ -172,73 +172,68 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
     transaction that appears again after a resume is printed once.
     """
     from ..collector import fewer_collections
-    from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+    from ..io.capture_file import CaptureFileError, TailProblem
+    from ..split import RecordError, committed
     from ..stream import jsonl
-    from ..stream.assembler import Assembler, Transaction
-    from ..stream.decoder import StreamStateError
+    from ..stream.assembler import Transaction
 
-    inputs = []
-    for path in files:
-        if is_capture_file(path):
-            with read_capture(path) as reader:
-                inputs.append((path, reader.header.proto_version))
-        elif proto_version is None:
-            raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
-        else:
-            inputs.append((path, proto_version))
-    versions = {v for _, v in inputs}
-    if len(versions) > 1:
-        raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
-    assembler = Assembler(proto_version=versions.pop())
+    inputs = _decode_inputs(files, proto_version)
     table = _ChangeTable() if output_format == "table" else None
     # One encoder, and stdout written without click.echo's flush after every line (a write system call per
     # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
     stdout = click.get_text_stream("stdout")
     encode = jsonl.ENCODE
-    last_end = -1
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
+
+    def warn(path: str, problem: TailProblem) -> None:
+        stdout.flush()
+        click.echo(f"warning: {path}: {problem}", err=True)
+
+    def repeated(item: object) -> None:
+        counts["duplicates"] += 1
+
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
-        for number, (path, _) in enumerate(inputs):
-            if number:
-                assembler.resume()
-            reader = read_capture(path) if is_capture_file(path) else None
-            records = iter(reader) if reader is not None else read_copy_csv(path)
-            position = 0
-            try:
-                for position, record in enumerate(records):  # noqa: B007 - read after the loop, on failure
-                    for item in assembler.feed(record.data, lsn=record.lsn or None):
-                        end = item.end_lsn if isinstance(item, Transaction) else item.lsn
-                        if end is not None and end <= last_end:
-                            counts["duplicates"] += 1
-                            continue
-                        last_end = end if end is not None else last_end
-                        counts["transactions"] += isinstance(item, Transaction)
-                        for obj in jsonl.objects(item):
-                            counts["changes"] += 1
-                            if table is not None:
-                                table.add(obj)
-                            else:
-                                stdout.write(encode(obj) + "\n")
-            except (DecodeError, StreamStateError) as error:
-                stdout.flush()
-                click.echo(f"error: {path}, record {position}: {error}", err=True)
-                sys.exit(1)
-            except CaptureFileError as error:
-                stdout.flush()
-                click.echo(f"error: {error}", err=True)
-                sys.exit(1)
-            finally:
-                if reader is not None:
-                    reader.close()
+        try:
+            for item in committed(inputs, tail=warn, repeated=repeated):
+                counts["transactions"] += isinstance(item, Transaction)
+                for obj in jsonl.objects(item):
+                    counts["changes"] += 1
+                    if table is not None:
+                        table.add(obj)
+                    else:
+                        stdout.write(encode(obj) + "\n")
+        except (RecordError, CaptureFileError) as error:
             stdout.flush()
-            if reader is not None and reader.tail is not None:
-                click.echo(f"warning: {path}: {reader.tail}", err=True)
+            click.echo(f"error: {error}", err=True)
+            sys.exit(1)
+        stdout.flush()
     if table is not None:
         table.print()
     click.echo(f"{counts['transactions']} transactions, {counts['changes']} changes from {len(inputs)} "
                f"file{'s' if len(inputs) != 1 else ''}"
                + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
                err=True)
+
+
+def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None) -> list:
+    """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`), with its usage errors:
+    a COPY-CSV file without ``--proto-version``, or files of different protocol versions.  A capture file
+    keeps the version it records (``--proto-version`` is for the COPY-CSV inputs)."""
+    from ..io.capture_file import is_capture_file, read_capture
+    from ..split import open_inputs
+
+    versions = set()
+    for path in files:
+        if is_capture_file(path):
+            with read_capture(path) as reader:
+                versions.add(reader.header.proto_version)
+        elif proto_version is None:
+            raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
+        else:
+            versions.add(proto_version)
+    if len(versions) > 1:
+        raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
+    return open_inputs(files, versions.pop())
 
 
 class _ChangeTable:

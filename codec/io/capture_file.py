@@ -13,7 +13,8 @@ after the last good record.  :meth:`CaptureWriter.sync` flushes and fsyncs, so a
 positions only once they are on disk.
 
 The COPY-CSV form -- what ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO
-STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.
+STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.  Both forms are read the same way:
+a :class:`Reading`, iterated once for the records, that reports where it ended and why.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class CaptureHeader:
     format_version: int = layout.FORMAT_VERSION
 
 
-#: A record as :meth:`CaptureReader.raw_records` gives it: ``(offset, lsn, xid, data)``.
+#: A record as :meth:`CaptureReader.records` gives it with ``raw=True``: ``(offset, lsn, xid, data)``.
 RawRecord = tuple[int, int, int, bytes]
 
 
@@ -154,13 +155,42 @@ CHUNK = 1 << 20
 _CUT_SHORT = "record cut short"
 
 
-class CaptureReader:
-    """The records of a capture file; ``header`` is read on opening.
+class Reading(Iterator[Any]):
+    """One pass over records, iterated once, and what it found.
 
-    Iterating (or :meth:`records`) yields :class:`CaptureRecord` objects.  Afterwards ``tail`` is a
-    :class:`TailProblem` when the file ended with a torn or corrupt record (``None`` when every byte was
-    read), and ``valid_end`` is the offset just after the last good record.  ``header_end`` is the offset
-    of the first record.  Use as a context manager, or call :meth:`close`.
+    While it is iterated, ``end`` is the offset just after the last record it yielded (where it started,
+    before the first); once it is done, ``end`` is just after the last good record it read, ``tail`` the
+    :class:`TailProblem` of a torn or corrupt record that ended it (``None`` when it read every record in
+    its range), and, for a reading that skips records (:meth:`CaptureReader.records` ``skip``), ``skipped``
+    is how many it passed over after the last one it yielded.
+    """
+
+    __slots__ = ("_owned", "_records", "end", "skipped", "tail")
+
+    def __init__(self, begin: int, owned: CaptureReader | None = None) -> None:
+        self.end = begin
+        self.tail: TailProblem | None = None
+        self.skipped = 0
+        self._records: Iterator[Any] = iter(())
+        self._owned = owned
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._records  # (a for loop then runs the generator itself, with no call per record here)
+
+    def __next__(self) -> Any:
+        return next(self._records)
+
+    def close(self) -> None:
+        """Stop reading early (closing the file if the reading owns it)."""
+        self._records.close()  # type: ignore[attr-defined]
+        if self._owned is not None:
+            self._owned.close()
+
+
+class CaptureReader:
+    """A capture file open for reading: ``header`` is read on opening, ``header_end`` is the offset of the
+    first record, ``size`` the file's size then.  :meth:`records` reads them.  Use as a context manager, or
+    call :meth:`close`.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -168,8 +198,6 @@ class CaptureReader:
         self._file = open(self.path, "rb")  # noqa: SIM115 -- closed by close()
         self.size = os.fstat(self._file.fileno()).st_size
         self._stream = _Capped(self._file, self.size)
-        self.tail: TailProblem | None = None
-        self.skipped = 0  # see skim()
         try:
             raw = layout.HEADER.parse_stream(self._stream)["header"]
         except ConstructError as error:
@@ -182,143 +210,105 @@ class CaptureReader:
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
                                     options={o.name: o.value for o in raw.options},
                                     format_version=raw.format_version)
-        self.header_end = self.valid_end = self._stream.tell()
+        self.header_end = self._stream.tell()
 
-    def __iter__(self) -> Iterator[CaptureRecord]:
-        return self.records()
+    def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
+                skip: frozenset[int] | None = None, closing: bool = False) -> Reading:
+        """A :class:`Reading` of the records whose offset is at least ``start`` and below ``stop``:
+        :class:`CaptureRecord` s, or with ``raw=True`` plain :data:`RawRecord` tuples ``(offset, lsn, xid,
+        data)`` (``lsn`` an ``int``), for readers that go through millions of records and need few of them
+        as objects.
 
-    def records(self, start: int | None = None, stop: int | None = None) -> Iterator[CaptureRecord]:
-        """The records whose offset is at least ``start`` and below ``stop``.
+        ``start`` (default: the first record, ``header_end``) must be a record boundary: an offset a record
+        reported, or a reading's ``end``; anything else reads as a corrupt record.  ``stop`` defaults to the
+        end of the file; a record that starts below ``stop`` is yielded whole even if it ends after it, so
+        ranges split at record boundaries cover every record once.  The first torn or corrupt record ends
+        the reading (its ``tail``).  Readings of one reader may be iterated in turn: each reads at its own
+        positions.
 
-        ``start`` (default: the first record, ``header_end``) must be a record boundary: an offset a
-        :class:`CaptureRecord` or :meth:`offsets` reported, or ``valid_end``; anything else reads as a
-        corrupt record.  ``stop`` defaults to the end of the file; a record that starts below ``stop`` is
-        yielded whole even if it ends after it, so ranges split at record boundaries cover every record
-        once.  ``tail`` and ``valid_end`` are set as for plain iteration: ``valid_end`` follows the last
-        good record read, ``tail`` reports a torn or corrupt record met in the range (reading stops there).
+        ``skip`` (with ``raw=True``): the records whose payload starts with one of its bytes are read and
+        checked like the rest, but only counted; each record yielded carries, as a fifth item, how many were
+        passed over just before it, and the reading's ``skipped`` counts those after the last.  For readers
+        that need only a few kinds of message out of millions (the first pass of split decoding skips the
+        row changes): a record passed over costs a fraction of one yielded.
+
+        ``closing=True``: the reader is closed when the reading ends (for a reading that is all the
+        caller needs of the file).
         """
-        begin = self._range_start(start)
-        end = self.size if stop is None else min(stop, self.size)
-        return self._scan(begin, end, False)
-
-    def raw_records(self, start: int | None = None, stop: int | None = None) -> Iterator[RawRecord]:
-        """:meth:`records` as plain ``(offset, lsn, xid, data)`` tuples (``lsn`` an ``int``): for readers
-        that go through millions of records and need few of them as :class:`CaptureRecord` s."""
-        begin = self._range_start(start)
-        end = self.size if stop is None else min(stop, self.size)
-        return self._scan(begin, end, True)
-
-    def skim(self, start: int | None, stop: int | None, skip: frozenset[int]) -> Iterator[RawRecord]:
-        """:meth:`raw_records`, less the records whose payload starts with a byte in ``skip``: those are
-        read and checked like the rest, but only counted.  :attr:`skipped` is how many came just before the
-        record last yielded, and once the records are done, how many came after it.
-
-        For readers that need only a few kinds of message out of millions of records (the first pass of
-        :mod:`replwire.codec.split.partitions` skips the row changes): a record passed over costs a fraction of
-        one yielded."""
-        begin = self._range_start(start)
-        end = self.size if stop is None else min(stop, self.size)
-        return self._scan(begin, end, True, skip)
-
-    def offsets(self, stop: int | None = None) -> Iterator[tuple[int, int]]:
-        """``(offset, size)`` of each record from the first while one starts below ``stop`` (default: the end of
-        the file), for choosing where to split the file between readers.
-
-        Cheap: only each record's head is read (the reader seeks past larger records), and CRCs are *not*
-        checked (checking them, as :meth:`records` does, costs more than the scan itself on small records,
-        and it would have to read every byte of large ones).  So a record
-        with a damaged payload is found only by :meth:`records`; here ``tail`` reports only a record cut
-        short (or a length running past the end of the file), and ``valid_end`` follows the last record
-        whose lengths fit in the file.  Records after the first :class:`TailProblem` that :meth:`records`
-        reports are not part of the valid capture, even if a later range reads cleanly.
-        """
-        end = self.size if stop is None else min(stop, self.size)
-        return self._lengths(end)
-
-    def _lengths(self, end: int) -> Iterator[tuple[int, int]]:
-        self.tail, self.valid_end = None, self.header_end
-        size, file = self.size, self._file
-        unpack_head, head_size, crc_size = _PLAN.head.unpack_from, _PLAN.head.size, _PLAN.crc.size
-        buf, base, i = b"", self.header_end, 0
-        while base + i < end:
-            if len(buf) - i < head_size:  # also after a record longer than what is left of the chunk
-                base, i = base + i, 0
-                file.seek(base)
-                buf = file.read(min(CHUNK, size - base))
-                if len(buf) < head_size:
-                    self.tail = TailProblem(base, _CUT_SHORT, size)
-                    return
-            total = head_size + unpack_head(buf, i)[-1] + crc_size
-            if base + i + total > size:
-                self.tail = TailProblem(base + i, _CUT_SHORT, size)
-                return
-            yield base + i, total
-            i += total
-            self.valid_end = base + i
-
-    def _range_start(self, start: int | None) -> int:
+        if skip is not None and not raw:
+            raise ValueError("skip gives raw records: pass raw=True")
         if start is None:
-            return self.header_end
-        if not self.header_end <= start <= self.size:
+            start = self.header_end
+        elif not self.header_end <= start <= self.size:
             raise ValueError(f"{self.path}: start {start} is outside the records ({self.header_end} to {self.size})")
-        return start
+        reading = Reading(start, self if closing else None)
+        reading._records = self._scan(reading, start, self.size if stop is None else min(stop, self.size), raw,
+                                      skip, closing)
+        return reading
 
-    def _scan(self, begin: int, end: int, raw: bool, skip: frozenset[int] | None = None) -> Iterator[Any]:
-        """The records from ``begin`` (a record boundary) while one starts below ``end``; with ``skip``, only
-        counted (in ``skipped``) when the payload starts with one of its bytes.
+    def _scan(self, reading: Reading, begin: int, end: int, raw: bool, skip: frozenset[int] | None,
+              closing: bool) -> Iterator[Any]:
+        """The records from ``begin`` (a record boundary) while one starts below ``end`` (see :meth:`records`);
+        what ends the scan goes into ``reading``.
 
         ``buf`` holds the file's bytes from offset ``base`` on; ``i`` is where the next record starts in it.
-        Every read is positioned and capped by the file's size, so interleaved iterations do not disturb each
-        other and a corrupt length cannot make a read allocate more than the file holds."""
-        self.tail, self.valid_end = None, begin
+        Every read is positioned and capped by the file's size, so interleaved readings do not disturb each
+        other and a corrupt length cannot make a read allocate more than the file holds.  ``reading.end`` is
+        set before each yield and at the end: only then can anyone look at it."""
         size, file = self.size, self._file
         unpack_head, head_size = _PLAN.head.unpack_from, _PLAN.head.size
         unpack_crc, crc_size = _PLAN.crc.unpack_from, _PLAN.crc.size
         crc32, new_lsn, record = zlib.crc32, int.__new__, CaptureRecord
         buf, base, i = b"", begin, 0
         view = memoryview(buf)
-        self.skipped = skipped = 0
-        while base + i < end:
-            if len(buf) - i < head_size:
-                file.seek(base + len(buf))
-                ahead = min(CHUNK, end - base - len(buf))  # (no further than the range asks)
-                buf = buf[i:] + file.read(min(max(ahead, head_size), size - base - len(buf)))
-                base, i = base + i, 0
-                view = memoryview(buf)
-                if len(buf) < head_size:
-                    self.tail, self.skipped = TailProblem(base, _CUT_SHORT, size), skipped
-                    return
-            lsn, xid, length = unpack_head(buf, i)  # the order checked against CaptureRecord's fields above
-            total = head_size + length + crc_size
-            if base + i + total > size:  # also catches a corrupt length before anything is allocated
-                self.tail, self.skipped = TailProblem(base + i, _CUT_SHORT, size), skipped
-                return
-            if len(buf) - i < total:
-                file.seek(base + len(buf))
-                ahead = min(CHUNK, end - base - len(buf))
-                buf = buf[i:] + file.read(min(max(ahead, total - len(buf) + i), size - base - len(buf)))
-                base, i = base + i, 0
-                view = memoryview(buf)
-            data_end = i + head_size + length
-            (stored,) = unpack_crc(buf, data_end)
-            computed = crc32(view[i:data_end])
-            if stored != computed:
-                self.tail = TailProblem(base + i, f"checksum mismatch: stored {stored:08x}, computed {computed:08x}",
-                                        size)
-                self.skipped = skipped
-                return
-            offset, i = base + i, data_end + crc_size
-            self.valid_end = base + i
-            if skip is not None:
-                if length and buf[data_end - length] in skip:
-                    skipped += 1
+        skipped = 0
+        try:
+            while base + i < end:
+                if len(buf) - i < head_size:
+                    file.seek(base + len(buf))
+                    ahead = min(CHUNK, end - base - len(buf))  # (no further than the range asks)
+                    buf = buf[i:] + file.read(min(max(ahead, head_size), size - base - len(buf)))
+                    base, i = base + i, 0
+                    view = memoryview(buf)
+                    if len(buf) < head_size:
+                        reading.tail = TailProblem(base, _CUT_SHORT, size)
+                        break
+                lsn, xid, length = unpack_head(buf, i)  # the order checked against CaptureRecord's fields above
+                total = head_size + length + crc_size
+                if base + i + total > size:  # also catches a corrupt length before anything is allocated
+                    reading.tail = TailProblem(base + i, _CUT_SHORT, size)
+                    break
+                if len(buf) - i < total:
+                    file.seek(base + len(buf))
+                    ahead = min(CHUNK, end - base - len(buf))
+                    buf = buf[i:] + file.read(min(max(ahead, total - len(buf) + i), size - base - len(buf)))
+                    base, i = base + i, 0
+                    view = memoryview(buf)
+                data_end = i + head_size + length
+                (stored,) = unpack_crc(buf, data_end)
+                computed = crc32(view[i:data_end])
+                if stored != computed:
+                    reading.tail = TailProblem(base + i, f"checksum mismatch: stored {stored:08x}, computed "
+                                                         f"{computed:08x}", size)
+                    break
+                offset, i = base + i, data_end + crc_size
+                if skip is not None:
+                    if length and buf[data_end - length] in skip:
+                        skipped += 1
+                        continue
+                    reading.end = base + i
+                    yield offset, lsn, xid, buf[data_end - length:data_end], skipped
+                    skipped = 0
                     continue
-                self.skipped, skipped = skipped, 0
-            if raw:
-                yield offset, lsn, xid, buf[data_end - length:data_end]
-            else:
-                yield record(new_lsn(LSN, lsn), xid, buf[data_end - length:data_end], offset)
-        self.skipped = skipped
+                reading.end = base + i
+                if raw:
+                    yield offset, lsn, xid, buf[data_end - length:data_end]
+                else:
+                    yield record(new_lsn(LSN, lsn), xid, buf[data_end - length:data_end], offset)
+            reading.end, reading.skipped = base + i, skipped
+        finally:
+            if closing:
+                self.close()
 
     def close(self) -> None:
         self._file.close()
@@ -367,9 +357,10 @@ class CaptureWriter:
                                                       f"{reader.header.proto_version} and options "
                                                       f"{reader.header.options}, not {header.proto_version} and "
                                                       f"{header.options}")
-                for record in reader:
+                reading = reader.records()
+                for record in reading:
                     self.last_lsn = record.lsn
-                self.recovered, end = reader.tail, reader.valid_end
+                self.recovered, end = reading.tail, reading.end
             self._file = open(self.path, "r+b")  # noqa: SIM115 -- closed by close()
             self._file.truncate(end)
             self._file.seek(end)
@@ -421,28 +412,36 @@ class CaptureWriter:
 
 
 def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None = None, *,
-                  raw: bool = False) -> Iterator[Any]:
-    """Records from the CSV that ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...))
-    TO STDOUT WITH (FORMAT csv)`` writes (bytea in hex: ``\\x...``): one row per line, ``lsn,xid,\\x<hex>``
-    (COPY never quotes these three).  Only the rows whose line starts at an offset in ``[start, stop)``
-    (``start`` a line start); each record's ``offset`` is where its line starts.  ``raw=True`` gives
-    ``(offset, lsn, xid, data)`` tuples, as :meth:`CaptureReader.raw_records` does."""
-    name = os.fspath(path)
+                  raw: bool = False) -> Reading:
+    """A :class:`Reading` of the records in the CSV that ``COPY (SELECT lsn, xid, data FROM
+    pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)`` writes (bytea in hex:
+    ``\\x...``): one row per line, ``lsn,xid,\\x<hex>`` (COPY never quotes these three).  Only the rows
+    whose line starts at an offset in ``[start, stop)`` (``start`` a line start); each record's ``offset`` is
+    where its line starts.  ``raw=True`` gives ``(offset, lsn, xid, data)`` tuples, as
+    :meth:`CaptureReader.records` does.  A line that is not such a row raises :class:`CaptureFileError`
+    (lines have no checksum to tell a torn tail by), so the reading's ``tail`` stays ``None``."""
+    reading = Reading(start)
+    reading._records = _copy_csv_rows(reading, os.fspath(path), start, stop, raw)
+    return reading
+
+
+def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool) -> Iterator[Any]:
     with open(name, "rb") as handle:
         handle.seek(start)
         offset = start
         for line in handle:
             if stop is not None and offset >= stop:
-                return
+                break
             here, offset = offset, offset + len(line)
             try:
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")
                 if not data.startswith(b"\\x"):
                     raise ValueError("the data column is not bytea hex (\\x...)")
                 position, number, payload = LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii"))
-                yield (here, int(position), number, payload) if raw else CaptureRecord(position, number, payload, here)
             except ValueError as error:
                 raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
+            reading.end = offset
+            yield (here, int(position), number, payload) if raw else CaptureRecord(position, number, payload, here)
 
 
 def is_capture_file(path: str | os.PathLike[str]) -> bool:

@@ -169,11 +169,12 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     with read_capture(path) as reader:
         tracker = _Tracker(reader.header.proto_version)
         cut, kept, count = reader.header_end, 0, 0
-        for record in reader:
+        reading = reader.records()
+        for record in reading:
             count += 1
             _, position = tracker.feed(record.data)
             if position is not None and position <= confirmed:
-                cut, kept = reader.valid_end, count
+                cut, kept = reading.end, count
     return cut, kept
 
 

@@ -1,1 +1,17 @@
-"""A captured stream cut into parts that decode independently, with the single-process result."""
+"""Split decoding: a captured stream cut into parts that decode independently, with the same result as the
+single-process :class:`~replwire.codec.Assembler`.
+
+``inputs`` opens the files of one stream and reads their records; ``first_pass`` (:func:`plan`) is the cheap
+first pass that cuts them into :class:`Part` s and resolves what each needs from elsewhere (table shapes,
+stream state, the fate of its transactions); ``decode`` decodes a part, or the whole stream in one process
+(:func:`committed`).
+:mod:`replwire.spark` maps parts onto Spark partitions.
+"""
+
+from ..stream.outcome import Outcome
+from .decode import Decoded, RecordError, committed, decode_part
+from .first_pass import Part, Plan, RelationVersion, Shapes, plan
+from .inputs import Input, open_inputs, read_records
+
+__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RecordError", "RelationVersion", "Shapes", "committed",
+           "decode_part", "open_inputs", "plan", "read_records"]

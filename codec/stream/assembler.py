@@ -42,9 +42,10 @@ from ..messages import (
     WireMessage,
     XLogData,
 )
-from ..scalars import LSN, Timestamp
+from ..scalars import LSN
 from ..wire.fast import build, parse
 from .decoder import Decoder
+from .outcome import Outcome
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, OPEN, ORIGIN, PREPARE, Router
 from .values import RowSchema, ValueLoader, untyped_row
 
@@ -161,26 +162,11 @@ class Changes(Sequence[Change]):
 
 
 @dataclass
-class Transaction:
-    """A committed transaction.
+class Transaction(Outcome):
+    """A committed transaction: its facts (see :class:`~replwire.codec.stream.outcome.Outcome`) and its
+    ``changes``."""
 
-    ``commit_lsn``/``end_lsn``/``commit_time`` come from Commit, Stream Commit or Commit Prepared (``end_lsn``
-    is what to confirm as flushed once the transaction is durably applied).  ``origin`` is
-    ``(name, origin_lsn)`` when an Origin message came with it.  ``gid`` is set for a two-phase transaction,
-    with ``prepare_lsn``/``prepare_time`` from its Prepare or Stream Prepare.  ``streamed`` tells whether it
-    arrived in Stream Start...Stop blocks.
-    """
-
-    xid: int
-    commit_lsn: LSN
-    end_lsn: LSN
-    commit_time: Timestamp
-    changes: Changes = field(repr=False)
-    origin: tuple[str, LSN] | None = None
-    gid: str | None = None
-    prepare_lsn: LSN | None = None
-    prepare_time: Timestamp | None = None
-    streamed: bool = False
+    changes: Changes = field(repr=False, kw_only=True)
 
     def close(self) -> None:
         """Release the spill file early (it is also released when the transaction is garbage-collected)."""
@@ -443,7 +429,7 @@ class Assembler:
 
 class ChangeMaker:
     """Makes :class:`Change` objects from change messages: the part of the assembler that the split decoding
-    of :mod:`replwire.codec.split.partitions` shares.
+    of :mod:`replwire.codec.split` shares.
 
     :meth:`schema_for` fixes, when a change arrives, the Relation and Type messages its values will be read
     with; :meth:`change` makes the change (values typed through psycopg, or untyped with ``typed=False``).

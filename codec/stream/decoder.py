@@ -135,6 +135,8 @@ class Decoder:
         index: how many messages have been fed (the next message's position).
         stream_xid: the top-level xid of the open Stream Start block, else ``None``.
         xid: the xid of the open Begin / Begin Prepare transaction, else ``None``.
+        opened_at: the position (:attr:`index`) of the message that opened the current transaction, prepare
+            or stream block, else ``None`` (named in errors; part of the state a reader resumes from).
         last_message: the message the last successful :meth:`feed` (or :meth:`feed_frame`) returned.
         last_data: its bytes (``None`` when it came through :meth:`accept`).
         types_version: increases whenever a Type message changes :attr:`types`.
@@ -153,7 +155,7 @@ class Decoder:
         self.xid: int | None = None
         self.last_message: WireMessage | None = None
         self.last_data: bytes | None = None
-        self._opened_at: int | None = None
+        self.opened_at: int | None = None
         self._parse: Callable[..., WireMessage] = parse
         self._parse_envelope: Callable[..., WireMessage] = parse_envelope
 
@@ -162,7 +164,14 @@ class Decoder:
         was open (a transaction, a prepare, a stream block) will be sent again from its start, so forget it.
         The relation and type caches stay."""
         self.state = IDLE
-        self.stream_xid = self.xid = self._opened_at = None
+        self.stream_xid = self.xid = self.opened_at = None
+
+    def skip(self, count: int) -> None:
+        """Count ``count`` messages that were passed over without being fed -- row changes a reader knows
+        leave the state as it is -- so that the positions of the messages fed after them stay right."""
+        if count < 0:
+            raise ValueError(f"cannot skip a negative number of messages ({count})")
+        self.index += count
 
     @property
     def in_stream(self) -> bool:
@@ -230,9 +239,9 @@ class Decoder:
             self.types[message.type_id] = message
         if following != self.state:
             if following == IDLE:
-                self.stream_xid = self.xid = self._opened_at = None
+                self.stream_xid = self.xid = self.opened_at = None
             else:
-                self._opened_at = self.index
+                self.opened_at = self.index
                 if isinstance(message, StreamStart):
                     self.stream_xid = message.xid
                 else:
@@ -250,7 +259,7 @@ class Decoder:
             if event in _CLOSER.values():
                 return f"{event} without an open {_opener(event)}"
             return f"{event} cannot come here (expected one of: {_expected(IDLE)})"
-        opened = f"opened by message #{self._opened_at}"
+        opened = f"opened by message #{self.opened_at}"
         return (f"{event} inside an open {self.state} ({opened}); expected one of: {_expected(self.state)}, "
                 f"and {_CLOSER[self.state]} to close it")
 

@@ -2,7 +2,7 @@
 
 Strategy: one small state machine, shared by everything that turns a message stream into committed
 transactions -- the single-process :class:`~replwire.codec.Assembler`, and the split decoding of
-:mod:`replwire.codec.split.partitions` that the Spark data source runs in parallel.  A transaction is named by a
+:mod:`replwire.codec.split` that the Spark data source runs in parallel.  A transaction is named by a
 *key*: the stream position of the message that opened it (its Begin, Begin Prepare, or first Stream
 Start).  Positions are whatever the caller counts in -- the assembler counts messages, the split decoder
 uses ``(input << 48) | byte offset`` -- so two readers that start at different places in the same stream
@@ -158,7 +158,7 @@ class Router:
         d = self.decoder
         return {"decoder": {"proto_version": d.proto_version, "state": d.state, "relations": dict(d.relations),
                             "types": dict(d.types), "types_version": d.types_version, "index": d.index,
-                            "stream_xid": d.stream_xid, "xid": d.xid, "_opened_at": d._opened_at},
+                            "stream_xid": d.stream_xid, "xid": d.xid, "opened_at": d.opened_at},
                 "current": self.current, "current_xid": self.current_xid, "streams": dict(self.streams),
                 "prepared": dict(self.prepared)}
 

@@ -157,7 +157,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(pg18, tmp_path, via, stop)
         must_have = {p for p in must_have if p is not None and p <= confirmed}
         with read_capture(out) as reader:
             in_file, in_stream, last = set(), False, None
-            for record in reader:
+            for record in reader.records():
                 message = parse(record.data, proto_version=proto, in_stream=in_stream)
                 in_stream = {"S": True, "E": False}.get(message.tag, in_stream)
                 in_file.add(completed_position(message))

@@ -45,8 +45,9 @@ def test_round_trip(tmp_path):
     write(path)
     with read_capture(path) as reader:
         assert reader.header == HEADER
-        records = list(reader)
-        assert reader.tail is None and reader.valid_end == os.path.getsize(path)
+        reading = reader.records()
+        records = list(reading)
+        assert reading.tail is None and reading.end == os.path.getsize(path)
     assert [(r.lsn, r.xid, r.data) for r in records] == MESSAGES
 
 
@@ -55,28 +56,30 @@ def test_torn_tail_is_reported_and_the_rest_kept(tmp_path, cut):
     path = tmp_path / "c.rwcap"
     write(path)
     with read_capture(path) as reader:
-        starts = [r.offset for r in reader]
+        starts = [r.offset for r in reader.records()]
     size = os.path.getsize(path)
     os.truncate(path, size - cut)
     with read_capture(path) as reader:
-        records = list(reader)
+        reading = reader.records()
+        records = list(reading)
         assert [(r.lsn, r.xid, r.data) for r in records] == MESSAGES[:-1]
-        assert reader.tail is not None and reader.tail.offset == starts[-1]
-        assert "cut short" in reader.tail.reason or "checksum" in reader.tail.reason
-        assert str(reader.tail).startswith(f"{size - cut - starts[-1]} bytes after offset {starts[-1]}")
+        assert reading.tail is not None and reading.tail.offset == starts[-1] == reading.end
+        assert "cut short" in reading.tail.reason or "checksum" in reading.tail.reason
+        assert str(reading.tail).startswith(f"{size - cut - starts[-1]} bytes after offset {starts[-1]}")
 
 
 def test_corrupt_record_stops_reading_there(tmp_path):
     path = tmp_path / "c.rwcap"
     write(path)
     with read_capture(path) as reader:
-        starts = [r.offset for r in reader]
+        starts = [r.offset for r in reader.records()]
     raw = bytearray(path.read_bytes())
     raw[starts[5] + 17] ^= 0x01  # inside the sixth record's message
     path.write_bytes(bytes(raw))
     with read_capture(path) as reader:
-        assert len(list(reader)) == 5
-        assert reader.tail.offset == starts[5] and "checksum mismatch" in reader.tail.reason
+        reading = reader.records()
+        assert len(list(reading)) == 5
+        assert reading.tail.offset == starts[5] and "checksum mismatch" in reading.tail.reason
 
 
 def test_a_lying_length_allocates_nothing_large(tmp_path):
@@ -84,14 +87,15 @@ def test_a_lying_length_allocates_nothing_large(tmp_path):
     write(path, MESSAGES[:1])
     raw = bytearray(path.read_bytes())
     with read_capture(path) as reader:
-        (record,) = list(reader)
+        (record,) = list(reader.records())
     raw[record.offset + 12:record.offset + 16] = (2**31 - 1).to_bytes(4, "big")
     path.write_bytes(bytes(raw))
     tracemalloc.start()
     try:
         with read_capture(path) as reader:
-            assert list(reader) == []
-            assert reader.tail.offset == record.offset
+            reading = reader.records()
+            assert list(reading) == []
+            assert reading.tail.offset == record.offset
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -107,8 +111,9 @@ def test_appending_continues_after_a_torn_tail(tmp_path):
         assert writer.last_lsn == MESSAGES[-2][0]
         writer.append(1, 2, b"E")
     with read_capture(path) as reader:
-        records = [(r.lsn, r.xid, r.data) for r in reader]
-        assert reader.tail is None
+        reading = reader.records()
+        records = [(r.lsn, r.xid, r.data) for r in reading]
+        assert reading.tail is None
     assert records == MESSAGES[:-1] + [(1, 2, b"E")]
 
 
@@ -182,8 +187,9 @@ def construct_records(path):
 
 def fast_records(path):
     with read_capture(path) as reader:
-        out = [(r.offset, r.lsn, r.xid, r.data) for r in reader]
-        return out, (reader.valid_end, reader.tail.reason if reader.tail else None)
+        reading = reader.records()
+        out = [(r.offset, r.lsn, r.xid, r.data) for r in reading]
+        return out, (reading.end, reading.tail.reason if reading.tail else None)
 
 
 VARIED = [(0, 0, b""), (1, 2**32 - 1, b"B"), (2**64 - 1, 7, bytes(range(256)) * 3), (0x169E5A8, 787, b"E" * 70_000),
@@ -224,23 +230,21 @@ def test_records_in_ranges_cover_the_file_once(tmp_path, monkeypatch):
     path = tmp_path / "c.rwcap"
     write(path, VARIED)
     with read_capture(path) as reader:
-        whole = list(reader)
-        pairs = list(reader.offsets())
-        assert reader.tail is None and reader.valid_end == reader.size
-        # offsets: each record's start, and the distance to the next one (the file's end after the last)
-        assert pairs == [(r.offset, nxt - r.offset) for r, nxt in zip(whole, [r.offset for r in whole[1:]]
-                                                                      + [reader.size])]
-        assert [o for o, _ in reader.offsets(stop=whole[4].offset)] == [r.offset for r in whole[:4]]
+        reading = reader.records()
+        whole = list(reading)
+        assert reading.tail is None and reading.end == reader.size
         # split at every third record boundary, and once in the middle of a record
-        bounds = [reader.header_end] + [o for o, _ in pairs[3::3]] + [reader.size]
+        bounds = [reader.header_end] + [r.offset for r in whole[3::3]] + [reader.size]
         parts = [list(reader.records(a, b)) for a, b in zip(bounds, bounds[1:])]
         assert [r for part in parts for r in part] == whole
         assert all(part for part in parts)
         middle = whole[3].offset + 5  # a stop inside record 3: it starts before the stop, so it is in range
-        assert list(reader.records(stop=middle)) == whole[:4]
-        assert reader.valid_end == whole[4].offset
+        reading = reader.records(stop=middle)
+        assert list(reading) == whole[:4]
+        assert reading.end == whole[4].offset
         assert list(reader.records(whole[4].offset)) == whole[4:]
-        assert list(reader.records(reader.size)) == [] and reader.tail is None
+        reading = reader.records(reader.size)
+        assert list(reading) == [] and reading.tail is None
         with pytest.raises(ValueError, match="outside the records"):
             reader.records(reader.header_end - 1)
         with pytest.raises(ValueError, match="outside the records"):
@@ -250,19 +254,44 @@ def test_records_in_ranges_cover_the_file_once(tmp_path, monkeypatch):
         assert [next(first), next(second), next(first), next(second)] == [whole[0], whole[10], whole[1], whole[11]]
 
 
-def test_ranges_and_offsets_report_a_torn_tail(tmp_path):
+def test_ranges_report_a_torn_tail_each_for_itself(tmp_path):
     path = tmp_path / "c.rwcap"
     write(path, VARIED)
     with read_capture(path) as reader:
-        whole = list(reader)
+        whole = list(reader.records())
     os.truncate(path, os.path.getsize(path) - 2)
     with read_capture(path) as reader:
-        assert list(reader.records(whole[-3].offset)) == whole[-3:-1]
-        assert reader.tail.offset == whole[-1].offset and reader.tail.reason == "record cut short"
-        assert reader.valid_end == whole[-1].offset
-        assert list(reader.records(whole[-3].offset, whole[-1].offset)) == whole[-3:-1] and reader.tail is None
-        assert [o for o, _ in reader.offsets()] == [r.offset for r in whole[:-1]]
-        assert reader.tail.offset == whole[-1].offset and reader.valid_end == whole[-1].offset
+        torn = reader.records(whole[-3].offset)
+        assert list(torn) == whole[-3:-1]
+        assert torn.tail.offset == whole[-1].offset and torn.tail.reason == "record cut short"
+        assert torn.end == whole[-1].offset
+        before = reader.records(whole[-3].offset, whole[-1].offset)
+        assert list(before) == whole[-3:-1] and before.tail is None and before.end == whole[-1].offset
+        assert torn.tail.offset == whole[-1].offset  # what one reading found is not undone by another
+        # read in turn, one record at a time: each reports its own end as it goes
+        first, second = reader.records(stop=whole[2].offset), reader.records(whole[-2].offset)
+        assert (next(first), next(second)) == (whole[0], whole[-2])
+        assert (first.end, second.end) == (whole[1].offset, whole[-1].offset)
+        assert (list(first), list(second)) == ([whole[1]], [])
+        assert (first.tail, second.tail.offset) == (None, whole[-1].offset)
+
+
+def test_a_reading_can_own_the_reader_and_skip_needs_raw(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path)
+    reader = read_capture(path)
+    with pytest.raises(ValueError, match="raw=True"):
+        reader.records(skip=frozenset(b"I"))
+    reading = reader.records(raw=True, closing=True)
+    assert [r[1:] for r in reading] == MESSAGES and reader._file.closed
+    reader = read_capture(path)
+    reading = reader.records(closing=True)
+    next(reading)
+    reading.close()  # stopped early
+    assert reader._file.closed
+    reader = read_capture(path)
+    reader.records(closing=True).close()  # stopped before the first record
+    assert reader._file.closed
 
 
 @pytest.mark.parametrize("chunk", [1, 64, 1 << 20])
@@ -285,20 +314,23 @@ def test_skim_counts_the_skipped_records_and_yields_the_rest(tmp_path, monkeypat
         return out, before
 
     with read_capture(path) as reader:
-        whole = list(reader)
-        kept = [(*record, reader.skipped) for record in reader.skim(None, None, skip)]
-        assert (kept, reader.skipped) == expected(whole) and reader.tail is None
-        assert 0 < len(kept) < len(whole) and reader.skipped > 0  # both kinds, and skipped ones at the end
+        whole = list(reader.records())
+        reading = reader.records(raw=True, skip=skip)
+        kept = list(reading)
+        assert (kept, reading.skipped) == expected(whole) and reading.tail is None
+        assert 0 < len(kept) < len(whole) and reading.skipped > 0  # both kinds, and skipped ones at the end
         # a range: records that start in it, as records() gives them
-        kept = [(*record, reader.skipped) for record in reader.skim(whole[3].offset, whole[12].offset + 1, skip)]
-        assert (kept, reader.skipped) == expected(whole[3:13]) and reader.valid_end == whole[13].offset
+        reading = reader.records(whole[3].offset, whole[12].offset + 1, raw=True, skip=skip)
+        kept = list(reading)
+        assert (kept, reading.skipped) == expected(whole[3:13]) and reading.end == whole[13].offset
     raw = bytearray(path.read_bytes())
     raw[whole[-4].offset + 16] ^= 0xFF  # a damaged record: reading stops there, the skipped ones before it told
     path.write_bytes(bytes(raw))
     with read_capture(path) as reader:
-        kept = [(*record, reader.skipped) for record in reader.skim(None, None, skip)]
-        assert (kept, reader.skipped) == expected(whole[:-4])
-        assert "checksum mismatch" in reader.tail.reason and reader.tail.offset == whole[-4].offset
+        reading = reader.records(raw=True, skip=skip)
+        kept = list(reading)
+        assert (kept, reading.skipped) == expected(whole[:-4])
+        assert "checksum mismatch" in reading.tail.reason and reading.tail.offset == whole[-4].offset
 
 
 class CountingFile:
@@ -317,25 +349,6 @@ class CountingFile:
         self.file.close()
 
 
-def test_offsets_read_only_lengths_and_skip_large_records(tmp_path, monkeypatch):
-    import replwire.codec.io.capture_file as capture_file
-
-    monkeypatch.setattr(capture_file, "CHUNK", 4096)
-    path = tmp_path / "c.rwcap"
-    write(path, [(1, 1, b"a"), (2, 2, b"b" * 3_000_000), (3, 3, b"c")])
-    with read_capture(path) as reader:
-        whole = list(reader)
-        reader._file = counting = CountingFile(reader._file)
-        assert len(list(reader.offsets())) == 3
-        assert counting.read_bytes < 3 * 4096  # the large record's data was never read
-    raw = bytearray(path.read_bytes())
-    raw[whole[0].offset + 16] ^= 0xFF  # damage the first record's data: its lengths still hold
-    path.write_bytes(bytes(raw))
-    with read_capture(path) as reader:
-        assert [o for o, _ in reader.offsets()] == [r.offset for r in whole] and reader.tail is None
-        assert list(reader.records()) == [] and "checksum mismatch" in reader.tail.reason
-
-
 def test_rewind_drops_what_was_appended_after_the_mark(tmp_path):
     path = tmp_path / "c.rwcap"
     with CaptureWriter(path, HEADER) as writer:
@@ -349,7 +362,8 @@ def test_rewind_drops_what_was_appended_after_the_mark(tmp_path):
         assert writer.last_lsn == MESSAGES[2][0]
         writer.append(1, 2, b"E")
     with read_capture(path) as reader:
-        assert [(r.lsn, r.xid, r.data) for r in reader] == MESSAGES[:3] + [(1, 2, b"E")] and reader.tail is None
+        reading = reader.records()
+        assert [(r.lsn, r.xid, r.data) for r in reading] == MESSAGES[:3] + [(1, 2, b"E")] and reading.tail is None
 
 
 def test_a_range_reads_little_past_its_stop(tmp_path):
@@ -358,8 +372,8 @@ def test_a_range_reads_little_past_its_stop(tmp_path):
     path = tmp_path / "c.rwcap"
     write(path, [(i, i, b"I" + bytes(40)) for i in range(50_000)])  # about 3 MB
     with read_capture(path) as reader:
-        whole = [r.offset for r in reader]
+        whole = [r.offset for r in reader.records()]
         reader._file = counting = CountingFile(reader._file)
-        assert [r[0] for r in reader.raw_records(whole[100], whole[110])] == whole[100:110]
-        assert [r[0] for r in reader.skim(whole[200], whole[210], frozenset(b"B"))] == whole[200:210]
+        assert [r[0] for r in reader.records(whole[100], whole[110], raw=True)] == whole[100:110]
+        assert [r[0] for r in reader.records(whole[200], whole[210], raw=True, skip=frozenset(b"B"))] == whole[200:210]
         assert counting.read_bytes < 2 * (whole[110] - whole[100]) + 64

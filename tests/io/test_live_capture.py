@@ -57,8 +57,9 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
                                      "WHERE slot_name = %s", (slot,)).fetchone()[0])
         conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
     with read_capture(tmp_path / "live.rwcap") as reader:
-        records = list(reader)
-        assert reader.tail is None
+        reading = reader.records()
+        records = list(reading)
+        assert reading.tail is None
         assert reader.header.server_version == server.version_num
     assert [r.data for r in records] == [data for _, data in expected]
     # one Relation; 20 single-row transactions (B I C); an UPDATE and a DELETE of 5 rows; the message
@@ -111,7 +112,7 @@ def confirmed_lsn(conn, slot):
 def completed_in_file(path, proto):
     """The completed positions of the records in the file as it is now (no streaming: no Stream blocks)."""
     with read_capture(path) as reader:
-        return {completed_position(parse(r.data, proto_version=proto)) for r in reader} - {None}
+        return {completed_position(parse(r.data, proto_version=proto)) for r in reader.records()} - {None}
 
 
 @pytest.mark.parametrize("major", [15, 18])
@@ -169,8 +170,9 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
         confirmed = confirmed_lsn(conn, slot)
         conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
     with read_capture(out) as reader:
-        records = list(reader)
-        assert reader.tail is None and reader.header.server_version == server.version_num
+        reading = reader.records()
+        records = list(reading)
+        assert reading.tail is None and reader.header.server_version == server.version_num
     # the same rows as one call of the SQL interface, with the same LSNs, except that every call repeats the
     # Relation messages its changes need
     body = [(r.lsn, r.data) for r in records if r.data[:1] != b"R"]
@@ -208,7 +210,7 @@ def test_sql_capture_of_an_idle_slot_does_not_hold_wal(pg18, tmp_path):
                     sync_interval=0.05).run(idle_exit=0.3)
         conn.execute("SELECT pg_drop_replication_slot('sql_idle_slot')")
     with read_capture(tmp_path / "idle.rwcap") as reader:
-        assert "".join(chr(r.data[0]) for r in reader) == "BRIC"
+        assert "".join(chr(r.data[0]) for r in reader.records()) == "BRIC"
 
 
 def test_sql_capture_refuses_streaming(tmp_path):

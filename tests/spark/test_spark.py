@@ -15,7 +15,7 @@ import pytest
 
 from replwire.codec import LSN, UNCHANGED_TOAST, Transaction
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
-from replwire.codec.split.partitions import committed, open_inputs
+from replwire.codec.split import committed, open_inputs
 from replwire.codec.stream import jsonl
 
 pytestmark = pytest.mark.server

@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from replwire.codec import LSN, Assembler, Transaction
-from replwire.codec.split.partitions import Decoded, Outcome
+from replwire.codec.split import Decoded, Outcome
 
 pytestmark = pytest.mark.server
 pytest.importorskip("pyspark")

@@ -1,4 +1,4 @@
-"""Split decoding (replwire.codec.split.partitions) gives exactly what one Assembler gives, wherever the stream is
+"""Split decoding (replwire.codec.split) gives exactly what one Assembler gives, wherever the stream is
 cut: on random hand-built streams with every transaction outcome, on streams split over several resumed
 files, on the COPY-CSV form, and on every real-server capture."""
 
@@ -37,8 +37,7 @@ from replwire.codec import (
     build,
 )
 from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter
-from replwire.codec.split import partitions
-from replwire.codec.split.partitions import committed, decode_part, open_inputs, plan
+from replwire.codec.split import committed, decode_part, first_pass, open_inputs, plan
 
 # -- comparing the two ways ----------------------------------------------------------------------------------
 
@@ -232,10 +231,11 @@ def test_parts_decode_the_same_after_travelling_pickled(tmp_path):
     """Spark sends each part to a worker pickled (its outcomes packed into plain lists): nothing is lost."""
     rows = StreamMaker(21).make()
     result = plan(open_inputs([write_capture(tmp_path / "a.rwc", rows)]), part_bytes=500)
-    assert len(result.parts) > 3
+    assert len(result.parts) > 3 and any(part.dropped_subxacts for part in result.parts)
     for part in result.parts:
         travelled = pickle.loads(pickle.dumps(pickle.loads(pickle.dumps(part))))  # twice: packed stays packed
         assert dict(travelled.outcomes) == part.outcomes and travelled.repeated_lone == part.repeated_lone
+        assert travelled.dropped_subxacts == part.dropped_subxacts
         assert [(d.position, _facts(d.change, d.outcome)) for d in decode_part(travelled, typed=False)] == [
             (d.position, _facts(d.change, d.outcome)) for d in decode_part(part, typed=False)]
 
@@ -302,7 +302,7 @@ def test_parts_respect_the_requested_size_and_cover_every_record(tmp_path):
 
 
 def test_the_first_pass_reports_progress_through_every_input(tmp_path, monkeypatch):
-    monkeypatch.setattr(partitions, "_PROGRESS_BYTES", 1000)
+    monkeypatch.setattr(first_pass, "_PROGRESS_BYTES", 1000)
     maker = StreamMaker(11)
     rows = maker.make()
     middle = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")  # between transactions

@@ -215,3 +215,19 @@ def test_the_state_diagram_is_drawn_from_the_table():
 def test_bad_protocol_version_is_refused():
     with pytest.raises(ValueError):
         Decoder(proto_version=5)
+
+
+def test_skipped_messages_count_in_the_positions_of_the_messages_after_them():
+    """A reader that passes over row changes without feeding them (the first pass of split decoding) says
+    how many; errors and the position of the opening message then name the right message."""
+    dec = Decoder(proto_version=2)
+    dec.feed(wire(BEGIN))
+    assert dec.opened_at == 0
+    dec.skip(5)  # five row changes read elsewhere
+    assert dec.index == 6 and dec.state == "transaction"
+    with pytest.raises(StreamStateError) as raised:
+        dec.feed(wire(BEGIN))
+    assert raised.value.index == 6 and "opened by message #0" in str(raised.value)
+    with pytest.raises(ValueError):
+        dec.skip(-1)
+    assert dec.index == 6

@@ -1,32 +1,23 @@
-"""Split decoding: a captured stream cut into parts that decode independently, with the same result as the
-single-process :class:`~replwire.codec.Assembler`.
+"""The first pass of split decoding: one cheap read of the inputs that cuts them into independently
+decodable :class:`Part` s and resolves what each part needs from elsewhere.
 
 Strategy: a change needs three things from outside the bytes around it -- the Relation/Type messages in
 force, the stream state (inside a Stream Start block or not, which transaction is open), and the fate of its
 transaction (committed, aborted, a rolled-back subtransaction, prepared then committed or rolled back,
-repeated after a resume).  A cheap first pass, :func:`plan`, reads the inputs once in order, runs the
-:class:`~replwire.codec.Decoder` and :class:`~replwire.codec.stream.routing.Router` on every message *except* the
-row changes (for those it reads only the tag byte and notes which transaction they belong to), and cuts
-the inputs into :class:`Part` s at record boundaries.  Its reading is split from its decoding: runs of
-about 4 MiB of records are each reduced to the records to decode and counts of the row changes between
-them (a plain Begin ... Commit transaction, the commonest case, arrives already parsed, as a few numbers),
-and the merge decodes only those.  Each part carries the router's state where it begins
-and the outcomes of just the transactions that have changes inside it.  :func:`decode_part` then runs the
-same decoder and router from that state over the part's records and yields the changes whose transaction
-was committed (once: a transaction seen again after a resume is skipped, as ``replwire decode`` does),
-each with its transaction's commit facts and its stream *position* -- ``(input << 48) | byte offset`` --
-which orders changes within a transaction.  Nothing here knows about Spark: :mod:`replwire.spark` maps
-parts onto Spark partitions.
-
-Inputs are consecutive segments of one stream, in order: replwire capture files and the COPY-CSV form
-(``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)``),
-which records no protocol version, so one must be given for it.
+repeated after a resume).  :func:`plan` reads the inputs once in order, runs the
+:class:`~replwire.codec.Decoder` and :class:`~replwire.codec.stream.routing.Router` on every message *except*
+the row changes (for those it reads only the tag byte and notes which transaction they belong to), and cuts
+the inputs into parts at record boundaries.  Its reading is split from its decoding: runs of about 4 MiB of
+records are each reduced to the records to decode and counts of the row changes between them (a plain
+Begin ... Commit transaction, the commonest case, arrives already parsed, as a few numbers), and the merge
+decodes only those.  Each part carries the router's state where it begins and the
+:class:`~replwire.codec.stream.outcome.Outcome` s of just the transactions that have changes inside it;
+:mod:`replwire.codec.split.decode` decodes it.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,114 +27,21 @@ from typing import Any
 
 from ..collector import fewer_collections
 from ..errors import DecodeError
-from ..io.capture_file import (
-    CaptureFileError,
-    TailProblem,
-    is_capture_file,
-    read_capture,
-    read_copy_csv,
-)
+from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv
 from ..messages import Begin, Commit, Relation, Type
 from ..scalars import LSN, Timestamp
-from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
 from ..stream.decoder import IDLE, Decoder
+from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
 from ..wire.fast import parse
+from .inputs import Input
 
-__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RelationVersion", "Shapes", "committed", "decode_part",
-           "open_inputs", "plan", "read_records"]
+__all__ = ["Part", "Plan", "RelationVersion", "Shapes", "plan"]
 
-_POSITION_BITS = 48
 #: Tags of the messages the first pass does not parse (their transaction is all it needs).
 _ROW_TAGS = frozenset(b"IUDT")
 _NO_FACTS: dict[str, Any] = {}
-_NO_SUBXACTS: frozenset[int] = frozenset()
 _PROGRESS_BYTES = 4 << 20  # the largest run of records the first pass reads; it reports progress after each
-
-
-@dataclass(frozen=True)
-class Input:
-    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``."""
-
-    path: str
-    form: str
-    proto_version: int
-    size: int
-    first: int
-    index: int = 0
-
-    def position(self, offset: int) -> int:
-        """The stream position of the record at ``offset``."""
-        return (self.index << _POSITION_BITS) | offset
-
-
-def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None) -> list[Input]:
-    """Look at each input: its form, protocol version and size.  Capture files record their protocol
-    version; COPY-CSV files need ``proto_version``.  All inputs must agree."""
-    out: list[Input] = []
-    for index, raw in enumerate(paths):
-        path = os.fspath(raw)
-        if not os.path.exists(path):
-            raise CaptureFileError(path, "no such file")
-        if is_capture_file(path):
-            with read_capture(path) as reader:
-                version, first = reader.header.proto_version, reader.valid_end
-            form = "capture"
-        elif proto_version is None:
-            raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
-                                         "COPY-CSV form (proto_version / --proto-version)")
-        else:
-            version, first, form = proto_version, 0, "copy-csv"
-        if proto_version is not None and form == "capture" and version != proto_version:
-            raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
-                                         f"given")
-        out.append(Input(path, form, version, os.path.getsize(path), first, index))
-    versions = sorted({i.proto_version for i in out})
-    if len(versions) > 1:
-        raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
-                                            f"{versions}")
-    if not out:
-        raise ValueError("no inputs")
-    if len(out) >= 1 << (63 - _POSITION_BITS):
-        raise ValueError("too many inputs for one stream")
-    return out
-
-
-def read_records(source: Input, start: int | None = None, stop: int | None = None,
-                 tail: Callable[[TailProblem], None] | None = None, *, raw: bool = False) -> Iterator[Any]:
-    """The records (:class:`~replwire.codec.io.capture_file.CaptureRecord` s; ``raw=True``: ``(offset, lsn,
-    xid, data)`` tuples) of ``source`` that start at offsets in ``[start, stop)`` (``start`` a record boundary).
-
-    A torn or corrupt tail of a capture file ends the records; it is handed to ``tail`` if given.
-    """
-    if source.form == "capture":
-        with read_capture(source.path) as reader:
-            yield from reader.raw_records(start, stop) if raw else reader.records(start, stop)
-            if reader.tail is not None and tail is not None and (stop is None or reader.tail.offset < stop):
-                tail(reader.tail)
-        return
-    yield from read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the first pass
-
-
-@dataclass(slots=True)
-class Outcome:  # not frozen: one is made per transaction, in the serial first pass
-    """A committed transaction's facts (as :class:`~replwire.codec.Transaction` has them, without the
-    changes), and the subtransactions whose changes were rolled back."""
-
-    xid: int
-    commit_lsn: LSN
-    end_lsn: LSN
-    commit_time: Timestamp
-    origin: tuple[str, LSN] | None = None
-    gid: str | None = None
-    prepare_lsn: LSN | None = None
-    prepare_time: Timestamp | None = None
-    streamed: bool = False
-    dropped_subxacts: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -182,7 +80,11 @@ class Shapes:
 
 @dataclass
 class Part:
-    """A run of records of one input, decodable on its own with :func:`decode_part`."""
+    """A run of records of one input, decodable on its own with
+    :func:`~replwire.codec.split.decode.decode_part`: the router's ``state`` where it begins, the
+    ``outcomes`` of the committed transactions that have changes in it (by key), the subtransactions rolled
+    back inside those that had any (``dropped_subxacts``, by key), and the positions of the lone logical
+    messages in it that a resume sent again (``repeated_lone``)."""
 
     number: int
     source: Input
@@ -192,6 +94,7 @@ class Part:
     outcomes: Mapping[int, Outcome] = field(default_factory=dict)
     repeated_lone: frozenset[int] = frozenset()
     records: int = 0
+    dropped_subxacts: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -204,7 +107,7 @@ class Part:
         outcomes = self.outcomes
         packed = outcomes if isinstance(outcomes, _PackedOutcomes) else _PackedOutcomes(_pack_outcomes(outcomes))
         return (Part, (self.number, self.source, self.start, self.stop, self.state, packed, self.repeated_lone,
-                       self.records))
+                       self.records, self.dropped_subxacts))
 
     def outcome_table(self) -> dict[int, Outcome]:
         """``outcomes`` as a plain dict (unpacked first if the part arrived pickled)."""
@@ -242,16 +145,15 @@ _PACKED = (("Q", "xid"), ("Q", "commit_lsn"), ("Q", "end_lsn"), ("q", "commit_ti
 
 def _pack_outcomes(outcomes: dict[int, Outcome]) -> tuple[Any, ...]:
     """The keys, xids, commit LSNs, end LSNs and commit times as machine-word arrays (pickled as their
-    bytes), and the rarer facts -- origin, two-phase, streamed, rolled-back subtransactions -- only for the
-    transactions that have them, by index."""
+    bytes), and the rarer facts -- origin, two-phase, streamed -- only for the transactions that have them,
+    by index."""
     values = outcomes.values()
     rare = {}
     for index, o in enumerate(values):
-        if o.origin or o.gid is not None or o.prepare_lsn is not None or o.streamed or o.dropped_subxacts:
+        if o.origin or o.gid is not None or o.prepare_lsn is not None or o.streamed:
             rare[index] = (None if o.origin is None else (o.origin[0], int(o.origin[1])), o.gid,
                            None if o.prepare_lsn is None else int(o.prepare_lsn),
-                           None if o.prepare_time is None else int(o.prepare_time), o.streamed,
-                           tuple(o.dropped_subxacts))
+                           None if o.prepare_time is None else int(o.prepare_time), o.streamed)
     return (_words("q", list(outcomes)), *(_words(code, list(map(attrgetter(name), values))) for code, name in _PACKED),
             rare)
 
@@ -266,15 +168,14 @@ def _unpack_outcomes(packed: tuple[Any, ...]) -> dict[int, Outcome]:
     keys, xids, commit_lsns, end_lsns, commit_times, rare = packed
     new = int.__new__  # the values were LSNs and Timestamps already: no need to check them again
     out = {key: Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn), new(Timestamp, commit_time), None, None,
-                        None, None, False, _NO_SUBXACTS)
+                        None, None, False)
            for key, xid, commit_lsn, end_lsn, commit_time in zip(keys, xids, commit_lsns, end_lsns, commit_times)}
-    for index, (origin, gid, prepare_lsn, prepare_time, streamed, dropped) in rare.items():
+    for index, (origin, gid, prepare_lsn, prepare_time, streamed) in rare.items():
         o = out[keys[index]]
         o.origin = None if origin is None else (origin[0], new(LSN, origin[1]))
         o.gid, o.streamed = gid, streamed
         o.prepare_lsn = None if prepare_lsn is None else new(LSN, prepare_lsn)
         o.prepare_time = None if prepare_time is None else new(Timestamp, prepare_time)
-        o.dropped_subxacts = frozenset(dropped) if dropped else _NO_SUBXACTS
     return out
 
 
@@ -301,7 +202,8 @@ def plan(inputs: Sequence[Input], *, part_bytes: int = 32 * 2**20, min_parts: in
     ``min_parts`` in all, inputs permitting), and resolve what each part needs from elsewhere.
 
     Raises what the decoder raises for a stream out of order (a Commit without Begin, ...).  Errors in row
-    changes themselves (an Insert for an unknown relation, bad bytes) surface in :func:`decode_part`.
+    changes themselves (an Insert for an unknown relation, bad bytes) surface in
+    :func:`~replwire.codec.split.decode.decode_part`.
     ``progress(bytes_read, total_bytes)`` is called after each run of records (an eighth of a part, at
     most 4 MiB) and at the end.
     """
@@ -342,7 +244,7 @@ class _Skimmer:
     def __init__(self, source: Input) -> None:
         self.source = source
         self.reader = read_capture(source.path) if source.form == "capture" else None
-        self._lines: Iterator[Any] | None = None  # COPY-CSV: the lines from ``_next`` on, one read
+        self._lines: Reading | None = None  # COPY-CSV: the lines from ``_next`` on, one read
         self._next = -1
         self._carried: Any = None
 
@@ -350,32 +252,31 @@ class _Skimmer:
         """The records from ``start`` (a record boundary) while one starts below ``stop`` (and below the input's
         size as :func:`open_inputs` found it)."""
         reader, stop = self.reader, min(stop, self.source.size)
-        controls: list[tuple[int, int, bytes, int]] = []
-        append = controls.append
         if reader is not None:
-            reading = reader.skim(start, stop, _ROW_TAGS)
-            for offset, lsn, _, data in reading:
-                append((offset, lsn, data, reader.skipped))
-            after, tail = reader.skipped, reader.tail
-            stop = min(reader.valid_end, self.source.size) if tail is None else self.source.size
-            return _Skimmed(controls, after, stop, tail)
+            reading = reader.records(start, stop, raw=True, skip=_ROW_TAGS)
+            controls = list(reading)
+            tail = reading.tail
+            stop = min(reading.end, self.source.size) if tail is None else self.source.size
+            return _Skimmed(controls, reading.skipped, stop, tail)
+        controls = []
+        append = controls.append
         # COPY-CSV: lines carry no length, so the input is read in one go and cut where a run ends
         if start != self._next:
             if self._lines is not None:
-                self._lines.close()  # type: ignore[attr-defined]
+                self._lines.close()
             self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
             self._carried = None
         lines = chain((self._carried,), self._lines) if self._carried is not None else self._lines
         before, after_stop, self._carried = 0, self.source.size, None
         for line in lines:  # type: ignore[union-attr]
-            offset, lsn, _, data = line
+            offset, lsn, xid, data = line
             if offset >= stop:
                 after_stop, self._carried = offset, line
                 break
             if data and data[0] in _ROW_TAGS:
                 before += 1
             else:
-                append((offset, lsn, data, before))
+                append((offset, lsn, xid, data, before))
                 before = 0
         self._next = after_stop
         return _Skimmed(controls, before, after_stop, None)
@@ -384,7 +285,7 @@ class _Skimmer:
         if self.reader is not None:
             self.reader.close()
         if self._lines is not None:
-            self._lines.close()  # type: ignore[attr-defined]
+            self._lines.close()
 
     def __enter__(self) -> _Skimmer:
         return self
@@ -395,11 +296,11 @@ class _Skimmer:
 
 @dataclass(slots=True)
 class _Skimmed:
-    """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, data, row
-    changes just before)``, the row changes after the last, where the next run starts (the input's size
+    """What :meth:`_Skimmer.skim` read: the records that are not row changes as ``(offset, lsn, xid, data,
+    row changes just before)``, the row changes after the last, where the next run starts (the input's size
     after the last), and a torn or corrupt record that ended the input."""
 
-    controls: list[tuple[int, int, bytes, int]]
+    controls: list[tuple[int, int, int, bytes, int]]
     after: int
     stop: int
     tail: TailProblem | None
@@ -407,7 +308,7 @@ class _Skimmed:
     @property
     def records(self) -> int:
         """How many records were read: the ones kept and every row change counted."""
-        return len(self.controls) + self.after + sum(c[3] for c in self.controls)
+        return len(self.controls) + self.after + sum(c[4] for c in self.controls)
 
 
 def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
@@ -420,7 +321,7 @@ def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
     rows: list[int] = []
     version, run = source.proto_version, 0
     begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
-    for offset, lsn, data, before in skimmed.controls:
+    for offset, lsn, _, data, before in skimmed.controls:
         run += before
         tag = data[0] if data else None
         if begin is not None:
@@ -480,6 +381,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     parts: list[Part] = []
     keys: list[set[int]] = []
     outcomes: dict[int, Outcome] = {}
+    rolled_back: dict[int, frozenset[int]] = {}  # key -> its subtransactions rolled back, when it has any
     pending: dict[int, dict[str, Any]] = {}  # key -> origin / prepare / streamed, for transactions not done
     dropped: dict[int, set[int]] = {}
     repeated_lone: list[set[int]] = []
@@ -546,7 +448,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                 getattr(commit, "xid", None) or facts["xid"], commit.commit_lsn, commit.end_lsn,
                 commit.commit_time, facts.get("origin"), getattr(commit, "gid", None),
                 prepare.prepare_lsn if prepare else None, prepare.prepare_time if prepare else None,
-                facts["streamed"], frozenset(subxacts) if subxacts else _NO_SUBXACTS)
+                facts["streamed"])
+            if subxacts:
+                rolled_back[route.key] = frozenset(subxacts)  # type: ignore[index]
             result.transactions += 1
         elif kind is not DROP:  # OPEN
             pending[route.key] = {"streamed": route.streamed, "xid": message.xid}  # type: ignore[index,attr-defined]
@@ -573,7 +477,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
             # cuts fall on a grid of target bytes from the input's start, so parts are target +- a run
             # whatever the runs' sizes: no error piles up into a last part much smaller than the rest
             cut = source.first + ((run.start - source.first) // target + 1) * target
-            decoder.index += skipped
+            decoder.skip(skipped)
             skipped = 0
             part = Part(len(parts), source, run.start, run.stop, router.state())
             parts.append(part)
@@ -600,11 +504,10 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                 else:
                     last_end = end_lsn
                     outcomes[key] = Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn),
-                                            new(Timestamp, commit_time), None, None, None, None, False,
-                                            _NO_SUBXACTS)
+                                            new(Timestamp, commit_time), None, None, None, None, False)
                     plain += 1
             else:
-                decoder.index += skipped
+                decoder.skip(skipped)
                 skipped = 0
                 if len(item) == 3:
                     control(*item)
@@ -618,83 +521,15 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
             result.tails.append((source.path, run.tail))
         if progress is not None:
             progress(done + part.stop - source.first, total)
-    decoder.index += skipped
+    decoder.skip(skipped)
     result.transactions += plain
     result.records = sum(p.records for p in parts)
     for part, part_keys, lone in zip(parts, keys, repeated_lone):
         part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}
+        if rolled_back:
+            part.dropped_subxacts = {k: rolled_back[k] for k in part_keys if k in rolled_back}
         part.repeated_lone = frozenset(lone)
     if progress is not None:
         progress(total, total)
     return result
 
-
-# ---------------------------------------------------------------------------------------------------------
-# the second pass
-
-
-@dataclass(slots=True)
-class Decoded:
-    """One committed change from :func:`decode_part`: the change (see :class:`~replwire.codec.Change`; its
-    ``row_schema`` is what its tuples' values are read with), its transaction's facts (``None`` for a
-    non-transactional logical message), and its stream ``position``."""
-
-    position: int
-    change: Change
-    outcome: Outcome | None
-
-
-def decode_part(part: Part, *, typed: bool = True, rows: bool = True) -> Iterator[Decoded]:
-    """The committed changes of one part, in stream order (see the module docstring).  ``typed=False``
-    leaves the values as text (``str``) and bytes; ``rows=False`` makes no row dicts at all (``new``, ``old``
-    and ``key`` stay ``None``), for callers that read the wire tuples of ``change.message`` with
-    ``change.row_schema`` themselves."""
-    with fewer_collections():
-        yield from _decode_part(part, typed, rows)
-
-
-def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
-    router = Router.from_state(part.state)
-    decoder = router.decoder
-    maker = ChangeMaker(typed=typed and rows, rows=rows)
-    outcomes, repeated = part.outcome_table(), part.repeated_lone
-    source = part.source
-    base = source.position(0)
-    new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
-    for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
-        in_stream = decoder.in_stream
-        message = decoder.feed(data)
-        position = base | offset
-        route = router.route(message, position, in_stream)
-        if route is None:
-            continue
-        if route.kind is CHANGE:
-            outcome = outcomes.get(route.key)  # type: ignore[arg-type]
-            if outcome is None or route.value in outcome.dropped_subxacts:
-                continue
-            schema = maker.schema_for(decoder, message)
-            yield Decoded(position, maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, route.value),
-                          outcome)
-        elif route.kind is LONE and position not in repeated:
-            yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
-
-
-def committed(inputs: Sequence[Input], *, typed: bool = True,
-              tail: Callable[[str, TailProblem], None] | None = None) -> Iterator[Transaction | Change]:
-    """The single-process way to the same result: every committed transaction (and non-transactional
-    logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
-    what a resume sends again skipped (an item whose end is not past the last one's).  ``tail(path,
-    problem)`` hears of a torn capture file tail."""
-    assembler = Assembler(proto_version=inputs[0].proto_version, typed=typed)
-    last_end = -1
-    for source in inputs:
-        if source.index:
-            assembler.resume()
-        for record in read_records(source, tail=(lambda t, p=source.path: tail(p, t)) if tail else None):
-            for item in assembler.feed(record.data, lsn=record.lsn or None):
-                end = item.end_lsn if isinstance(item, Transaction) else item.lsn
-                if end is not None and end <= last_end:
-                    continue
-                if end is not None:
-                    last_end = end
-                yield item

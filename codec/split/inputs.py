@@ -1,0 +1,83 @@
+"""The inputs of split decoding: files holding consecutive segments of one captured stream, and their records.
+
+Strategy: :func:`open_inputs` looks at each file once -- its form, protocol version, where its records start
+and how big it is -- and checks they agree; :func:`read_records` reads a range of an input's records,
+whatever its form, through the one reading of each form in :mod:`replwire.codec.io.capture_file`.  A
+record's stream *position* is ``(input << 48) | byte offset`` (:meth:`Input.position`): it orders records
+across inputs and names a transaction by where it opened.
+
+Inputs are replwire capture files and the COPY-CSV form (``COPY (SELECT lsn, xid, data FROM
+pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)``), which records no protocol
+version, so one must be given for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..io.capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
+
+__all__ = ["Input", "open_inputs", "read_records"]
+
+_POSITION_BITS = 48
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``."""
+
+    path: str
+    form: str
+    proto_version: int
+    size: int
+    first: int
+    index: int = 0
+
+    def position(self, offset: int) -> int:
+        """The stream position of the record at ``offset``."""
+        return (self.index << _POSITION_BITS) | offset
+
+
+def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None) -> list[Input]:
+    """Look at each input: its form, protocol version and size.  Capture files record their protocol
+    version; COPY-CSV files need ``proto_version``.  All inputs must agree."""
+    out: list[Input] = []
+    for index, raw in enumerate(paths):
+        path = os.fspath(raw)
+        if not os.path.exists(path):
+            raise CaptureFileError(path, "no such file")
+        if is_capture_file(path):
+            with read_capture(path) as reader:
+                version, first = reader.header.proto_version, reader.header_end
+            form = "capture"
+        elif proto_version is None:
+            raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
+                                         "COPY-CSV form (proto_version / --proto-version)")
+        else:
+            version, first, form = proto_version, 0, "copy-csv"
+        if proto_version is not None and form == "capture" and version != proto_version:
+            raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
+                                         f"given")
+        out.append(Input(path, form, version, os.path.getsize(path), first, index))
+    versions = sorted({i.proto_version for i in out})
+    if len(versions) > 1:
+        raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
+                                            f"{versions}")
+    if not out:
+        raise ValueError("no inputs")
+    if len(out) >= 1 << (63 - _POSITION_BITS):
+        raise ValueError("too many inputs for one stream")
+    return out
+
+
+def read_records(source: Input, start: int | None = None, stop: int | None = None, *,
+                 raw: bool = False) -> Reading:
+    """A :class:`~replwire.codec.io.capture_file.Reading` of the records of ``source`` that start at offsets in
+    ``[start, stop)`` (``start`` a record boundary): :class:`~replwire.codec.io.capture_file.CaptureRecord`
+    s, or ``(offset, lsn, xid, data)`` tuples with ``raw=True``.  A torn or corrupt tail of a capture file
+    ends the records and is the reading's ``tail``; the file is closed when the reading ends."""
+    if source.form == "capture":
+        return read_capture(source.path).records(start, stop, raw=raw, closing=True)
+    return read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
