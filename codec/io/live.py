@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...schema import highest_proto_version
 from ..errors import ReplwireError
 from ..messages import (
     Commit,
@@ -94,8 +95,8 @@ class CaptureSettings:
         return out
 
     def protocol(self, server_version: int) -> int:
-        highest = (4 if server_version >= 160000 else 3 if server_version >= 150000
-                   else 2 if server_version >= 140000 else 1)
+        """The protocol version this capture uses on the server: the one asked for, checked, or the highest."""
+        highest = highest_proto_version(server_version)
         if self.proto_version is None:
             return highest
         if not 1 <= self.proto_version <= highest:
