@@ -9,9 +9,10 @@ This package imports construct only.
 
 from . import capture, dml, envelope, logical_message, relation, stream, transaction, twophase
 from .core import FieldMeta, MessageSpec
+from .versions import PROTO_FIRST_SERVER, highest_proto_version
 
 #: Highest pgoutput protocol version (PostgreSQL 16 and later).
-MAX_PROTO_VERSION = 4
+MAX_PROTO_VERSION = max(PROTO_FIRST_SERVER)
 
 #: Every pgoutput message, in the order of the PostgreSQL documentation's families.
 LOGICAL_MESSAGES: tuple[MessageSpec, ...] = (
@@ -38,5 +39,5 @@ RECORDS = {"RelationColumn": relation.RELATION_COLUMN, "TupleColumn": dml.TUPLE_
 
 assert len(LOGICAL) == len(LOGICAL_MESSAGES), "two logical messages share a tag"
 
-__all__ = ["CAPTURE_FILE", "ENVELOPE", "LOGICAL", "LOGICAL_MESSAGES", "MAX_PROTO_VERSION", "RECORDS", "FieldMeta",
-           "MessageSpec"]
+__all__ = ["CAPTURE_FILE", "ENVELOPE", "LOGICAL", "LOGICAL_MESSAGES", "MAX_PROTO_VERSION", "PROTO_FIRST_SERVER",
+           "RECORDS", "FieldMeta", "MessageSpec", "highest_proto_version"]

@@ -9,14 +9,14 @@ every table shape with its columns, key columns, replica identity and row count,
 know before it folds: the ``(commit_lsn, position)`` of each TRUNCATE, and whether an update carried the
 row's old key or old image.
 
-:func:`apply` turns those changes into the current state of each table: rows are ordered by
-``(commit_lsn, position)`` -- the order the server committed them in -- and folded per key (the replica
-identity columns): an insert sets the row, an update replaces it (an unchanged TOASTed value keeps the value
-the row had), a delete removes it, a TRUNCATE empties the table.  Keys are spread over Spark tasks by hash,
-unless an update carried an old key -- the server sends one when the key changed (and, rarely, when a key
-value was stored out of line) -- or the table has REPLICA IDENTITY FULL (rows are then matched by their
-whole old image), in which case one task folds that table in order; tables are folded at the same time, each
-from a driver thread of its own.  The result is written as Parquet:
+:func:`apply` turns those changes into the current state of each table: rows are ordered by ``(commit_lsn,
+position)`` -- the order the server committed them in -- and folded per key (the replica identity columns)
+by :mod:`replwire.codec.stream.fold`: an insert sets the row, an update replaces it (an unchanged TOASTed
+value keeps the value the row had), a delete removes it, a TRUNCATE empties the table.  Keys are spread over
+Spark tasks by hash, unless an update carried an old key -- the server sends one when the key changed (and,
+rarely, when a key value was stored out of line) -- or the table has REPLICA IDENTITY FULL (rows are then
+matched by their whole old image), in which case one task folds that table in order; tables are folded at
+the same time, each from a driver thread of its own.  The result is written as Parquet:
 ``OUT/<schema>.<table>/`` with the table's columns (its last shape), ``_unrepresentable`` (see
 :mod:`replwire.spark.types`) and ``_unchanged_toast`` -- the columns whose value the stream never carried
 (an unchanged TOASTed value of a row last written before the capture began), which stay null.  These two,
@@ -31,7 +31,7 @@ import json
 import os
 import shutil
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,98 +217,37 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
 
 def _fold(batches: Iterator[Any], columns: list[str], key: list[str], truncates: list[tuple[int, int]],
           arrow_schema: Any) -> Iterator[Any]:
-    """Spark task: fold ordered change rows into the current rows (see the module docstring).
+    """Spark task: :func:`replwire.codec.stream.fold.fold` over ordered change rows, as Arrow batches.
 
     A batch holds ``op, commit_lsn, position``, the table's ``columns``, ``_before`` (the old image's
     ``key`` columns: all a fold matches by), ``_unchanged_toast`` and ``_unrepresentable`` (as a JSON
-    object), in that order, whatever their names; it is read a column at a time.  The rows handed back
-    have ``arrow_schema``: the ``columns``, then the unrepresentable values, then the unknown columns,
-    whatever their names.  A row of the state is one tuple: its values, the sorted names of its columns of
-    unknown value (or None), its unrepresentable values (a dict, or None).  Tuples of plain values are what
-    the cyclic garbage collector stops tracking, and :func:`~replwire.codec.collector.fewer_collections`
-    makes it walk the state less often.  ``state`` holds the first row of each identity, ``more`` the later
-    ones (rows of a REPLICA IDENTITY FULL table can be equal), which an update or delete meets after the
-    first.  A TRUNCATE empties the state at the first row at or after each of ``truncates``, and at its own
-    row when this task sees it.
+    object), in that order, whatever their names; it is read a column at a time into the fold's changes.
+    The rows handed back have ``arrow_schema``: the ``columns``, then the unrepresentable values, then the
+    unknown columns, whatever their names.
     """
     import json
-    import operator
+    from itertools import chain, repeat
 
     import pyarrow as pa
 
-    from replwire.codec.collector import fewer_collections
+    from replwire.codec.stream.fold import fold
 
     width = len(columns)
-    index = {name: i for i, name in enumerate(columns)}
-    ident = operator.itemgetter(*[index[k] for k in key])  # a value, or a tuple for a key of several columns
-    old_ident = operator.itemgetter(*range(len(key)))  # the same from the old image's key columns
     loads = json.loads
-    state: dict[Any, tuple[Any, ...]] = {}
-    more: dict[Any, list[tuple[Any, ...]]] = {}
-    cuts = iter(truncates)
-    cut = next(cuts, None)
 
-    with fewer_collections():
-        for batch in batches:
-            before = batch.column(3 + width)
-            changes = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), batch.column(2).to_pylist(),
-                          zip(*[batch.column(3 + i).to_pylist() for i in range(width)]),
-                          before.is_valid().to_pylist(), zip(*[f.to_pylist() for f in before.flatten()]),
-                          batch.column(4 + width).to_pylist(), batch.column(5 + width).to_pylist())
-            for op, lsn, position, new, has_before, old, toast, odd in changes:
-                while cut is not None and cut <= (lsn, position):
-                    state.clear()
-                    more.clear()
-                    cut = next(cuts, None)
-                if op == "insert":
-                    row = (*new, None, (loads(odd) or None) if odd else None)
-                elif op == "truncate":
-                    state.clear()
-                    more.clear()
-                    continue
-                else:
-                    found = old_ident(old) if has_before else ident(new)
-                    previous = state.get(found)
-                    if previous is not None:
-                        later = more.get(found)
-                        if later:
-                            state[found] = later.pop(0)
-                            if not later:
-                                del more[found]
-                        else:
-                            del state[found]
-                    if op == "delete":
-                        continue
-                    if not toast:
-                        row = (*new, None, (loads(odd) or None) if odd else None)
-                    else:  # unchanged TOASTed values keep what the row had
-                        values = list(new)
-                        odd = loads(odd) if odd else {}
-                        unknown: set[str] = set()
-                        for name in toast:
-                            i = index[name]
-                            if previous is not None and (previous[width] is None or name not in previous[width]):
-                                values[i] = previous[i]
-                                if previous[width + 1] is not None and name in previous[width + 1]:
-                                    odd[name] = previous[width + 1][name]
-                            else:
-                                unknown.add(name)
-                        row = (*values, tuple(sorted(unknown)) or None, odd or None)
-                found = ident(row)
-                if found in state:
-                    more.setdefault(found, []).append(row)
-                else:
-                    state[found] = row
-    rows: list[tuple[Any, ...]]
-    if more:
-        rows = []
-        for found, row in state.items():
-            rows.append(row)
-            rows.extend(more.get(found, ()))
-    else:
-        rows = list(state.values())
-    state.clear()
-    more.clear()
+    def changes(batch: Any) -> Iterator[Any]:
+        before, odd = batch.column(3 + width), batch.column(5 + width)
+        # most batches carry no old key and nothing unrepresentable: no per-row work for those
+        olds: Iterable[Any] = repeat(None) if before.null_count == len(before) else [
+            old if valid else None for valid, old in
+            zip(before.is_valid().to_pylist(), zip(*[f.to_pylist() for f in before.flatten()]))]
+        odds: Iterable[Any] = repeat(None) if odd.null_count == len(odd) else [
+            loads(text) if text else None for text in odd.to_pylist()]
+        return zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), batch.column(2).to_pylist(),
+                   zip(*[batch.column(3 + i).to_pylist() for i in range(width)]), olds,
+                   batch.column(4 + width).to_pylist(), odds)
+
+    rows = fold(chain.from_iterable(map(changes, batches)), columns, key, truncates)
     types = arrow_schema.types  # by place: a table may have columns named like the last two
     for start in range(0, max(1, len(rows)), _FOLD_BATCH_ROWS):
         chunk = rows[start:start + _FOLD_BATCH_ROWS]

@@ -79,6 +79,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from replwire.codec.errors import ReplwireError
+from replwire.codec.io.slot import SlotError, check_slot, server_version, wal_end
 from replwire.codec.scalars import LSN
 
 from .options import Options
@@ -92,9 +93,6 @@ _PEEK = "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s::te
 _MARKS = ("SELECT n, total, data FROM (SELECT n, count(*) OVER () AS total, data FROM " + _PEEK
           + " WITH ORDINALITY AS peeked(lsn, xid, data, n)) AS counted"
           " WHERE substr(data, 1, 1) IN ('\\x43'::bytea, '\\x4d'::bytea) OR n = total")
-#: Where the WAL a peek will read ends, at least (the replay position on a standby).
-_WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
-            "ELSE pg_current_wal_flush_lsn() END)::text")
 
 
 class StreamError(ReplwireError, RuntimeError):
@@ -195,32 +193,17 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _slot(self, conn: Any, start: LSN | None = None) -> LSN:
         """The slot's confirmed position, after checking the slot (creating it with ``createSlot``); an error
         when it has moved past ``start``, the offset the query goes on from."""
-        if self._peek is None:
-            version = int(conn.execute("SELECT current_setting('server_version_num')").fetchone()[0])
-            self._peek = self.options.peek_arguments(version)
         slot = self.options.slot
-        row = conn.execute("SELECT plugin, confirmed_flush_lsn::text, to_jsonb(s) ->> 'two_phase', database "
-                           "FROM pg_replication_slots AS s WHERE slot_name = %s", (slot,)).fetchone()
-        if row is None:
-            if not self.options.create_slot:
-                raise StreamError(f"replwire: replication slot {slot!r} does not exist (create it, or set the "
-                                  "option createSlot to true)")
-            # created now, at the current WAL position: past the offset of a query that had read the slot before
-            position = LSN(conn.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-                                        (slot,)).fetchone()[0])
-        else:
-            plugin, confirmed, two_phase, database = row
-            if plugin != "pgoutput":
-                raise StreamError(f"replwire: slot {slot!r} uses {plugin or 'no plugin (a physical slot)'}, "
-                                  "not pgoutput")
-            if two_phase == "true":
-                raise StreamError(f"replwire: slot {slot!r} was created with two_phase, which makes the server send "
-                                  "a prepared transaction at PREPARE; this source needs it at COMMIT PREPARED (use a "
-                                  "slot without two_phase)")
-            here = conn.execute("SELECT current_database()").fetchone()[0]
-            if database != here:
-                raise StreamError(f"replwire: slot {slot!r} belongs to database {database!r}, not {here!r}")
-            position = LSN(confirmed)
+        with conn.cursor() as cur:
+            if self._peek is None:
+                self._peek = self.options.peek_arguments(server_version(cur))
+            try:
+                # A slot created now is at the current WAL position: past the offset of a query that had read
+                # the slot before.
+                position = check_slot(cur, slot, two_phase=False, create=self.options.create_slot,
+                                      hint="(create it, or set the option createSlot to true)")
+            except SlotError as error:
+                raise StreamError(f"replwire: {error}") from None
         if start is not None and position > start:
             raise StreamError(f"replwire: slot {slot!r} is confirmed up to {position}, past the query's offset "
                               f"{start}: the changes in between are gone (was the slot advanced by something "
@@ -238,8 +221,8 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_changes)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with self._connect() as conn:
-            self._target = LSN(conn.execute(_WAL_END).fetchone()[0])
+        with self._connect() as conn, conn.cursor() as cur:
+            self._target = wal_end(cur)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:  # type: ignore[override]
         """The last completed position after ``start`` within the read limit; ``start`` when there is none."""
@@ -250,9 +233,10 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._slot(conn, begin)
             assert self._peek is not None
             proto, arguments = self._peek
-            wal_end = LSN(conn.execute(_WAL_END).fetchone()[0])
+            with conn.cursor() as cur:
+                server_end = wal_end(cur)
             if target is not None:
-                wal_end = min(wal_end, target)
+                server_end = min(server_end, target)
             ask = max_rows
             while True:
                 marks, total = _marks(conn, self.options.slot, target, ask, proto, arguments)
@@ -270,8 +254,8 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             within = [position for rows, position in fresh if max_rows is None or rows <= max_rows]
             latest = within[-1] if within else fresh[0][1]
         everything = not cut and (not fresh or latest == fresh[-1][1])
-        if everything and wal_end > latest and wal_end - latest >= self.options.idle_advance_bytes:
-            latest = wal_end  # nothing for this slot up to there: let the server forget that WAL
+        if everything and server_end > latest and server_end - latest >= self.options.idle_advance_bytes:
+            latest = server_end  # nothing for this slot up to there: let the server forget that WAL
         return _offset(latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LsnRange]:

@@ -33,8 +33,13 @@ FAMILIES = {
     "envelope": "Walsender envelope",
 }
 
-#: The first PostgreSQL major of each protocol version.
-PROTO_SERVER = {1: 10, 2: 14, 3: 15, 4: 16}
+#: What each protocol version adds, for the version matrix (its servers come from the declarations).
+PROTO_ADDS = {
+    1: "the base messages; Truncate from 11",
+    2: "`streaming`, `binary` (`b` columns), `messages` (Message)",
+    3: "`two_phase`",
+    4: "`streaming = parallel` (the Stream Abort tail), `origin`",
+}
 
 
 class DocsError(RuntimeError):
@@ -419,17 +424,17 @@ def version_matrix() -> str:
             options = ", ".join(f"`{o}`" for o in spec.options) or "–"
             lines.append(f"| {link} | `{spec.tag}` | {protos} | {first_server(spec)} and later | {options} |")
     lines += ["", "## Highest protocol version per server", "",
-              "| Server | Highest `proto_version` | Adds |", "|---|---|---|",
-              "| PostgreSQL 10–13 | 1 | the base messages; Truncate from 11 |",
-              "| PostgreSQL 14 | 2 | `streaming`, `binary` (`b` columns), `messages` (Message) |",
-              "| PostgreSQL 15 | 3 | `two_phase` |",
-              "| PostgreSQL 16–18 | 4 | `streaming = parallel` (the Stream Abort tail), `origin` |", ""]
-    return "\n".join(lines)
+              "| Server | Highest `proto_version` | Adds |", "|---|---|---|"]
+    for proto, first in sorted(schema.PROTO_FIRST_SERVER.items()):
+        last = schema.PROTO_FIRST_SERVER.get(proto + 1, 0) - 1
+        servers = (f"{first} and later" if last < 0 else str(first) if last == first else f"{first}–{last}")
+        lines.append(f"| PostgreSQL {servers} | {proto} | {PROTO_ADDS[proto]} |")
+    return "\n".join(lines + [""])
 
 
 def first_server(spec: MessageSpec) -> str:
     """The first PostgreSQL release that sends the message."""
-    return f"PostgreSQL {max(spec.since_server, PROTO_SERVER.get(spec.min_proto, 10))}"
+    return f"PostgreSQL {max(spec.since_server, schema.PROTO_FIRST_SERVER[spec.min_proto])}"
 
 
 def reference_index() -> str:

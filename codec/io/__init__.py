@@ -1,1 +1,2 @@
-"""The only modules that open files or connections: capture files and COPY-CSV, and live capture."""
+"""The only modules that open files or connections: capture files and COPY-CSV, checking and creating a
+replication slot, and live capture."""

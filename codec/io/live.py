@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...schema import highest_proto_version
 from ..errors import ReplwireError
 from ..messages import (
     Commit,
@@ -50,7 +51,9 @@ from ..messages import (
 )
 from ..scalars import LSN
 from ..stream.decoder import IDLE, Decoder
+from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+from .slot import quote_identifier
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -94,18 +97,14 @@ class CaptureSettings:
         return out
 
     def protocol(self, server_version: int) -> int:
-        highest = (4 if server_version >= 160000 else 3 if server_version >= 150000
-                   else 2 if server_version >= 140000 else 1)
+        """The protocol version this capture uses on the server: the one asked for, checked, or the highest."""
+        highest = highest_proto_version(server_version)
         if self.proto_version is None:
             return highest
         if not 1 <= self.proto_version <= highest:
             raise CaptureError(f"the server ({server_version}) supports protocol versions 1 to {highest}, "
                                f"not {self.proto_version}")
         return self.proto_version
-
-
-def quote_identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def completed_position(message: WireMessage) -> LSN | None:
@@ -216,37 +215,14 @@ class LiveCapture:
         conn.autocommit = True
         try:
             cur = conn.cursor()
-            cur.execute("SELECT current_setting('server_version_num')::int")
-            server_version = cur.fetchone()[0]
-            cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.settings.publication,))
-            if cur.fetchone() is None:
-                if not self.create_publication:
-                    raise CaptureError(f"publication {self.settings.publication!r} does not exist "
-                                       "(create it, or pass create_publication / --create-publication)")
-                cur.execute(f"CREATE PUBLICATION {quote_identifier(self.settings.publication)} FOR ALL TABLES")
-            cur.execute("SELECT plugin, confirmed_flush_lsn::text, two_phase FROM pg_replication_slots "
-                        "WHERE slot_name = %s" if server_version >= 150000 else
-                        "SELECT plugin, confirmed_flush_lsn::text, false FROM pg_replication_slots "
-                        "WHERE slot_name = %s", (self.settings.slot,))
-            row = cur.fetchone()
-            if row is None:
-                if not self.create_slot:
-                    raise CaptureError(f"replication slot {self.settings.slot!r} does not exist")
-                if self.settings.two_phase:
-                    cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput', false, true)",
-                                (self.settings.slot,))
-                else:
-                    cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-                                (self.settings.slot,))
-                confirmed = LSN(cur.fetchone()[0])
-            else:
-                plugin, confirmed_text, two_phase = row
-                if plugin != "pgoutput":
-                    raise CaptureError(f"slot {self.settings.slot!r} uses {plugin}, not pgoutput")
-                if self.settings.two_phase and not two_phase:
-                    raise CaptureError(f"slot {self.settings.slot!r} was not created with two_phase")
-                confirmed = LSN(confirmed_text or "0/0")
-            return server_version, confirmed
+            version = slot.server_version(cur)
+            slot.check_publication(cur, self.settings.publication, create=self.create_publication,
+                                   hint="(create it, or pass create_publication / --create-publication)")
+            confirmed = slot.check_slot(cur, self.settings.slot, two_phase=self.settings.two_phase or None,
+                                        create=self.create_slot)
+            return version, confirmed
+        except slot.SlotError as error:
+            raise CaptureError(str(error)) from None
         finally:
             conn.close()
 
@@ -442,8 +418,7 @@ class _SqlBatch:
         least (taken just before it)."""
         writer, progress = self.writer, self.progress
         with conn.cursor() as cur:
-            cur.execute(_WAL_END)
-            wal_end = LSN(cur.fetchone()[0])
+            wal_end = slot.wal_end(cur)
         progress.server_lsn = max(progress.server_lsn, wal_end)
         rows = 0
         with conn.cursor(name="replwire_peek") as cur:  # server-side: a large transaction comes in pieces
@@ -468,8 +443,3 @@ class _SqlBatch:
         """Drop what was appended after the last completed position, and fsync: on disk before the slot moves."""
         self.writer.rewind(self.kept)
         self.writer.sync()
-
-
-#: The WAL position a call of the SQL functions reads up to, at least (the replay position on a standby).
-_WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
-            "ELSE pg_current_wal_flush_lsn() END)::text")

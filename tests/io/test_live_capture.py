@@ -80,6 +80,40 @@ def test_unknown_publication_is_a_clear_error(pg18, tmp_path):
         LiveCapture(pg18.dsn, tmp_path / "x.rwcap", settings).run(idle_exit=0.1)
 
 
+@pytest.mark.parametrize("major", [15, 18])
+def test_slot_checks_are_clear_errors(major, request, tmp_path):
+    server = request.getfixturevalue(f"pg{major}")
+
+    def capture(slot, **settings):
+        settings = CaptureSettings(slot=slot, publication="checks_pub", **settings)
+        LiveCapture(server.dsn, tmp_path / f"{slot}.rwcap", settings, create_slot=False).run(idle_exit=0.1)
+
+    with server.connect() as conn:
+        conn.execute("CREATE PUBLICATION checks_pub FOR ALL TABLES")
+        conn.execute("SELECT pg_create_physical_replication_slot('checks_physical')")
+        conn.execute("SELECT pg_create_logical_replication_slot('checks_decoding', 'test_decoding')")
+        conn.execute("SELECT pg_create_logical_replication_slot('checks_one_phase', 'pgoutput')")
+        try:
+            with pytest.raises(CaptureError, match="replication slot 'checks_missing' does not exist"):
+                capture("checks_missing")
+            with pytest.raises(CaptureError, match=r"slot 'checks_physical' uses no plugin \(a physical slot\), "
+                                                   "not pgoutput"):
+                capture("checks_physical")
+            with pytest.raises(CaptureError, match="slot 'checks_decoding' uses test_decoding, not pgoutput"):
+                capture("checks_decoding")
+            with pytest.raises(CaptureError, match="slot 'checks_one_phase' was not created with two_phase"):
+                capture("checks_one_phase", two_phase=True)
+            settings = CaptureSettings(slot="checks_two_phase", publication="checks_pub", two_phase=True)
+            LiveCapture(server.dsn, tmp_path / "created.rwcap", settings).run(idle_exit=0.1)  # created as asked
+            assert conn.execute("SELECT plugin, to_jsonb(s) ->> 'two_phase' FROM pg_replication_slots AS s "
+                                "WHERE slot_name = 'checks_two_phase'").fetchone() == ("pgoutput", "true")
+        finally:
+            for slot in ("checks_physical", "checks_decoding", "checks_one_phase", "checks_two_phase"):
+                conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                             "WHERE slot_name = %s", (slot,))
+            conn.execute("DROP PUBLICATION checks_pub")
+
+
 def test_settings_are_checked_against_the_server():
     with pytest.raises(CaptureError, match="streaming=parallel needs protocol 4"):
         CaptureSettings(slot="s", publication="p", proto_version=3, streaming="parallel").options(180000)

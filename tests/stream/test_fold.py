@@ -1,50 +1,32 @@
-"""The fold of ``apply`` (:func:`replwire.spark.jobs._fold`) on hand-made change rows, without Spark.
+"""The fold of ``apply`` (:func:`replwire.codec.stream.fold.fold`) on hand-made changes.
 
-Each case lists the change rows in commit order, as a fold task is handed them, and the current rows
-worked out by hand from the rules of :mod:`replwire.spark.jobs`' docstring: an insert sets the row, an
-update replaces the row its old key (or, without an old image, its new key) names, an unchanged TOASTed
-value keeps the value the row had (and its unrepresentable text), or is unknown if the row was never seen,
-a delete removes the row, a TRUNCATE empties the table.
+Each case lists the changes in commit order, as a fold is handed them, and the current rows worked out by
+hand from the rules of :mod:`replwire.codec.stream.fold`'s docstring: an insert sets the row, an update
+replaces the row its old key (or, without an old image, its new key) names, an unchanged TOASTed value
+keeps the value the row had (and its unrepresentable text), or is unknown if the row was never seen, a
+delete removes the row, a TRUNCATE empties the table.
 """
 
 from __future__ import annotations
 
-import json
-
-import pytest
-
-pa = pytest.importorskip("pyarrow")
-
-from replwire.spark.jobs import _fold  # noqa: E402
-
-TOAST = pa.list_(pa.field("element", pa.string(), nullable=False))
-ODD = pa.map_(pa.string(), pa.string())
+from replwire.codec.stream.fold import fold as fold_changes
 
 
-def fold(columns, types, key, changes, truncates=(), batch_rows=2):
+def fold(columns, key, changes, truncates=()):
     """Run the fold over ``changes`` -- (op, commit_lsn, position, values, old key or None, unchanged TOAST
-    names or None, unrepresentable dict or None) -- cut into batches of ``batch_rows``; the current rows
-    as sorted (values..., unrepresentable items, unknown columns) tuples."""
-    fields = [pa.field(c, t) for c, t in zip(columns, types)]
-    key_fields = [fields[columns.index(k)] for k in key]
-    schema = pa.schema([pa.field("op", pa.string()), pa.field("commit_lsn", pa.int64()),
-                        pa.field("position", pa.int64()), *fields, pa.field("_before", pa.struct(key_fields)),
-                        pa.field("_unchanged_toast", TOAST), pa.field("_unrepresentable", pa.string())])
-    rows = [{"op": op, "commit_lsn": lsn, "position": position, **dict(zip(columns, values)),
-             "_before": dict(zip(key, old)) if old is not None else None, "_unchanged_toast": toast,
-             "_unrepresentable": json.dumps(odd) if odd is not None else None}
-            for op, lsn, position, values, old, toast, odd in changes]
-    batches = [pa.RecordBatch.from_pylist(rows[i:i + batch_rows], schema=schema)
-               for i in range(0, len(rows), batch_rows)]
-    out_schema = pa.schema([*fields, pa.field("_unrepresentable", ODD), pa.field("_unchanged_toast", TOAST)])
-    result = pa.Table.from_batches(list(_fold(iter(batches), columns, key, list(truncates), out_schema)),
-                                   schema=out_schema)
-    return sorted((*(r[c] for c in columns), tuple(sorted(r["_unrepresentable"] or ())),
-                   tuple(r["_unchanged_toast"] or ())) for r in result.to_pylist())
+    names or None, unrepresentable dict or None), handed over as an iterator; the current rows as sorted
+    (values..., unrepresentable items, unknown columns) tuples."""
+    width = len(columns)
+    rows = fold_changes(iter(changes), columns, key, list(truncates))
+    for row in rows:
+        assert len(row) == width + 2
+        assert row[width] is None or (row[width] and list(row[width]) == sorted(row[width]))
+        assert row[width + 1] is None or (isinstance(row[width + 1], dict) and row[width + 1])
+    return sorted((*row[:width], tuple(sorted((row[width + 1] or {}).items())), tuple(row[width] or ()))
+                  for row in rows)
 
 
 COLUMNS = ["id", "v", "n", "t"]
-TYPES = [pa.int32(), pa.string(), pa.string(), pa.string()]
 
 
 def test_fold_insert_update_delete_and_unchanged_toast():
@@ -59,7 +41,7 @@ def test_fold_insert_update_delete_and_unchanged_toast():
         ("update", 14, 8, (4, "d2", "4", None), None, ["t"], None),  # still unknown
         ("update", 14, 9, (3, "c2", None, None), None, [], {"n": "Infinity"}),  # no unchanged TOAST
     ]
-    assert fold(COLUMNS, TYPES, ["id"], changes) == [
+    assert fold(COLUMNS, ["id"], changes) == [
         (3, "c2", None, None, (("n", "Infinity"),), ()),
         (4, "d2", "4", None, (), ("t",)),
         (20, "b2", None, "T2", (("n", "NaN"),), ()),
@@ -74,7 +56,7 @@ def test_fold_key_changes_chain_and_reuse_of_a_key():
         ("insert", 4, 4, (1, "again", None, "U"), None, None, None),  # key 1 free again
         ("delete", 5, 5, (None, None, None, None), (3,), None, None),  # delete with the old key only
     ]
-    assert fold(COLUMNS, TYPES, ["id"], changes) == [(1, "again", None, "U", (), ())]
+    assert fold(COLUMNS, ["id"], changes) == [(1, "again", None, "U", (), ())]
 
 
 def test_fold_truncate_seen_by_the_task_and_announced_to_it():
@@ -86,15 +68,15 @@ def test_fold_truncate_seen_by_the_task_and_announced_to_it():
         ("update", 3, 5, (2, "b2", None, None), None, ["t"], None),  # its row went with the TRUNCATE
     ]
     after = [(2, "b2", None, None, (), ("t",)), (3, "c", None, "T3", (), ())]
-    assert fold(COLUMNS, TYPES, ["id"], changes) == after  # the task meets the TRUNCATE row
+    assert fold(COLUMNS, ["id"], changes) == after  # the task meets the TRUNCATE row
     without_it = [c for c in changes if c[0] != "truncate"]  # another task got it: only its place is told
-    assert fold(COLUMNS, TYPES, ["id"], without_it, truncates=[(2, 3)]) == after
-    assert fold(COLUMNS, TYPES, ["id"], without_it) == [  # not told: nothing emptied
+    assert fold(COLUMNS, ["id"], without_it, truncates=[(2, 3)]) == after
+    assert fold(COLUMNS, ["id"], without_it) == [  # not told: nothing emptied
         (1, "a", None, "T1", (), ()), (2, "b2", None, "T2", (), ()), (3, "c", None, "T3", (), ())]
 
 
 def test_fold_replica_identity_full_matches_whole_old_images_one_row_at_a_time():
-    columns, types = ["a", "b"], [pa.int32(), pa.string()]
+    columns = ["a", "b"]
     changes = [
         ("insert", 1, 1, (1, "x"), None, None, None),
         ("insert", 1, 2, (1, "x"), None, None, None),  # the same row twice
@@ -105,9 +87,19 @@ def test_fold_replica_identity_full_matches_whole_old_images_one_row_at_a_time()
         ("update", 3, 7, (3, "w"), (3, None), None, None),  # a NULL in the old image matches a NULL
         ("delete", 4, 8, (None, None), (2, "y"), None, None),  # no such row any more: nothing
     ]
-    assert fold(columns, types, columns, changes, batch_rows=3) == [
+    assert fold(columns, columns, changes) == [
         (1, "x", (), ()), (2, "z", (), ()), (3, "w", (), ())]
 
 
-def test_fold_of_nothing_is_an_empty_batch_of_the_schema():
-    assert fold(COLUMNS, TYPES, ["id"], []) == []
+def test_fold_of_nothing_is_no_rows():
+    assert fold(COLUMNS, ["id"], []) == []
+
+
+def test_fold_leaves_the_changes_it_is_handed_as_they_were():
+    odd = {"n": "NaN"}
+    changes = [
+        ("insert", 1, 1, (1, "a", None, None), None, None, {"t": "x"}),
+        ("update", 2, 2, (1, "b", None, None), None, ["t"], odd),  # t's text comes from the insert
+    ]
+    assert fold(COLUMNS, ["id"], changes) == [(1, "b", None, None, (("n", "NaN"), ("t", "x")), ())]
+    assert odd == {"n": "NaN"}
