@@ -118,9 +118,9 @@ class Step:
         if prepare:
             conn.execute(prepare)
             time.sleep(0.02)  # the commit time must not be the prepare time
-        self.commit_after = clock_us(conn)
+        self.clock_before_commit = clock_us(conn)
         conn.execute(commit)
-        self.commit_before = clock_us(conn)
+        self.clock_after_commit = clock_us(conn)
         self.wal_after = wal(conn)
 
 
@@ -188,7 +188,7 @@ def check_transaction(events, step, item_events) -> None:
         source = event["source"]
         assert source["txId"] == step.xid
         assert step.wal_before <= source["lsn"] <= step.wal_after
-        assert step.commit_after <= source["ts_us"] <= step.commit_before  # the commit time
+        assert step.clock_before_commit <= source["ts_us"] <= step.clock_after_commit  # the commit time
         assert start <= event["ts_us"] <= end  # the time the event was made
         assert source["version"] == "replwire-9.9.9" and source["name"] == "replwire" and source["db"] == ""
         assert event["transaction"]["id"].startswith(f"{step.xid}:")
