@@ -163,13 +163,16 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
                 type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path))
 @click.option("--proto-version", type=click.IntRange(1, 4),
               help="Protocol version of COPY-CSV inputs (capture files record their own).")
-@click.option("--format", "output_format", type=click.Choice(["jsonl", "table"]), default="jsonl",
-              show_default=True, help="One JSON object per change, or a readable table.")
+@click.option("--format", "output_format", type=click.Choice(["jsonl", "table", "debezium"]), default="jsonl",
+              show_default=True, help="One JSON object per change, a readable table, or Debezium's change-event "
+                                      "values (one JSON object per event).")
 def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, output_format: str) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
-    transaction that appears again after a resume is printed once.
+    transaction that appears again after a resume is printed once.  ``--format debezium`` prints each
+    change as the value of the event Debezium's PostgreSQL connector sends for it (JSON converter,
+    schemas.enable=false).
     """
     from ..collector import fewer_collections
     from ..io.capture_file import CaptureFileError, TailProblem
@@ -179,6 +182,12 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
 
     inputs = _decode_inputs(files, proto_version)
     table = _ChangeTable() if output_format == "table" else None
+    if output_format == "debezium":
+        from ..stream.debezium import DebeziumEvents
+
+        objects = DebeziumEvents(_version()).events
+    else:
+        objects = jsonl.objects
     # One encoder, and stdout written without click.echo's flush after every line (a write system call per
     # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
     stdout = click.get_text_stream("stdout")
@@ -196,7 +205,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
         try:
             for item in committed(inputs, tail=warn, repeated=repeated):
                 counts["transactions"] += isinstance(item, Transaction)
-                for obj in jsonl.objects(item):
+                for obj in objects(item):
                     counts["changes"] += 1
                     if table is not None:
                         table.add(obj)
