@@ -192,8 +192,8 @@ def profile(corpus: corpora.Corpus, top: int = 14) -> dict[str, Any]:
 
 
 def direct_parse_loop(tables: dict[str, Any]) -> Callable[[codec_registry.Groups], None]:
-    """A parse loop that calls the generated functions of ``tables`` (the fast module's globals) straight
-    from its dispatch tables, without the public ``parse`` around them (for the breakdown)."""
+    """A parse loop that calls the generated functions of ``tables`` (the generated module's globals)
+    straight from its dispatch tables, without the public ``parse`` around them (for the breakdown)."""
     out, inn, envelope = tables["_PARSE_OUT"], tables["_PARSE_IN"], tables["_PARSE_ENVELOPE"]["server"]
 
     def loop(groups: codec_registry.Groups) -> None:
@@ -211,7 +211,7 @@ def breakdown(corpus: corpora.Corpus, rounds: int) -> dict[str, Any]:
     codecs = {c.name: c for c in codec_registry.all_codecs()}
     steps = {
         "replwire-fast (public parse)": codecs["replwire-fast"].parse_loop,
-        "generated functions, called directly": direct_parse_loop(vars(codec_registry.fast)),
+        "generated functions, called directly": direct_parse_loop(vars(codec_registry.fast._generated)),
         "yardstick": codecs["yardstick"].parse_loop,
     }
     groups = corpus.groups()
