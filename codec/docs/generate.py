@@ -514,43 +514,57 @@ FRAMING = [
 ]
 
 
+def _wrap(label: str, chars: int) -> list[str]:
+    """``label`` in lines of about ``chars`` characters, breaking between its `` · ``-separated items (each
+    keeps its dot), and inside an item only when it is longer than a line by itself."""
+    items = label.split(" · ")
+    tokens: list[str] = []
+    for k, item in enumerate(items):
+        dot = " ·" if k < len(items) - 1 else ""
+        words = [item] if len(item + dot) <= chars else item.split(" ")
+        tokens += [*words[:-1], words[-1] + dot]
+    lines: list[str] = []
+    for token in tokens:
+        if lines and len(lines[-1]) + 1 + len(token) <= chars:
+            lines[-1] += " " + token
+        else:
+            lines.append(token)
+    return lines
+
+
 def framing_svg() -> str:
-    width, row_height = 860, 104
-    height = 20 + row_height * len(FRAMING)
+    width, line_height = 860, 15
+    rows = []
+    for caption, boxes in FRAMING:
+        box_width = (width - 20 - 18 * (len(boxes) - 1)) / len(boxes)
+        labels = [_wrap(label, int(box_width / 7.2)) for label, _, _ in boxes]
+        rows.append((caption, boxes, box_width, labels, max(3, *map(len, labels)) * line_height + 10))
+    height = 10 + sum(box_height + 50 for *_, box_height in rows)
     out = [f'<svg class="replwire-framing" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="stream framing">',
            '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
            '<path d="M0,0 L8,4 L0,8 z" fill="#37474f"/></marker></defs>']
-    for r, (caption, boxes) in enumerate(FRAMING):
-        y = 14 + r * row_height
+    y = 14
+    for caption, boxes, box_width, labels, box_height in rows:
         out.append(f'<text x="10" y="{y + 10}" font-size="14" font-weight="bold" fill="currentColor">'
                    f'{html.escape(caption)}</text>')
+        middle = y + 20 + box_height / 2
         x: float = 10
-        box_width = (width - 20 - 18 * (len(boxes) - 1)) / len(boxes)
-        for i, (label, optional, repeated) in enumerate(boxes):
+        for i, ((_, optional, repeated), lines) in enumerate(zip(boxes, labels)):
             dash = ' stroke-dasharray="5 3"' if optional else ""
-            out.append(f'<rect x="{x:.0f}" y="{y + 20}" width="{box_width:.0f}" height="54" rx="6" '
+            out.append(f'<rect x="{x:.0f}" y="{y + 20}" width="{box_width:.0f}" height="{box_height}" rx="6" '
                        f'fill="#e8f5e9" stroke="#37474f"{dash}/>')
-            words = label.split(" ")
-            lines, line = [], ""
-            for word in words:
-                if len(line) + len(word) + 1 > box_width / 7.2 and line:
-                    lines.append(line)
-                    line = word
-                else:
-                    line = f"{line} {word}".strip()
-            lines.append(line)
-            shown = lines[:3]
-            for k, text in enumerate(shown):
-                baseline = y + 47 + 5 + 15 * k - 7.5 * (len(shown) - 1)
+            for k, text in enumerate(lines):
+                baseline = middle + 5 + line_height * k - line_height / 2 * (len(lines) - 1)
                 out.append(f'<text x="{x + box_width / 2:.0f}" y="{baseline:g}" '
                            f'font-size="13" text-anchor="middle" fill="#102027">{html.escape(text)}</text>')
             if repeated:
-                out.append(f'<text x="{x + box_width - 4:.0f}" y="{y + 90}" font-size="12" text-anchor="end" '
-                           f'fill="currentColor">repeated</text>')
+                out.append(f'<text x="{x + box_width - 4:.0f}" y="{y + box_height + 36}" font-size="12" '
+                           f'text-anchor="end" fill="currentColor">repeated</text>')
             if i < len(boxes) - 1:
-                out.append(f'<line x1="{x + box_width:.0f}" y1="{y + 47}" x2="{x + box_width + 16:.0f}" '
-                           f'y2="{y + 47}" stroke="#37474f" marker-end="url(#arrow)"/>')
+                out.append(f'<line x1="{x + box_width:.0f}" y1="{middle:g}" x2="{x + box_width + 16:.0f}" '
+                           f'y2="{middle:g}" stroke="#37474f" marker-end="url(#arrow)"/>')
             x += box_width + 18
+        y += box_height + 50
     out.append("</svg>")
     return "".join(out)

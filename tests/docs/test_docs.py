@@ -116,6 +116,19 @@ def test_capture_format_page_has_every_field(site):
         docgen.wire_type(object())  # type: ignore[arg-type]
 
 
+def test_framing_diagram_shows_every_label_whole():
+    import xml.etree.ElementTree as ET
+
+    texts = [t.text or "" for t in ET.fromstring(docgen.framing_svg()).iter("{http://www.w3.org/2000/svg}text")]
+    shown = " ".join(texts)
+    for caption, boxes in docgen.FRAMING:
+        assert caption in texts
+        for label, _, _ in boxes:
+            assert label in shown, f"{label!r} is not shown whole"
+    relation = next(t for t in texts if t.startswith("Relation R"))
+    assert len(relation) < len(docgen.FRAMING[0][1][2][0])  # the long label does wrap
+
+
 def attribute_tables(html: str) -> dict[str, list[tuple[str, str]]]:
     """The API page's Attributes tables: the heading id of each, and its (name, type) rows as text."""
     tables = {}
