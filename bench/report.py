@@ -173,23 +173,61 @@ def _suite_title(corpus: str, subset: str) -> str:
     return corpus if subset == "all" else f"{corpus}, {subset}"
 
 
-def machine_table(results: dict[str, Any]) -> list[str]:
-    m = results["machine"]
-    date = datetime.fromisoformat(m["date"])
-    memory = f", {m['memory_bytes'] / 2**30:.0f} GiB RAM" if m.get("memory_bytes") else ""
-    load = m.get("load_average_at_start")
-    rows = [
-        ("date of the run", date.strftime("%Y-%m-%d %H:%M %Z").strip()),
-        ("CPU", f"{m['cpu']}, {m['cpus']} cores (logical CPUs){memory}"),
-        ("Python", f"{m['implementation']} {m['python']}"),
-        ("OS", f"{m['os']} ({m['platform']})"),
-        ("replwire", f"commit `{m.get('replwire_commit') or '?'}`"),
-        ("command", f"`{results['command'].strip()}`"
-         + (f", {results['seconds'] / 60:.1f} minutes" if isinstance(results.get("seconds"), (int, float)) else "")),
-    ]
+def _bytes(count: float) -> str:
+    """A byte count in decimal units, as a person reads it: ``25.3 GB``."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:,.0f} bytes"
+
+
+def _when(value: str) -> str:
+    return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M %Z").strip()
+
+
+def machine_rows(machine: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a run's ``machine`` object says, as (label, readable text) rows: the keys ``python -m bench``
+    writes in words and units, any other key as its name and value."""
+    m = dict(machine)
+    rows = []
+    if "date" in m:
+        rows.append(("date of the run", _when(m.pop("date"))))
+    if "cpu" in m:
+        cores = f", {m.pop('cpus')} cores (logical CPUs)" if "cpus" in m else ""
+        memory = f", {_bytes(m.pop('memory_bytes'))} RAM" if m.get("memory_bytes") else ""
+        rows.append(("CPU", f"{_text(m.pop('cpu'))}{cores}{memory}"))
+    if "python" in m:
+        rows.append(("Python", _text(f"{m.pop('implementation', '')} {m.pop('python')}".strip())))
+    if "os" in m:
+        rows.append(("OS", _text(m.pop("os")) + (f" ({_text(m.pop('platform'))})" if "platform" in m else "")))
+    if "replwire_commit" in m:
+        rows.append(("replwire", f"commit `{m.pop('replwire_commit') or '?'}`"))
+    load = m.pop("load_average_at_start", None)
     if load:
         rows.append(("load average at start", f"{load[0]:.2f}"))
+    for key, value in m.items():
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else "—" if value is None else str(value)
+        rows.append((_text(key.replace("_", " ")), _text(shown)))
+    return rows
+
+
+def _two_columns(rows: list[tuple[str, str]]) -> list[str]:
     return ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows] + [""]
+
+
+def machine_table(results: dict[str, Any]) -> list[str]:
+    seconds = results.get("seconds")
+    command = f"`{results['command'].strip()}`" + (
+        f", {seconds / 60:.1f} minutes" if isinstance(seconds, (int, float)) else "")
+    return _two_columns([*machine_rows(results["machine"]), ("command", command)])
+
+
+def missed_words(missed: list[str], total: int) -> str:
+    """One sentence: which of ``total`` targets were missed (``missed`` describes each), or that none was."""
+    if not missed:
+        return f"All {total} targets were met." if total > 1 else "The target was met."
+    return (f"Missed {len(missed)} of {total} targets: " if total > 1 else "Missed the target: ") \
+        + "; ".join(missed) + "."
 
 
 def markdown(results: dict[str, Any], chart: str | None = None) -> str:
@@ -244,22 +282,26 @@ def markdown(results: dict[str, Any], chart: str | None = None) -> str:
             "the prepared inputs the benchmark holds; the run's own: how far it rose during that run. The "
             "streaming check below is the memory measurement that matters.", ""]
     if results["targets"]:
-        out += ["## Targets", "", "Issue 5's targets, as ratios of messages/s from the same run.", "",
-                "| target | corpus | measured | holds |", "|---|---|--:|:-:|"]
-        for t in results["targets"]:
+        targets = results["targets"]
+        missed = [f"{t['name']} on the {_suite_title(t['corpus'], t['subset'])} corpus, measured "
+                  f"{t['value']:.2f}×" for t in targets if not t["holds"]]
+        out += ["## Targets", "", "The speed targets, as ratios of messages/s measured in the same run. "
+                + missed_words(missed, len(targets)), "",
+                "| target | corpus | measured | met |", "|---|---|--:|:-:|"]
+        for t in targets:
             out.append(f"| {t['name']} | {_suite_title(t['corpus'], t['subset'])} | {t['value']:.2f}× | "
-                       f"{'yes' if t['holds'] else '**no**'} |")
+                       f"{'yes' if t['holds'] else '**no: missed**'} |")
         out.append("")
     s = results.get("stream")
     if s:
         out += ["## Streaming a 1 GB capture", "",
                 "Both corpora written over and over to one file, which a fresh interpreter decodes one message at "
                 "a time with `replwire.codec.parse`, keeping nothing.", "",
-                "| file | messages | messages/s | MB/s | RSS at start (MB) | peak RSS (MB) | limit (MB) | holds |",
+                "| file | messages | messages/s | MB/s | RSS at start (MB) | peak RSS (MB) | limit (MB) | met |",
                 "|--:|--:|--:|--:|--:|--:|--:|:-:|",
                 f"| {s['file_bytes'] / 2**30:.2f} GiB | {s['messages']:,} | {_rate(s['messages_per_s'])} | "
                 f"{s['mb_per_s']:.1f} | {_mib(s['rss_at_start_bytes'])} | {_mib(s['peak_rss_bytes'])} | "
-                f"{_mib(s['limit_bytes'])} | {'yes' if s['holds'] else '**no**'} |", ""]
+                f"{_mib(s['limit_bytes'])} | {'yes' if s['holds'] else '**no: missed**'} |", ""]
     b = results.get("breakdown")
     prof = results.get("profile")
     if b or prof:
@@ -327,7 +369,7 @@ def svg(results: dict[str, Any], width: int = 760) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# other results files: {"machine", "date", "columns", "rows", "notes"}
+# other results files: {"machine", "date", "columns", "rows", "notes"} and optionally "targets"
 
 
 GENERIC_KEYS = ("machine", "date", "columns", "rows", "notes")
@@ -335,8 +377,8 @@ GENERIC_KEYS = ("machine", "date", "columns", "rows", "notes")
 
 def validate_generic(data: Any, name: str = "results") -> dict[str, Any]:
     """Check a generic results file: ``machine`` (text or an object of plain values), ``date`` (ISO 8601),
-    ``columns`` (names), ``rows`` (lists as long as ``columns``, of text, numbers, booleans or null) and
-    ``notes`` (text)."""
+    ``columns`` (names), ``rows`` (lists as long as ``columns``, of text, numbers, booleans or null),
+    ``notes`` (text) and, optionally, ``targets`` (``name``, ``value``, ``at_least``, ``holds``)."""
     _need(data, name, dict, "a JSON object")
     for key in GENERIC_KEYS:
         if key not in data:
@@ -366,6 +408,14 @@ def validate_generic(data: Any, name: str = "results") -> dict[str, Any]:
                 raise ResultsError(f"{name}.rows[{i}][{j}]: expected a finite number, got {cell!r}")
     for i, note in enumerate(_need(data["notes"], f"{name}.notes", list, "a list of notes")):
         _need(note, f"{name}.notes[{i}]", str, "text")
+    for i, target in enumerate(_need(data.get("targets", []), f"{name}.targets", list, "a list of targets")):
+        where = f"{name}.targets[{i}]"
+        _need(target, where, dict, "an object")
+        _key(target, "name", where, str, "text")
+        for key in ("value", "at_least"):
+            if isinstance(_key(target, key, where, _NUMBER, "a number"), bool):
+                raise ResultsError(f"{where}.{key}: expected a number, got {target[key]!r}")
+        _key(target, "holds", where, bool, "true or false")
     return data
 
 
@@ -390,21 +440,31 @@ def _cell(value: Any) -> str:
 
 
 def generic(data: dict[str, Any]) -> str:
-    """A generic results file (checked with :func:`validate_generic`) as Markdown: machine and date, one
-    table with its columns and rows (numbers aligned right), its notes as a list."""
+    """A generic results file (checked with :func:`validate_generic`) as Markdown: date and machine in a
+    sentence, one table with its columns and rows (numbers aligned right), its notes as a list, then its
+    targets as a list, the missed ones named in words."""
     machine = data["machine"]
     if isinstance(machine, dict):
-        machine = ", ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
-                            for k, v in machine.items())
+        machine = "; ".join(f"{label}: {text}" for label, text in machine_rows(machine)
+                            if label != "date of the run")
+    else:
+        machine = _text(machine)
+    out = [f"Measured {_when(data['date'])} on {machine}.", ""]
     numeric = [bool(data["rows"]) and all(row[j] is None or (isinstance(row[j], (int, float))
                                                            and not isinstance(row[j], bool)) for row in data["rows"])
                for j in range(len(data["columns"]))]
-    out = [f"Measured {_text(data['date'])} on {_text(machine)}.", "",
-           "| " + " | ".join(_text(c) for c in data["columns"]) + " |",
+    out += ["| " + " | ".join(_text(c) for c in data["columns"]) + " |",
            "|" + "".join("--:|" if n else "---|" for n in numeric)]
     out += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in data["rows"]]
     out.append("")
     out += [f"- {_text(note)}" for note in data["notes"]]
+    targets = data.get("targets", [])
+    if targets:
+        missed = [f"{_text(t['name'])}, measured {t['value']:.2f}× for at least {t['at_least']:.2f}×"
+                  for t in targets if not t["holds"]]
+        out += ["", "**Targets.** " + missed_words(missed, len(targets)), ""]
+        out += [f"- {_text(t['name'])}: {t['value']:.2f}×, for at least {t['at_least']:.2f}×: "
+                f"{'met' if t['holds'] else '**missed**'}" for t in targets]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

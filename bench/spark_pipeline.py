@@ -287,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             print(note, file=sys.stderr)
         out = {"machine": machine, "date": machine["date"],
                "columns": ["run", "seconds", "messages/s", "MB/s", "note"], "rows": rows, "notes": notes,
+               "targets": [{"name": name, "value": round(value, 3), "at_least": at_least, "holds": value >= at_least}
+                           for name, value, at_least in (("local[2] / local[1] speed-up", speedup, 1.6),
+                                                         ("local[1] against the single-process Decoder", per_core,
+                                                          0.5))],
                "speedup_2_over_1": round(speedup, 3), "local1_over_decoder": round(per_core, 3),
                "local1_over_single_rows": round(rows_seconds / results[1], 3),
                "two_processes_over_one": round(one / two, 3),

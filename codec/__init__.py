@@ -1,18 +1,19 @@
 """replwire's runtime: parse and build pgoutput messages and walsender envelope frames.
 
->>> from replwire.codec import parse, build, Begin, LSN, Timestamp
->>> msg = parse(bytes.fromhex("42000000000169e5a80002894463074dc800000313"), proto_version=1)
->>> msg
-Begin(final_lsn=LSN('0/169E5A8'), commit_time=Timestamp('2022-08-15T11:06:05.625800+00:00'), xid=787)
->>> build(msg, proto_version=1).hex()
-'42000000000169e5a80002894463074dc800000313'
+``parse`` and ``parse_envelope`` return a [WireMessage][replwire.codec.messages.WireMessage]: narrow it
+with ``isinstance`` (or a ``match`` class pattern) before reading a message class's fields, and a type
+checker knows them too.
 
-``parse`` and ``parse_envelope`` return a :class:`WireMessage`: narrow it with ``isinstance`` (or a
-``match`` class pattern) before reading a message class's fields, and a type checker knows them too:
-
->>> if isinstance(msg, Begin):
-...     print(msg.final_lsn, msg.commit_time.to_datetime().year, msg.xid)
-0/169E5A8 2022 787
+Examples:
+    >>> from replwire.codec import parse, build, Begin, LSN, Timestamp
+    >>> msg = parse(bytes.fromhex("42000000000169e5a80002894463074dc800000313"), proto_version=1)
+    >>> msg
+    Begin(final_lsn=LSN('0/169E5A8'), commit_time=Timestamp('2022-08-15T11:06:05.625800+00:00'), xid=787)
+    >>> build(msg, proto_version=1).hex()
+    '42000000000169e5a80002894463074dc800000313'
+    >>> if isinstance(msg, Begin):
+    ...     print(msg.final_lsn, msg.commit_time.to_datetime().year, msg.xid)
+    0/169E5A8 2022 787
 """
 
 from .errors import DecodeError, EncodeError, ReplwireError

@@ -17,13 +17,14 @@ class DecodeError(ReplwireError, ValueError):
     """Bytes that are not a valid message.
 
     Attributes:
-        reason: what is wrong, in plain words.
-        offset: byte offset (from the start of the message) of the field that failed.
-        tag: the message's tag character, or ``None`` for an empty input.
-        message: the message class name, when the tag was known.
-        field: the field path with array indexes (``columns[1].type_id``), or ``None`` when the failure
-            is not inside one field (trailing bytes, unknown tag).
-        proto_version: the protocol version the bytes were parsed under (``None`` for the envelope).
+        reason (str): what is wrong, in plain words.
+        offset (int): byte offset (from the start of the message) of the field that failed.
+        tag (str | None): the message's tag character, or ``None`` for an empty input.
+        message (str | None): the message class name, when the tag was known.
+        field (str | None): the field path with array indexes (``columns[1].type_id``), or ``None`` when
+            the failure is not inside one field (trailing bytes, unknown tag).
+        proto_version (int | None): the protocol version the bytes were parsed under (``None`` for the
+            envelope).
     """
 
     def __init__(self, reason: str, *, offset: int, tag: str | None = None, message: str | None = None,
@@ -61,9 +62,9 @@ class EncodeError(ReplwireError, ValueError):
     a value for a field that is absent in this protocol version or stream state, or a missing one.
 
     Attributes:
-        reason: what is wrong.
-        message: the message class name.
-        field: the field path with array indexes, or ``None``.
+        reason (str): what is wrong.
+        message (str | None): the message class name.
+        field (str | None): the field path with array indexes, or ``None``.
     """
 
     def __init__(self, reason: str, *, message: str | None = None, field: str | None = None) -> None:

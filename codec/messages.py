@@ -5,9 +5,8 @@ declaration's value fields into dataclass fields (keyword-only), so a field list
 and the metaclass gives each class one slot per field (``__slots__`` must exist before the class does).
 Fields that are conditional on the wire (the streamed-transaction ``xid``, the old-row images, the Stream
 Abort tail) default to ``None``; always-zero flags default to 0.  Values are converted once, at the
-boundary: LSN fields become :class:`~replwire.codec.scalars.LSN`, timestamps
-:class:`~replwire.codec.scalars.Timestamp`, nested records :class:`RelationColumn` and
-:class:`TupleColumn`.
+boundary: LSN fields become [LSN][replwire.codec.LSN], timestamps [Timestamp][replwire.codec.Timestamp],
+nested records [RelationColumn][replwire.codec.RelationColumn] and [TupleColumn][replwire.codec.TupleColumn].
 """
 
 from __future__ import annotations
@@ -257,7 +256,7 @@ class Record(_Declared):
 class WireMessage(_Declared):
     """Base of every message class (logical and envelope).
 
-    ``spec`` is the declaration's :class:`~replwire.schema.MessageSpec`; ``tag`` its tag character."""
+    ``spec`` is the declaration's ``replwire.schema.MessageSpec``; ``tag`` its tag character."""
 
     __slots__ = ()
     spec: ClassVar[wire.MessageSpec]
@@ -294,7 +293,7 @@ def _docstring(spec: wire.MessageSpec) -> str:
 
 
 class RelationColumn(Record, record=relation.RELATION_COLUMN):
-    """One column of a :class:`Relation`: flags, name, type_id, type_modifier."""
+    """One column of a [Relation][replwire.codec.messages.Relation]: flags, name, type_id, type_modifier."""
 
     if TYPE_CHECKING:  # the declaration's fields, written by python -m replwire.codec.wire.gen
         flags: int

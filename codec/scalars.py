@@ -18,10 +18,11 @@ PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 class LSN(int):
     """A WAL position (``XLogRecPtr``): an unsigned 64-bit integer that prints as PostgreSQL does.
 
-    >>> LSN("0/16B3748")
-    LSN('0/16B3748')
-    >>> str(LSN(0x16B3748)), int(LSN("1/0"))
-    ('0/16B3748', 4294967296)
+    Examples:
+        >>> LSN("0/16B3748")
+        LSN('0/16B3748')
+        >>> str(LSN(0x16B3748)), int(LSN("1/0"))
+        ('0/16B3748', 4294967296)
 
     The text form is ``%X/%X`` (upper-case hex, high and low 32 bits, no padding); parsing accepts one to
     eight hex digits on each side in either case, so the zero-padded form of newer servers reads too.
@@ -54,9 +55,10 @@ class Timestamp(int):
     The exact wire integer is kept, so every Int64 round-trips, including the ±infinity values
     (the Int64 extremes) that ``datetime`` cannot hold.
 
-    >>> t = Timestamp("2026-11-21T07:35:12.5+00:00")
-    >>> int(t), t.to_datetime().isoformat()
-    (848561712500000, '2026-11-21T07:35:12.500000+00:00')
+    Examples:
+        >>> t = Timestamp("2026-11-21T07:35:12.5+00:00")
+        >>> int(t), t.to_datetime().isoformat()
+        (848561712500000, '2026-11-21T07:35:12.500000+00:00')
     """
 
     __slots__ = ()

@@ -2,11 +2,12 @@
 
 Strategy: everything on a message page comes from :func:`replwire.codec.walker.layout` -- the field table
 (wire type, the PostgreSQL docs' type label, the condition in words, since which protocol version, the
-meaning, the link), the byte-layout diagram (fixed-size fields drawn to scale, variable parts marked,
-conditional parts dashed) -- plus worked examples: real captured messages that this module explains byte
-by byte (:mod:`replwire.codec.wire.explain`), decodes and re-builds, refusing (:class:`DocsError`) an example
-that does not round-trip, a message without an example and a field without a description.  The mkdocs
-hook in ``docs/hooks/reference.py`` only feeds it the examples and writes the pages.
+meaning, the link), the byte-layout diagram (fixed-size fields drawn to scale where their names fit,
+variable parts marked, conditional parts dashed) -- plus worked examples: real captured messages that this
+module explains byte by byte (:mod:`replwire.codec.wire.explain`), decodes and re-builds, refusing
+(:class:`DocsError`) an example that does not round-trip, a message without an example and a field without
+a description.  The mkdocs hook in ``docs/hooks/reference.py`` only feeds it the examples and writes the
+pages.
 """
 
 from __future__ import annotations
@@ -178,8 +179,10 @@ def field_table(record: walker.Record, *, with_tag: bool = True) -> str:
 
 _BYTE = 26  # pixels per byte
 _VAR = 132  # width of a variable-length box
-_ROW = 64
+_ROW = 68
 _MAX = 760
+_NAME_PX = 8.0  # width of a character of a field's name (13 px monospace)
+_NOTE_PX = 6.6  # width of a character of the size note under a box (12 px sans-serif)
 
 
 def _boxes(record: walker.Record) -> list[tuple[str, int | None, bool]]:
@@ -187,39 +190,37 @@ def _boxes(record: walker.Record) -> list[tuple[str, int | None, bool]]:
 
 
 def layout_svg(record: walker.Record, caption: str) -> str:
-    """An SVG drawing of a record: one box per field, fixed sizes to scale."""
-    rows: list[list[tuple[str, int | None, bool, int]]] = [[]]
-    x = 0
+    """An SVG drawing of a record: one box per field, fixed sizes to scale unless the name needs more room
+    (the size is written under every box), names never cut short."""
+    rows: list[list[tuple[str, int | None, bool, float]]] = [[]]
+    x: float = 0
     for name, size, conditional in _boxes(record):
-        width = size * _BYTE if size is not None else _VAR
-        width = max(width, 18)
+        width = max(size * _BYTE if size is not None else _VAR, len(name) * _NAME_PX + 12)
         if x + width > _MAX and rows[-1]:
             rows.append([])
             x = 0
         rows[-1].append((name, size, conditional, width))
         x += width
-    height = 30 + len(rows) * _ROW
+    height = 34 + len(rows) * _ROW
     out = [f'<svg class="replwire-layout" xmlns="http://www.w3.org/2000/svg" width="{_MAX + 20}" '
            f'height="{height}" viewBox="0 0 {_MAX + 20} {height}" role="img" aria-label="{html.escape(caption)}">',
-           f'<text x="10" y="16" font-size="12" fill="currentColor">{html.escape(caption)}</text>']
+           f'<text x="10" y="18" font-size="13" fill="currentColor">{html.escape(caption)}</text>']
     offset: int | None = 0  # None once a variable-length or conditional field makes the rest unknown
     for r, row in enumerate(rows):
         x = 10
-        y = 26 + r * _ROW
+        y = 30 + r * _ROW
         for name, size, conditional, width in row:
             dash = ' stroke-dasharray="5 3"' if conditional else ""
             fill = "#e3f2fd" if size is not None else "#fff3e0"
-            out.append(f'<rect x="{x}" y="{y}" width="{width}" height="34" fill="{fill}" stroke="#37474f"{dash}/>')
+            out.append(f'<rect x="{x:g}" y="{y}" width="{width:g}" height="36" fill="{fill}" stroke="#37474f"{dash}/>')
             if size is None:  # a jagged right edge marks a variable length
-                out.append(f'<path d="M{x + width - 6},{y} l6,8 l-6,9 l6,9 l-6,8" fill="none" stroke="#37474f"/>')
-            label = name if len(name) * 6.5 < width - 4 else name[: max(1, int((width - 8) / 6.5))] + "…"
-            out.append(f'<text x="{x + width / 2}" y="{y + 21}" font-size="11" text-anchor="middle" '
-                       f'font-family="monospace" fill="#102027"><title>{html.escape(name)}</title>'
-                       f'{html.escape(label)}</text>')
+                out.append(f'<path d="M{x + width - 6:g},{y} l6,9 l-6,9 l6,9 l-6,9" fill="none" stroke="#37474f"/>')
+            out.append(f'<text x="{x + width / 2:g}" y="{y + 23}" font-size="13" text-anchor="middle" '
+                       f'font-family="monospace" fill="#102027">{html.escape(name)}</text>')
             below = f"{size} B" if size is not None else "variable"
-            if offset is not None and width >= 60:
+            if offset is not None and len(below + ", at 000") * _NOTE_PX < width:
                 below += f", at {offset}"
-            out.append(f'<text x="{x + 2}" y="{y + 48}" font-size="10" fill="currentColor">'
+            out.append(f'<text x="{x + 2:g}" y="{y + 52}" font-size="12" fill="currentColor">'
                        f'{html.escape(below)}</text>')
             offset = offset + size if (offset is not None and size is not None and not conditional) else None
             x += width
@@ -276,11 +277,17 @@ def example_section(spec: MessageSpec, example: Example) -> str:
 
 
 def pretty(message) -> str:
-    """A message's repr with one field per line."""
-    fields = [f"    {f.name}={getattr(message, f.name)!r}," for f in dataclasses.fields(message)]
-    if not fields:
+    """A message's repr with one field per line, and one list item per line."""
+    lines = [f"{type(message).__name__}("]
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if isinstance(value, list) and value:
+            lines += [f"    {f.name}=[", *(f"        {item!r}," for item in value), "    ],"]
+        else:
+            lines.append(f"    {f.name}={value!r},")
+    if len(lines) == 1:
         return f"{type(message).__name__}()"
-    return "\n".join([f"{type(message).__name__}(", *fields, ")"])
+    return "\n".join([*lines, ")"])
 
 
 def _shape(message) -> tuple:
@@ -410,20 +417,21 @@ def capture_format_page() -> str:
 
 
 def version_matrix() -> str:
+    versions = range(1, schema.MAX_PROTO_VERSION + 1)
     lines = ["# Version matrix", "",
-             "Which messages exist in which protocol version, which servers send them, and the pgoutput "
-             "options they need. Generated from the declarations.", "",
-             "| Message | Tag | " + " | ".join(f"proto {v}" for v in range(1, schema.MAX_PROTO_VERSION + 1))
-             + " | Servers | Options |",
-             "|---|---|" + "---|" * schema.MAX_PROTO_VERSION + "---|---|"]
+             "Which messages exist in which protocol version (v1 to "
+             f"v{schema.MAX_PROTO_VERSION}), from which PostgreSQL release servers send them, and the "
+             "pgoutput options they need. Generated from the declarations.", "",
+             '<div class="replwire-compact" markdown>', "",
+             "| Message | Tag | " + " | ".join(f"v{v}" for v in versions) + " | Sent since | Options |",
+             "|---|:-:|" + ":-:|" * len(versions) + "---|---|"]
     for family in FAMILIES:
         for spec in (s for s in all_specs() if s.family == family):
             link = f"[{spec.name}]({page_path(spec).removeprefix('reference/')})"
-            protos = " | ".join("✓" if (spec.layer != "logical" or v >= spec.min_proto) else "–"
-                                for v in range(1, schema.MAX_PROTO_VERSION + 1))
+            protos = " | ".join("✓" if (spec.layer != "logical" or v >= spec.min_proto) else "–" for v in versions)
             options = ", ".join(f"`{o}`" for o in spec.options) or "–"
-            lines.append(f"| {link} | `{spec.tag}` | {protos} | {first_server(spec)} and later | {options} |")
-    lines += ["", "## Highest protocol version per server", "",
+            lines.append(f"| {link} | `{spec.tag}` | {protos} | {first_server(spec)} | {options} |")
+    lines += ["", "</div>", "", "## Highest protocol version per server", "",
               "| Server | Highest `proto_version` | Adds |", "|---|---|---|"]
     for proto, first in sorted(schema.PROTO_FIRST_SERVER.items()):
         last = schema.PROTO_FIRST_SERVER.get(proto + 1, 0) - 1
@@ -506,43 +514,57 @@ FRAMING = [
 ]
 
 
+def _wrap(label: str, chars: int) -> list[str]:
+    """``label`` in lines of about ``chars`` characters, breaking between its `` · ``-separated items (each
+    keeps its dot), and inside an item only when it is longer than a line by itself."""
+    items = label.split(" · ")
+    tokens: list[str] = []
+    for k, item in enumerate(items):
+        dot = " ·" if k < len(items) - 1 else ""
+        words = [item] if len(item + dot) <= chars else item.split(" ")
+        tokens += [*words[:-1], words[-1] + dot]
+    lines: list[str] = []
+    for token in tokens:
+        if lines and len(lines[-1]) + 1 + len(token) <= chars:
+            lines[-1] += " " + token
+        else:
+            lines.append(token)
+    return lines
+
+
 def framing_svg() -> str:
-    width, row_height = 880, 92
-    height = 20 + row_height * len(FRAMING)
+    width, line_height = 860, 15
+    rows = []
+    for caption, boxes in FRAMING:
+        box_width = (width - 20 - 18 * (len(boxes) - 1)) / len(boxes)
+        labels = [_wrap(label, int(box_width / 7.2)) for label, _, _ in boxes]
+        rows.append((caption, boxes, box_width, labels, max(3, *map(len, labels)) * line_height + 10))
+    height = 10 + sum(box_height + 50 for *_, box_height in rows)
     out = [f'<svg class="replwire-framing" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="stream framing">',
            '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
            '<path d="M0,0 L8,4 L0,8 z" fill="#37474f"/></marker></defs>']
-    for r, (caption, boxes) in enumerate(FRAMING):
-        y = 14 + r * row_height
-        out.append(f'<text x="10" y="{y + 10}" font-size="13" font-weight="bold" fill="currentColor">'
+    y = 14
+    for caption, boxes, box_width, labels, box_height in rows:
+        out.append(f'<text x="10" y="{y + 10}" font-size="14" font-weight="bold" fill="currentColor">'
                    f'{html.escape(caption)}</text>')
+        middle = y + 20 + box_height / 2
         x: float = 10
-        box_width = (width - 20 - 18 * (len(boxes) - 1)) / len(boxes)
-        for i, (label, optional, repeated) in enumerate(boxes):
+        for i, ((_, optional, repeated), lines) in enumerate(zip(boxes, labels)):
             dash = ' stroke-dasharray="5 3"' if optional else ""
-            out.append(f'<rect x="{x:.0f}" y="{y + 20}" width="{box_width:.0f}" height="44" rx="6" '
+            out.append(f'<rect x="{x:.0f}" y="{y + 20}" width="{box_width:.0f}" height="{box_height}" rx="6" '
                        f'fill="#e8f5e9" stroke="#37474f"{dash}/>')
-            words = label.split(" ")
-            lines, line = [], ""
-            for word in words:
-                if len(line) + len(word) + 1 > box_width / 6.2 and line:
-                    lines.append(line)
-                    line = word
-                else:
-                    line = f"{line} {word}".strip()
-            lines.append(line)
-            shown = lines[:3]
-            for k, text in enumerate(shown):
-                baseline = y + 42 + 4 + 12 * k - 6 * (len(shown) - 1)
-                out.append(f'<text x="{x + box_width / 2:.0f}" y="{baseline}" '
-                           f'font-size="11" text-anchor="middle" fill="#102027">{html.escape(text)}</text>')
+            for k, text in enumerate(lines):
+                baseline = middle + 5 + line_height * k - line_height / 2 * (len(lines) - 1)
+                out.append(f'<text x="{x + box_width / 2:.0f}" y="{baseline:g}" '
+                           f'font-size="13" text-anchor="middle" fill="#102027">{html.escape(text)}</text>')
             if repeated:
-                out.append(f'<text x="{x + box_width - 4:.0f}" y="{y + 76}" font-size="10" text-anchor="end" '
-                           f'fill="currentColor">repeated</text>')
+                out.append(f'<text x="{x + box_width - 4:.0f}" y="{y + box_height + 36}" font-size="12" '
+                           f'text-anchor="end" fill="currentColor">repeated</text>')
             if i < len(boxes) - 1:
-                out.append(f'<line x1="{x + box_width:.0f}" y1="{y + 42}" x2="{x + box_width + 16:.0f}" '
-                           f'y2="{y + 42}" stroke="#37474f" marker-end="url(#arrow)"/>')
+                out.append(f'<line x1="{x + box_width:.0f}" y1="{middle:g}" x2="{x + box_width + 16:.0f}" '
+                           f'y2="{middle:g}" stroke="#37474f" marker-end="url(#arrow)"/>')
             x += box_width + 18
+        y += box_height + 50
     out.append("</svg>")
     return "".join(out)

@@ -1,11 +1,11 @@
 """Explain one message byte by byte: which field every byte belongs to, and what it means.
 
-Strategy: parse through the reference declarations with a :class:`~replwire.schema.core.Trace`, which
+Strategy: parse through the reference declarations with a ``replwire.schema.core.Trace``, which
 records where each field started and ended; then cut the message into segments that cover every byte
 exactly once -- a field's own bytes, and for arrays and marked records the header bytes (marker, count)
 that belong to the container rather than to any element.  Values are shown the way the message classes
 show them (LSNs as ``X/X``, timestamps in ISO 8601).  The reference docs' worked examples are made with
-it, and users call :func:`explain` to see what a message's bytes mean.
+it, and users call [explain][replwire.codec.wire.explain.explain] to see what a message's bytes mean.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = 
             sender: str | None = None) -> Explanation:
     """Explain one pgoutput message (``proto_version`` given) or one envelope frame (``sender`` given).
 
-    Raises :class:`~replwire.codec.DecodeError` exactly as parsing does.
+    Raises [DecodeError][replwire.codec.DecodeError] exactly as parsing does.
     """
     data = reference.as_bytes(data)
     trace = wire.Trace()

@@ -57,15 +57,16 @@ def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMess
     """Parse exactly one pgoutput message (``data``: bytes, bytearray or memoryview).
 
     ``proto_version`` is the protocol version negotiated with ``START_REPLICATION`` (1-4); ``in_stream``
-    whether the message is inside a Stream Start...Stop block.  Raises :class:`DecodeError` for bytes
-    that are not exactly one valid message.
+    whether the message is inside a Stream Start...Stop block.  Raises
+    [DecodeError][replwire.codec.DecodeError] for bytes that are not exactly one valid message.
     """
     raise NotImplementedError  # generated
 
 
 @_documented
 def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes:
-    """Build one pgoutput message; raises :class:`EncodeError` for a message that cannot be built."""
+    """Build one pgoutput message; raises [EncodeError][replwire.codec.EncodeError] for a message that
+    cannot be built."""
     raise NotImplementedError  # generated
 
 

@@ -115,6 +115,35 @@ def test_generic_results_render_as_one_table_with_notes():
     assert "<b>" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html  # text from the file stays text
 
 
+def test_generic_results_name_the_missed_targets_and_read_as_words():
+    data = copy.deepcopy(SPARK)
+    data["machine"].update(memory_bytes=25_276_510_208, load_average_at_start=[0.83, 1.13, 1.24])
+    data["targets"] = [{"name": "two cores twice as fast", "value": 1.62, "at_least": 1.6, "holds": True},
+                       {"name": "one core as fast as the Decoder", "value": 0.322, "at_least": 0.5, "holds": False}]
+    text = report.generic(report.validate_generic(data))
+    assert "25.3 GB RAM" in text and "25276510208" not in text and "memory_bytes" not in text
+    assert "load average at start: 0.83" in text and "0.83, 1.13" not in text
+    [missed] = [line for line in text.splitlines() if "Missed" in line]
+    assert "one core as fast as the Decoder, measured 0.32× for at least 0.50×" in missed
+    assert "two cores twice as fast" not in missed
+    assert "- one core as fast as the Decoder: 0.32×, for at least 0.50×: **missed**" in text
+    data["targets"][1].update(value=0.5, holds=True)
+    assert "All 2 targets were met." in report.generic(report.validate_generic(data))
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.update(targets={"name": "x"}),
+    lambda d: d.update(targets=[{"name": "x", "value": 1.0, "holds": True}]),
+    lambda d: d.update(targets=[{"name": "x", "value": True, "at_least": 1.0, "holds": True}]),
+    lambda d: d.update(targets=[{"name": "x", "value": 1.0, "at_least": 1.0, "holds": "yes"}]),
+], ids=["not-a-list", "no-at-least", "bool-value", "holds-text"])
+def test_malformed_generic_targets_are_refused(change):
+    data = copy.deepcopy(SPARK)
+    change(data)
+    with pytest.raises(report.ResultsError, match="targets"):
+        report.validate_generic(data)
+
+
 @pytest.mark.parametrize("change", [
     lambda d: d.pop("rows"),
     lambda d: d.pop("notes"),
@@ -195,6 +224,24 @@ def test_docs_page_renders_the_committed_results():
     assert results["machine"]["cpu"] in html and results["machine"]["os"] in html
     assert results["machine"]["python"] in html and results["machine"]["date"][:10] in html
     assert "python -m bench" in html
+    assert not re.search(r"\bissue \d", html, flags=re.I), "the page speaks of the project's issue numbers"
+    missed = [t for t in results["targets"] if not t["holds"]]
+    assert (f"All {len(results['targets'])} targets were met." in html) == (not missed)
+
+
+def test_docs_page_says_which_targets_were_missed(tmp_path, monkeypatch):
+    hook = load_hook()
+    source, benchmark_page = page()
+    results = json.loads(hook.RESULTS.read_text())
+    results["targets"][1].update(value=0.75, holds=False)  # below its 0.8× floor
+    monkeypatch.setattr(hook, "RESULTS", tmp_path / "latest.json")
+    hook.RESULTS.write_text(json.dumps(results))
+    text = hook.on_page_markdown(source, benchmark_page, {}, None)
+    [sentence] = [line for line in text.splitlines() if line.startswith("The speed targets")]
+    t = results["targets"][1]
+    assert f"Missed 1 of {len(results['targets'])} targets: {t['name']} on the real, pypgoutput-subset corpus, " \
+           "measured 0.75×." in sentence
+    assert any(row[-1] == "no: missed" for table in html_tables(text) for row in table)
 
 
 def test_docs_page_spark_section_only_when_its_file_exists(tmp_path, monkeypatch):

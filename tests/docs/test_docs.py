@@ -116,6 +116,51 @@ def test_capture_format_page_has_every_field(site):
         docgen.wire_type(object())  # type: ignore[arg-type]
 
 
+def test_framing_diagram_shows_every_label_whole():
+    import xml.etree.ElementTree as ET
+
+    texts = [t.text or "" for t in ET.fromstring(docgen.framing_svg()).iter("{http://www.w3.org/2000/svg}text")]
+    shown = " ".join(texts)
+    for caption, boxes in docgen.FRAMING:
+        assert caption in texts
+        for label, _, _ in boxes:
+            assert label in shown, f"{label!r} is not shown whole"
+    relation = next(t for t in texts if t.startswith("Relation R"))
+    assert len(relation) < len(docgen.FRAMING[0][1][2][0])  # the long label does wrap
+
+
+def attribute_tables(html: str) -> dict[str, list[tuple[str, str]]]:
+    """The API page's Attributes tables: the heading id of each, and its (name, type) rows as text."""
+    tables = {}
+    for match in re.finditer(r"<table>(.*?)</table>", html, flags=re.S):
+        rows = re.findall(r"<tr[^>]*>(.*?)</tr>", match.group(1), flags=re.S)
+        if not rows or [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<th>(.*?)</th>", rows[0])][:2] \
+                != ["Name", "Type"]:
+            continue
+        heading = re.findall(r'<h\d id="([^"]+)"', html[:match.start()])[-1]
+        cells = [[re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", cell)).strip()
+                  for cell in re.findall(r"<td>(.*?)</td>", row, re.S)] for row in rows[1:]]
+        tables[heading] = [(row[0], row[1]) for row in cells]
+    return tables
+
+
+def test_api_page_renders_docstrings_as_markdown(site):
+    html = (site / "api" / "index.html").read_text(encoding="utf-8")
+    article = html[html.index("<article"):html.index("</article>")]
+    assert "<blockquote>" not in article, "doctest lines rendered as quotes"
+    assert not re.search(r":(class|func|mod|meth|data):", article), "Sphinx roles shown as text"
+    assert article.count('<span class="gp">&gt;&gt;&gt; </span>') >= 8  # the doctests, highlighted as code
+    tables = attribute_tables(article)
+    assert {name for name, _ in tables["replwire.codec.DecodeError"]} >= {"reason", "offset", "field"}
+    for heading, rows in tables.items():
+        assert all(kind for _, kind in rows), f"{heading}: an attribute without type: {rows}"
+    # the PostgreSQL docs: Begin is Int64 (XLogRecPtr) final LSN, Int64 (TimestampTz) commit time, Int32 xid
+    assert tables["replwire.codec.messages.Begin"] == [("final_lsn", "LSN"), ("commit_time", "Timestamp"),
+                                                        ("xid", "int")]
+    assert ("old", "list[TupleColumn] | None") in tables["replwire.codec.messages.Update"]
+    assert "int([x]) -&gt; integer" not in article  # Timestamp.INFINITY has its own description
+
+
 # ---------------------------------------------------------------------------------------------------------
 # as a reader sees it: the built site served on localhost, in headless Chromium
 
@@ -185,3 +230,72 @@ def test_pages_render_in_a_browser(served, browser, site, path, name):
     page.screenshot(path=str(review / f"{name}.png"), full_page=True)
     assert not errors, errors
     page.close()
+
+
+#: The pages a reader opens first, as paths under the site's root.
+MAIN_PAGES = {
+    "home": "", "quickstart": "guide/quickstart/", "api": "api/", "update": "reference/dml/update/",
+    "relation": "reference/schema/relation/", "version-matrix": "reference/versions/", "benchmark": "benchmark/",
+    "install": "guide/install/", "explain": "guide/explain/", "errors": "guide/errors/",
+    "decoder": "guide/decoder/", "cli": "guide/cli/", "spark": "guide/spark/", "framing": "reference/framing/",
+}
+
+#: From the browser's layout: what sticks out past the page, which boxes of the article scroll sideways,
+#: and each diagram text with its size on screen (font size times the SVG's scale).
+#: An element may reach past the page only inside a box that scrolls on its own (``overflow-x`` auto or
+#: scroll) and itself ends inside the page: that box shows a scroll bar instead of cutting the element off.
+OVERFLOW_JS = """() => {
+  const width = document.documentElement.clientWidth;
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+    + (typeof el.className === 'string' && el.className ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+  const scroller = el => {
+    for (let p = el.parentElement; p; p = p.parentElement) {
+      const overflow = getComputedStyle(p).overflowX;
+      if ((overflow === 'auto' || overflow === 'scroll') && p.getBoundingClientRect().right <= width + 1) return p;
+    }
+    return null;
+  };
+  const past = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const box = el.getBoundingClientRect();
+    if (box.right <= width + 1 || !el.checkVisibility({opacityProperty: true, visibilityProperty: true})
+        || scroller(el)) continue;
+    past.push(`${name(el)} ends at ${Math.round(box.right)}`);
+  }
+  const scrolling = [];
+  for (const el of document.querySelectorAll('article *')) {
+    const overflow = getComputedStyle(el).overflowX;
+    if ((overflow === 'auto' || overflow === 'scroll') && el.scrollWidth > el.clientWidth + 1) {
+      scrolling.push(`${name(el)} (${el.scrollWidth} px in ${el.clientWidth}): ${el.innerText.slice(0, 60)}`);
+    }
+  }
+  const texts = [];
+  for (const t of document.querySelectorAll('article svg text')) {
+    const scale = t.ownerSVGElement.getScreenCTM().a;
+    const own = Array.from(t.childNodes).filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.data).join('');
+    texts.push([own, parseFloat(getComputedStyle(t).fontSize) * scale]);
+  }
+  return {width, pageWidth: document.documentElement.scrollWidth, past, scrolling, texts};
+}"""
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+@pytest.mark.parametrize("name", MAIN_PAGES)
+def test_main_pages_fit_the_window(served, browser, name, width):
+    """Nothing is wider than the page; at 1400 px no table or code block needs scrolling either, and the
+    diagrams' text is at least 11 px, with no label cut short."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        response = page.goto(served + MAIN_PAGES[name])
+        assert response is not None and response.ok
+        found = page.evaluate(OVERFLOW_JS)
+    finally:
+        page.close()
+    assert found["pageWidth"] <= found["width"], f"{name} scrolls sideways at {width} px"
+    assert not found["past"], f"{name} at {width} px: past the page: {found['past'][:10]}"
+    if width == 1400:
+        assert not found["scrolling"], f"{name}: needs scrolling at 1400 px: {found['scrolling'][:10]}"
+        small = [(text, round(size, 1)) for text, size in found["texts"] if size < 11]
+        assert not small, f"{name}: diagram text under 11 px: {small[:10]}"
+    cut = [text for text, _ in found["texts"] if text.endswith("…")]
+    assert not cut, f"{name}: diagram labels cut short: {cut}"
