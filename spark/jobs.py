@@ -93,6 +93,7 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
     (what :func:`apply` needs to know before it folds; ``("_messages", 0, n)`` for logical messages)."""
     import pyarrow.parquet as pq
 
+    from replwire.codec.messages import Update
     from replwire.codec.split import Shapes, decode_part
     from replwire.codec.stream.values import ValueLoader
 
@@ -134,8 +135,11 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
                 if len(rows) >= 8192:
                     flush("_messages", rows)
                 continue
-            names = ([f"{s}.{t}" for s, t in change.relations] if change.op == "truncate"
-                     else [f"{change.schema}.{change.table}"])
+            if change.op == "truncate":
+                assert change.relations is not None  # a truncate change lists its tables (ChangeMaker.change)
+                names = [f"{s}.{t}" for s, t in change.relations]
+            else:
+                names = [f"{change.schema}.{change.table}"]
             for name in names:
                 target = shapes.at(name, decoded.position)
                 if target is None:
@@ -145,9 +149,10 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
                     rows = collectors[(name, target.version)] = TableRows(target, loader)
                 rows.add(decoded)
                 if change.op == "truncate":
+                    assert decoded.outcome is not None  # only a lone logical message has none
                     truncates.setdefault((name, target.version), []).append(
                         (int(decoded.outcome.commit_lsn), decoded.position))
-                elif change.op == "update" and (change.message.key or change.message.old):
+                elif isinstance(change.message, Update) and (change.message.key or change.message.old):
                     old_images.add((name, target.version))
                 if len(rows) >= 8192:
                     flush((name, target.version), rows)

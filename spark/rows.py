@@ -80,7 +80,9 @@ def _time(outcome: Outcome) -> Any:
 
 
 _OPS = frozenset(("insert", "update", "delete"))
-_NO_TRANSACTION = (None,) * 7
+#: What :class:`_OutcomeValues` gives: xid, commit_lsn, end_lsn, commit_time, origin name, gid, streamed.
+_Facts = tuple[int | None, int | None, int | None, Any, str | None, str | None, bool | None]
+_NO_TRANSACTION: _Facts = (None,) * 7
 
 
 def _record_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
@@ -99,7 +101,7 @@ class _OutcomeValues:
         self._outcome: Outcome | None = None
         self._facts = _NO_TRANSACTION
 
-    def of(self, outcome: Outcome | None) -> tuple[Any, ...]:
+    def of(self, outcome: Outcome | None) -> _Facts:
         if outcome is not self._outcome:
             self._outcome = outcome
             self._facts = _NO_TRANSACTION if outcome is None else (
@@ -129,7 +131,8 @@ class ChangeRows:
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
         xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction.of(decoded.outcome)
-        new = old = key = toasted = None
+        new = old = key = None
+        toasted: list[str] | None = None
         if change.op in _OPS:
             message, schema, row_json = change.message, change.row_schema, self.json
             columns = getattr(message, "new", None)
@@ -228,7 +231,7 @@ class TableRows:
         return len(self.rows)
 
     def _row(self, columns: Sequence[Any], odd: list[tuple[str, str]], toasted: list[str] | None) -> list[Any]:
-        out = []
+        out: list[Any] = []
         for name, kind_type, column in zip(self.names, self.types, columns):
             kind = column.kind
             if kind == "n":
@@ -261,7 +264,11 @@ class TableRows:
             old = getattr(message, "key", None) or getattr(message, "old", None)
             if old is not None:
                 before = dict(zip(self.names, self._row(old, odd, before_toasted)))
-            row = self._row(new, odd, toasted) if new is not None else list(before.values())  # type: ignore[union-attr]
+            if new is not None:
+                row = self._row(new, odd, toasted)
+            else:
+                assert before is not None  # no new tuple: a Delete, which carries its key or old tuple
+                row = list(before.values())
         # in the order of self.arrow: META, the table's columns, then the four trailing columns
         self.rows.append((change.op, self.version.schema, self.version.table, xid,
                           int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position,

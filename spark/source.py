@@ -31,7 +31,7 @@ Options (all optional but the paths):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -130,7 +130,7 @@ class _Part(InputPartition):
 class ReplwireReader(DataSourceReader):
     """Plans the parts on the driver and decodes one part per Spark partition."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = dict(options)
         self.schema = schema
 
@@ -144,8 +144,10 @@ class ReplwireReader(DataSourceReader):
             shapes = Shapes([v for v in request.plan.relations if v.name == request.table])
         return [_Part(part, version, shapes) for part in request.plan.parts]
 
-    def read(self, partition: _Part) -> Iterator[Any]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         from replwire.codec.split import decode_part
+
+        assert isinstance(partition, _Part)  # Spark hands back the partitions that partitions() made
 
         from .rows import ChangeRows, TableRows, batches
 

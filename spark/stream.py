@@ -70,7 +70,7 @@ Options:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,7 +174,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Holds no connection between calls: each call opens one, and closes it before it returns.
     """
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = StreamOptions.parse(options)
         self.schema = schema
         self._peek: tuple[int, list[str]] | None = None  # protocol version and peek arguments, once known
@@ -224,7 +224,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._connect() as conn, conn.cursor() as cur:
             self._target = wal_end(cur)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:  # type: ignore[override]
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
         """The last completed position after ``start`` within the read limit; ``start`` when there is none."""
         begin = _lsn(start)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -277,8 +277,10 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- an executor ---------------------------------------------------------------------------------------
 
-    def read(self, partition: LsnRange) -> Iterator[Any]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         from .rows import ChangeRows, batches
+
+        assert isinstance(partition, LsnRange)  # Spark hands back the partitions that partitions() made
 
         yield from batches(ChangeRows(), self._changes(partition), _BATCH_ROWS)
 

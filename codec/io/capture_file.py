@@ -23,7 +23,7 @@ import io
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, BinaryIO
 
@@ -138,10 +138,11 @@ def record_plan(declaration: Any) -> RecordPlan:
             and isinstance(outer.fields[0].node.node, walker.Record)):
         raise walker.UnknownConstruct(f"a capture record must be one checksummed record, not {outer!r}")
     *fixed, last = outer.fields[0].node.node.fields
-    if not all(isinstance(f.node, walker.Int) for f in fixed) or not isinstance(last.node, walker.LengthPrefixed):
+    ints = [f.node for f in fixed if isinstance(f.node, walker.Int)]
+    if len(ints) != len(fixed) or not isinstance(last.node, walker.LengthPrefixed):
         raise walker.UnknownConstruct("a capture record's fields must be integers, then one length-prefixed "
                                       f"field: {[type(f.node).__name__ for f in (*fixed, last)]}")
-    head = ">" + "".join(f.node.format for f in fixed) + last.node.length.format
+    head = ">" + "".join(i.format for i in ints) + last.node.length.format
     # walker.Checksummed: the record's bytes are followed by their CRC-32 (zlib's), a big-endian Int32
     return RecordPlan(struct.Struct(head), tuple(f.name for f in fixed), last.name, struct.Struct(">L"))
 
@@ -153,6 +154,12 @@ if (*_PLAN.names, _PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-
 #: How much of the file is read at a time (a record larger than this is read whole, up to the file's size).
 CHUNK = 1 << 20
 _CUT_SHORT = "record cut short"
+
+
+def _no_records() -> Generator[Any, None, None]:
+    """No records: what a :class:`Reading` holds until its reader attaches the generator that reads them
+    (a generator, so that :meth:`Reading.close` can close it)."""
+    yield from ()
 
 
 class Reading(Iterator[Any]):
@@ -171,7 +178,7 @@ class Reading(Iterator[Any]):
         self.end = begin
         self.tail: TailProblem | None = None
         self.skipped = 0
-        self._records: Iterator[Any] = iter(())
+        self._records: Generator[Any, None, None] = _no_records()  # the reader then attaches its scan
         self._owned = owned
 
     def __iter__(self) -> Iterator[Any]:
@@ -182,7 +189,7 @@ class Reading(Iterator[Any]):
 
     def close(self) -> None:
         """Stop reading early (closing the file if the reading owns it)."""
-        self._records.close()  # type: ignore[attr-defined]
+        self._records.close()
         if self._owned is not None:
             self._owned.close()
 
@@ -247,7 +254,7 @@ class CaptureReader:
         return reading
 
     def _scan(self, reading: Reading, begin: int, end: int, raw: bool, skip: frozenset[int] | None,
-              closing: bool) -> Iterator[Any]:
+              closing: bool) -> Generator[Any, None, None]:
         """The records from ``begin`` (a record boundary) while one starts below ``end`` (see :meth:`records`);
         what ends the scan goes into ``reading``.
 
@@ -350,6 +357,7 @@ class CaptureWriter:
         self.header = header
         self.recovered: TailProblem | None = None
         self.last_lsn: LSN | None = None
+        self._file: BinaryIO
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with CaptureReader(self.path) as reader:
                 if (reader.header.proto_version, reader.header.options) != (header.proto_version, header.options):
@@ -425,7 +433,8 @@ def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None
     return reading
 
 
-def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool) -> Iterator[Any]:
+def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool
+                   ) -> Generator[Any, None, None]:
     with open(name, "rb") as handle:
         handle.seek(start)
         offset = start

@@ -65,8 +65,10 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
         if route is None:
             continue
         if route.kind is CHANGE:
-            outcome = outcomes.get(route.key)  # type: ignore[arg-type]
-            if outcome is None or (dropped and route.value in dropped.get(route.key, ())):
+            key = route.key
+            assert key is not None  # a change route names its transaction (Router.route)
+            outcome = outcomes.get(key)
+            if outcome is None or (dropped and route.value in dropped.get(key, ())):
                 continue
             schema = maker.schema_for(decoder, message)
             yield Decoded(position, maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, route.value),

@@ -28,7 +28,7 @@ from typing import Any
 from ..collector import fewer_collections
 from ..errors import DecodeError
 from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv
-from ..messages import Begin, Commit, Relation, Type
+from ..messages import Begin, BeginPrepare, Commit, Relation, StreamStart, Type
 from ..scalars import LSN, Timestamp
 from ..stream.decoder import IDLE, Decoder
 from ..stream.outcome import Outcome
@@ -109,10 +109,11 @@ class Part:
         return (Part, (self.number, self.source, self.start, self.stop, self.state, packed, self.repeated_lone,
                        self.records, self.dropped_subxacts))
 
-    def outcome_table(self) -> dict[int, Outcome]:
-        """``outcomes`` as a plain dict (unpacked first if the part arrived pickled)."""
+    def outcome_table(self) -> Mapping[int, Outcome]:
+        """``outcomes`` ready for lookups: as they are, or as a plain dict unpacked once if the part arrived
+        pickled."""
         outcomes = self.outcomes
-        return outcomes.table() if isinstance(outcomes, _PackedOutcomes) else outcomes  # type: ignore[return-value]
+        return outcomes.table() if isinstance(outcomes, _PackedOutcomes) else outcomes
 
 
 class _PackedOutcomes(Mapping[int, Outcome]):
@@ -143,7 +144,7 @@ class _PackedOutcomes(Mapping[int, Outcome]):
 _PACKED = (("Q", "xid"), ("Q", "commit_lsn"), ("Q", "end_lsn"), ("q", "commit_time"))
 
 
-def _pack_outcomes(outcomes: dict[int, Outcome]) -> tuple[Any, ...]:
+def _pack_outcomes(outcomes: Mapping[int, Outcome]) -> tuple[Any, ...]:
     """The keys, xids, commit LSNs, end LSNs and commit times as machine-word arrays (pickled as their
     bytes), and the rarer facts -- origin, two-phase, streamed -- only for the transactions that have them,
     by index."""
@@ -266,9 +267,11 @@ class _Skimmer:
                 self._lines.close()
             self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
             self._carried = None
-        lines = chain((self._carried,), self._lines) if self._carried is not None else self._lines
+        rest = self._lines
+        assert rest is not None  # opened above, or by the skim that ended at start (_next is -1 before any)
+        lines = chain((self._carried,), rest) if self._carried is not None else rest
         before, after_stop, self._carried = 0, self.source.size, None
-        for line in lines:  # type: ignore[union-attr]
+        for line in lines:
             offset, lsn, xid, data = line
             if offset >= stop:
                 after_stop, self._carried = offset, line
@@ -397,11 +400,15 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     plain = 0  # plain transactions committed (not decoded one message at a time)
 
     def note_rows() -> None:  # the part has row changes of the transaction open now (if any)
-        key = streams.get(decoder.stream_xid) if decoder.in_stream else router.current  # type: ignore[arg-type]
+        if decoder.in_stream:
+            assert decoder.stream_xid is not None  # in a stream block: its Stream Start set the xid
+            key = streams.get(decoder.stream_xid)
+        else:
+            key = router.current
         if key is not None:
             part_keys.add(key)
 
-    def control(offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
+    def control(source: Input, offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
         nonlocal last_end
         in_stream = decoder.in_stream
         message = decoder.feed(data)
@@ -413,53 +420,56 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                 number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
                 versions.append(RelationVersion(name[0], name[1], number, message,
                                                 tuple(decoder.types.get(c.type_id) for c in message.columns),
-                                                source.position(offset)))  # type: ignore[union-attr]
+                                                source.position(offset)))
             return
-        route = router.route(message, source.position(offset), in_stream)  # type: ignore[union-attr]
+        route = router.route(message, source.position(offset), in_stream)
         if route is None:
             return
-        kind = route.kind
-        if kind is CHANGE:
-            part_keys.add(route.key)  # type: ignore[arg-type]
-        elif kind is LONE:
+        kind, key = route.kind, route.key
+        if kind is LONE:
             end = lsn or None
             if end is not None and end <= last_end:
-                repeated_lone[-1].add(source.position(offset))  # type: ignore[union-attr]
+                repeated_lone[-1].add(source.position(offset))
                 result.repeated += 1
             elif end is not None:
                 last_end = end
+            return
+        assert key is not None  # every route but a lone message's names its transaction (Router.route)
+        if kind is CHANGE:
+            part_keys.add(key)
         elif kind is ORIGIN:
-            pending.setdefault(route.key, {}).setdefault("origin", route.value)  # type: ignore[arg-type]
+            pending.setdefault(key, {}).setdefault("origin", route.value)
         elif kind is PREPARE:
-            pending.setdefault(route.key, {})["prepare"] = route.value  # type: ignore[arg-type]
+            pending.setdefault(key, {})["prepare"] = route.value
         elif kind is DROP_SUBXACT:
-            dropped.setdefault(route.key, set()).add(route.value)  # type: ignore[arg-type]
+            dropped.setdefault(key, set()).add(route.value)
         elif kind is COMMIT:
             commit = route.value
-            facts = pending.pop(route.key, _NO_FACTS)  # type: ignore[arg-type]
-            subxacts = dropped.pop(route.key, None)  # type: ignore[arg-type]
+            facts = pending.pop(key, _NO_FACTS)
+            subxacts = dropped.pop(key, None)
             if commit.end_lsn <= last_end:
                 result.repeated += 1
                 return
             last_end = commit.end_lsn
             prepare = facts.get("prepare")
             # positional, in Outcome's field order: one is made per transaction
-            outcomes[route.key] = Outcome(  # type: ignore[index]
+            outcomes[key] = Outcome(
                 getattr(commit, "xid", None) or facts["xid"], commit.commit_lsn, commit.end_lsn,
                 commit.commit_time, facts.get("origin"), getattr(commit, "gid", None),
                 prepare.prepare_lsn if prepare else None, prepare.prepare_time if prepare else None,
                 facts["streamed"])
             if subxacts:
-                rolled_back[route.key] = frozenset(subxacts)  # type: ignore[index]
+                rolled_back[key] = frozenset(subxacts)
             result.transactions += 1
         elif kind is not DROP:  # OPEN
-            pending[route.key] = {"streamed": route.streamed, "xid": message.xid}  # type: ignore[index,attr-defined]
+            assert isinstance(message, (Begin, BeginPrepare, StreamStart))  # only these open a transaction
+            pending[key] = {"streamed": route.streamed, "xid": message.xid}
             if route.value is not None:
                 pending.pop(route.value, None)
                 dropped.pop(route.value, None)
         else:
-            pending.pop(route.key, None)  # type: ignore[arg-type]
-            dropped.pop(route.key, None)  # type: ignore[arg-type]
+            pending.pop(key, None)
+            dropped.pop(key, None)
 
     new = int.__new__  # the scan parsed these LSNs and times: no need to check them again
     for run in runs:
@@ -510,9 +520,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
                 decoder.skip(skipped)
                 skipped = 0
                 if len(item) == 3:
-                    control(*item)
+                    control(source, *item)
                 else:  # a Begin where none may begin: decoding it raises the decoder's error
-                    control(*item[:3])
+                    control(source, *item[:3])
                     raise AssertionError(f"the decoder accepted a Begin in state {decoder.state!r}")
             if rows:
                 skipped += rows

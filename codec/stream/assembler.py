@@ -24,9 +24,11 @@ import struct
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 from ..messages import (
+    Begin,
+    BeginPrepare,
     Commit,
     CommitPrepared,
     Delete,
@@ -36,6 +38,7 @@ from ..messages import (
     Relation,
     StreamCommit,
     StreamPrepare,
+    StreamStart,
     Truncate,
     Type,
     Update,
@@ -55,6 +58,7 @@ __all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Transaction"]
 ENTRY_OVERHEAD = 112
 _RECORD = struct.Struct(">BIIQI")  # flags (bit 0: has lsn), schema index, subxid, lsn, length
 _DML = (Insert, Update, Delete, Truncate, Message)
+_OPENERS = (Begin, BeginPrepare, StreamStart)  # the messages that open a transaction
 
 
 @dataclass(slots=True)
@@ -127,7 +131,13 @@ class Changes(Sequence[Change]):
         for entry in self._buffer.entries():
             yield self._assembler._change(entry, self._buffer)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Change: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Change]: ...
+
+    def __getitem__(self, index: int | slice) -> Change | list[Change]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -369,33 +379,34 @@ class Assembler:
         route = self._router.route(message, decoder.index, in_stream)
         if route is None:
             return []
-        kind, buffers = route.kind, self._buffers
+        kind, key, buffers = route.kind, route.key, self._buffers
+        if kind is LONE:
+            return [self._maker.change(message, None, lsn, None)]
+        assert key is not None  # every route but a lone message's names its transaction (Router.route)
         if kind is CHANGE:
             if data is None:
-                plain = replace(message, xid=None) if getattr(message, "xid", None) is not None else message
+                plain = replace(message, xid=None) if isinstance(message, _DML) and message.xid is not None else message
                 data = self._build(plain, proto_version=decoder.proto_version)
             elif in_stream:
                 data = data[:1] + data[5:]  # the out-of-stream form: drop the Xid after the tag
-            buffers[route.key].add(self._maker.schema_for(decoder, message), route.value, lsn, data)
-        elif kind is LONE:
-            return [self._maker.change(message, None, lsn, None)]
+            buffers[key].add(self._maker.schema_for(decoder, message), route.value, lsn, data)
         elif kind is OPEN:
             if route.value is not None:  # a streamed transaction sent again from its first block: start over
                 buffers.pop(route.value).close()
-            xid = message.xid  # type: ignore[attr-defined]
-            buffers[route.key] = _Buffer(xid, self.spill_threshold, self.spill_dir, streamed=route.streamed)
+            assert isinstance(message, _OPENERS)  # only these open a transaction (Router.route)
+            buffers[key] = _Buffer(message.xid, self.spill_threshold, self.spill_dir, streamed=route.streamed)
         elif kind is ORIGIN:
-            buffer = buffers[route.key]
+            buffer = buffers[key]
             if buffer.origin is None:
                 buffer.origin = route.value
         elif kind is COMMIT:
-            return [self._transaction(buffers.pop(route.key), route.value)]
+            return [self._transaction(buffers.pop(key), route.value)]
         elif kind is PREPARE:
-            buffers[route.key].prepare = route.value
+            buffers[key].prepare = route.value
         elif kind is DROP:
-            buffers.pop(route.key).close()
+            buffers.pop(key).close()
         elif kind is DROP_SUBXACT:
-            buffers[route.key].drop_subtransaction(route.value)
+            buffers[key].drop_subtransaction(route.value)
         return []
 
     # -- output --------------------------------------------------------------------------------------------
@@ -448,8 +459,9 @@ class ChangeMaker:
         if message.__class__ not in _OPS:
             if isinstance(message, Message):
                 return None
-            return tuple(decoder.relations[r] for r in message.relation_ids)  # type: ignore[attr-defined]
-        relation = decoder.relations[message.relation_id]  # type: ignore[attr-defined]
+            assert isinstance(message, Truncate)  # the change messages: Insert, Update, Delete, Truncate, Message
+            return tuple(decoder.relations[r] for r in message.relation_ids)
+        relation = decoder.relations[message.relation_id]
         key = (id(relation), decoder.types_version)
         schema = self._schemas.get(key)
         if schema is None or schema.relation is not relation:
@@ -462,6 +474,10 @@ class ChangeMaker:
     def row(self, schema: RowSchema, columns: Any, only_keys: bool = False) -> dict[str, Any] | None:
         if columns is None:
             return None
+        return self._load(schema, columns, only_keys)
+
+    def _load(self, schema: RowSchema, columns: Any, only_keys: bool = False) -> dict[str, Any]:
+        """:meth:`row` of columns that are there."""
         if self.loader is None:
             return untyped_row(schema, columns, only_keys=only_keys)
         return self.loader.load_row(schema, columns, only_keys=only_keys)
@@ -494,8 +510,8 @@ class ChangeMaker:
         if key is not None:
             change.key = self.row(schema, key, only_keys=True)
         elif old is not None:
-            change.old = self.row(schema, old)
-            change.key = {c.name: change.old[c.name] for c in relation.columns if c.flags & 1}
+            change.old = old_row = self._load(schema, old)
+            change.key = {c.name: old_row[c.name] for c in relation.columns if c.flags & 1}
         return change
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from ..errors import DecodeError, ReplwireError
 from ..messages import (
+    Begin,
+    BeginPrepare,
     Delete,
     Insert,
     Message,
@@ -245,7 +247,8 @@ class Decoder:
                 if isinstance(message, StreamStart):
                     self.stream_xid = message.xid
                 else:
-                    self.xid = message.xid  # type: ignore[attr-defined]
+                    assert isinstance(message, (Begin, BeginPrepare))  # the other openers (TRANSITIONS)
+                    self.xid = message.xid
         self.state = following
         self.index += 1
         self.last_message = message

@@ -88,7 +88,8 @@ class Router:
             if isinstance(message, Message) and not message.is_transactional:
                 return Route(LONE)
             if in_stream:
-                return Route(CHANGE, self.streams[self.decoder.stream_xid], message.xid)  # type: ignore[index]
+                assert self.decoder.stream_xid is not None  # in a stream block: its Stream Start set the xid
+                return Route(CHANGE, self.streams[self.decoder.stream_xid], message.xid)
             return Route(CHANGE, self.current, self.current_xid)
         if isinstance(message, (Begin, BeginPrepare)):
             self.current, self.current_xid = position, message.xid
@@ -100,14 +101,20 @@ class Router:
                 return Route(OPEN, position, replaced, streamed=True)
             return None
         if isinstance(message, Origin):
-            key = self.streams[self.decoder.stream_xid] if self.decoder.in_stream else self.current  # type: ignore[index]
+            key: int | None
+            if self.decoder.in_stream:
+                assert self.decoder.stream_xid is not None  # in a stream block: its Stream Start set the xid
+                key = self.streams[self.decoder.stream_xid]
+            else:
+                key = self.current
             return Route(ORIGIN, key, (message.name, message.origin_lsn)) if key is not None else None
         if isinstance(message, Commit):
             key, self.current, self.current_xid = self.current, None, None
             return Route(COMMIT, key, message)
         if isinstance(message, Prepare):
             key, self.current, self.current_xid = self.current, None, None
-            self.prepared[message.gid] = key  # type: ignore[assignment]
+            assert key is not None  # the decoder accepted the Prepare: a Begin Prepare opened the transaction
+            self.prepared[message.gid] = key
             return Route(PREPARE, key, message)
         if isinstance(message, StreamCommit):
             return Route(COMMIT, self._take_stream(message), message)

@@ -91,7 +91,8 @@ def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = 
         message = reference.parse_with(cls, data, proto_version=None, in_stream=False, trace=trace)
     else:
         reference.check_context(proto_version, in_stream)
-        cls = reference.logical_class(data, proto_version)  # type: ignore[arg-type]
+        assert proto_version is not None  # check_context refused anything but an int from 1 up
+        cls = reference.logical_class(data, proto_version)
         message = reference.parse_with(cls, data, proto_version=proto_version, in_stream=in_stream, trace=trace)
     spans = [s for s in trace.spans if s[2] > s[1] or s[3] is None]
     segments = []

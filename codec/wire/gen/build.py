@@ -242,7 +242,8 @@ class BuildGen:
                 return self.known(st, name, Known(value=None))
             return self.fork(runtime(n.condition, st.values), name, n.node, st, cont, later, kind, True)
         if isinstance(n, IfBytesRemain) or (isinstance(n, MarkedBy) and n.optional):
-            return self.fork(f"{v} is not None", name, n, st, cont, later, kind, False)
+            marker = n.marker if isinstance(n, MarkedBy) else None
+            return self.fork(f"{v} is not None", name, n.node, st, cont, later, kind, False, marker)
         if isinstance(n, MarkedBy):
             st.run.append(("B", str(ord(n.marker))))
             return self.node(name, n.node, st, cont, later, kind)
@@ -258,17 +259,16 @@ class BuildGen:
         st.known[name] = known
         return False
 
-    def fork(self, test: str, name: str, n: walker.Node, st: State, cont: Continue,
-             later: tuple[FieldNode, ...], kind: str, absent_check: bool) -> bool:
-        """``if test``: build the field (``n``, or the node inside the optional wrapper ``n``); else it is
+    def fork(self, test: str, name: str, inner: walker.Node, st: State, cont: Continue,
+             later: tuple[FieldNode, ...], kind: str, absent_check: bool, marker: str | None = None) -> bool:
+        """``if test``: build the field (``inner``, after its one-byte ``marker`` if it has one); else it is
         absent (and must be ``None`` when ``absent_check``).  The rest is emitted in both branches."""
         out = self.out
         out(f"if {test}:")
         out.indent()
         present = st.copy()
-        inner = n if absent_check else n.node  # type: ignore[union-attr]
-        if not absent_check and isinstance(n, MarkedBy):
-            present.run.append(("B", str(ord(n.marker))))
+        if marker is not None:
+            present.run.append(("B", str(ord(marker))))
         if not self.node(name, inner, present, cont, later, kind):
             cont(present)
         out.dedent()
