@@ -474,10 +474,6 @@ class ChangeMaker:
     def row(self, schema: RowSchema, columns: Any, only_keys: bool = False) -> dict[str, Any] | None:
         if columns is None:
             return None
-        return self._load(schema, columns, only_keys)
-
-    def _load(self, schema: RowSchema, columns: Any, only_keys: bool = False) -> dict[str, Any]:
-        """:meth:`row` of columns that are there."""
         if self.loader is None:
             return untyped_row(schema, columns, only_keys=only_keys)
         return self.loader.load_row(schema, columns, only_keys=only_keys)
@@ -510,7 +506,8 @@ class ChangeMaker:
         if key is not None:
             change.key = self.row(schema, key, only_keys=True)
         elif old is not None:
-            change.old = old_row = self._load(schema, old)
+            change.old = old_row = self.row(schema, old)
+            assert old_row is not None  # old is not None
             change.key = {c.name: old_row[c.name] for c in relation.columns if c.flags & 1}
         return change
 
