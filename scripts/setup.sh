@@ -21,7 +21,16 @@ STAMP=$VENV/replwire-setup.sha256
 # pip's warnings about running as root (into a venv, as here) and about its own version are noise here
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "setup: '$*' needs root, and there is no sudo: run it as root, then this again" >&2
+        exit 1
+    fi
+}
 
 # a venv is whole once ensurepip has put pip in it, its last step
 venv_made() { [ -x "$VENV/bin/pip" ]; }
