@@ -190,7 +190,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
         objects = jsonl.objects
     # One encoder, and stdout written without click.echo's flush after every line (a write system call per
     # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
-    stdout = click.get_text_stream("stdout")
+    stdout = sys.stdout
     encode = jsonl.ENCODE
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
 
