@@ -24,6 +24,7 @@ to become a permanent regression vector) and exits non-zero.  ``--reproduce`` re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -110,10 +111,13 @@ def _same_error(context: Context, data: bytes, error: DecodeError, codec) -> Non
 
 
 def check_case(case: Case, codecs: tuple | None = None) -> None:
-    """The encoder invariant for a valid message: in every context of its class where it fits it builds,
-    parses back to itself, and every codec agrees; in every other context building refuses it."""
+    """The encoder invariant for a valid message: in every context of its class (in the case's encoding)
+    where it fits it builds, parses back to itself, and every codec agrees; in every other context building
+    refuses it."""
     codecs = other_codecs() if codecs is None else codecs
     for context in strategies.contexts(type(case.message)):
+        if context.layer == "logical":
+            context = dataclasses.replace(context, encoding=case.context.encoding)
         here = Case(case.message, context)
         if strategies.fits(here):
             data = here.build()

@@ -55,7 +55,7 @@ def test_check_reports_what_breaks_the_invariant():
         fuzz.check(LiesAboutOffsets("logical", 1), BEGIN)
 
 
-def _parse_differently(data, *, proto_version, in_stream=False):
+def _parse_differently(data, *, proto_version, in_stream=False, encoding="utf-8"):
     if len(data) == len(BEGIN):
         return reference.parse(BEGIN[:-1] + b"\x14", proto_version=proto_version)
     raise DecodeError("differently", offset=0, tag="B", message="Begin", proto_version=proto_version)
