@@ -28,6 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from ... import schema
+from ...schema.core import UTF8, text_codec
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage
@@ -50,7 +51,6 @@ from ..walker import (
     When,
     Zero,
 )
-from ...schema.core import UTF8, text_codec
 from ..wire import reference
 from ..wire.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES
 from .sites import Site, walk

@@ -1,15 +1,15 @@
 """Generate the fast codec's public entry points: ``parse``, ``build``, ``parse_envelope``, ``build_envelope``.
 
 Strategy: the entry point tests for the common case (``bytes`` input, an exact ``int`` protocol version,
-``in_stream`` exactly ``True`` or ``False``, the default encoding, UTF-8), then the tag byte (parsing) or the class (building) of the
-:data:`HOT` messages, and runs their generated bodies inline: the same text as their per-message
-functions, once per group of contexts whose functions are the same, so that the commonest messages cost
-one Python call (the public one) and no table lookups.  Every other message goes through the dispatch
-tables to its per-message function, and anything unusual (another kind of input, a context that cannot
-be, another encoding, an unknown tag or class) to the ``*_other`` functions of :mod:`replwire.codec.wire.runtime`, which check it
-as the reference does.  Nothing here knows a message: the bodies come from
-:mod:`replwire.codec.wire.gen.parse` and :mod:`replwire.codec.wire.gen.build`, the tags and classes from the
-declarations.  A generated entry point looks like::
+``in_stream`` exactly ``True`` or ``False``, the default encoding, UTF-8), then the tag byte (parsing) or the
+class (building) of the :data:`HOT` messages, and runs their generated bodies inline: the same text as their
+per-message functions, once per group of contexts whose functions are the same, so that the commonest
+messages cost one Python call (the public one) and no table lookups.  Every other message goes through the
+dispatch tables to its per-message function, and anything unusual (another kind of input, a context that
+cannot be, another encoding, an unknown tag or class) to the ``*_other`` functions of
+:mod:`replwire.codec.wire.runtime`, which check it as the reference does (and resolve the encoding).
+Nothing here knows a message: the bodies come from :mod:`replwire.codec.wire.gen.parse` and
+:mod:`replwire.codec.wire.gen.build`, the tags and classes from the declarations.  A generated entry point looks like::
 
     def parse(data, *, proto_version, in_stream=False, encoding='utf-8'):
         if data.__class__ is bytes and proto_version.__class__ is int and data and encoding == 'utf-8':
