@@ -151,7 +151,7 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
                 vector, mode = saved["vector"], "decoder"
                 ctx = vector.get("ctx", {})
                 context = fuzz.Context(vector["layer"], ctx.get("proto_version"), ctx.get("in_stream", False),
-                                       vector.get("sender"))
+                                       vector.get("sender"), ctx.get("encoding", "utf-8"))
                 raw = fuzz.join(context, bytes.fromhex(vector["wire"][0].split()[0]))
         failure = fuzz.replay(raw, target, mode)
         failed += failure is not None

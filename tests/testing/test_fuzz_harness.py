@@ -116,6 +116,21 @@ def test_a_hang_or_memory_finding_is_saved_without_replaying_it(tmp_path):
     assert saved["failure"].startswith("ERROR: libFuzzer: timeout after 10 seconds")
 
 
+def test_other_client_encodings_are_fuzzed_too(tmp_path):
+    sql_ascii = Context("logical", 1, encoding="SQL_ASCII")
+    relation = b"R\x00\x00\x40\x00" + b"\xff\0caf\xe9\0d\x00\x00"  # names that are not UTF-8
+    assert fuzz.CONTEXTS[:len(strategies.all_contexts())] == strategies.all_contexts()  # old inputs keep theirs
+    assert fuzz.split(fuzz.join(sql_ascii, relation)) == (sql_ascii, relation)
+    assert fuzz.check(*fuzz.split(fuzz.join(sql_ascii, relation))).name == "caf\udce9"
+    assert fuzz.check(P1, relation) is None  # a DecodeError in UTF-8
+    artifact = tmp_path / "timeout-0123456789abcdef"
+    artifact.write_bytes(fuzz.join(sql_ascii, relation))
+    saved = json.loads(fuzz.save_reproducer(artifact, "ERROR: libFuzzer: timeout").read_text())
+    assert saved["vector"]["ctx"] == {"proto_version": 1, "in_stream": False, "encoding": "SQL_ASCII"}
+    (tmp_path / "v.json").write_text(json.dumps({"vectors": [saved["vector"]]}))
+    assert fuzz.load_seed_file(tmp_path / "v.json") == [(sql_ascii, relation)]
+
+
 def test_seed_files_are_the_shared_seeds():
     loaded = set(fuzz.load_seeds(fuzz.default_seed_paths(ROOT)))
     shared = {(Context("envelope", sender=s.sender) if s.layer == "envelope" else
