@@ -73,14 +73,15 @@ def test_latin1_database_through_the_sql_functions(major, request):
     check_latin1(said, transactions(utf8, "UTF8"))
 
 
+@pytest.mark.parametrize("via", ["replication", "sql"])
 @pytest.mark.parametrize("major", [15, 18])
-def test_latin1_database_through_live_capture_and_decode(major, request, tmp_path):
+def test_latin1_database_through_live_capture_and_decode(major, via, request, tmp_path):
     server = request.getfixturevalue(f"pg{major}")
-    dbname, slot = f"enc_latin1_live_{major}", "enc_live"
+    dbname, slot = f"enc_latin1_live_{via}_{major}", "enc_live"
     said = latin1_workload(server, dbname, slot)
     dsn = make_conninfo(server.dsn, dbname=dbname)  # no client_encoding: the database's own, LATIN1
     settings = CaptureSettings(slot=slot, publication="pub", proto_version=3, messages=True, two_phase=True)
-    capture = LiveCapture(dsn, tmp_path / "latin1.rwcap", settings, create_slot=False, sync_interval=0.1)
+    capture = LiveCapture(dsn, tmp_path / "latin1.rwcap", settings, create_slot=False, sync_interval=0.1, via=via)
     runner = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
     runner.start()
     runner.join(60)
