@@ -3,8 +3,8 @@
 Strategy: the file is :data:`HEADER` followed by :data:`RECORD` after :data:`RECORD` until its end.  Both
 are a :class:`~replwire.schema.core.Crc32` around their fields, so a reader can tell a complete record
 from a torn or corrupt tail and keep everything before it.  The header records what is needed to parse
-the records again -- the protocol version and the pgoutput options they were captured with -- and the
-server's version.  Declared like the protocol messages, so the same walker documents it.
+the records again -- the protocol version, the pgoutput options and the client encoding they were
+captured with -- and the server's version.  Declared like the protocol messages, so the same walker documents it.
 """
 
 from .core import (
@@ -28,6 +28,10 @@ from .core import (
 MAGIC = b"RWCAP\r\n\x1a"
 #: The format version this code writes and reads.
 FORMAT_VERSION = 1
+#: The header option that holds the connection's client encoding (PostgreSQL's name), and its value when
+#: the option is absent (a file captured in UTF8, which is written without it).
+CLIENT_ENCODING = "client_encoding"
+DEFAULT_CLIENT_ENCODING = "UTF8"
 
 CAPTURE_REF = "capture-file-format"
 CAPTURE_PAGE = "capture-format"  # the docs page the anchors refer to
@@ -46,7 +50,9 @@ HEADER_FIELDS = record(
                                    "0 when unknown."),
     field("proto_version", Int8, "pgoutput protocol version the records were captured with (1 to 4)."),
     Field("options", Counted(Int16.construct, OPTION),
-          FieldMeta(doc="The pgoutput options of the capture besides proto_version, as name/value pairs.",
+          FieldMeta(doc="The pgoutput options of the capture besides proto_version, as name/value pairs, and "
+                        "client_encoding: the connection's client encoding (PostgreSQL's name), which the "
+                        "messages' Strings and text values are in (UTF8 when absent).",
                     spec_type="Int16 count, then each Option", value="items")),
     doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
 )

@@ -99,10 +99,12 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
 
     from .rows import ChangeRows, TableRows
 
-    loader = ValueLoader()
+    loaders: dict[str, ValueLoader] = {}  # by client encoding (one: the inputs agree on it)
     shapes = Shapes(versions)
 
     for part in parts:
+        encoding = part.source.encoding
+        loader = loaders.get(encoding) or loaders.setdefault(encoding, ValueLoader(encoding))
         collectors: dict[Any, Any] = {}
         writers: dict[Any, Any] = {}
         counts: dict[Any, int] = {}

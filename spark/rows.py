@@ -213,6 +213,7 @@ class TableRows:
     def __init__(self, version: RelationVersion, loader: ValueLoader | None = None) -> None:
         self.version = version
         loader = loader or ValueLoader()
+        self.encoding = loader.encoding  # of the text of a value kept as its server text
         self.names = [c.name for c in version.relation.columns]
         self.types = _types(version, loader)
         self.meta = meta_names(self.names)
@@ -245,7 +246,7 @@ class TableRows:
                     out.append(kind_type.value(kind, column.data))
                 except Unrepresentable as error:
                     out.append(None)
-                    odd.append((name, column.data.decode("utf-8", "replace") if kind == "t" else str(error)))
+                    odd.append((name, column.data.decode(self.encoding, "replace") if kind == "t" else str(error)))
         return out
 
     def add(self, decoded: Decoded) -> None:

@@ -146,13 +146,15 @@ class ReplwireReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from replwire.codec.split import decode_part
+        from replwire.codec.stream.values import ValueLoader
 
         assert isinstance(partition, _Part)  # Spark hands back the partitions that partitions() made
 
         from .rows import ChangeRows, TableRows, batches
 
+        loader = ValueLoader(partition.part.source.encoding)
         if partition.version is None:
-            yield from batches(ChangeRows(), decode_part(partition.part, rows=False), _BATCH_ROWS)
+            yield from batches(ChangeRows(loader), decode_part(partition.part, rows=False), _BATCH_ROWS)
             return
         version, shapes = partition.version, partition.shapes
 
@@ -170,4 +172,4 @@ class ReplwireReader(DataSourceReader):
                       and in_shape(d.position)):
                     yield d
 
-        yield from batches(TableRows(version), of_table(decode_part(partition.part, rows=False)), _BATCH_ROWS)
+        yield from batches(TableRows(version, loader), of_table(decode_part(partition.part, rows=False)), _BATCH_ROWS)

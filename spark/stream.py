@@ -149,12 +149,13 @@ class StreamOptions:
 
 
 class LsnRange(InputPartition):
-    """One micro-batch: the completed positions in ``(start, end]``, and how to peek at the slot."""
+    """One micro-batch: the completed positions in ``(start, end]``, how to peek at the slot, and the client
+    encoding of what it sends."""
 
-    def __init__(self, start: int, end: int, proto_version: int, arguments: list[str]) -> None:
+    def __init__(self, start: int, end: int, proto_version: int, arguments: list[str], encoding: str) -> None:
         super().__init__(0)
         self.start, self.end = start, end
-        self.proto_version, self.arguments = proto_version, arguments
+        self.proto_version, self.arguments, self.encoding = proto_version, arguments, encoding
 
 
 def _lsn(offset: dict[str, Any]) -> LSN:
@@ -178,6 +179,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = StreamOptions.parse(options)
         self.schema = schema
         self._peek: tuple[int, list[str]] | None = None  # protocol version and peek arguments, once known
+        self._encoding = "UTF8"  # the connections' client encoding, which names and text values are in
         self._target: LSN | None = None  # Trigger.AvailableNow: where this run of the query stops
 
     # -- the driver ---------------------------------------------------------------------------------------
@@ -197,6 +199,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with conn.cursor() as cur:
             if self._peek is None:
                 self._peek = self.options.peek_arguments(server_version(cur))
+                self._encoding = conn.info.parameter_status("client_encoding") or self._encoding
             try:
                 # A slot created now is at the current WAL position: past the offset of a query that had read
                 # the slot before.
@@ -239,7 +242,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 server_end = min(server_end, target)
             ask = max_rows
             while True:
-                marks, total = _marks(conn, self.options.slot, target, ask, proto, arguments)
+                marks, total = _marks(conn, self.options.slot, target, ask, proto, arguments, self._encoding)
                 before = max((n for n, position in marks if position <= begin), default=0)
                 # the server stops at the first commit at or past the row limit: all of WAL was read if it did not
                 cut = ask is not None and total >= ask
@@ -266,7 +269,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with self._connect() as conn:
                 self._slot(conn, begin)
         assert self._peek is not None
-        return [LsnRange(int(begin), int(stop), *self._peek)]
+        return [LsnRange(int(begin), int(stop), *self._peek, self._encoding)]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has committed everything up to ``end``: the slot may forget it."""
@@ -278,11 +281,12 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- an executor ---------------------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from replwire.codec.stream.values import ValueLoader
+
         from .rows import ChangeRows, batches
 
         assert isinstance(partition, LsnRange)  # Spark hands back the partitions that partitions() made
-
-        yield from batches(ChangeRows(), self._changes(partition), _BATCH_ROWS)
+        yield from batches(ChangeRows(ValueLoader(partition.encoding)), self._changes(partition), _BATCH_ROWS)
 
     def _changes(self, part: LsnRange) -> Iterator[Any]:
         """The committed changes of ``part``, in commit order (:class:`~replwire.codec.split.Decoded`)."""
@@ -291,7 +295,8 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from replwire.codec import Assembler, Transaction
         from replwire.codec.split import Decoded, Outcome
 
-        assembler = Assembler(proto_version=part.proto_version, typed=False)  # ChangeRows reads the wire tuples
+        # ChangeRows reads the wire tuples
+        assembler = Assembler(proto_version=part.proto_version, encoding=part.encoding, typed=False)
         start, end = LSN(part.start), LSN(part.end)
         # One transaction, for as long as the rows are read: a server-side cursor hands a large batch over in
         # pieces while Spark takes the Arrow batches.
@@ -316,7 +321,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,
-           arguments: list[str]) -> tuple[list[tuple[int, LSN]], int]:
+           arguments: list[str], encoding: str) -> tuple[list[tuple[int, LSN]], int]:
     """Peek at the slot (up to ``upto``, about ``rows`` rows): the row number and position of each row that
     completes a position, and the number of rows."""
     from replwire.codec import parse
@@ -328,7 +333,7 @@ def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,
     for n, total, data in rows_read:  # noqa: B007 - the last row's total is returned
         data = bytes(data)
         if data[:1] in (b"C", b"M"):
-            position = completed_position(parse(data, proto_version=proto))
+            position = completed_position(parse(data, proto_version=proto, encoding=encoding))
             if position is not None:
                 marks.append((n, position))
     return marks, total

@@ -170,9 +170,9 @@ def _array_value(oid: int, type_id: int, type_message: Any, inner: ColumnType,
             raise Unrepresentable(str(out))
         for item in out:
             if isinstance(item, list):
-                raise Unrepresentable(data.decode("utf-8", "replace") if kind == "t" else data.hex())
+                raise Unrepresentable(data.decode(loader.encoding, "replace") if kind == "t" else data.hex())
             if isinstance(item, (Infinite, RawValue)) or (isinstance(item, decimal.Decimal) and not item.is_finite()):
-                raise Unrepresentable(data.decode("utf-8", "replace") if kind == "t" else str(out))
+                raise Unrepresentable(data.decode(loader.encoding, "replace") if kind == "t" else str(out))
         if isinstance(inner.arrow, pa.TimestampType) and inner.arrow.tz is not None:
             return [v.astimezone(_UTC) if v is not None else None for v in out]
         if inner.arrow == pa.string():
@@ -194,12 +194,14 @@ def _text(value: Any) -> str:
 def _text_value(type_id: int, type_message: Any, loader: ValueLoader) -> Callable[[str, bytes], Any]:
     oid = loader.resolve(type_id, type_message)
 
+    encoding = loader.encoding  # the client encoding of the text
+
     def value(kind: str, data: bytes) -> str:
         if kind == "t":
-            return data.decode("utf-8")
+            return data.decode(encoding)
         if oid == _JSON:  # json_send sends the text itself, jsonb_send a version byte (1) and the text
-            return data.decode("utf-8")
+            return data.decode(encoding)
         if oid == _JSONB and data[:1] == b"\x01":
-            return data[1:].decode("utf-8")
+            return data[1:].decode(encoding)
         return _text(loader.load(kind, data, type_id, type_message))
     return value

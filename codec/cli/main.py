@@ -7,6 +7,7 @@ one-line error with exit status 2 (usage) or 1 (data), never a traceback.
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import pathlib
 import sys
@@ -14,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from ...schema.core import text_codec
 from ..errors import DecodeError
 from ..wire.reference import parse, parse_envelope
 
@@ -60,7 +62,9 @@ def main() -> None:
 @click.option("--in-stream", is_flag=True, help="The message is inside a Stream Start...Stop block.")
 @click.option("--envelope", type=click.Choice(["server", "client"]),
               help="Parse a walsender CopyData payload sent by this side instead of a pgoutput message.")
-def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope: str | None) -> None:
+@click.option("--encoding", default="UTF8", show_default=True,
+              help="The connection's client encoding, which the Strings are in (LATIN1, SQL_ASCII, ...).")
+def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope: str | None, encoding: str) -> None:
     """Parse one message given as HEX (spaces allowed) and print it."""
     try:
         data = bytes.fromhex(hex_bytes.replace(" ", "").replace(":", ""))
@@ -70,7 +74,7 @@ def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope:
         if envelope:
             message = parse_envelope(data, sender=envelope)
         else:
-            message = parse(data, proto_version=proto_version, in_stream=in_stream)
+            message = parse(data, proto_version=proto_version, in_stream=in_stream, encoding=encoding)
     except (DecodeError, ValueError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
@@ -148,7 +152,7 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
                 vector, mode = saved["vector"], "decoder"
                 ctx = vector.get("ctx", {})
                 context = fuzz.Context(vector["layer"], ctx.get("proto_version"), ctx.get("in_stream", False),
-                                       vector.get("sender"))
+                                       vector.get("sender"), ctx.get("encoding", "utf-8"))
                 raw = fuzz.join(context, bytes.fromhex(vector["wire"][0].split()[0]))
         failure = fuzz.replay(raw, target, mode)
         failed += failure is not None
@@ -163,16 +167,20 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
                 type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path))
 @click.option("--proto-version", type=click.IntRange(1, 4),
               help="Protocol version of COPY-CSV inputs (capture files record their own).")
+@click.option("--encoding", help="Client encoding of COPY-CSV inputs: the client_encoding of the session "
+                                   "that ran the COPY (default UTF8; capture files record their own).")
 @click.option("--format", "output_format", type=click.Choice(["jsonl", "table", "debezium"]), default="jsonl",
               show_default=True, help="One JSON object per change, a readable table, or Debezium's change-event "
                                       "values (one JSON object per event).")
-def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, output_format: str) -> None:
+def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
+                   output_format: str) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
-    transaction that appears again after a resume is printed once.  ``--format debezium`` prints each
-    change as the value of the event Debezium's PostgreSQL connector sends for it (JSON converter,
-    schemas.enable=false).
+    transaction that appears again after a resume is printed once.  Names and text values are read in the
+    client encoding the capture file records (or --encoding for COPY-CSV); in SQL_ASCII, bytes 128-255
+    print as the JSON escapes \udc80-\udcff.  ``--format debezium`` prints each change as the value of the
+    event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).
     """
     from ..collector import fewer_collections
     from ..io.capture_file import CaptureFileError, TailProblem
@@ -180,7 +188,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
     from ..stream import jsonl
     from ..stream.assembler import Transaction
 
-    inputs = _decode_inputs(files, proto_version)
+    inputs = _decode_inputs(files, proto_version, encoding)
     table = _ChangeTable() if output_format == "table" else None
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
@@ -190,7 +198,11 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
         objects = jsonl.objects
     # One encoder, and stdout written without click.echo's flush after every line (a write system call per
     # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
+    # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
+    # escapes \udc80-\udcff, which json.loads reads back to the same surrogates.
     stdout = sys.stdout
+    if isinstance(stdout, io.TextIOWrapper):
+        stdout.reconfigure(errors="backslashreplace")
     encode = jsonl.ENCODE
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
 
@@ -224,10 +236,11 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, o
                err=True)
 
 
-def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None) -> list:
+def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None) -> list:
     """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`), with its usage errors:
-    a COPY-CSV file without ``--proto-version``, or files of different protocol versions.  A capture file
-    keeps the version it records (``--proto-version`` is for the COPY-CSV inputs)."""
+    a COPY-CSV file without ``--proto-version``, files of different protocol versions, an unknown
+    ``--encoding``.  A capture file keeps the version and encoding it records (``--proto-version`` and
+    ``--encoding`` are for the COPY-CSV inputs)."""
     from ..io.capture_file import is_capture_file, read_capture
     from ..split import open_inputs
 
@@ -242,7 +255,12 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None) -
             versions.add(proto_version)
     if len(versions) > 1:
         raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
-    return open_inputs(files, versions.pop())
+    copy_csv = [path for path in files if not is_capture_file(path)]
+    try:
+        text_codec(encoding or "UTF8")
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--encoding") from None
+    return open_inputs(files, versions.pop(), encoding if copy_csv else None)
 
 
 class _ChangeTable:

@@ -49,12 +49,20 @@ class CaptureFileError(ReplwireError, ValueError):
 
 @dataclass(frozen=True)
 class CaptureHeader:
-    """What a capture file says about its records."""
+    """What a capture file says about its records: the ``proto_version`` and pgoutput ``options`` they were
+    captured with, and the connection's ``client_encoding`` (PostgreSQL's name, as the server reported it),
+    which their Strings and text values are in."""
 
     proto_version: int
     server_version: int = 0
     options: dict[str, str] = field(default_factory=dict)
     format_version: int = layout.FORMAT_VERSION
+    client_encoding: str = layout.DEFAULT_CLIENT_ENCODING
+
+    @property
+    def settings(self) -> tuple[int, dict[str, str], str]:
+        """What records appended to a file must have been captured with, as the header says it."""
+        return self.proto_version, self.options, self.client_encoding
 
 
 #: A record as :meth:`CaptureReader.records` gives it with ``raw=True``: ``(offset, lsn, xid, data)``.
@@ -214,9 +222,10 @@ class CaptureReader:
             self.close()
             raise CaptureFileError(self.path, f"format version {raw.format_version} is not supported "
                                               f"(this replwire reads {layout.FORMAT_VERSION})", 8)
+        options = {o.name: o.value for o in raw.options}
+        encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
-                                    options={o.name: o.value for o in raw.options},
-                                    format_version=raw.format_version)
+                                    options=options, format_version=raw.format_version, client_encoding=encoding)
         self.header_end = self._stream.tell()
 
     def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
@@ -333,7 +342,11 @@ def read_capture(path: str | os.PathLike[str]) -> CaptureReader:
 
 
 def encode_header(header: CaptureHeader) -> bytes:
+    if layout.CLIENT_ENCODING in header.options:
+        raise ValueError(f"{layout.CLIENT_ENCODING} is not a pgoutput option: give it as the header's client_encoding")
     options = [{"name": k, "value": v} for k, v in header.options.items()]
+    if header.client_encoding != layout.DEFAULT_CLIENT_ENCODING:  # UTF8 files stay as they always were
+        options.append({"name": layout.CLIENT_ENCODING, "value": header.client_encoding})
     return layout.HEADER.build({"header": {"magic": None, "format_version": header.format_version,
                                            "server_version": header.server_version,
                                            "proto_version": header.proto_version, "options": options}})
@@ -346,10 +359,10 @@ def encode_record(lsn: int, xid: int, data: bytes) -> bytes:
 class CaptureWriter:
     """Append records to a capture file, creating it with ``header`` or continuing an existing one.
 
-    Continuing a file whose header differs (protocol version or options) is refused: its records would be
-    read with the wrong context.  A torn or corrupt tail is cut off first and reported in ``recovered``.
-    Records are buffered; :meth:`sync` makes everything written so far durable (flush + fsync) and returns
-    the file size, after which the caller may acknowledge the positions written.
+    Continuing a file whose header differs (protocol version, options or client encoding) is refused: its
+    records would be read with the wrong context.  A torn or corrupt tail is cut off first and reported in
+    ``recovered``.  Records are buffered; :meth:`sync` makes everything written so far durable (flush +
+    fsync) and returns the file size, after which the caller may acknowledge the positions written.
     """
 
     def __init__(self, path: str | os.PathLike[str], header: CaptureHeader) -> None:
@@ -360,11 +373,10 @@ class CaptureWriter:
         self._file: BinaryIO
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with CaptureReader(self.path) as reader:
-                if (reader.header.proto_version, reader.header.options) != (header.proto_version, header.options):
-                    raise CaptureFileError(self.path, f"cannot append: the file was captured with proto_version "
-                                                      f"{reader.header.proto_version} and options "
-                                                      f"{reader.header.options}, not {header.proto_version} and "
-                                                      f"{header.options}")
+                if reader.header.settings != header.settings:
+                    raise CaptureFileError(self.path, "cannot append: the file was captured with (proto_version, "
+                                                      f"options, client_encoding) {reader.header.settings}, not "
+                                                      f"{header.settings}")
                 reading = reader.records()
                 for record in reading:
                     self.last_lsn = record.lsn

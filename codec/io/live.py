@@ -8,6 +8,8 @@ completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a n
 At most every ``sync_interval`` seconds the file is fsynced, and only then is the highest such position
 reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
 When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
+The file's header records the connection's client encoding, which the server converts the Strings and
+text values to (a ``SQL_ASCII`` database sends its bytes unconverted), as the server reports it.
 
 With ``via="sql"`` the same file is written from the SQL functions over an ordinary connection instead,
 for servers where a replication connection is not available: ``pg_logical_slot_peek_binary_changes`` reads a
@@ -141,8 +143,8 @@ class _Tracker:
     the :class:`~replwire.codec.stream.decoder.Decoder` keeps the stream state, this adds the streamed transactions
     still open between their blocks."""
 
-    def __init__(self, proto_version: int) -> None:
-        self.decoder = Decoder(proto_version)
+    def __init__(self, proto_version: int, encoding: str) -> None:
+        self.decoder = Decoder(proto_version, encoding)
         self.open_streams: set[int] = set()
 
     def feed(self, data: bytes) -> tuple[WireMessage | None, LSN | None]:
@@ -166,7 +168,7 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     the last record whose completed position is at or below ``confirmed`` (records after it are sent again),
     and how many records stay."""
     with read_capture(path) as reader:
-        tracker = _Tracker(reader.header.proto_version)
+        tracker = _Tracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
         reading = reader.records()
         for record in reading:
@@ -205,7 +207,7 @@ class LiveCapture:
 
     # -- set-up over a normal connection -------------------------------------------------------------------
 
-    def _prepare_server(self) -> tuple[int, LSN]:
+    def _prepare_server(self) -> tuple[int, LSN, str]:
         import psycopg2
 
         try:
@@ -220,21 +222,21 @@ class LiveCapture:
                                    hint="(create it, or pass create_publication / --create-publication)")
             confirmed = slot.check_slot(cur, self.settings.slot, two_phase=self.settings.two_phase or None,
                                         create=self.create_slot)
-            return version, confirmed
+            return version, confirmed, conn.get_parameter_status("client_encoding")
         except slot.SlotError as error:
             raise CaptureError(str(error)) from None
         finally:
             conn.close()
 
-    def _open_file(self, server_version: int, confirmed: LSN, options: dict[str, str]) -> CaptureWriter:
+    def _open_file(self, server_version: int, confirmed: LSN, options: dict[str, str],
+                   client_encoding: str) -> CaptureWriter:
         header = CaptureHeader(proto_version=self.settings.protocol(server_version), server_version=server_version,
-                               options=options)
+                               options=options, client_encoding=client_encoding)
         if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
             with read_capture(self.out) as reader:
-                if (reader.header.proto_version, reader.header.options) != (header.proto_version, header.options):
-                    raise CaptureError(f"{self.out} was captured with other settings "
-                                       f"({reader.header.proto_version}, {reader.header.options}); "
-                                       "use another --out file")
+                if reader.header.settings != header.settings:
+                    raise CaptureError(f"{self.out} was captured with other settings {reader.header.settings}, "
+                                       f"not {header.settings}; use another --out file")
             cut, self.resumed_records = resume_point(self.out, confirmed)
             with open(self.out, "r+b") as handle:
                 handle.truncate(cut)
@@ -253,10 +255,10 @@ class LiveCapture:
                                "slot's confirmed position, so a streamed transaction still in progress would be "
                                "stored again by every call (leave streaming off: the server spills large "
                                "transactions to disk and sends them once), or capture over replication")
-        server_version, confirmed = self._prepare_server()
+        server_version, confirmed, client_encoding = self._prepare_server()
         options = self.settings.options(server_version)
         proto = self.settings.protocol(server_version)
-        writer = self._open_file(server_version, confirmed, options)
+        writer = self._open_file(server_version, confirmed, options, client_encoding)
         self.progress.flushed_lsn = confirmed
         if self.via == "sql":
             return self._run_sql(writer, proto, options, stop, idle_exit)
@@ -267,13 +269,14 @@ class LiveCapture:
         import psycopg2
         import psycopg2.extras
 
-        tracker = _Tracker(proto)
+        tracker = _Tracker(proto, writer.header.client_encoding)
         progress = self.progress
         try:
             conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.Error as error:
             writer.close()
             raise CaptureError(f"cannot open a replication connection: {str(error).strip()}") from None
+        _check_encoding(conn, writer)
         cur = conn.cursor()
         pending: LSN | None = None
         last_sync = time.monotonic()
@@ -344,6 +347,7 @@ class LiveCapture:
         except psycopg2.Error as error:
             writer.close()
             raise CaptureError(f"cannot connect: {str(error).strip()}") from None
+        _check_encoding(conn, writer)
         batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
                           + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
         last_activity = time.monotonic()
@@ -362,7 +366,8 @@ class LiveCapture:
             try:
                 while not (stop is not None and stop.is_set()):
                     before = batch.done
-                    rows, wal_end = batch.read(conn, _Tracker(proto))  # every call is a new pgoutput session
+                    # every call is a new pgoutput session
+                    rows, wal_end = batch.read(conn, _Tracker(proto, writer.header.client_encoding))
                     everything_read = rows < self.batch_size and writer.mark() == batch.kept
                     batch.settle()
                     # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
@@ -398,6 +403,17 @@ class LiveCapture:
         if failure is not None:
             raise CaptureError(f"capturing through the SQL functions failed: {failure}")
         return progress
+
+
+def _check_encoding(conn, writer: CaptureWriter) -> None:
+    """The connection that reads the slot must have the client encoding the file's header records (the one
+    the set-up connection reported): the server converts the Strings and text values to it."""
+    encoding = conn.get_parameter_status("client_encoding")
+    if encoding != writer.header.client_encoding:
+        writer.close()
+        conn.close()
+        raise CaptureError(f"the connection's client encoding changed from {writer.header.client_encoding} to "
+                           f"{encoding}")
 
 
 class _SqlBatch:

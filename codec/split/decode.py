@@ -52,7 +52,7 @@ def decode_part(part: Part, *, typed: bool = True, rows: bool = True) -> Iterato
 def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
     router = Router.from_state(part.state)
     decoder = router.decoder
-    maker = ChangeMaker(typed=typed and rows, rows=rows)
+    maker = ChangeMaker(typed=typed and rows, rows=rows, encoding=decoder.encoding)
     outcomes, repeated, dropped = part.outcome_table(), part.repeated_lone, part.dropped_subxacts
     source = part.source
     base = source.position(0)
@@ -98,7 +98,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True,
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
     to ``repeated`` if given.  ``tail(path, problem)`` hears of a torn capture file tail once the records
     before it are done.  A record that does not decode raises :class:`RecordError`."""
-    assembler = Assembler(proto_version=inputs[0].proto_version, typed=typed)
+    assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed)
     feed = assembler.feed
     last_end = -1
     for source in inputs:

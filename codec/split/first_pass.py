@@ -379,7 +379,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     """Run the decoder and router over the control records of ``runs`` (every input's, in order), note the
     transaction of each stretch of row changes, and make the parts: a part starts with an input, or with the
     first run at or past the next multiple of ``target`` bytes from the input's first record."""
-    decoder = Decoder(proto_version=inputs[0].proto_version)
+    decoder = Decoder(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding)
     router = Router(decoder)
     parts: list[Part] = []
     keys: list[set[int]] = []

@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...schema.core import UTF8, text_codec
 from ..io.capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
 
 __all__ = ["Input", "open_inputs", "read_records"]
@@ -26,7 +27,8 @@ _POSITION_BITS = 48
 
 @dataclass(frozen=True)
 class Input:
-    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``."""
+    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``; ``encoding`` is
+    the client encoding its Strings and text values are in."""
 
     path: str
     form: str
@@ -34,15 +36,18 @@ class Input:
     size: int
     first: int
     index: int = 0
+    encoding: str = UTF8
 
     def position(self, offset: int) -> int:
         """The stream position of the record at ``offset``."""
         return (self.index << _POSITION_BITS) | offset
 
 
-def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None) -> list[Input]:
-    """Look at each input: its form, protocol version and size.  Capture files record their protocol
-    version; COPY-CSV files need ``proto_version``.  All inputs must agree."""
+def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None,
+                encoding: str | None = None) -> list[Input]:
+    """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
+    protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
+    (UTF-8 when not given).  All inputs must agree."""
     out: list[Input] = []
     for index, raw in enumerate(paths):
         path = os.fspath(raw)
@@ -51,20 +56,27 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
         if is_capture_file(path):
             with read_capture(path) as reader:
                 version, first = reader.header.proto_version, reader.header_end
+                codec = text_codec(reader.header.client_encoding)
             form = "capture"
         elif proto_version is None:
             raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
                                          "COPY-CSV form (proto_version / --proto-version)")
         else:
             version, first, form = proto_version, 0, "copy-csv"
+            codec = text_codec(UTF8 if encoding is None else encoding)
         if proto_version is not None and form == "capture" and version != proto_version:
             raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
                                          f"given")
-        out.append(Input(path, form, version, os.path.getsize(path), first, index))
+        if encoding is not None and form == "capture" and codec != text_codec(encoding):
+            raise CaptureFileError(path, f"captured in client encoding {codec}, but {encoding} was given")
+        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec))
     versions = sorted({i.proto_version for i in out})
     if len(versions) > 1:
         raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
                                             f"{versions}")
+    encodings = sorted({i.encoding for i in out})
+    if len(encodings) > 1:
+        raise CaptureFileError(out[0].path, f"the inputs were captured in different client encodings: {encodings}")
     if not out:
         raise ValueError("no inputs")
     if len(out) >= 1 << (63 - _POSITION_BITS):

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, overload
 
+from ...schema.core import UTF8
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -309,6 +310,8 @@ class Assembler:
             its own with ``proto_version``.  Messages handed to :meth:`add` go through this decoder
             (unless they are the message it just decoded), so feed each message once, to either.
         proto_version: for the assembler's own decoder.
+        encoding: for the assembler's own decoder: the connection's client encoding (see
+            :class:`~replwire.codec.Decoder`).  Values are read in the decoder's encoding.
         spill_threshold: bytes of buffered changes (wire bytes plus :data:`ENTRY_OVERHEAD` each) per
             transaction before it moves to a temporary file.
         spill_dir: where the temporary files go (default: the system's temporary directory).
@@ -316,14 +319,14 @@ class Assembler:
             binary columns and needs no psycopg.
     """
 
-    def __init__(self, decoder: Decoder | None = None, *, proto_version: int = 4, spill_threshold: int = 64 * 2**20,
-                 spill_dir: str | None = None, typed: bool = True) -> None:
-        self.decoder = decoder if decoder is not None else Decoder(proto_version=proto_version)
+    def __init__(self, decoder: Decoder | None = None, *, proto_version: int = 4, encoding: str = UTF8,
+                 spill_threshold: int = 64 * 2**20, spill_dir: str | None = None, typed: bool = True) -> None:
+        self.decoder = decoder if decoder is not None else Decoder(proto_version=proto_version, encoding=encoding)
         if spill_threshold < 0:
             raise ValueError("spill_threshold must be >= 0")
         self.spill_threshold = spill_threshold
         self.spill_dir = spill_dir
-        self._maker = ChangeMaker(typed=typed)
+        self._maker = ChangeMaker(typed=typed, encoding=self.decoder.encoding)
         self._router = Router(self.decoder)
         self._buffers: dict[int, _Buffer] = {}  # open, streamed and prepared transactions by routing key
         self._last_added: WireMessage | None = None
@@ -386,7 +389,7 @@ class Assembler:
         if kind is CHANGE:
             if data is None:
                 plain = replace(message, xid=None) if isinstance(message, _DML) and message.xid is not None else message
-                data = self._build(plain, proto_version=decoder.proto_version)
+                data = self._build(plain, proto_version=decoder.proto_version, encoding=decoder.encoding)
             elif in_stream:
                 data = data[:1] + data[5:]  # the out-of-stream form: drop the Xid after the tag
             buffers[key].add(self._maker.schema_for(decoder, message), route.value, lsn, data)
@@ -421,7 +424,7 @@ class Assembler:
 
     def _change(self, entry: tuple[int, int, int | None, bytes], buffer: _Buffer) -> Change:
         index, subxid, lsn, data = entry
-        message = self._parse(data, proto_version=self.decoder.proto_version)
+        message = self._parse(data, proto_version=self.decoder.proto_version, encoding=self.decoder.encoding)
         schema = buffer.schemas[index] if index != 0xFFFFFFFF else None
         return self._maker.change(message, schema, LSN(lsn) if lsn is not None else None, subxid)
 
@@ -445,11 +448,12 @@ class ChangeMaker:
     :meth:`schema_for` fixes, when a change arrives, the Relation and Type messages its values will be read
     with; :meth:`change` makes the change (values typed through psycopg, or untyped with ``typed=False``).
     With ``rows=False`` it leaves ``new``/``old``/``key`` unset, for callers that read the wire tuples of
-    ``Change.message`` themselves.
+    ``Change.message`` themselves.  Text is read in the client ``encoding``.
     """
 
-    def __init__(self, *, typed: bool = True, rows: bool = True) -> None:
-        self.loader = ValueLoader() if typed else None
+    def __init__(self, *, typed: bool = True, rows: bool = True, encoding: str = UTF8) -> None:
+        self.encoding = encoding
+        self.loader = ValueLoader(encoding) if typed else None
         self.rows = rows
         self._schemas: dict[tuple[int, int], RowSchema] = {}
 
@@ -475,7 +479,7 @@ class ChangeMaker:
         if columns is None:
             return None
         if self.loader is None:
-            return untyped_row(schema, columns, only_keys=only_keys)
+            return untyped_row(schema, columns, only_keys=only_keys, encoding=self.encoding)
         return self.loader.load_row(schema, columns, only_keys=only_keys)
 
     def change(self, message: WireMessage, schema: Any, lsn: LSN | None, xid: int | None) -> Change:

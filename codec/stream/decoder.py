@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 
+from ...schema.core import UTF8, text_codec
 from ..errors import DecodeError, ReplwireError
 from ..messages import (
     Begin,
@@ -131,6 +132,8 @@ class Decoder:
 
     Attributes:
         proto_version: the protocol version negotiated with ``START_REPLICATION`` (1-4).
+        encoding: the Python codec of the connection's client encoding, which the messages' Strings are in
+            (given as PostgreSQL's name or Python's, see :func:`replwire.codec.parse`; UTF-8 by default).
         state: ``idle``, ``transaction``, ``prepare`` or ``stream`` (see :data:`TRANSITIONS`).
         relations: the last Relation message per relation OID.
         types: the last Type message per type OID.
@@ -144,10 +147,11 @@ class Decoder:
         types_version: increases whenever a Type message changes :attr:`types`.
     """
 
-    def __init__(self, proto_version: int = 4) -> None:
+    def __init__(self, proto_version: int = 4, encoding: str = UTF8) -> None:
         if isinstance(proto_version, bool) or not isinstance(proto_version, int) or not 1 <= proto_version <= 4:
             raise ValueError(f"proto_version must be an int from 1 to 4, got {proto_version!r}")
         self.proto_version = proto_version
+        self.encoding = text_codec(encoding)
         self.state = IDLE
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, Type] = {}
@@ -188,7 +192,8 @@ class Decoder:
         unchanged) and :class:`StreamStateError` for a message that is out of order.
         """
         try:
-            message = self._parse(data, proto_version=self.proto_version, in_stream=self.state == STREAM)
+            message = self._parse(data, proto_version=self.proto_version, in_stream=self.state == STREAM,
+                                  encoding=self.encoding)
         except DecodeError as error:
             if hasattr(error, "add_note"):
                 error.add_note(f"message #{self.index} of the stream (decoder state {self.state!r})")

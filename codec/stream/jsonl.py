@@ -123,7 +123,8 @@ class RowJson:
                       "        kind = column.kind",
                       f"        if kind == 'n': append({key + 'null'!r})"]
             if oid in _STRING_OIDS:
-                lines.append(f"        elif kind == 't': append({key!r} + _string(column.data.decode('utf-8')))")
+                decode = f"column.data.decode({loader.encoding!r})"
+                lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
             elif oid in _INTEGER_OIDS:
                 lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
             lines += ["        elif kind == 'u':",

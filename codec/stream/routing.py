@@ -163,9 +163,9 @@ class Router:
         """Everything a router and its decoder need to go on from here (picklable: plain values and
         message objects)."""
         d = self.decoder
-        return {"decoder": {"proto_version": d.proto_version, "state": d.state, "relations": dict(d.relations),
-                            "types": dict(d.types), "types_version": d.types_version, "index": d.index,
-                            "stream_xid": d.stream_xid, "xid": d.xid, "opened_at": d.opened_at},
+        return {"decoder": {"proto_version": d.proto_version, "encoding": d.encoding, "state": d.state,
+                            "relations": dict(d.relations), "types": dict(d.types), "types_version": d.types_version,
+                            "index": d.index, "stream_xid": d.stream_xid, "xid": d.xid, "opened_at": d.opened_at},
                 "current": self.current, "current_xid": self.current_xid, "streams": dict(self.streams),
                 "prepared": dict(self.prepared)}
 

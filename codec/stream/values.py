@@ -19,16 +19,27 @@ alike); this module only decides *which* OID to load a column as, and what to do
 * A value psycopg raises on for another reason (a date before year 1 or after 9999, ...) is kept whole as
   a :class:`RawValue` (kind, bytes, the reason) -- never dropped, never ``None``.
 
+Text is in the connection's client encoding (the ``encoding`` of :class:`ValueLoader`, :func:`text_value`
+and :func:`untyped_row`; UTF-8 by default, as for the Strings of the messages): the server's text of a
+value, and the binary form of the text types, which ``textsend`` converts too.  psycopg's loaders take
+their encoding from a connection, and there is none here, so for any other encoding the loader of each
+text type (``text``, ``varchar``, ``bpchar``, ``name``, ``"char"``, ``json``, ``jsonb``, and the fallback of
+types psycopg has no loader for) is replaced by one that decodes in that encoding; arrays of them load
+through these.  In ``SQL_ASCII`` text decodes with its codec too: bytes 128-255 become the surrogates
+U+DC80-U+DCFF (psycopg itself gives ``bytes`` there).
+
 psycopg is imported lazily, on the first typed value, so ``replwire.codec`` imports without it; asking for
 typed values without it raises :class:`TypedValuesUnavailable` saying what to install.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...schema.core import UTF8, text_codec
 from ..errors import ReplwireError
 
 __all__ = [
@@ -147,20 +158,22 @@ _INFINITE_BINARY = {
 _INFINITE_BINARY[_TIMESTAMPTZ] = _INFINITE_BINARY[_TIMESTAMP]
 
 
-def _utf8(data: bytes) -> str:
-    return data.decode("utf-8")
+#: The text types, by OID: text, varchar, bpchar, name.
+_TEXT_OIDS = (25, 1043, 1042, 19)
 
 
-# Text-format values whose psycopg loader amounts to one call: the most common column types, loaded
-# without the loader's own overhead (same results: the tests compare with psycopg's SELECT).
-_TEXT_FAST: dict[int, Callable[[bytes], Any]] = {
-    25: _utf8, 1043: _utf8, 1042: _utf8, 19: _utf8, 20: int, 21: int, 23: int,
-}
+def _text_fast(codec: str) -> dict[int, Callable[[bytes], Any]]:
+    """Text-format values whose psycopg loader amounts to one call: the most common column types, loaded
+    without the loader's own overhead (same results: the tests compare with psycopg's SELECT)."""
+    def text(data: bytes) -> str:
+        return data.decode(codec)
+
+    return {**dict.fromkeys(_TEXT_OIDS, text), 20: int, 21: int, 23: int}
 
 
-def text_value(kind: str, data: bytes | None) -> Any:
+def text_value(kind: str, data: bytes | None, encoding: str = UTF8) -> Any:
     """The untyped value of a tuple column: ``None`` for ``'n'``, :data:`UNCHANGED_TOAST` for ``'u'``, the
-    text (``str``) for ``'t'``, the raw ``bytes`` for ``'b'``."""
+    text (``str``, decoded in the client ``encoding``) for ``'t'``, the raw ``bytes`` for ``'b'``."""
     if kind == "n":
         return None
     if kind == "u":
@@ -168,7 +181,7 @@ def text_value(kind: str, data: bytes | None) -> Any:
     if kind == "t":
         if data is None:
             raise ValueError("a text column ('t') without data")
-        return data.decode("utf-8")
+        return data.decode(text_codec(encoding))
     return data
 
 
@@ -183,6 +196,50 @@ class RowSchema:
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.relation.columns]
+
+
+def _adapters(codec: str) -> Any:
+    """The loaders to use for text in ``codec``: psycopg's own for UTF-8 (its default without a connection),
+    else a copy of them whose text loaders decode in ``codec`` (see the module docstring)."""
+    import psycopg
+    from psycopg.adapt import AdaptersMap, Loader
+    from psycopg.pq import Format
+
+    if codec == UTF8:
+        return psycopg.adapters
+
+    class TextLoader(Loader):
+        def load(self, data: Any) -> str:
+            return bytes(data).decode(codec)
+
+    class TextBinaryLoader(TextLoader):
+        format = Format.BINARY
+
+    class JsonLoader(Loader):
+        def load(self, data: Any) -> Any:
+            return json.loads(bytes(data).decode(codec))
+
+    class JsonBinaryLoader(JsonLoader):
+        format = Format.BINARY
+
+    class JsonbBinaryLoader(JsonLoader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> Any:  # a version byte (1), then the text
+            if data and data[0] != 1:
+                raise ValueError(f"unknown jsonb binary format: {data[0]}")
+            return super().load(data[1:])
+
+    adapters = AdaptersMap(psycopg.adapters)
+    adapters.register_loader(0, TextLoader)  # a type psycopg has no loader for: its text
+    for name in ("text", "varchar", "bpchar", "name", '"char"'):
+        adapters.register_loader(name, TextLoader)
+        adapters.register_loader(name, TextBinaryLoader)
+    for name in ("json", "jsonb"):
+        adapters.register_loader(name, JsonLoader)
+    adapters.register_loader("json", JsonBinaryLoader)
+    adapters.register_loader("jsonb", JsonbBinaryLoader)
+    return adapters
 
 
 def _psycopg() -> tuple[Any, Any, Any]:
@@ -200,13 +257,16 @@ def _psycopg() -> tuple[Any, Any, Any]:
 class ValueLoader:
     """Loads tuple columns by type OID through psycopg's loaders (see the module docstring for the rules).
 
-    One instance caches its loaders; it holds no connection.  ``load(column, type_id, type_message)`` loads
-    one :class:`~replwire.codec.TupleColumn`; :meth:`load_row` a whole tuple into a dict.
+    One instance caches its loaders; it holds no connection.  ``encoding`` is the client encoding of the
+    text (PostgreSQL's name or Python's, as for :func:`replwire.codec.parse`).  ``load(column, type_id,
+    type_message)`` loads one :class:`~replwire.codec.TupleColumn`; :meth:`load_row` a whole tuple into a dict.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, encoding: str = UTF8) -> None:
+        self.encoding = text_codec(encoding)
         Transformer, self._registry, Format = _psycopg()
-        self._transformer = Transformer()
+        self._transformer = Transformer(_adapters(self.encoding))
+        self._text_fast = _text_fast(self.encoding)
         self._formats = {"t": Format.TEXT, "b": Format.BINARY}
         self._loaders: dict[tuple[int | None, str], Any] = {}
         self._resolved: dict[tuple[int, tuple[str, str] | None], int | None] = {}
@@ -251,9 +311,9 @@ class ValueLoader:
             raise ValueError(f"not a tuple column kind with data: {kind!r}")
         oid = self.resolve(type_id, type_message)
         if oid is None:
-            return data.decode("utf-8") if kind == "t" else bytes(data)
+            return data.decode(self.encoding) if kind == "t" else bytes(data)
         if kind == "t":
-            fast = _TEXT_FAST.get(oid)
+            fast = self._text_fast.get(oid)
             if fast is not None:
                 return fast(data)
         if oid in _INFINITE_BINARY:
@@ -275,7 +335,7 @@ class ValueLoader:
         return out
 
 
-def untyped_row(schema: RowSchema, columns: Any, *, only_keys: bool = False) -> dict[str, Any]:
+def untyped_row(schema: RowSchema, columns: Any, *, only_keys: bool = False, encoding: str = UTF8) -> dict[str, Any]:
     """Like :meth:`ValueLoader.load_row`, with :func:`text_value` instead of psycopg (no dependency)."""
-    return {meta.name: text_value(column.kind, column.data)
+    return {meta.name: text_value(column.kind, column.data, encoding)
             for meta, column in zip(schema.relation.columns, columns) if not only_keys or meta.flags & 1}

@@ -11,9 +11,9 @@ set fuzz the encoder instead: they drive the strategies derived from the declara
 itself, or -- damaged -- be refused with an :class:`~replwire.codec.EncodeError` naming the damaged
 field, by every codec alike.
 
-Strategy: a decoder input is one context byte (an index into
-:func:`~replwire.codec.testing.strategies.all_contexts`: each protocol version in and out of a stream, and each
-envelope side) followed by the message bytes.  :func:`check`, :func:`check_case` and
+Strategy: a decoder input is one context byte (an index into :data:`CONTEXTS`: each protocol version in and
+out of a stream, each envelope side, then the protocol versions again in other client encodings) followed by
+the message bytes.  :func:`check`, :func:`check_case` and
 :func:`check_invalid` are the invariants; the property tests run the same functions on Hypothesis-made
 inputs.  ``replwire fuzz`` (:func:`run`) writes the seed corpus -- the golden vectors and real captures
 when run from a checkout, plus messages drawn from the declarations -- and runs libFuzzer in a child
@@ -24,6 +24,7 @@ to become a permanent regression vector) and exits non-zero.  ``--reproduce`` re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -39,12 +40,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ...schema.core import UTF8
 from ..errors import DecodeError, EncodeError
 from ..wire import fast, reference
 from . import strategies
 from .strategies import Case, Context, Invalid, all_contexts
 
-CONTEXTS = all_contexts()
+#: The client encodings fuzzed besides UTF-8: one byte per character, SQL_ASCII's bytes unconverted, and a
+#: multibyte encoding whose trail bytes can be ASCII.
+OTHER_ENCODINGS = ("LATIN1", "SQL_ASCII", "SJIS")
+#: The decoder's contexts, indexed by an input's first byte: :func:`all_contexts` (UTF-8), then the logical
+#: ones again in each of :data:`OTHER_ENCODINGS` (appended, so that earlier inputs keep their context).
+CONTEXTS = all_contexts() + tuple(dataclasses.replace(c, encoding=e) for e in OTHER_ENCODINGS
+                                  for c in all_contexts() if c.layer == "logical")
 FINDING_PREFIXES = ("crash-", "timeout-", "oom-", "leak-", "slow-unit-")
 
 
@@ -110,10 +118,13 @@ def _same_error(context: Context, data: bytes, error: DecodeError, codec) -> Non
 
 
 def check_case(case: Case, codecs: tuple | None = None) -> None:
-    """The encoder invariant for a valid message: in every context of its class where it fits it builds,
-    parses back to itself, and every codec agrees; in every other context building refuses it."""
+    """The encoder invariant for a valid message: in every context of its class (in the case's encoding)
+    where it fits it builds, parses back to itself, and every codec agrees; in every other context building
+    refuses it."""
     codecs = other_codecs() if codecs is None else codecs
     for context in strategies.contexts(type(case.message)):
+        if context.layer == "logical":
+            context = dataclasses.replace(context, encoding=case.context.encoding)
         here = Case(case.message, context)
         if strategies.fits(here):
             data = here.build()
@@ -223,7 +234,8 @@ def _vector_wire(fields: list[str]) -> bytes:
 def _context_of(layer: str, ctx: dict, sender: str | None) -> Context:
     if layer == "envelope":
         return Context("envelope", sender=sender)
-    return Context("logical", ctx.get("proto_version"), bool(ctx.get("in_stream", False)))
+    return Context("logical", ctx.get("proto_version"), bool(ctx.get("in_stream", False)),
+                   encoding=ctx.get("encoding", UTF8))
 
 
 def load_seed_file(path: pathlib.Path) -> list[tuple[Context, bytes]]:
@@ -374,6 +386,8 @@ def save_reproducer(path: pathlib.Path, log: str, target: str | None = None, fuz
     vector: dict[str, Any] = {"name": f"fuzz_{path.name.replace('-', '_')[:24]}", "layer": context.layer}
     if context.layer == "logical":
         vector["ctx"] = {"proto_version": context.proto_version, "in_stream": context.in_stream}
+        if context.encoding != UTF8:
+            vector["ctx"]["encoding"] = context.encoding
     else:
         vector["sender"] = context.sender
     vector["wire"] = [f"{data.hex()} found by replwire fuzz"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...schema.core import UTF8
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage
@@ -79,7 +80,7 @@ class Site:
 
 def walk(message: WireMessage, params: dict[str, Any]) -> list[Site]:
     """Every place in ``message`` as the walker sees it, in wire order, under the parse/build parameters
-    ``params`` (``proto_version``, ``in_stream``)."""
+    ``params`` (``proto_version``, ``in_stream``, ``encoding``: the Python codec of the Strings)."""
     out: list[Site] = []
     _visit_record(walker.layout(message.spec).record, message, params, (), 0, out)
     return out
@@ -124,7 +125,7 @@ def _visit(n: Any, current: Any, params: dict[str, Any], siblings: dict, path: t
             site(node=n, role="marker", size=1, value=n.marker)
             offset += 1
         return _visit(n.node, current, params, siblings, path, offset, present, optional, kind, out)
-    if current is None or not _walkable(n, current):  # missing, or of the wrong type: no bytes to say
+    if current is None or not _walkable(n, current, params.get("encoding", UTF8)):  # missing, or wrong: no bytes
         site()
         return offset
     if isinstance(n, (CountedArray, ArrayOf)):
@@ -148,19 +149,26 @@ def _visit(n: Any, current: Any, params: dict[str, Any], siblings: dict, path: t
         return offset + n.length.size + len(current)
     size = {Int: lambda: n.size, Zero: lambda: n.int.size, CharOf: lambda: 1, Rest: lambda: len(current),
             MagicBytes: lambda: len(n.value),
-            Text: lambda: len(current.encode("utf-8")) + 1}[type(n)]()
+            Text: lambda: len(current.encode(params.get("encoding", UTF8))) + 1}[type(n)]()
     site(size=size)
     return offset + size
 
 
-def _walkable(n: Any, current: Any) -> bool:
-    """Whether ``current`` has the Python type node ``n`` builds from (so its size can be told)."""
+def _walkable(n: Any, current: Any, codec: str) -> bool:
+    """Whether ``current`` has the Python type node ``n`` builds from (so its size can be told; a String's
+    text must be encodable in the ``codec`` of the context)."""
     if isinstance(n, (CountedArray, ArrayOf)):
         return isinstance(current, (list, tuple))
     if isinstance(n, Record):
         return isinstance(current, getattr(classes, n.name or "", dict))
     if isinstance(n, Text):
-        return isinstance(current, str) and not any("\ud800" <= c <= "\udfff" for c in current)
+        if not isinstance(current, str):
+            return False
+        try:
+            current.encode(codec)
+        except UnicodeEncodeError:
+            return False
+        return True
     if isinstance(n, (LengthPrefixed, Rest)):
         return isinstance(current, (bytes, bytearray, memoryview))
     if isinstance(n, CharOf):

@@ -28,6 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from ... import schema
+from ...schema.core import UTF8, text_codec
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage
@@ -73,34 +74,37 @@ _SCALARS = {"lsn": LSN, "timestamp": Timestamp}
 
 @dataclass(frozen=True)
 class Context:
-    """Where a message is parsed or built: a pgoutput ``proto_version`` and ``in_stream`` state, or one
-    side (``sender``) of the walsender envelope."""
+    """Where a message is parsed or built: a pgoutput ``proto_version`` and ``in_stream`` state and the
+    client ``encoding`` of its Strings, or one side (``sender``) of the walsender envelope."""
 
     layer: str
     proto_version: int | None = None
     in_stream: bool = False
     sender: str | None = None
+    encoding: str = UTF8
 
     def parse(self, data: bytes, codec: Any = reference) -> WireMessage:
         """Parse with ``codec`` (a module with ``parse`` and ``parse_envelope``; the reference path)."""
         if self.layer == "envelope":
             return codec.parse_envelope(data, sender=self.sender)
-        return codec.parse(data, proto_version=self.proto_version, in_stream=self.in_stream)
+        return codec.parse(data, proto_version=self.proto_version, in_stream=self.in_stream, encoding=self.encoding)
 
     def build(self, message: Any, codec: Any = reference) -> bytes:
         """Build with ``codec`` (a module with ``build`` and ``build_envelope``; the reference path)."""
         if self.layer == "envelope":
             return codec.build_envelope(message)
-        return codec.build(message, proto_version=self.proto_version, in_stream=self.in_stream)
+        return codec.build(message, proto_version=self.proto_version, in_stream=self.in_stream, encoding=self.encoding)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"proto_version": self.proto_version, "in_stream": self.in_stream}
+        return {"proto_version": self.proto_version, "in_stream": self.in_stream,
+                "encoding": text_codec(self.encoding)}
 
     def __str__(self) -> str:
         if self.layer == "envelope":
             return f"envelope from the {self.sender}"
-        return f"proto {self.proto_version}{' in stream' if self.in_stream else ''}"
+        encoding = "" if text_codec(self.encoding) == UTF8 else f" in {self.encoding}"
+        return f"proto {self.proto_version}{' in stream' if self.in_stream else ''}{encoding}"
 
 
 def _stream_from() -> int:
@@ -164,11 +168,25 @@ _CHARS = st.characters(codec="utf-8", exclude_characters="\0")
 _TEXT = st.one_of(st.just(""), st.text(_CHARS, max_size=12),
                   st.text(st.characters(max_codepoint=0x7F, exclude_characters="\0"), max_size=12),
                   _long(st.text(_CHARS, min_size=1, max_size=3), 64, 2048))
+
+
+@functools.cache
+def _text(codec: str) -> st.SearchStrategy[str]:
+    """Strings in ``codec`` (a client encoding's Python codec): any text that encodes in it and decodes back
+    to itself, as every String the server sends does."""
+    if codec == UTF8:
+        return _TEXT
+    chars = st.characters(codec=codec, exclude_characters="\0")
+    return st.one_of(st.just(""), st.text(chars, max_size=12),
+                     _long(st.text(chars, min_size=1, max_size=3), 64, 2048)).filter(
+        lambda text: text.encode(codec).decode(codec) == text)
+
+
 _BYTES = st.one_of(st.just(b""), st.binary(max_size=24), _long(st.binary(min_size=1, max_size=3), 64, 4096))
 
 
 @functools.cache
-def _leaf(n: Any, kind: str) -> st.SearchStrategy:
+def _leaf(n: Any, kind: str, codec: str) -> st.SearchStrategy:
     if isinstance(n, Int):
         low, high = n.bounds
         ints = st.one_of(st.sampled_from(_int_edges(n)), st.integers(low, high))
@@ -176,7 +194,7 @@ def _leaf(n: Any, kind: str) -> st.SearchStrategy:
     if isinstance(n, Zero):
         return st.just(0)
     if isinstance(n, Text):
-        return _TEXT
+        return _text(codec)
     if isinstance(n, CharOf):
         return st.sampled_from(n.choices)
     if isinstance(n, (LengthPrefixed, Rest)):
@@ -194,7 +212,7 @@ def value(n: walker.Node, context: Context, siblings: dict[str, Any], kind: str 
     no rule for.
     """
     if isinstance(n, (Int, Zero, Text, CharOf, LengthPrefixed, Rest, MagicBytes)):
-        return _leaf(n, kind)
+        return _leaf(n, kind, context.params["encoding"])
     if isinstance(n, Checksummed):  # the checksum is derived when building, like a count
         return value(n.node, context, siblings, kind)
     if isinstance(n, When):
@@ -229,8 +247,9 @@ def _record(record: Record, cls: type, context: Context) -> st.SearchStrategy:
 
 @functools.cache
 def messages(cls: type[WireMessage], context: Context) -> st.SearchStrategy[WireMessage]:
-    """Messages of class ``cls`` that are valid in ``context`` (one of :func:`contexts` of ``cls``)."""
-    if context not in contexts(cls):
+    """Messages of class ``cls`` that are valid in ``context`` (one of :func:`contexts` of ``cls``, in any
+    encoding)."""
+    if dataclasses.replace(context, encoding=UTF8) not in contexts(cls):
         raise ValueError(f"{cls.__name__} does not exist in {context}")
     return _record(walker.layout(cls.spec).record, cls, context)
 
@@ -255,10 +274,11 @@ def classes_of(layer: str | None = None) -> list[type[WireMessage]]:
 
 
 def cases(*message_classes: type[WireMessage], layer: str | None = None, proto_version: int | None = None,
-          in_stream: bool | None = None, sender: str | None = None) -> st.SearchStrategy[Case]:
+          in_stream: bool | None = None, sender: str | None = None, encoding: str = UTF8) -> st.SearchStrategy[Case]:
     """Valid messages with a context each: any class (or one of ``message_classes``), any context it
-    exists in (or the ones matching the keyword filters)."""
-    pairs = [(cls, c) for cls in (message_classes or classes_of(layer)) for c in contexts(cls)
+    exists in (or the ones matching the keyword filters), the logical ones in the client ``encoding``."""
+    pairs = [(cls, c if c.layer == "envelope" else dataclasses.replace(c, encoding=encoding))
+             for cls in (message_classes or classes_of(layer)) for c in contexts(cls)
              if (proto_version is None or c.proto_version == proto_version)
              and (in_stream is None or c.in_stream == in_stream) and (sender is None or c.sender == sender)]
     if not pairs:
@@ -308,7 +328,7 @@ def fits(case: Case) -> bool:
     """Whether ``case.message`` can be built in ``case.context``: the message exists in the protocol
     version, every conditional field is set exactly when its condition holds, and every field that is
     always there is set (the values' types and ranges are not checked)."""
-    if case.context not in contexts(type(case.message)):
+    if dataclasses.replace(case.context, encoding=UTF8) not in contexts(type(case.message)):
         return False
     for s in sites(case):
         if isinstance(s.node, When):

@@ -144,7 +144,7 @@ _U111 = _struct.Struct('>qLLLL').unpack_from
 _P112 = _struct.Struct('>BqLLLL').pack
 
 
-def parse_Begin_v1(data, proto_version, in_stream):
+def parse_Begin_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_final_lsn, v_commit_time, v_xid, = _U2(data, 1)
@@ -155,10 +155,10 @@ def parse_Begin_v1(data, proto_version, in_stream):
         o.xid = v_xid
         return o
     except _DECLINE:
-        return _parse_slow(_S1, data, proto_version, in_stream)
+        return _parse_slow(_S1, data, proto_version, in_stream, encoding)
 
 
-def build_Begin_v1(message, proto_version, in_stream):
+def build_Begin_v1(message, proto_version, in_stream, encoding):
     try:
         v_final_lsn = message.final_lsn
         v_commit_time = message.commit_time
@@ -168,10 +168,10 @@ def build_Begin_v1(message, proto_version, in_stream):
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         return _P5(66, v_final_lsn, v_commit_time, v_xid)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Commit_v1(data, proto_version, in_stream):
+def parse_Commit_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_flags, v_commit_lsn, v_end_lsn, v_commit_time, = _U8(data, 1)
@@ -185,10 +185,10 @@ def parse_Commit_v1(data, proto_version, in_stream):
         o.commit_time = _inew(_K4, v_commit_time)
         return o
     except _DECLINE:
-        return _parse_slow(_S7, data, proto_version, in_stream)
+        return _parse_slow(_S7, data, proto_version, in_stream, encoding)
 
 
-def build_Commit_v1(message, proto_version, in_stream):
+def build_Commit_v1(message, proto_version, in_stream, encoding):
     try:
         v_flags = message.flags
         v_commit_lsn = message.commit_lsn
@@ -200,45 +200,45 @@ def build_Commit_v1(message, proto_version, in_stream):
         if v_commit_time.__class__ is not _K4 and v_commit_time.__class__ not in _INTS: raise _Decline
         return _P9(67, 0, v_commit_lsn, v_end_lsn, v_commit_time)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Origin_v1(data, proto_version, in_stream):
+def parse_Origin_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_origin_lsn, = _U12(data, 1)
         v_name_e = data.index(0, 9)
-        v_name = data[9:v_name_e].decode()
+        v_name = data[9:v_name_e].decode(encoding)
         if v_name_e + 1 != n: raise _Decline
         o = _new(_K10)
         o.origin_lsn = _inew(_K3, v_origin_lsn)
         o.name = v_name
         return o
     except _DECLINE:
-        return _parse_slow(_S11, data, proto_version, in_stream)
+        return _parse_slow(_S11, data, proto_version, in_stream, encoding)
 
 
-def build_Origin_v1(message, proto_version, in_stream):
+def build_Origin_v1(message, proto_version, in_stream, encoding):
     try:
         v_origin_lsn = message.origin_lsn
         v_name = message.name
         if v_origin_lsn.__class__ is not _K3 and v_origin_lsn.__class__ not in _INTS: raise _Decline
         if v_name.__class__ is not str: raise _Decline
-        v_name_r = v_name.encode()
+        v_name_r = v_name.encode(encoding)
         if 0 in v_name_r: raise _Decline
         return _P13(79, v_origin_lsn) + v_name_r + _C14
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Relation_v1(data, proto_version, in_stream):
+def parse_Relation_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_relation_id, = _U17(data, 1)
         v_namespace_e = data.index(0, 5)
-        v_namespace = data[5:v_namespace_e].decode()
+        v_namespace = data[5:v_namespace_e].decode(encoding)
         v_name_e = data.index(0, v_namespace_e + 1)
-        v_name = data[v_namespace_e + 1:v_name_e].decode()
+        v_name = data[v_namespace_e + 1:v_name_e].decode(encoding)
         v_replica_identity_b, v_columns_c, = _U19(data, v_name_e + 1)
         v_replica_identity = _T18[v_replica_identity_b]
         if v_replica_identity is None: raise _Decline
@@ -248,7 +248,7 @@ def parse_Relation_v1(data, proto_version, in_stream):
         for v_columns_i in range(v_columns_c):
             v_flags = data[p]
             v_name2_e = data.index(0, p + 1)
-            v_name2 = data[p + 1:v_name2_e].decode()
+            v_name2 = data[p + 1:v_name2_e].decode(encoding)
             v_type_id, v_type_modifier, = _U20(data, v_name2_e + 1)
             p = v_name2_e + 9
             o = _new(_K21)
@@ -267,10 +267,10 @@ def parse_Relation_v1(data, proto_version, in_stream):
         o.columns = v_columns
         return o
     except _DECLINE:
-        return _parse_slow(_S16, data, proto_version, in_stream)
+        return _parse_slow(_S16, data, proto_version, in_stream, encoding)
 
 
-def build_Relation_v1(message, proto_version, in_stream):
+def build_Relation_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -281,10 +281,10 @@ def build_Relation_v1(message, proto_version, in_stream):
         if v_xid is not None: raise _Decline
         if v_relation_id.__class__ is not int and v_relation_id.__class__ not in _INTS: raise _Decline
         if v_namespace.__class__ is not str: raise _Decline
-        v_namespace_r = v_namespace.encode()
+        v_namespace_r = v_namespace.encode(encoding)
         if 0 in v_namespace_r: raise _Decline
         if v_name.__class__ is not str: raise _Decline
-        v_name_r = v_name.encode()
+        v_name_r = v_name.encode(encoding)
         if 0 in v_name_r: raise _Decline
         v_replica_identity_b = _B23.get(v_replica_identity) if v_replica_identity.__class__ is str else None
         if v_replica_identity_b is None: raise _Decline
@@ -298,7 +298,7 @@ def build_Relation_v1(message, proto_version, in_stream):
             c1_type_modifier = c1.type_modifier
             if c1_flags.__class__ is not int and c1_flags.__class__ not in _INTS: raise _Decline
             if c1_name.__class__ is not str: raise _Decline
-            c1_name_r = c1_name.encode()
+            c1_name_r = c1_name.encode(encoding)
             if 0 in c1_name_r: raise _Decline
             parts.append(_P25(c1_flags))
             parts.append(c1_name_r)
@@ -307,17 +307,17 @@ def build_Relation_v1(message, proto_version, in_stream):
             parts.append(_P26(c1_type_id, c1_type_modifier))
         return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Type_v1(data, proto_version, in_stream):
+def parse_Type_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_type_id, = _U17(data, 1)
         v_namespace_e = data.index(0, 5)
-        v_namespace = data[5:v_namespace_e].decode()
+        v_namespace = data[5:v_namespace_e].decode(encoding)
         v_name_e = data.index(0, v_namespace_e + 1)
-        v_name = data[v_namespace_e + 1:v_name_e].decode()
+        v_name = data[v_namespace_e + 1:v_name_e].decode(encoding)
         if v_name_e + 1 != n: raise _Decline
         o = _new(_K27)
         o.xid = None
@@ -326,10 +326,10 @@ def parse_Type_v1(data, proto_version, in_stream):
         o.name = v_name
         return o
     except _DECLINE:
-        return _parse_slow(_S28, data, proto_version, in_stream)
+        return _parse_slow(_S28, data, proto_version, in_stream, encoding)
 
 
-def build_Type_v1(message, proto_version, in_stream):
+def build_Type_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_type_id = message.type_id
@@ -338,17 +338,17 @@ def build_Type_v1(message, proto_version, in_stream):
         if v_xid is not None: raise _Decline
         if v_type_id.__class__ is not int and v_type_id.__class__ not in _INTS: raise _Decline
         if v_namespace.__class__ is not str: raise _Decline
-        v_namespace_r = v_namespace.encode()
+        v_namespace_r = v_namespace.encode(encoding)
         if 0 in v_namespace_r: raise _Decline
         if v_name.__class__ is not str: raise _Decline
-        v_name_r = v_name.encode()
+        v_name_r = v_name.encode(encoding)
         if 0 in v_name_r: raise _Decline
         return b''.join((_P22(89, v_type_id), v_namespace_r, _C14, v_name_r, _C14))
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Insert_v1(data, proto_version, in_stream):
+def parse_Insert_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_relation_id, v_new_m, v_new_c, = _U31(data, 1)
@@ -397,10 +397,10 @@ def parse_Insert_v1(data, proto_version, in_stream):
         o.new = v_new
         return o
     except _DECLINE:
-        return _parse_slow(_S30, data, proto_version, in_stream)
+        return _parse_slow(_S30, data, proto_version, in_stream, encoding)
 
 
-def build_Insert_v1(message, proto_version, in_stream):
+def build_Insert_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -451,10 +451,10 @@ def build_Insert_v1(message, proto_version, in_stream):
                     raise _Decline
         return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Update_v1(data, proto_version, in_stream):
+def parse_Update_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_relation_id, = _U17(data, 1)
@@ -680,10 +680,10 @@ def parse_Update_v1(data, proto_version, in_stream):
                 o.new = v_new3
                 return o
     except _DECLINE:
-        return _parse_slow(_S44, data, proto_version, in_stream)
+        return _parse_slow(_S44, data, proto_version, in_stream, encoding)
 
 
-def build_Update_v1(message, proto_version, in_stream):
+def build_Update_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -913,10 +913,10 @@ def build_Update_v1(message, proto_version, in_stream):
                             raise _Decline
                 return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Delete_v1(data, proto_version, in_stream):
+def parse_Delete_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_relation_id, = _U17(data, 1)
@@ -1014,10 +1014,10 @@ def parse_Delete_v1(data, proto_version, in_stream):
             o.old = v_old
             return o
     except _DECLINE:
-        return _parse_slow(_S49, data, proto_version, in_stream)
+        return _parse_slow(_S49, data, proto_version, in_stream, encoding)
 
 
-def build_Delete_v1(message, proto_version, in_stream):
+def build_Delete_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -1115,10 +1115,10 @@ def build_Delete_v1(message, proto_version, in_stream):
                         raise _Decline
             return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Truncate_v1(data, proto_version, in_stream):
+def parse_Truncate_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_num_relations, v_options, = _U52(data, 1)
@@ -1132,10 +1132,10 @@ def parse_Truncate_v1(data, proto_version, in_stream):
         o.relation_ids = v_relation_ids
         return o
     except _DECLINE:
-        return _parse_slow(_S51, data, proto_version, in_stream)
+        return _parse_slow(_S51, data, proto_version, in_stream, encoding)
 
 
-def build_Truncate_v1(message, proto_version, in_stream):
+def build_Truncate_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_options = message.options
@@ -1147,15 +1147,15 @@ def build_Truncate_v1(message, proto_version, in_stream):
             if x.__class__ is not int and x.__class__ not in _INTS: raise _Decline
         return _P53(84, len(v_relation_ids), v_options) + _pack('>%dL' % len(v_relation_ids), *v_relation_ids)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Message_v1(data, proto_version, in_stream):
+def parse_Message_v1(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_flags, v_lsn, = _U56(data, 1)
         v_prefix_e = data.index(0, 10)
-        v_prefix = data[10:v_prefix_e].decode()
+        v_prefix = data[10:v_prefix_e].decode(encoding)
         v_content_n, = _U17(data, v_prefix_e + 1)
         v_content_q = v_prefix_e + 5 + v_content_n
         v_content = data[v_prefix_e + 5:v_content_q]
@@ -1168,10 +1168,10 @@ def parse_Message_v1(data, proto_version, in_stream):
         o.content = v_content
         return o
     except _DECLINE:
-        return _parse_slow(_S55, data, proto_version, in_stream)
+        return _parse_slow(_S55, data, proto_version, in_stream, encoding)
 
 
-def build_Message_v1(message, proto_version, in_stream):
+def build_Message_v1(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_flags = message.flags
@@ -1182,86 +1182,86 @@ def build_Message_v1(message, proto_version, in_stream):
         if v_flags.__class__ is not int and v_flags.__class__ not in _INTS: raise _Decline
         if v_lsn.__class__ is not _K3 and v_lsn.__class__ not in _INTS: raise _Decline
         if v_prefix.__class__ is not str: raise _Decline
-        v_prefix_r = v_prefix.encode()
+        v_prefix_r = v_prefix.encode(encoding)
         if 0 in v_prefix_r: raise _Decline
         if v_content.__class__ is not bytes: raise _Decline
         v_content_len = len(v_content)
         return b''.join((_P57(77, v_flags, v_lsn), v_prefix_r, (_H58[v_content_len] if v_content_len < 512 else _P59(v_content_len)), v_content))
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamStart_v1(data, proto_version, in_stream):
+def parse_StreamStart_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S61, data, proto_version, in_stream)
+        return _parse_slow(_S61, data, proto_version, in_stream, encoding)
 
 
-def build_StreamStart_v1(message, proto_version, in_stream):
+def build_StreamStart_v1(message, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamStop_v1(data, proto_version, in_stream):
+def parse_StreamStop_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S63, data, proto_version, in_stream)
+        return _parse_slow(_S63, data, proto_version, in_stream, encoding)
 
 
-def parse_StreamCommit_v1(data, proto_version, in_stream):
+def parse_StreamCommit_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S65, data, proto_version, in_stream)
+        return _parse_slow(_S65, data, proto_version, in_stream, encoding)
 
 
-def parse_StreamAbort_v1(data, proto_version, in_stream):
+def parse_StreamAbort_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S67, data, proto_version, in_stream)
+        return _parse_slow(_S67, data, proto_version, in_stream, encoding)
 
 
-def parse_BeginPrepare_v1(data, proto_version, in_stream):
+def parse_BeginPrepare_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S69, data, proto_version, in_stream)
+        return _parse_slow(_S69, data, proto_version, in_stream, encoding)
 
 
-def parse_Prepare_v1(data, proto_version, in_stream):
+def parse_Prepare_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S71, data, proto_version, in_stream)
+        return _parse_slow(_S71, data, proto_version, in_stream, encoding)
 
 
-def parse_CommitPrepared_v1(data, proto_version, in_stream):
+def parse_CommitPrepared_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S73, data, proto_version, in_stream)
+        return _parse_slow(_S73, data, proto_version, in_stream, encoding)
 
 
-def parse_RollbackPrepared_v1(data, proto_version, in_stream):
+def parse_RollbackPrepared_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S75, data, proto_version, in_stream)
+        return _parse_slow(_S75, data, proto_version, in_stream, encoding)
 
 
-def parse_StreamPrepare_v1(data, proto_version, in_stream):
+def parse_StreamPrepare_v1(data, proto_version, in_stream, encoding):
     try:
         raise _Decline
     except _DECLINE:
-        return _parse_slow(_S77, data, proto_version, in_stream)
+        return _parse_slow(_S77, data, proto_version, in_stream, encoding)
 
 
-def parse_StreamStart_v2(data, proto_version, in_stream):
+def parse_StreamStart_v2(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_first_segment, = _U52(data, 1)
@@ -1271,10 +1271,10 @@ def parse_StreamStart_v2(data, proto_version, in_stream):
         o.first_segment = v_first_segment
         return o
     except _DECLINE:
-        return _parse_slow(_S61, data, proto_version, in_stream)
+        return _parse_slow(_S61, data, proto_version, in_stream, encoding)
 
 
-def build_StreamStart_v2(message, proto_version, in_stream):
+def build_StreamStart_v2(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_first_segment = message.first_segment
@@ -1282,27 +1282,27 @@ def build_StreamStart_v2(message, proto_version, in_stream):
         if v_first_segment.__class__ is not int and v_first_segment.__class__ not in _INTS: raise _Decline
         return _P53(83, v_xid, v_first_segment)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamStop_v2(data, proto_version, in_stream):
+def parse_StreamStop_v2(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         if 1 != n: raise _Decline
         o = _new(_K62)
         return o
     except _DECLINE:
-        return _parse_slow(_S63, data, proto_version, in_stream)
+        return _parse_slow(_S63, data, proto_version, in_stream, encoding)
 
 
-def build_StreamStop_v2(message, proto_version, in_stream):
+def build_StreamStop_v2(message, proto_version, in_stream, encoding):
     try:
         return _C78
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamCommit_v2(data, proto_version, in_stream):
+def parse_StreamCommit_v2(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_flags, v_commit_lsn, v_end_lsn, v_commit_time, = _U79(data, 1)
@@ -1317,10 +1317,10 @@ def parse_StreamCommit_v2(data, proto_version, in_stream):
         o.commit_time = _inew(_K4, v_commit_time)
         return o
     except _DECLINE:
-        return _parse_slow(_S65, data, proto_version, in_stream)
+        return _parse_slow(_S65, data, proto_version, in_stream, encoding)
 
 
-def build_StreamCommit_v2(message, proto_version, in_stream):
+def build_StreamCommit_v2(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_flags = message.flags
@@ -1334,10 +1334,10 @@ def build_StreamCommit_v2(message, proto_version, in_stream):
         if v_commit_time.__class__ is not _K4 and v_commit_time.__class__ not in _INTS: raise _Decline
         return _P80(99, v_xid, 0, v_commit_lsn, v_end_lsn, v_commit_time)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamAbort_v2(data, proto_version, in_stream):
+def parse_StreamAbort_v2(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_subxid, = _U81(data, 1)
@@ -1349,10 +1349,10 @@ def parse_StreamAbort_v2(data, proto_version, in_stream):
         o.abort_time = None
         return o
     except _DECLINE:
-        return _parse_slow(_S67, data, proto_version, in_stream)
+        return _parse_slow(_S67, data, proto_version, in_stream, encoding)
 
 
-def build_StreamAbort_v2(message, proto_version, in_stream):
+def build_StreamAbort_v2(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_subxid = message.subxid
@@ -1364,17 +1364,17 @@ def build_StreamAbort_v2(message, proto_version, in_stream):
         if v_abort_time is not None: raise _Decline
         return _P82(65, v_xid, v_subxid)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Relation_v2s(data, proto_version, in_stream):
+def parse_Relation_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_relation_id, = _U81(data, 1)
         v_namespace_e = data.index(0, 9)
-        v_namespace = data[9:v_namespace_e].decode()
+        v_namespace = data[9:v_namespace_e].decode(encoding)
         v_name_e = data.index(0, v_namespace_e + 1)
-        v_name = data[v_namespace_e + 1:v_name_e].decode()
+        v_name = data[v_namespace_e + 1:v_name_e].decode(encoding)
         v_replica_identity_b, v_columns_c, = _U19(data, v_name_e + 1)
         v_replica_identity = _T18[v_replica_identity_b]
         if v_replica_identity is None: raise _Decline
@@ -1384,7 +1384,7 @@ def parse_Relation_v2s(data, proto_version, in_stream):
         for v_columns_i in range(v_columns_c):
             v_flags = data[p]
             v_name2_e = data.index(0, p + 1)
-            v_name2 = data[p + 1:v_name2_e].decode()
+            v_name2 = data[p + 1:v_name2_e].decode(encoding)
             v_type_id, v_type_modifier, = _U20(data, v_name2_e + 1)
             p = v_name2_e + 9
             o = _new(_K21)
@@ -1403,10 +1403,10 @@ def parse_Relation_v2s(data, proto_version, in_stream):
         o.columns = v_columns
         return o
     except _DECLINE:
-        return _parse_slow(_S16, data, proto_version, in_stream)
+        return _parse_slow(_S16, data, proto_version, in_stream, encoding)
 
 
-def build_Relation_v2s(message, proto_version, in_stream):
+def build_Relation_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -1417,10 +1417,10 @@ def build_Relation_v2s(message, proto_version, in_stream):
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_relation_id.__class__ is not int and v_relation_id.__class__ not in _INTS: raise _Decline
         if v_namespace.__class__ is not str: raise _Decline
-        v_namespace_r = v_namespace.encode()
+        v_namespace_r = v_namespace.encode(encoding)
         if 0 in v_namespace_r: raise _Decline
         if v_name.__class__ is not str: raise _Decline
-        v_name_r = v_name.encode()
+        v_name_r = v_name.encode(encoding)
         if 0 in v_name_r: raise _Decline
         v_replica_identity_b = _B23.get(v_replica_identity) if v_replica_identity.__class__ is str else None
         if v_replica_identity_b is None: raise _Decline
@@ -1434,7 +1434,7 @@ def build_Relation_v2s(message, proto_version, in_stream):
             c1_type_modifier = c1.type_modifier
             if c1_flags.__class__ is not int and c1_flags.__class__ not in _INTS: raise _Decline
             if c1_name.__class__ is not str: raise _Decline
-            c1_name_r = c1_name.encode()
+            c1_name_r = c1_name.encode(encoding)
             if 0 in c1_name_r: raise _Decline
             parts.append(_P25(c1_flags))
             parts.append(c1_name_r)
@@ -1443,17 +1443,17 @@ def build_Relation_v2s(message, proto_version, in_stream):
             parts.append(_P26(c1_type_id, c1_type_modifier))
         return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Type_v2s(data, proto_version, in_stream):
+def parse_Type_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_type_id, = _U81(data, 1)
         v_namespace_e = data.index(0, 9)
-        v_namespace = data[9:v_namespace_e].decode()
+        v_namespace = data[9:v_namespace_e].decode(encoding)
         v_name_e = data.index(0, v_namespace_e + 1)
-        v_name = data[v_namespace_e + 1:v_name_e].decode()
+        v_name = data[v_namespace_e + 1:v_name_e].decode(encoding)
         if v_name_e + 1 != n: raise _Decline
         o = _new(_K27)
         o.xid = v_xid
@@ -1462,10 +1462,10 @@ def parse_Type_v2s(data, proto_version, in_stream):
         o.name = v_name
         return o
     except _DECLINE:
-        return _parse_slow(_S28, data, proto_version, in_stream)
+        return _parse_slow(_S28, data, proto_version, in_stream, encoding)
 
 
-def build_Type_v2s(message, proto_version, in_stream):
+def build_Type_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_type_id = message.type_id
@@ -1474,17 +1474,17 @@ def build_Type_v2s(message, proto_version, in_stream):
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_type_id.__class__ is not int and v_type_id.__class__ not in _INTS: raise _Decline
         if v_namespace.__class__ is not str: raise _Decline
-        v_namespace_r = v_namespace.encode()
+        v_namespace_r = v_namespace.encode(encoding)
         if 0 in v_namespace_r: raise _Decline
         if v_name.__class__ is not str: raise _Decline
-        v_name_r = v_name.encode()
+        v_name_r = v_name.encode(encoding)
         if 0 in v_name_r: raise _Decline
         return b''.join((_P82(89, v_xid, v_type_id), v_namespace_r, _C14, v_name_r, _C14))
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Insert_v2s(data, proto_version, in_stream):
+def parse_Insert_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_relation_id, v_new_m, v_new_c, = _U83(data, 1)
@@ -1533,10 +1533,10 @@ def parse_Insert_v2s(data, proto_version, in_stream):
         o.new = v_new
         return o
     except _DECLINE:
-        return _parse_slow(_S30, data, proto_version, in_stream)
+        return _parse_slow(_S30, data, proto_version, in_stream, encoding)
 
 
-def build_Insert_v2s(message, proto_version, in_stream):
+def build_Insert_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -1587,10 +1587,10 @@ def build_Insert_v2s(message, proto_version, in_stream):
                     raise _Decline
         return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Update_v2s(data, proto_version, in_stream):
+def parse_Update_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_relation_id, = _U81(data, 1)
@@ -1816,10 +1816,10 @@ def parse_Update_v2s(data, proto_version, in_stream):
                 o.new = v_new3
                 return o
     except _DECLINE:
-        return _parse_slow(_S44, data, proto_version, in_stream)
+        return _parse_slow(_S44, data, proto_version, in_stream, encoding)
 
 
-def build_Update_v2s(message, proto_version, in_stream):
+def build_Update_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -2049,10 +2049,10 @@ def build_Update_v2s(message, proto_version, in_stream):
                             raise _Decline
                 return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Delete_v2s(data, proto_version, in_stream):
+def parse_Delete_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_relation_id, = _U81(data, 1)
@@ -2150,10 +2150,10 @@ def parse_Delete_v2s(data, proto_version, in_stream):
             o.old = v_old
             return o
     except _DECLINE:
-        return _parse_slow(_S49, data, proto_version, in_stream)
+        return _parse_slow(_S49, data, proto_version, in_stream, encoding)
 
 
-def build_Delete_v2s(message, proto_version, in_stream):
+def build_Delete_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_relation_id = message.relation_id
@@ -2251,10 +2251,10 @@ def build_Delete_v2s(message, proto_version, in_stream):
                         raise _Decline
             return b''.join(parts)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Truncate_v2s(data, proto_version, in_stream):
+def parse_Truncate_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_num_relations, v_options, = _U85(data, 1)
@@ -2268,10 +2268,10 @@ def parse_Truncate_v2s(data, proto_version, in_stream):
         o.relation_ids = v_relation_ids
         return o
     except _DECLINE:
-        return _parse_slow(_S51, data, proto_version, in_stream)
+        return _parse_slow(_S51, data, proto_version, in_stream, encoding)
 
 
-def build_Truncate_v2s(message, proto_version, in_stream):
+def build_Truncate_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_options = message.options
@@ -2283,15 +2283,15 @@ def build_Truncate_v2s(message, proto_version, in_stream):
             if x.__class__ is not int and x.__class__ not in _INTS: raise _Decline
         return _P86(84, v_xid, len(v_relation_ids), v_options) + _pack('>%dL' % len(v_relation_ids), *v_relation_ids)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Message_v2s(data, proto_version, in_stream):
+def parse_Message_v2s(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_flags, v_lsn, = _U87(data, 1)
         v_prefix_e = data.index(0, 14)
-        v_prefix = data[14:v_prefix_e].decode()
+        v_prefix = data[14:v_prefix_e].decode(encoding)
         v_content_n, = _U17(data, v_prefix_e + 1)
         v_content_q = v_prefix_e + 5 + v_content_n
         v_content = data[v_prefix_e + 5:v_content_q]
@@ -2304,10 +2304,10 @@ def parse_Message_v2s(data, proto_version, in_stream):
         o.content = v_content
         return o
     except _DECLINE:
-        return _parse_slow(_S55, data, proto_version, in_stream)
+        return _parse_slow(_S55, data, proto_version, in_stream, encoding)
 
 
-def build_Message_v2s(message, proto_version, in_stream):
+def build_Message_v2s(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_flags = message.flags
@@ -2318,21 +2318,21 @@ def build_Message_v2s(message, proto_version, in_stream):
         if v_flags.__class__ is not int and v_flags.__class__ not in _INTS: raise _Decline
         if v_lsn.__class__ is not _K3 and v_lsn.__class__ not in _INTS: raise _Decline
         if v_prefix.__class__ is not str: raise _Decline
-        v_prefix_r = v_prefix.encode()
+        v_prefix_r = v_prefix.encode(encoding)
         if 0 in v_prefix_r: raise _Decline
         if v_content.__class__ is not bytes: raise _Decline
         v_content_len = len(v_content)
         return b''.join((_P88(77, v_xid, v_flags, v_lsn), v_prefix_r, (_H58[v_content_len] if v_content_len < 512 else _P59(v_content_len)), v_content))
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_BeginPrepare_v3(data, proto_version, in_stream):
+def parse_BeginPrepare_v3(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_prepare_lsn, v_end_lsn, v_prepare_time, v_xid, = _U89(data, 1)
         v_gid_e = data.index(0, 29)
-        v_gid = data[29:v_gid_e].decode()
+        v_gid = data[29:v_gid_e].decode(encoding)
         if v_gid_e + 1 != n: raise _Decline
         c_prepare_lsn = _inew(_K3, v_prepare_lsn)
         o = _new(_K68)
@@ -2343,10 +2343,10 @@ def parse_BeginPrepare_v3(data, proto_version, in_stream):
         o.gid = v_gid
         return o
     except _DECLINE:
-        return _parse_slow(_S69, data, proto_version, in_stream)
+        return _parse_slow(_S69, data, proto_version, in_stream, encoding)
 
 
-def build_BeginPrepare_v3(message, proto_version, in_stream):
+def build_BeginPrepare_v3(message, proto_version, in_stream, encoding):
     try:
         v_prepare_lsn = message.prepare_lsn
         v_end_lsn = message.end_lsn
@@ -2358,20 +2358,20 @@ def build_BeginPrepare_v3(message, proto_version, in_stream):
         if v_prepare_time.__class__ is not _K4 and v_prepare_time.__class__ not in _INTS: raise _Decline
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_gid.__class__ is not str: raise _Decline
-        v_gid_r = v_gid.encode()
+        v_gid_r = v_gid.encode(encoding)
         if 0 in v_gid_r: raise _Decline
         return _P90(98, v_prepare_lsn, v_end_lsn, v_prepare_time, v_xid) + v_gid_r + _C14
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_Prepare_v3(data, proto_version, in_stream):
+def parse_Prepare_v3(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_flags, v_prepare_lsn, v_end_lsn, v_prepare_time, v_xid, = _U91(data, 1)
         if v_flags: raise _Decline
         v_gid_e = data.index(0, 30)
-        v_gid = data[30:v_gid_e].decode()
+        v_gid = data[30:v_gid_e].decode(encoding)
         if v_gid_e + 1 != n: raise _Decline
         c_prepare_lsn = _inew(_K3, v_prepare_lsn)
         o = _new(_K70)
@@ -2383,10 +2383,10 @@ def parse_Prepare_v3(data, proto_version, in_stream):
         o.gid = v_gid
         return o
     except _DECLINE:
-        return _parse_slow(_S71, data, proto_version, in_stream)
+        return _parse_slow(_S71, data, proto_version, in_stream, encoding)
 
 
-def build_Prepare_v3(message, proto_version, in_stream):
+def build_Prepare_v3(message, proto_version, in_stream, encoding):
     try:
         v_flags = message.flags
         v_prepare_lsn = message.prepare_lsn
@@ -2400,20 +2400,20 @@ def build_Prepare_v3(message, proto_version, in_stream):
         if v_prepare_time.__class__ is not _K4 and v_prepare_time.__class__ not in _INTS: raise _Decline
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_gid.__class__ is not str: raise _Decline
-        v_gid_r = v_gid.encode()
+        v_gid_r = v_gid.encode(encoding)
         if 0 in v_gid_r: raise _Decline
         return _P92(80, 0, v_prepare_lsn, v_end_lsn, v_prepare_time, v_xid) + v_gid_r + _C14
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_CommitPrepared_v3(data, proto_version, in_stream):
+def parse_CommitPrepared_v3(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_flags, v_commit_lsn, v_end_lsn, v_commit_time, v_xid, = _U91(data, 1)
         if v_flags: raise _Decline
         v_gid_e = data.index(0, 30)
-        v_gid = data[30:v_gid_e].decode()
+        v_gid = data[30:v_gid_e].decode(encoding)
         if v_gid_e + 1 != n: raise _Decline
         c_commit_lsn = _inew(_K3, v_commit_lsn)
         o = _new(_K72)
@@ -2425,10 +2425,10 @@ def parse_CommitPrepared_v3(data, proto_version, in_stream):
         o.gid = v_gid
         return o
     except _DECLINE:
-        return _parse_slow(_S73, data, proto_version, in_stream)
+        return _parse_slow(_S73, data, proto_version, in_stream, encoding)
 
 
-def build_CommitPrepared_v3(message, proto_version, in_stream):
+def build_CommitPrepared_v3(message, proto_version, in_stream, encoding):
     try:
         v_flags = message.flags
         v_commit_lsn = message.commit_lsn
@@ -2442,20 +2442,20 @@ def build_CommitPrepared_v3(message, proto_version, in_stream):
         if v_commit_time.__class__ is not _K4 and v_commit_time.__class__ not in _INTS: raise _Decline
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_gid.__class__ is not str: raise _Decline
-        v_gid_r = v_gid.encode()
+        v_gid_r = v_gid.encode(encoding)
         if 0 in v_gid_r: raise _Decline
         return _P92(75, 0, v_commit_lsn, v_end_lsn, v_commit_time, v_xid) + v_gid_r + _C14
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_RollbackPrepared_v3(data, proto_version, in_stream):
+def parse_RollbackPrepared_v3(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_flags, v_prepare_end_lsn, v_rollback_end_lsn, v_prepare_time, v_rollback_time, v_xid, = _U93(data, 1)
         if v_flags: raise _Decline
         v_gid_e = data.index(0, 38)
-        v_gid = data[38:v_gid_e].decode()
+        v_gid = data[38:v_gid_e].decode(encoding)
         if v_gid_e + 1 != n: raise _Decline
         c_prepare_end_lsn = _inew(_K3, v_prepare_end_lsn)
         c_prepare_time = _inew(_K4, v_prepare_time)
@@ -2469,10 +2469,10 @@ def parse_RollbackPrepared_v3(data, proto_version, in_stream):
         o.gid = v_gid
         return o
     except _DECLINE:
-        return _parse_slow(_S75, data, proto_version, in_stream)
+        return _parse_slow(_S75, data, proto_version, in_stream, encoding)
 
 
-def build_RollbackPrepared_v3(message, proto_version, in_stream):
+def build_RollbackPrepared_v3(message, proto_version, in_stream, encoding):
     try:
         v_flags = message.flags
         v_prepare_end_lsn = message.prepare_end_lsn
@@ -2488,20 +2488,20 @@ def build_RollbackPrepared_v3(message, proto_version, in_stream):
         if v_rollback_time.__class__ is not _K4 and v_rollback_time.__class__ not in _INTS: raise _Decline
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_gid.__class__ is not str: raise _Decline
-        v_gid_r = v_gid.encode()
+        v_gid_r = v_gid.encode(encoding)
         if 0 in v_gid_r: raise _Decline
         return _P94(114, 0, v_prepare_end_lsn, v_rollback_end_lsn, v_prepare_time, v_rollback_time, v_xid) + v_gid_r + _C14
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamPrepare_v3(data, proto_version, in_stream):
+def parse_StreamPrepare_v3(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_flags, v_prepare_lsn, v_end_lsn, v_prepare_time, v_xid, = _U91(data, 1)
         if v_flags: raise _Decline
         v_gid_e = data.index(0, 30)
-        v_gid = data[30:v_gid_e].decode()
+        v_gid = data[30:v_gid_e].decode(encoding)
         if v_gid_e + 1 != n: raise _Decline
         c_prepare_lsn = _inew(_K3, v_prepare_lsn)
         o = _new(_K76)
@@ -2513,10 +2513,10 @@ def parse_StreamPrepare_v3(data, proto_version, in_stream):
         o.gid = v_gid
         return o
     except _DECLINE:
-        return _parse_slow(_S77, data, proto_version, in_stream)
+        return _parse_slow(_S77, data, proto_version, in_stream, encoding)
 
 
-def build_StreamPrepare_v3(message, proto_version, in_stream):
+def build_StreamPrepare_v3(message, proto_version, in_stream, encoding):
     try:
         v_flags = message.flags
         v_prepare_lsn = message.prepare_lsn
@@ -2530,14 +2530,14 @@ def build_StreamPrepare_v3(message, proto_version, in_stream):
         if v_prepare_time.__class__ is not _K4 and v_prepare_time.__class__ not in _INTS: raise _Decline
         if v_xid.__class__ is not int and v_xid.__class__ not in _INTS: raise _Decline
         if v_gid.__class__ is not str: raise _Decline
-        v_gid_r = v_gid.encode()
+        v_gid_r = v_gid.encode(encoding)
         if 0 in v_gid_r: raise _Decline
         return _P92(112, 0, v_prepare_lsn, v_end_lsn, v_prepare_time, v_xid) + v_gid_r + _C14
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_StreamAbort_v4(data, proto_version, in_stream):
+def parse_StreamAbort_v4(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_xid, v_subxid, = _U81(data, 1)
@@ -2559,10 +2559,10 @@ def parse_StreamAbort_v4(data, proto_version, in_stream):
             o.abort_time = None
             return o
     except _DECLINE:
-        return _parse_slow(_S67, data, proto_version, in_stream)
+        return _parse_slow(_S67, data, proto_version, in_stream, encoding)
 
 
-def build_StreamAbort_v4(message, proto_version, in_stream):
+def build_StreamAbort_v4(message, proto_version, in_stream, encoding):
     try:
         v_xid = message.xid
         v_subxid = message.subxid
@@ -2578,10 +2578,10 @@ def build_StreamAbort_v4(message, proto_version, in_stream):
             if v_abort_time is not None: raise _Decline
             return _P82(65, v_xid, v_subxid)
     except _DECLINE_BUILD:
-        return _build_slow(message, proto_version, in_stream)
+        return _build_slow(message, proto_version, in_stream, encoding)
 
 
-def parse_XLogData_env(data, proto_version, in_stream):
+def parse_XLogData_env(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_data_start, v_wal_end, v_send_time, = _U99(data, 1)
@@ -2594,10 +2594,10 @@ def parse_XLogData_env(data, proto_version, in_stream):
         o.data = v_data
         return o
     except _DECLINE:
-        return _parse_slow(_S98, data, None, False)
+        return _parse_slow(_S98, data, None, False, 'utf-8')
 
 
-def build_XLogData_env(message, proto_version, in_stream):
+def build_XLogData_env(message, proto_version, in_stream, encoding):
     try:
         v_data_start = message.data_start
         v_wal_end = message.wal_end
@@ -2609,10 +2609,10 @@ def build_XLogData_env(message, proto_version, in_stream):
         if v_data.__class__ is not bytes: raise _Decline
         return _P100(119, v_data_start, v_wal_end, v_send_time) + v_data
     except _DECLINE_BUILD:
-        return _build_slow(message, None, False)
+        return _build_slow(message, None, False, 'utf-8')
 
 
-def parse_PrimaryKeepalive_env(data, proto_version, in_stream):
+def parse_PrimaryKeepalive_env(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_wal_end, v_send_time, v_reply_requested, = _U103(data, 1)
@@ -2623,10 +2623,10 @@ def parse_PrimaryKeepalive_env(data, proto_version, in_stream):
         o.reply_requested = v_reply_requested
         return o
     except _DECLINE:
-        return _parse_slow(_S102, data, None, False)
+        return _parse_slow(_S102, data, None, False, 'utf-8')
 
 
-def build_PrimaryKeepalive_env(message, proto_version, in_stream):
+def build_PrimaryKeepalive_env(message, proto_version, in_stream, encoding):
     try:
         v_wal_end = message.wal_end
         v_send_time = message.send_time
@@ -2636,10 +2636,10 @@ def build_PrimaryKeepalive_env(message, proto_version, in_stream):
         if v_reply_requested.__class__ is not int and v_reply_requested.__class__ not in _INTS: raise _Decline
         return _P104(107, v_wal_end, v_send_time, v_reply_requested)
     except _DECLINE_BUILD:
-        return _build_slow(message, None, False)
+        return _build_slow(message, None, False, 'utf-8')
 
 
-def parse_StandbyStatusUpdate_env(data, proto_version, in_stream):
+def parse_StandbyStatusUpdate_env(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_write_lsn, v_flush_lsn, v_apply_lsn, v_send_time, v_reply_requested, = _U107(data, 1)
@@ -2654,10 +2654,10 @@ def parse_StandbyStatusUpdate_env(data, proto_version, in_stream):
         o.reply_requested = v_reply_requested
         return o
     except _DECLINE:
-        return _parse_slow(_S106, data, None, False)
+        return _parse_slow(_S106, data, None, False, 'utf-8')
 
 
-def build_StandbyStatusUpdate_env(message, proto_version, in_stream):
+def build_StandbyStatusUpdate_env(message, proto_version, in_stream, encoding):
     try:
         v_write_lsn = message.write_lsn
         v_flush_lsn = message.flush_lsn
@@ -2671,10 +2671,10 @@ def build_StandbyStatusUpdate_env(message, proto_version, in_stream):
         if v_reply_requested.__class__ is not int and v_reply_requested.__class__ not in _INTS: raise _Decline
         return _P108(114, v_write_lsn, v_flush_lsn, v_apply_lsn, v_send_time, v_reply_requested)
     except _DECLINE_BUILD:
-        return _build_slow(message, None, False)
+        return _build_slow(message, None, False, 'utf-8')
 
 
-def parse_HotStandbyFeedback_env(data, proto_version, in_stream):
+def parse_HotStandbyFeedback_env(data, proto_version, in_stream, encoding):
     try:
         n = len(data)
         v_send_time, v_xmin, v_xmin_epoch, v_catalog_xmin, v_catalog_xmin_epoch, = _U111(data, 1)
@@ -2687,10 +2687,10 @@ def parse_HotStandbyFeedback_env(data, proto_version, in_stream):
         o.catalog_xmin_epoch = v_catalog_xmin_epoch
         return o
     except _DECLINE:
-        return _parse_slow(_S110, data, None, False)
+        return _parse_slow(_S110, data, None, False, 'utf-8')
 
 
-def build_HotStandbyFeedback_env(message, proto_version, in_stream):
+def build_HotStandbyFeedback_env(message, proto_version, in_stream, encoding):
     try:
         v_send_time = message.send_time
         v_xmin = message.xmin
@@ -2704,7 +2704,7 @@ def build_HotStandbyFeedback_env(message, proto_version, in_stream):
         if v_catalog_xmin_epoch.__class__ is not int and v_catalog_xmin_epoch.__class__ not in _INTS: raise _Decline
         return _P112(104, v_send_time, v_xmin, v_xmin_epoch, v_catalog_xmin, v_catalog_xmin_epoch)
     except _DECLINE_BUILD:
-        return _build_slow(message, None, False)
+        return _build_slow(message, None, False, 'utf-8')
 
 
 # dispatch tables
@@ -3030,8 +3030,8 @@ _BUILD_ENVELOPE = {
 }
 
 
-def parse(data, *, proto_version, in_stream=False):
-    if data.__class__ is bytes and proto_version.__class__ is int and data:
+def parse(data, *, proto_version, in_stream=False, encoding='utf-8'):
+    if data.__class__ is bytes and proto_version.__class__ is int and data and encoding == 'utf-8':
         _tag = data[0]
         if _tag == 73:
             if in_stream is False:
@@ -3084,7 +3084,7 @@ def parse(data, *, proto_version, in_stream=False):
                         o.new = v_new
                         return o
                     except _DECLINE:
-                        return _parse_slow(_S30, data, proto_version, in_stream)
+                        return _parse_slow(_S30, data, proto_version, in_stream, encoding)
             elif in_stream is True:
                 if 2 <= proto_version <= 4:
                     try:
@@ -3135,7 +3135,7 @@ def parse(data, *, proto_version, in_stream=False):
                         o.new = v_new
                         return o
                     except _DECLINE:
-                        return _parse_slow(_S30, data, proto_version, in_stream)
+                        return _parse_slow(_S30, data, proto_version, in_stream, encoding)
         if in_stream is False:
             try:
                 _function = _PARSE_OUT[proto_version][_tag]
@@ -3149,12 +3149,12 @@ def parse(data, *, proto_version, in_stream=False):
         else:
             _function = None
         if _function is not None:
-            return _function(data, proto_version, in_stream)
-    return _parse_other(_PARSE, data, proto_version, in_stream)
+            return _function(data, proto_version, in_stream, encoding)
+    return _parse_other(_PARSE, data, proto_version, in_stream, encoding)
 
 
-def build(message, *, proto_version, in_stream=False):
-    if proto_version.__class__ is int:
+def build(message, *, proto_version, in_stream=False, encoding='utf-8'):
+    if proto_version.__class__ is int and encoding == 'utf-8':
         _cls = message.__class__
         if _cls is _K29:
             if in_stream is False:
@@ -3209,7 +3209,7 @@ def build(message, *, proto_version, in_stream=False):
                                     raise _Decline
                         return b''.join(parts)
                     except _DECLINE_BUILD:
-                        return _build_slow(message, proto_version, in_stream)
+                        return _build_slow(message, proto_version, in_stream, encoding)
             elif in_stream is True:
                 if 2 <= proto_version <= 4:
                     try:
@@ -3262,7 +3262,7 @@ def build(message, *, proto_version, in_stream=False):
                                     raise _Decline
                         return b''.join(parts)
                     except _DECLINE_BUILD:
-                        return _build_slow(message, proto_version, in_stream)
+                        return _build_slow(message, proto_version, in_stream, encoding)
         if in_stream is False:
             try:
                 _function = _BUILD_OUT[proto_version][_cls]
@@ -3276,8 +3276,8 @@ def build(message, *, proto_version, in_stream=False):
         else:
             _function = None
         if _function is not None:
-            return _function(message, proto_version, in_stream)
-    return _build_other(_BUILD, message, proto_version, in_stream)
+            return _function(message, proto_version, in_stream, encoding)
+    return _build_other(_BUILD, message, proto_version, in_stream, encoding)
 
 
 def parse_envelope(data, *, sender="server"):
@@ -3296,13 +3296,13 @@ def parse_envelope(data, *, sender="server"):
                 o.data = v_data
                 return o
             except _DECLINE:
-                return _parse_slow(_S98, data, None, False)
+                return _parse_slow(_S98, data, None, False, 'utf-8')
         try:
             _function = _PARSE_ENVELOPE[sender][_tag]
         except KeyError:
             _function = None
         if _function is not None:
-            return _function(data, None, False)
+            return _function(data, None, False, 'utf-8')
     return _parse_envelope_other(_PARSE_ENVELOPE, data, sender)
 
 
@@ -3320,9 +3320,9 @@ def build_envelope(message):
             if v_data.__class__ is not bytes: raise _Decline
             return _P100(119, v_data_start, v_wal_end, v_send_time) + v_data
         except _DECLINE_BUILD:
-            return _build_slow(message, None, False)
+            return _build_slow(message, None, False, 'utf-8')
     try:
         _function = _BUILD_ENVELOPE[_cls]
     except KeyError:
         return _build_envelope_other(message)
-    return _function(message, None, False)
+    return _function(message, None, False, 'utf-8')

@@ -79,8 +79,9 @@ def _show(value: Any, meta: wire.FieldMeta | None) -> str:
 
 
 def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = False,
-            sender: str | None = None) -> Explanation:
-    """Explain one pgoutput message (``proto_version`` given) or one envelope frame (``sender`` given).
+            sender: str | None = None, encoding: str = wire.UTF8) -> Explanation:
+    """Explain one pgoutput message (``proto_version`` given, its Strings in ``encoding``) or one envelope
+    frame (``sender`` given).
 
     Raises [DecodeError][replwire.codec.DecodeError] exactly as parsing does.
     """
@@ -90,10 +91,11 @@ def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = 
         cls = reference.envelope_class(data, sender)
         message = reference.parse_with(cls, data, proto_version=None, in_stream=False, trace=trace)
     else:
-        reference.check_context(proto_version, in_stream)
+        codec = reference.check_context(proto_version, in_stream, encoding)
         assert proto_version is not None  # check_context refused anything but an int from 1 up
         cls = reference.logical_class(data, proto_version)
-        message = reference.parse_with(cls, data, proto_version=proto_version, in_stream=in_stream, trace=trace)
+        message = reference.parse_with(cls, data, proto_version=proto_version, in_stream=in_stream, encoding=codec,
+                                       trace=trace)
     spans = [s for s in trace.spans if s[2] > s[1] or s[3] is None]
     segments = []
     for path, start, end, value, meta in spans:

@@ -23,6 +23,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ...schema.core import UTF8
 from ..messages import WireMessage
 from . import _generated
 from .runtime import DECLINED
@@ -53,20 +54,24 @@ def _documented(model: _F) -> _F:
 
 
 @_documented
-def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMessage:
+def parse(data: Any, *, proto_version: int, in_stream: bool = False, encoding: str = UTF8) -> WireMessage:
     """Parse exactly one pgoutput message (``data``: bytes, bytearray or memoryview).
 
     ``proto_version`` is the protocol version negotiated with ``START_REPLICATION`` (1-4); ``in_stream``
-    whether the message is inside a Stream Start...Stop block.  Raises
-    [DecodeError][replwire.codec.DecodeError] for bytes that are not exactly one valid message.
+    whether the message is inside a Stream Start...Stop block; ``encoding`` the connection's client
+    encoding, which the Strings (names, namespaces, prefixes, origins, GIDs) are in: PostgreSQL's name
+    (``UTF8``, ``LATIN1``, ``SQL_ASCII``, ...) or Python's (``utf-8``, ``latin-1``).  In ``SQL_ASCII``,
+    bytes 128-255 become the lone surrogates U+DC80-U+DCFF (Python's ``surrogateescape``), so every byte
+    string round-trips.  Raises [DecodeError][replwire.codec.DecodeError] for bytes that are not exactly
+    one valid message, ``ValueError`` for a context that cannot be.
     """
     raise NotImplementedError  # generated
 
 
 @_documented
-def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes:
-    """Build one pgoutput message; raises [EncodeError][replwire.codec.EncodeError] for a message that
-    cannot be built."""
+def build(message: Any, *, proto_version: int, in_stream: bool = False, encoding: str = UTF8) -> bytes:
+    """Build one pgoutput message, its Strings in ``encoding`` (see [parse][replwire.codec.parse]); raises
+    [EncodeError][replwire.codec.EncodeError] for a message that cannot be built."""
     raise NotImplementedError  # generated
 
 

@@ -20,7 +20,7 @@ import struct
 from functools import cache
 from typing import Any
 
-from ...schema.core import MessageSpec, WireError, annotate, location
+from ...schema.core import UTF8, MessageSpec, WireError, annotate, decode_string, encode_string, location
 from .. import walker
 from ..errors import DecodeError, EncodeError
 from ..messages import WireMessage
@@ -108,10 +108,7 @@ class _Reader:
                 self.pos = len(self.data)
                 raise WireError(f"no NUL terminator in the {len(rest)} bytes left")
             self.pos += end + 1
-            try:
-                return rest[:end].decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise WireError(f"invalid UTF-8 at byte {error.start} of the string") from None
+            return decode_string(rest[:end], self.params["encoding"])
         if isinstance(n, CharOf):
             value = self.take(1).decode("latin-1")
             if value not in n.choices:
@@ -174,9 +171,11 @@ class _Reader:
         return fields
 
 
-def parse(spec: MessageSpec, data: bytes, proto_version: int | None, in_stream: bool) -> WireMessage:
-    """Parse ``data`` as exactly one ``spec`` message, or raise the reference path's :class:`DecodeError`."""
-    reader = _Reader(data, spec, {"proto_version": proto_version, "in_stream": in_stream})
+def parse(spec: MessageSpec, data: bytes, proto_version: int | None, in_stream: bool,
+          encoding: str = UTF8) -> WireMessage:
+    """Parse ``data`` as exactly one ``spec`` message, its Strings in the codec ``encoding``, or raise the
+    reference path's :class:`DecodeError`."""
+    reader = _Reader(data, spec, {"proto_version": proto_version, "in_stream": in_stream, "encoding": encoding})
     try:
         raw = reader.record(layout_of(spec).record)
     except WireError as failure:
@@ -237,14 +236,7 @@ class _Writer:
             self.out += n.tag.encode("ascii")
             return n.tag
         if isinstance(n, Text):
-            if not isinstance(value, str):
-                raise WireError(f"expected str, got {type(value).__name__}")
-            if "\0" in value:
-                raise WireError("a String cannot contain a NUL character")
-            try:
-                self.out += value.encode("utf-8") + b"\0"
-            except UnicodeEncodeError as error:
-                raise WireError(f"not encodable as UTF-8 at character {error.start}") from None
+            self.out += encode_string(value, self.params["encoding"]) + b"\0"
             return value
         if isinstance(n, CharOf):
             if not isinstance(value, str) or len(value) != 1:
@@ -332,11 +324,12 @@ class _Writer:
                 raise
 
 
-def build(message: WireMessage, proto_version: int | None, in_stream: bool) -> bytes:
-    """Build ``message``, or raise the reference path's :class:`EncodeError`."""
+def build(message: WireMessage, proto_version: int | None, in_stream: bool, encoding: str = UTF8) -> bytes:
+    """Build ``message``, its Strings in the codec ``encoding``, or raise the reference path's
+    :class:`EncodeError`."""
     spec = message.spec
     values = message.to_wire()
-    writer = _Writer(spec, {"proto_version": proto_version, "in_stream": in_stream})
+    writer = _Writer(spec, {"proto_version": proto_version, "in_stream": in_stream, "encoding": encoding})
     try:
         writer.record(layout_of(spec).record, values)
     except WireError as failure:

@@ -1,7 +1,7 @@
 """Parse and build through the construct declarations themselves: the reference path.
 
 Strategy: dispatch on the tag per layer (logical, or envelope per sender), run the declaration's
-construct parser or builder with the context ``proto_version``/``in_stream``, and translate every
+construct parser or builder with the context ``proto_version``/``in_stream``/``encoding``, and translate every
 failure at the boundary.  Parsing returns a message or raises :class:`DecodeError`; building returns
 bytes or raises :class:`EncodeError`.  The failing field's path, array index and byte offset come from
 the annotations :mod:`replwire.schema.core` puts on the exception.
@@ -32,8 +32,9 @@ assert {t: c.spec for t, c in LOGICAL_CLASSES.items()} == schema.LOGICAL, "a log
 _SHORT_READ = re.compile(r"expected (\d+), found (\d+)")
 
 
-def check_context(proto_version: Any, in_stream: Any) -> None:
-    """Refuse a parse/build context that cannot occur on the wire (a caller error: ``ValueError``)."""
+def check_context(proto_version: Any, in_stream: Any, encoding: Any = wire.UTF8) -> str:
+    """Refuse a parse/build context that cannot occur on the wire (a caller error: ``ValueError``); the
+    Python codec of its ``encoding`` (see :func:`replwire.schema.core.text_codec`)."""
     if isinstance(proto_version, bool) or not isinstance(proto_version, int) \
             or not 1 <= proto_version <= schema.MAX_PROTO_VERSION:
         raise ValueError(f"proto_version must be an int from 1 to {schema.MAX_PROTO_VERSION}, "
@@ -42,6 +43,7 @@ def check_context(proto_version: Any, in_stream: Any) -> None:
         raise ValueError(f"in_stream must be True or False, got {in_stream!r}")
     if in_stream and proto_version < 2:
         raise ValueError("in_stream=True needs proto_version 2 or later (streaming starts at protocol 2)")
+    return wire.text_codec(encoding)
 
 
 def _reason(error: ConstructError) -> str:
@@ -70,13 +72,14 @@ def max_since(spec: wire.MessageSpec) -> int:
 
 
 def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None, in_stream: bool,
-               trace: wire.Trace | None = None) -> WireMessage:
-    """Parse ``data`` as exactly one ``cls`` message (recording where each field is in ``trace``, if given)."""
+               encoding: str = wire.UTF8, trace: wire.Trace | None = None) -> WireMessage:
+    """Parse ``data`` as exactly one ``cls`` message, its Strings in the codec ``encoding`` (recording where
+    each field is in ``trace``, if given)."""
     spec = cls.spec
     stream = io.BytesIO(data)
     try:
         raw = spec.declaration.parse_stream(stream, proto_version=proto_version, in_stream=in_stream,
-                                            _trace=trace)
+                                            encoding=encoding, _trace=trace)
     except ConstructError as error:
         offset, field = wire.location(error)
         raise DecodeError(_reason(error), offset=offset if offset is not None else stream.tell(),
@@ -90,12 +93,13 @@ def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None
     return cls._from_wire(raw)
 
 
-def build_with(message: WireMessage, *, proto_version: int | None, in_stream: bool) -> bytes:
-    """Build ``message`` with its own declaration."""
+def build_with(message: WireMessage, *, proto_version: int | None, in_stream: bool,
+               encoding: str = wire.UTF8) -> bytes:
+    """Build ``message`` with its own declaration, its Strings in the codec ``encoding``."""
     spec = message.spec
     values = message.to_wire()
     try:
-        return spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream)
+        return spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream, encoding=encoding)
     except ConstructError as error:
         _, field = wire.location(error)
         raise EncodeError(_reason(error), message=spec.name, field=field) from None
@@ -118,19 +122,20 @@ def logical_class(data: bytes, proto_version: int) -> type[WireMessage]:
     return cls
 
 
-def parse(data: Any, *, proto_version: int, in_stream: bool = False) -> WireMessage:
+def parse(data: Any, *, proto_version: int, in_stream: bool = False, encoding: str = wire.UTF8) -> WireMessage:
     """Parse exactly one pgoutput message (reference path)."""
-    check_context(proto_version, in_stream)
+    codec = check_context(proto_version, in_stream, encoding)
     data = as_bytes(data)
-    return parse_with(logical_class(data, proto_version), data, proto_version=proto_version, in_stream=in_stream)
+    return parse_with(logical_class(data, proto_version), data, proto_version=proto_version, in_stream=in_stream,
+                      encoding=codec)
 
 
-def build(message: Any, *, proto_version: int, in_stream: bool = False) -> bytes:
+def build(message: Any, *, proto_version: int, in_stream: bool = False, encoding: str = wire.UTF8) -> bytes:
     """Build one pgoutput message (reference path)."""
-    check_context(proto_version, in_stream)
+    codec = check_context(proto_version, in_stream, encoding)
     if not isinstance(message, WireMessage) or message.spec.layer != "logical":
         raise EncodeError(f"expected a pgoutput message object, got {type(message).__name__}")
-    return build_with(message, proto_version=proto_version, in_stream=in_stream)
+    return build_with(message, proto_version=proto_version, in_stream=in_stream, encoding=codec)
 
 
 def _check_sender(sender: Any) -> dict[str, type[WireMessage]]:

@@ -55,7 +55,7 @@ def test_check_reports_what_breaks_the_invariant():
         fuzz.check(LiesAboutOffsets("logical", 1), BEGIN)
 
 
-def _parse_differently(data, *, proto_version, in_stream=False):
+def _parse_differently(data, *, proto_version, in_stream=False, encoding="utf-8"):
     if len(data) == len(BEGIN):
         return reference.parse(BEGIN[:-1] + b"\x14", proto_version=proto_version)
     raise DecodeError("differently", offset=0, tag="B", message="Begin", proto_version=proto_version)
@@ -114,6 +114,21 @@ def test_a_hang_or_memory_finding_is_saved_without_replaying_it(tmp_path):
     assert saved["vector"] == {"name": "fuzz_timeout_0123456789abcdef", "layer": "logical",
                                "ctx": {"proto_version": 4, "in_stream": True}, "wire": ["4900 found by replwire fuzz"]}
     assert saved["failure"].startswith("ERROR: libFuzzer: timeout after 10 seconds")
+
+
+def test_other_client_encodings_are_fuzzed_too(tmp_path):
+    sql_ascii = Context("logical", 1, encoding="SQL_ASCII")
+    relation = b"R\x00\x00\x40\x00" + b"\xff\0caf\xe9\0d\x00\x00"  # names that are not UTF-8
+    assert fuzz.CONTEXTS[:len(strategies.all_contexts())] == strategies.all_contexts()  # old inputs keep theirs
+    assert fuzz.split(fuzz.join(sql_ascii, relation)) == (sql_ascii, relation)
+    assert fuzz.check(*fuzz.split(fuzz.join(sql_ascii, relation))).name == "caf\udce9"
+    assert fuzz.check(P1, relation) is None  # a DecodeError in UTF-8
+    artifact = tmp_path / "timeout-0123456789abcdef"
+    artifact.write_bytes(fuzz.join(sql_ascii, relation))
+    saved = json.loads(fuzz.save_reproducer(artifact, "ERROR: libFuzzer: timeout").read_text())
+    assert saved["vector"]["ctx"] == {"proto_version": 1, "in_stream": False, "encoding": "SQL_ASCII"}
+    (tmp_path / "v.json").write_text(json.dumps({"vectors": [saved["vector"]]}))
+    assert fuzz.load_seed_file(tmp_path / "v.json") == [(sql_ascii, relation)]
 
 
 def test_seed_files_are_the_shared_seeds():

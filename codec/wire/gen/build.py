@@ -9,7 +9,7 @@ as in :mod:`replwire.codec.wire.gen.parse`.  Anything the guards do not prove va
 and the message goes to :mod:`replwire.codec.wire.interpreter`, which builds it or raises the reference's
 :class:`~replwire.codec.errors.EncodeError`::
 
-    def build_Insert_v1(message, proto_version, in_stream):
+    def build_Insert_v1(message, proto_version, in_stream, encoding):
         try:
             v_xid = message.xid
             ...
@@ -17,7 +17,7 @@ and the message goes to :mod:`replwire.codec.wire.interpreter`, which builds it 
             ...
             return b"".join(parts)
         except _DECLINE_BUILD:
-            return _build_slow(message, proto_version, in_stream)
+            return _build_slow(message, proto_version, in_stream, encoding)
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class BuildGen:
             return self.char(name, n, v, st, cont, later)
         if isinstance(n, Text):
             self.guard(f"{v}.__class__ is not str")
-            self.out(f"{v}_r = {v}.encode()")
+            self.out(f"{v}_r = {v}.encode(encoding)")
             self.guard(f"0 in {v}_r")
             self.append(st, f"{v}_r")
             st.run.append(("x", None))  # the NUL terminator: a pad byte of the next run

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .... import schema
+from ....schema.core import UTF8
 from ... import walker
 from ...messages import Record as RecordBase
 from ...messages import WireMessage
@@ -25,7 +26,8 @@ LOGICAL_CONTEXTS = tuple((v, s) for v in range(1, schema.MAX_PROTO_VERSION + 1) 
 ENVELOPE_CONTEXT = (None, False)
 #: The parameters of a generated parse function (a build function's first is ``message``): the names of
 #: the public ``parse``'s, so that a function's body reads the same inlined in the public entry point.
-ARGS = ("data", "proto_version", "in_stream")
+#: ``encoding`` is the Python codec of the Strings (the public entry points inline only for UTF-8).
+ARGS = ("data", "proto_version", "in_stream", "encoding")
 
 CLASSES = {id(cls.spec): cls for cls in WireMessage.__subclasses__()}
 RECORD_CLASSES = {name: cls for cls in RecordBase.__subclasses__()
@@ -251,7 +253,7 @@ def context_args(ctx: Ctx) -> str:
     """The context as a generated function passes it on (to the interpreter): its parameters, or for the
     envelope, whose functions may be inlined where those names are not bound, the constants."""
     if ctx.proto_version is None:
-        return f"None, {ctx.in_stream!r}"
+        return f"None, {ctx.in_stream!r}, {UTF8!r}"
     return ", ".join(ARGS[1:])
 
 

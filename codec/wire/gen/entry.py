@@ -1,18 +1,18 @@
 """Generate the fast codec's public entry points: ``parse``, ``build``, ``parse_envelope``, ``build_envelope``.
 
 Strategy: the entry point tests for the common case (``bytes`` input, an exact ``int`` protocol version,
-``in_stream`` exactly ``True`` or ``False``), then the tag byte (parsing) or the class (building) of the
-:data:`HOT` messages, and runs their generated bodies inline: the same text as their per-message
-functions, once per group of contexts whose functions are the same, so that the commonest messages cost
-one Python call (the public one) and no table lookups.  Every other message goes through the dispatch
-tables to its per-message function, and anything unusual (another kind of input, a context that cannot
-be, an unknown tag or class) to the ``*_other`` functions of :mod:`replwire.codec.wire.runtime`, which check it
-as the reference does.  Nothing here knows a message: the bodies come from
-:mod:`replwire.codec.wire.gen.parse` and :mod:`replwire.codec.wire.gen.build`, the tags and classes from the
-declarations.  A generated entry point looks like::
+``in_stream`` exactly ``True`` or ``False``, the default encoding, UTF-8), then the tag byte (parsing) or the
+class (building) of the :data:`HOT` messages, and runs their generated bodies inline: the same text as their
+per-message functions, once per group of contexts whose functions are the same, so that the commonest
+messages cost one Python call (the public one) and no table lookups.  Every other message goes through the
+dispatch tables to its per-message function, and anything unusual (another kind of input, a context that
+cannot be, another encoding, an unknown tag or class) to the ``*_other`` functions of
+:mod:`replwire.codec.wire.runtime`, which check it as the reference does (and resolve the encoding).
+Nothing here knows a message: the bodies come from :mod:`replwire.codec.wire.gen.parse` and
+:mod:`replwire.codec.wire.gen.build`, the tags and classes from the declarations.  A generated entry point looks like::
 
-    def parse(data, *, proto_version, in_stream=False):
-        if data.__class__ is bytes and proto_version.__class__ is int and data:
+    def parse(data, *, proto_version, in_stream=False, encoding='utf-8'):
+        if data.__class__ is bytes and proto_version.__class__ is int and data and encoding == 'utf-8':
             _tag = data[0]
             if _tag == 73:
                 if in_stream is False:
@@ -24,7 +24,7 @@ declarations.  A generated entry point looks like::
                 try:
                     _function = _PARSE_OUT[proto_version][_tag]
             ...
-        return _parse_other(_PARSE, data, proto_version, in_stream)
+        return _parse_other(_PARSE, data, proto_version, in_stream, encoding)
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ....schema.core import MessageSpec
+from ....schema.core import UTF8, MessageSpec
 from .common import CLASSES, Lines, Namespace
 
 #: The messages whose bodies the entry points carry inline, commonest first: Insert (most of the messages
@@ -43,8 +43,8 @@ HOT = ("Insert", "XLogData")
 
 #: The signatures of the entry points (:mod:`replwire.codec.wire.fast` checks its documented ones against them).
 SIGNATURES = {
-    "parse": "data, *, proto_version, in_stream=False",
-    "build": "message, *, proto_version, in_stream=False",
+    "parse": f"data, *, proto_version, in_stream=False, encoding={UTF8!r}",
+    "build": f"message, *, proto_version, in_stream=False, encoding={UTF8!r}",
     "parse_envelope": 'data, *, sender="server"',
     "build_envelope": "message",
 }
@@ -96,7 +96,7 @@ def logical(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) ->
         tables = {key[2]: generated.parsers[key] for key in generated.parsers if key[0] == "logical"}
         out(f"def parse({SIGNATURES['parse']}):")
         out.indent()
-        out("if data.__class__ is bytes and proto_version.__class__ is int and data:")
+        out(f"if data.__class__ is bytes and proto_version.__class__ is int and data and encoding == {UTF8!r}:")
         out.indent()
         out("_tag = data[0]")
     else:
@@ -104,7 +104,7 @@ def logical(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) ->
                   for key in generated.builders if key[0] == "logical"}
         out(f"def build({SIGNATURES['build']}):")
         out.indent()
-        out("if proto_version.__class__ is int:")
+        out(f"if proto_version.__class__ is int and encoding == {UTF8!r}:")
         out.indent()
         out("_cls = message.__class__")
     for i, spec in enumerate(hot):
@@ -123,9 +123,10 @@ def logical(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) ->
     out("else:")
     out("    _function = None")
     out("if _function is not None:")
-    out(f"    return _function({'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
+    out(f"    return _function({'data' if kind == 'parse' else 'message'}, proto_version, in_stream, encoding)")
     out.dedent()
-    out(f"return _{kind}_other(_{upper}, {'data' if kind == 'parse' else 'message'}, proto_version, in_stream)")
+    out(f"return _{kind}_other(_{upper}, {'data' if kind == 'parse' else 'message'}, proto_version, in_stream, "
+        "encoding)")
     return out.text()
 
 
@@ -153,7 +154,7 @@ def envelope(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) -
         out("except KeyError:")
         out("    _function = None")
         out("if _function is not None:")
-        out("    return _function(data, None, False)")
+        out(f"    return _function(data, None, False, {UTF8!r})")
         out.dedent()
         out("return _parse_envelope_other(_PARSE_ENVELOPE, data, sender)")
         return out.text()
@@ -173,7 +174,7 @@ def envelope(kind: str, generated: Any, hot: list[MessageSpec], ns: Namespace) -
     out("    _function = _BUILD_ENVELOPE[_cls]")
     out("except KeyError:")
     out("    return _build_envelope_other(message)")
-    out("return _function(message, None, False)")
+    out(f"return _function(message, None, False, {UTF8!r})")
     return out.text()
 
 

@@ -7,14 +7,14 @@ about each field so far.  Optional parts (marked records, tails, conditions left
 the record, so later conditions are settled in each branch.  Every check of the declarations is emitted;
 a failing one raises ``_Decline``.  The generated function looks like::
 
-    def parse_Insert_v1(data, proto_version, in_stream):
+    def parse_Insert_v1(data, proto_version, in_stream, encoding):
         try:
             n = len(data)
             v_relation_id, v_new_m, v_new_c = _U3(data, 1)
             if v_new_m != 78: raise _Decline
             ...
         except _DECLINE:
-            return _parse_slow(_S7, data, proto_version, in_stream)
+            return _parse_slow(_S7, data, proto_version, in_stream, encoding)
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class ParseGen:
             self.flush(st)
             end = f"{var}_e"
             out(f"{end} = data.index(0, {st.pos()})")
-            out(f"{var} = data[{st.pos()}:{end}].decode()")
+            out(f"{var} = data[{st.pos()}:{end}].decode(encoding)")
             st.base, st.off = end, 1
             return self.known(st, name, var, Known(some=True))
         if isinstance(n, LengthPrefixed):
