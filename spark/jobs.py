@@ -79,10 +79,18 @@ def _dir_name(table: str) -> str:
     return urllib.parse.quote(table, safe=".-_ ")
 
 
-def _prepare_out(out: str, overwrite: bool) -> None:
+def check_out(out: str, overwrite: bool) -> bool:
+    """Whether ``out`` is a directory with something in it (which the jobs replace only with ``overwrite``:
+    without it, :class:`FileExistsError`).  The CLI asks before it starts Spark."""
     if os.path.exists(out) and os.listdir(out):
         if not overwrite:
             raise FileExistsError(f"{out} exists and is not empty (use overwrite=True / --overwrite)")
+        return True
+    return False
+
+
+def _prepare_out(out: str, overwrite: bool) -> None:
+    if check_out(out, overwrite):
         shutil.rmtree(out)
     os.makedirs(out, exist_ok=True)
 
