@@ -45,10 +45,10 @@ def _session(master: str | None) -> Any:
     """The Spark session: ``master`` (default ``local[*]``), or under ``spark-submit`` the one it configured.
 
     A local master's Python workers run this interpreter (``PYSPARK_PYTHON`` unless set): Spark would start
-    the ``python3`` on PATH, which need not have replwire (cron, pipx, a script's venv).  Spark's console
-    progress bar is on only when stderr is a terminal, and outside ``spark-submit`` Spark logs errors only
-    (spark/log4j2.properties, unless ``SPARK_SUBMIT_OPTS`` or ``$SPARK_CONF_DIR/log4j2.properties``
-    configure log4j2)."""
+    the ``python3`` on PATH, which need not have replwire (cron, pipx, a script's venv).  A cluster's get
+    replwire shipped (:func:`replwire.spark.register`).  Spark's console progress bar is on only when stderr
+    is a terminal, and outside ``spark-submit`` Spark logs errors only (spark/log4j2.properties, unless
+    ``SPARK_SUBMIT_OPTS`` or ``$SPARK_CONF_DIR/log4j2.properties`` configure log4j2)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         from pyspark.sql import SparkSession

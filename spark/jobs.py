@@ -179,11 +179,14 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
             progress: Callable[[int, int], None] | None = None) -> ChangesSummary:
     """Write the committed changes of ``paths`` (consecutive segments of one stream, in order) as per-table
     Parquet datasets under ``out`` (see the module docstring).  ``progress(done, total)`` hears how far the
-    first pass (on the driver) has read, in bytes."""
+    first pass (on the driver) has read, in bytes.  On a cluster, replwire is shipped to the executors first
+    (:func:`replwire.spark.shipping.ship`)."""
     from replwire.codec.split import open_inputs, plan
 
     from .rows import table_schema
+    from .shipping import ship
 
+    ship(spark)
     inputs = open_inputs(list(paths), proto_version)
     parallelism = spark.sparkContext.defaultParallelism
     total = sum(i.size - i.first for i in inputs)
