@@ -15,7 +15,11 @@ __all__ = ["register"]
 
 
 def register(spark: Any) -> None:
-    """Register the ``replwire`` data sources (batch and streaming) with a SparkSession."""
+    """Register the ``replwire`` data sources (batch and streaming) with a SparkSession; on a cluster, first
+    ship replwire to its executors (:func:`replwire.spark.shipping.ship`)."""
+    from .shipping import ship
     from .source import ReplwireDataSource
+
+    ship(spark)  # before registering: a data source takes the session's Python files as they are now
 
     spark.dataSource.register(ReplwireDataSource)

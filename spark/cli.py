@@ -1,14 +1,15 @@
 """``replwire spark``: the pipeline jobs from the command line (``changes`` and ``apply``).
 
-Both start a Spark session (``--master``, default ``local[*]``; under ``spark-submit`` the session it
-configured is used), show the first pass's progress with ``rich`` and Spark's own progress bar for the
-decoding, and end with a summary table.
+Both check the output directory, then start a Spark session (``--master``, default ``local[*]``; under
+``spark-submit`` the session it configured is used; see :func:`_session`), show the first pass's progress
+with ``rich`` and Spark's own progress bar for the decoding (on a terminal), and end with a summary table.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import sys
 import time
 from typing import Any
 
@@ -41,6 +42,13 @@ def spark() -> None:
 
 
 def _session(master: str | None) -> Any:
+    """The Spark session: ``master`` (default ``local[*]``), or under ``spark-submit`` the one it configured.
+
+    A local master's Python workers run this interpreter (``PYSPARK_PYTHON`` unless set): Spark would start
+    the ``python3`` on PATH, which need not have replwire (cron, pipx, a script's venv).  A cluster's get
+    replwire shipped (:func:`replwire.spark.register`).  Spark's console progress bar is on only when stderr
+    is a terminal, and outside ``spark-submit`` Spark logs errors only (spark/log4j2.properties, unless
+    ``SPARK_SUBMIT_OPTS`` or ``$SPARK_CONF_DIR/log4j2.properties`` configure log4j2)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         from pyspark.sql import SparkSession
@@ -48,9 +56,21 @@ def _session(master: str | None) -> Any:
         raise click.ClickException("the Spark pipeline needs PySpark: pip install 'replwire[spark]'") from error
     from replwire.spark import register
 
-    builder = SparkSession.builder.appName("replwire").config("spark.ui.showConsoleProgress", "true")
-    if master is not None or not os.environ.get("SPARK_ENV_LOADED"):  # not under spark-submit
-        builder = builder.master(master or "local[*]")
+    submitted = bool(os.environ.get("SPARK_ENV_LOADED"))
+    if master is None and not submitted:
+        master = "local[*]"
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    conf = os.environ.get("SPARK_CONF_DIR")
+    if not (submitted or "log4j2.configurationFile" in options
+            or conf and os.path.exists(os.path.join(conf, "log4j2.properties"))):
+        quiet = pathlib.Path(__file__).with_name("log4j2.properties")
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{options} -Dlog4j2.configurationFile={quiet.as_uri()}".strip()
+    builder = SparkSession.builder.appName("replwire").config("spark.ui.showConsoleProgress",
+                                                              str(sys.stderr.isatty()).lower())
+    if master is not None:
+        builder = builder.master(master)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     register(session)
@@ -71,10 +91,14 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
         for path in inputs:
             if not is_capture_file(path):
                 raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
+    try:
+        jobs.check_out(str(out), overwrite)
+    except FileExistsError as error:  # before Spark starts, which takes seconds
+        raise click.ClickException(str(error)) from error
     started = time.monotonic()
     session = _session(master)
     with Progress(TextColumn("first pass"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as progress:
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("plan", total=None)
 
         def report(done: int, total: int) -> None:

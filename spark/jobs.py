@@ -79,10 +79,18 @@ def _dir_name(table: str) -> str:
     return urllib.parse.quote(table, safe=".-_ ")
 
 
-def _prepare_out(out: str, overwrite: bool) -> None:
+def check_out(out: str, overwrite: bool) -> bool:
+    """Whether ``out`` is a directory with something in it (which the jobs replace only with ``overwrite``:
+    without it, :class:`FileExistsError`).  The CLI asks before it starts Spark."""
     if os.path.exists(out) and os.listdir(out):
         if not overwrite:
             raise FileExistsError(f"{out} exists and is not empty (use overwrite=True / --overwrite)")
+        return True
+    return False
+
+
+def _prepare_out(out: str, overwrite: bool) -> None:
+    if check_out(out, overwrite):
         shutil.rmtree(out)
     os.makedirs(out, exist_ok=True)
 
@@ -173,11 +181,14 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
             progress: Callable[[int, int], None] | None = None) -> ChangesSummary:
     """Write the committed changes of ``paths`` (consecutive segments of one stream, in order) as per-table
     Parquet datasets under ``out`` (see the module docstring).  ``progress(done, total)`` hears how far the
-    first pass (on the driver) has read, in bytes."""
+    first pass (on the driver) has read, in bytes.  On a cluster, replwire is shipped to the executors first
+    (:func:`replwire.spark.shipping.ship`)."""
     from replwire.codec.split import open_inputs, plan
 
     from .rows import table_schema
+    from .shipping import ship
 
+    ship(spark)
     inputs = open_inputs(list(paths), proto_version)
     parallelism = spark.sparkContext.defaultParallelism
     total = sum(i.size - i.first for i in inputs)

@@ -74,10 +74,13 @@ def pg_captures(request: pytest.FixtureRequest) -> CaptureRun:
 @pytest.fixture(scope="session")
 def spark():
     """A real Spark session, ``local[2]``, with the replwire data source registered (shared by every Spark
-    test; started on first use, stopped at the end of the session)."""
+    test; started on first use, stopped at the end of the session).  Its Python workers run this
+    interpreter (unless PYSPARK_PYTHON says otherwise), as ``replwire spark`` does on a local master."""
     import os
+    import sys
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from replwire.spark import register

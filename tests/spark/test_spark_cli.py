@@ -1,0 +1,240 @@
+"""``replwire spark`` as users run it: from a script whose PATH's ``python3`` has no replwire, and with
+``--master`` on a real Spark standalone cluster (a master and two workers, each its own JVM, on loopback)
+whose Python has no replwire either: the jobs ship it, and write what ``local[2]`` writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from replwire.codec import (
+    LSN,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Relation,
+    RelationColumn,
+    Timestamp,
+    TupleColumn,
+    Update,
+    build,
+)
+from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
+
+pyspark = pytest.importorskip("pyspark")
+pq = pytest.importorskip("pyarrow.parquet")
+
+CLI = [sys.executable, "-m", "replwire.codec.cli", "spark"]
+AT = Timestamp(800_000_000_000_000)
+TEXT = TupleColumn.text
+
+
+def _relation(relation_id, name):
+    return Relation(relation_id=relation_id, namespace="public", name=name, replica_identity="d", columns=[
+        RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1),
+        RelationColumn(flags=0, name="body", type_id=25, type_modifier=-1)])
+
+
+def write_capture(path, transactions):
+    """A capture file of ``transactions`` (lists of messages between a Begin and a Commit)."""
+    lsn = 0x1000
+    with CaptureWriter(path, CaptureHeader(proto_version=1, server_version=0, options={})) as writer:
+        for xid, messages in enumerate(transactions, 100):
+            end = lsn + len(messages) + 1
+            whole = [Begin(final_lsn=LSN(end), commit_time=AT, xid=xid), *messages,
+                     Commit(flags=0, commit_lsn=LSN(end), end_lsn=LSN(end + 8), commit_time=AT)]
+            for i, message in enumerate(whole):
+                writer.append(LSN(lsn + i), 0, build(message, proto_version=1))
+            lsn = end + 16
+    return str(path)
+
+
+def env_without_pyspark_python(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    return {**env, "SPARK_LOCAL_IP": "127.0.0.1", **extra}
+
+
+def read_rows(directory):
+    """The rows of a Parquet dataset, sorted (files in name order; Spark's and the jobs' own)."""
+    table = pq.read_table(directory)
+    names = table.column_names
+    return names, sorted(table.to_pylist(), key=lambda row: json.dumps(row, sort_keys=True, default=str))
+
+
+def small_capture(path):
+    """Two tables, two transactions; :data:`SMALL_CHANGES` are their changes, worked by hand."""
+    a, b = _relation(1, "a"), _relation(2, "b")
+    return write_capture(path, [
+        [a, b, Insert(relation_id=1, new=[TEXT("1"), TEXT("one")]), Insert(relation_id=1, new=[TEXT("2"), TEXT("two")]),
+         Insert(relation_id=2, new=[TEXT("10"), TEXT("ten")])],
+        [Update(relation_id=1, new=[TEXT("1"), TEXT("uno")]),
+         Delete(relation_id=2, key=[TEXT("10"), TupleColumn.null()])]])
+
+
+SMALL_CHANGES = {"public.a": [("insert", 1, "one"), ("insert", 2, "two"), ("update", 1, "uno")],
+                 "public.b": [("delete", 10, None), ("insert", 10, "ten")]}
+
+
+def test_cli_from_a_script_whose_python3_has_no_replwire(tmp_path):
+    """Run as cron or a script would: PATH=/usr/bin:/bin (Debian's python3, no replwire) and no
+    PYSPARK_PYTHON.  The local master's Python workers must be this interpreter."""
+    path = small_capture(tmp_path / "in.rwc")
+    env = env_without_pyspark_python(PATH="/usr/bin:/bin")
+    out = tmp_path / "changes"
+    run = subprocess.run([*CLI, "changes", path, "--out", str(out), "--master", "local[2]"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {name: sorted((r["op"], r["id"], r["body"]) for r in read_rows(out / name / "v1")[1])
+            for name in SMALL_CHANGES}
+    assert rows == SMALL_CHANGES
+    # stdout: the summary table, from its title on; stderr (not a terminal): no progress bars, no log lines
+    # (only the JVM's own warning of the incubator module Spark's launcher always adds)
+    assert run.stdout.splitlines()[0].strip().startswith("replwire spark changes:"), run.stdout
+    for noise in ("[Stage", " WARN ", "log4j", "log level"):
+        assert noise not in run.stderr, run.stderr[-3000:]
+    # a non-empty output directory is refused before Spark starts (the JVM would announce that module)
+    again = subprocess.run([*CLI, "changes", path, "--out", str(out), "--master", "local[2]"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode != 0 and "not empty" in again.stderr
+    assert "WARNING" not in again.stderr and "Traceback" not in again.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a standalone cluster
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _python_without_replwire(directory):
+    """A venv of this interpreter's base Python that sees this environment's packages (pyspark, pyarrow,
+    construct, ...) but not replwire: the site directories are added by a .pth of plain paths, whose own
+    .pth files (replwire's editable install among them) are then not run."""
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip",
+                    str(directory)], check=True, timeout=120)
+    python = directory / "bin" / "python3"
+    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(target, "packages.pth"), "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{p}\n" for p in site.getsitepackages() if os.path.isdir(p)))
+    return python
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Spark standalone master and two workers (1 core, 1 GB each) on loopback, whose Python (``python3``
+    on PATH, for the driver's planner too) cannot import replwire; stopped by the finalizer."""
+    root = tmp_path_factory.mktemp("cluster")
+    python = _python_without_replwire(root / "venv")
+    assert subprocess.run([str(python), "-c", "import replwire"], capture_output=True).returncode != 0
+    subprocess.run([str(python), "-c", "import pyspark, pyarrow, construct"], check=True, timeout=120)
+    home = os.path.dirname(pyspark.__file__)
+    port, web = _free_port(), _free_port()
+    env = env_without_pyspark_python(PATH=f"{python.parent}:/usr/bin:/bin", SPARK_HOME=home,
+                                     SPARK_DAEMON_MEMORY="256m")
+    spark_class = os.path.join(home, "bin", "spark-class")
+    processes = []
+    try:
+        processes.append(subprocess.Popen(
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+             "--webui-port", str(web)], env=env, stdout=subprocess.DEVNULL, stderr=open(root / "master.log", "w")))
+        for n in range(2):
+            work = root / f"worker-{n}"
+            work.mkdir()
+            processes.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                 "127.0.0.1", "--cores", "1", "--memory", "1g", "--work-dir", str(work), "--webui-port", "0"],
+                env=env, stdout=subprocess.DEVNULL, stderr=open(root / f"worker-{n}.log", "w")))
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{web}/json", timeout=5) as response:
+                    state = json.load(response)
+                if sum(w["state"] == "ALIVE" for w in state["workers"]) == 2:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the workers did not register with the master"
+            assert all(p.poll() is None for p in processes), (root / "master.log").read_text()[-3000:]
+            time.sleep(1)
+        yield f"spark://127.0.0.1:{port}", env
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def test_cli_on_a_standalone_cluster_writes_what_local_writes(cluster, tmp_path):
+    master, env = cluster
+    a, b = _relation(1, "a"), _relation(2, "b")
+    transactions = []
+    for x in range(100):
+        messages = [a, b] if x == 0 else []
+        messages += [Insert(relation_id=1 + k % 2, new=[TEXT(str(x * 40 + k)), TEXT(f"row {x} {k}")])
+                     for k in range(40)]
+        if x:
+            messages.append(Update(relation_id=1, new=[TEXT(str((x - 1) * 40)), TEXT("updated")]))
+            messages.append(Delete(relation_id=2, key=[TEXT(str((x - 1) * 40 + 1)), TupleColumn.null()]))
+        transactions.append(messages)
+    path = write_capture(tmp_path / "in.rwc", transactions)
+
+    def run(job, out, where):
+        done = subprocess.run([*CLI, job, path, "--out", str(tmp_path / out), "--master", where,
+                               "--partition-mb", "1"], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return tmp_path / out
+
+    local = run("apply", "local", "local[2]")
+    on_cluster = run("apply", "cluster", master)
+    changes = run("changes", "cluster-changes", master)
+    # 20 rows per table per transaction; one row of b deleted in each of the 99 later ones (worked by hand)
+    assert len(read_rows(local / "public.a")[1]) == 2000 and len(read_rows(local / "public.b")[1]) == 1901
+    for name in ("public.a", "public.b"):
+        assert read_rows(on_cluster / name) == read_rows(local / name)
+        for written in (on_cluster / "_changes", changes):
+            assert read_rows(written / name / "v1") == read_rows(local / "_changes" / name / "v1")
+    assert (json.loads((changes / "_replwire.json").read_text())
+            == json.loads((local / "_changes" / "_replwire.json").read_text()))
+
+
+DATA_SOURCE = """
+import json, sys
+from pyspark.sql import SparkSession
+from replwire.spark import register
+spark = SparkSession.builder.master(sys.argv[1]).getOrCreate()
+register(spark)
+source = spark.read.format("replwire")
+typed = source.option("table", "public.a").load(sys.argv[2]).select("op", "id", "body").collect()
+changes = spark.read.format("replwire").load(sys.argv[2]).groupBy("table", "op").count().collect()
+print(json.dumps([sorted(map(list, typed)), sorted(map(list, changes))]))
+spark.stop()
+"""
+
+
+def test_data_sources_on_a_standalone_cluster(cluster, tmp_path):
+    """``register(spark)`` on a cluster's session: the batch source plans and reads with replwire shipped."""
+    master, env = cluster
+    path = small_capture(tmp_path / "in.rwc")
+    done = subprocess.run([sys.executable, "-c", DATA_SOURCE, master, path], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    typed, counts = json.loads(done.stdout.splitlines()[-1])
+    assert [tuple(row) for row in typed] == SMALL_CHANGES["public.a"]
+    assert counts == [["a", "insert", 2], ["a", "update", 1], ["b", "delete", 1], ["b", "insert", 1]]
