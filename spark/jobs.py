@@ -23,10 +23,16 @@ the same time, each from a driver thread of its own.  The result is written as P
 like the extra columns of the change rows, take leading underscores until their names differ from every
 column of the table (:func:`replwire.spark.rows.meta_names` of the table's last shape): a table with a
 column ``_unrepresentable`` of its own gets ``__unrepresentable``.
+
+Both jobs write every timestamp with time zone (``commit_time``, ``timestamptz`` columns) as Parquet INT64
+``TIMESTAMP_MICROS`` adjusted to UTC, which pyarrow reads as ``timestamp[us, tz=UTC]``: the changes job
+through pyarrow, apply through Spark with ``spark.sql.parquet.outputTimestampType`` set to
+``TIMESTAMP_MICROS`` while it runs (Spark's default, INT96, reads back as ``timestamp[ns]`` with no zone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -77,6 +83,19 @@ def _quote(name: str) -> str:
 
 def _dir_name(table: str) -> str:
     return urllib.parse.quote(table, safe=".-_ ")
+
+
+@contextlib.contextmanager
+def _timestamp_micros(spark: Any) -> Iterator[None]:
+    """Spark writes timestamps as Parquet ``TIMESTAMP_MICROS`` (UTC-adjusted) inside the block; the session's
+    setting is put back afterwards."""
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
 
 
 def check_out(out: str, overwrite: bool) -> bool:
@@ -384,7 +403,7 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
             context.removeJobTag(tag)
 
     workers = max(1, min(len(by_table), 2 * context.defaultParallelism))
-    with ThreadPoolExecutor(workers, thread_name_prefix="replwire-apply") as pool:
+    with _timestamp_micros(spark), ThreadPoolExecutor(workers, thread_name_prefix="replwire-apply") as pool:
         # wrapped one by one: each thread gets its own copy of this thread's local properties
         futures = {table: pool.submit(inheritable_thread_target(spark)(fold_table), table, entries)
                    for table, entries in by_table.items()}

@@ -5,13 +5,16 @@ Strategy: rows are gathered column by column in plain lists and handed to Arrow 
 a Python object per row.  The Spark schemas here are the contract of ``spark.read.format("replwire")``:
 
 * :data:`CHANGES` -- one row per committed change of any table (and per logical message): the change's
-  ``op``, ``schema``, ``table``, transaction facts, stream ``position``, and the row images ``new``,
-  ``old`` and ``key`` as JSON objects exactly as ``replwire decode`` writes them (typed, exact), with
-  ``unchanged_toast`` naming the columns whose value was not sent.
+  ``op``, ``schema``, ``table``, transaction facts (``xid`` is the top-level transaction's; ``subxid``,
+  for a streamed transaction, the xid of the subtransaction that made the change; ``gid`` a two-phase
+  transaction's), stream ``position``, and the row images ``new``, ``old`` and ``key`` as JSON objects
+  exactly as ``replwire decode`` writes them (typed, exact), with ``unchanged_toast`` naming the columns
+  whose value was not sent.
 * :func:`table_schema` -- one row per change of one table in one shape (:class:`RelationVersion`): the
-  same facts, then the table's own columns, typed (:mod:`replwire.spark.types`), holding the new row
-  (the deleted row's key or old image for a delete), ``_before`` (a struct of the same columns: the old
-  key or old row the server sent with an update or delete), ``_before_unchanged_toast`` (the columns of
+  same facts (:data:`META`: ``xid``, ``subxid`` and ``gid`` as above), then the table's own columns, typed
+  (:mod:`replwire.spark.types`), holding the new row (the deleted row's key or old image for a delete),
+  ``_before`` (a struct of the same columns: the old key or old row the server sent with an update or
+  delete), ``_before_unchanged_toast`` (the columns of
   ``_before`` whose unchanged TOASTed value was not sent), ``_unchanged_toast`` (the same for the row: null
   there means "keep what you have", never SQL NULL) and ``_unrepresentable``.
 
@@ -43,15 +46,15 @@ __all__ = ["CHANGES", "ChangeRows", "TableRows", "meta_names", "table_schema"]
 #: Meta columns of the per-table change rows, before the table's own columns.
 META = [("op", T.StringType(), pa.string()), ("schema", T.StringType(), pa.string()),
         ("table", T.StringType(), pa.string()), ("xid", T.LongType(), pa.int64()),
-        ("lsn", T.LongType(), pa.int64()), ("commit_lsn", T.LongType(), pa.int64()),
-        ("commit_time", T.TimestampType(), pa.timestamp("us", tz="UTC")), ("position", T.LongType(), pa.int64())]
+        ("subxid", T.LongType(), pa.int64()), ("lsn", T.LongType(), pa.int64()),
+        ("commit_lsn", T.LongType(), pa.int64()),
+        ("commit_time", T.TimestampType(), pa.timestamp("us", tz="UTC")), ("position", T.LongType(), pa.int64()),
+        ("gid", T.StringType(), pa.string())]
 
 _CHANGE_COLUMNS = [
-    *META[:4],
-    ("subxid", T.LongType(), pa.int64()),
-    *META[4:6],
+    *META[:7],
     ("end_lsn", T.LongType(), pa.int64()),
-    *META[6:],
+    *META[7:9],
     ("relation_id", T.LongType(), pa.int64()),
     ("new", T.StringType(), pa.string()), ("old", T.StringType(), pa.string()),
     ("key", T.StringType(), pa.string()),
@@ -60,7 +63,7 @@ _CHANGE_COLUMNS = [
     ("cascade", T.BooleanType(), pa.bool_()), ("restart_identity", T.BooleanType(), pa.bool_()),
     ("prefix", T.StringType(), pa.string()), ("content", T.BinaryType(), pa.binary()),
     ("transactional", T.BooleanType(), pa.bool_()),
-    ("origin", T.StringType(), pa.string()), ("gid", T.StringType(), pa.string()),
+    ("origin", T.StringType(), pa.string()), META[9],
     ("streamed", T.BooleanType(), pa.bool_()),
 ]
 #: The columns after the table's own in the per-table change rows, by their default names.
@@ -251,7 +254,7 @@ class TableRows:
 
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
-        xid, commit_lsn, _, commit_time, *_ = self._transaction.of(decoded.outcome)
+        xid, commit_lsn, _, commit_time, _, gid, streamed = self._transaction.of(decoded.outcome)
         lsn = change.lsn
         odd: list[tuple[str, str]] = []
         toasted: list[str] = []
@@ -271,8 +274,8 @@ class TableRows:
                 assert before is not None  # no new tuple: a Delete, which carries its key or old tuple
                 row = list(before.values())
         # in the order of self.arrow: META, the table's columns, then the four trailing columns
-        self.rows.append((change.op, self.version.schema, self.version.table, xid,
-                          int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position,
+        self.rows.append((change.op, self.version.schema, self.version.table, xid, change.xid if streamed else None,
+                          int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position, gid,
                           *row, before, before_toasted or None, toasted or None, odd or None))
 
     def batch(self) -> pa.RecordBatch:

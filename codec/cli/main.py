@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import pathlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -18,6 +19,11 @@ import click
 from ...schema.core import text_codec
 from ..errors import DecodeError
 from ..wire.reference import parse, parse_envelope
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 (``1 change``, ``2 changes``, ``1 unchanged TOAST value``)."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _version() -> str:
@@ -230,8 +236,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         stdout.flush()
     if table is not None:
         table.print()
-    click.echo(f"{counts['transactions']} transactions, {counts['changes']} changes from {len(inputs)} "
-               f"file{'s' if len(inputs) != 1 else ''}"
+    click.echo(f"{_count(counts['transactions'], 'transaction')}, {_count(counts['changes'], 'change')} from "
+               f"{_count(len(inputs), 'file')}"
                + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
                err=True)
 
@@ -392,12 +398,15 @@ def demo_command() -> None:
     for name in sorted({t for t, _ in summary.changes}):
         table.add_row(name, *(str(summary.changes[(name, op)]) for op in ("insert", "update", "delete", "truncate")))
     console.print(table)
-    console.print(f"{summary.messages} messages captured; {summary.transactions} committed transactions "
-                  f"({summary.streamed} streamed, {summary.two_phase} two-phase); {summary.logical_messages} "
-                  f"logical messages; {summary.unchanged_toast} unchanged TOAST values kept apart from NULL; "
+    console.print(f"{_count(summary.messages, 'message')} captured; "
+                  f"{_count(summary.transactions, 'committed transaction')} ({summary.streamed} streamed, "
+                  f"{summary.two_phase} two-phase); {_count(summary.logical_messages, 'logical message')}; "
+                  f"{_count(summary.unchanged_toast, 'unchanged TOAST value')} kept apart from NULL; "
                   "the rolled-back savepoint and transaction contributed nothing.", highlight=False, soft_wrap=True)
     console.print(f"capture file: {summary.capture_path}", highlight=False, soft_wrap=True)
     console.print(f"decode it with: replwire decode {summary.capture_path}", highlight=False, soft_wrap=True)
+    console.print(f"it is kept in a temporary directory of its own; remove it when done with: "
+                  f"rm -r {os.path.dirname(summary.capture_path)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -71,7 +71,9 @@ class Change:
     NULL): ``key`` holds only the replica-identity key columns of the old row (from a ``K`` tuple, or from
     the ``O`` tuple under REPLICA IDENTITY FULL), ``old`` the full old row (``O`` only).  ``xid`` is the
     subtransaction xid a streamed change carried, else the transaction's xid (``None`` for a
-    non-transactional message).  ``lsn`` is the position given to :meth:`Assembler.add` with the message.
+    non-transactional message); the outputs built on it (``replwire decode``'s JSON lines, the Spark rows)
+    give the top-level transaction's xid as ``xid`` and this one, for a streamed transaction, as ``subxid``.
+    ``lsn`` is the position given to :meth:`Assembler.add` with the message.
     """
 
     op: str

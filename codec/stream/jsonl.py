@@ -2,7 +2,10 @@
 
 Strategy: one object per change of a committed transaction (and per non-transactional logical message),
 with the keys the command line promises: ``op``, ``schema``, ``table``, ``xid``, ``lsn``, ``commit_lsn``,
-``commit_time``, ``new``/``old``/``key`` and ``unchanged_toast``.  Values become typed JSON without losing
+``commit_time``, ``new``/``old``/``key`` and ``unchanged_toast``.  ``xid`` is the top-level transaction's xid,
+whichever subtransaction made the change; a change of a streamed transaction also has ``subxid``, the xid of
+the (sub)transaction that made it as the server sent it (the top-level xid for the transaction's own changes),
+and a two-phase transaction's changes have ``gid``.  Values become typed JSON without losing
 anything: integers as numbers, ``numeric`` as exact strings, booleans, timestamps and dates in ISO 8601
 (``"infinity"`` where the server has it), ``bytea`` as ``\\x`` hex, arrays as lists, ``json``/``jsonb`` as
 JSON, everything else as text.  An unchanged TOASTed column is left out of ``new`` and named in
@@ -143,12 +146,14 @@ class RowJson:
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
     """One change as the JSON object ``replwire decode`` prints."""
-    return _change_object(change, None if transaction is None else _transaction_fields(transaction))
+    if transaction is None:
+        return _change_object(change, None)
+    return _change_object(change, _transaction_fields(transaction), transaction.streamed)
 
 
 def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
     """The keys every change of ``transaction`` shares (made once per transaction, not once per change)."""
-    out: dict[str, Any] = {"commit_lsn": str(transaction.commit_lsn),
+    out: dict[str, Any] = {"xid": transaction.xid, "commit_lsn": str(transaction.commit_lsn),
                            "commit_time": json_value(_commit_datetime(transaction))}
     if transaction.origin is not None:
         out["origin"] = transaction.origin[0]
@@ -157,11 +162,13 @@ def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
     return out
 
 
-def _change_object(change: Change, shared: dict[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"op": change.op, "schema": change.schema, "table": change.table, "xid": change.xid,
+def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"op": change.op, "schema": change.schema, "table": change.table, "xid": None,
                            "lsn": str(change.lsn) if change.lsn is not None else None}
     if shared is not None:
         out.update(shared)
+    if streamed:
+        out["subxid"] = change.xid  # a streamed change carries the xid of the subtransaction that made it
     if change.op == "truncate":
         assert change.relations is not None  # a truncate change names its tables
         out["relations"] = [f"{schema}.{table}" for schema, table in change.relations]
@@ -198,7 +205,7 @@ def objects(item: Transaction | Change):
     if isinstance(item, Transaction):
         shared = _transaction_fields(item)
         for change in item.changes:
-            yield _change_object(change, shared)
+            yield _change_object(change, shared, item.streamed)
     else:
         yield _change_object(item, None)
 

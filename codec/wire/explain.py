@@ -72,7 +72,7 @@ def _show(value: Any, meta: wire.FieldMeta | None) -> str:
     if kind == "bytes":
         shown = bytes(value[:24])
         text = shown.decode("utf-8", "replace") if all(32 <= b < 127 for b in shown) else shown.hex()
-        return f"{len(value)} bytes: {text}{'…' if len(value) > 24 else ''}"
+        return f"{len(value)} byte{'s' if len(value) != 1 else ''}: {text}{'…' if len(value) > 24 else ''}"
     if isinstance(value, list):
         return f"{len(value)} item{'s' if len(value) != 1 else ''}"
     return str(value)

@@ -184,6 +184,13 @@ def test_demo_runs_with_no_configuration():
     lines = result.stdout.splitlines()
     path = next(line.split(": ", 1)[1] for line in lines if line.startswith("capture file: "))
     assert any(line.startswith("│ accounts │ 3 ") for line in lines)
+    # the workload's one UPDATE that leaves a TOASTed value alone, and its two logical messages
+    assert "; 1 unchanged TOAST value kept apart from NULL; " in result.stdout
+    assert "; 2 logical messages; " in result.stdout
+    # the capture file is alone in a directory of its own, and the output says how to remove it
+    directory = os.path.dirname(path)
+    assert os.listdir(directory) == [os.path.basename(path)]
+    assert lines[-1].endswith(f"remove it when done with: rm -r {directory}")
     # what the demo's workload did, decoded again from its capture file by the decode command
     changes, summary = decoded(path)
     count = {}

@@ -386,7 +386,7 @@ def test_a_table_with_columns_named_like_the_extra_columns(spark, pg18, tmp_path
          None, None, ["body"], [("n", "NaN")]),
         ("delete", xids[3], 1, *[None] * (len(CLASH_COLUMNS) - 1), old_key(1), None, None, None)]
     extra = ["__before", "__before_unchanged_toast", "___unchanged_toast", "__unrepresentable"]
-    meta = ["_op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time", "_position"]
+    meta = ["_op", "schema", "table", "xid", "subxid", "lsn", "commit_lsn", "commit_time", "_position", "gid"]
 
     def check_change_rows(df):
         assert df.columns == meta + CLASH_COLUMNS + extra
@@ -417,8 +417,8 @@ def test_a_table_with_columns_named_like_the_extra_columns(spark, pg18, tmp_path
 def test_extra_column_names_are_the_defaults_unless_the_table_has_them():
     from replwire.spark.rows import meta_names
 
-    defaults = ["op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time", "position", "_before",
-                "_before_unchanged_toast", "_unchanged_toast", "_unrepresentable"]
+    defaults = ["op", "schema", "table", "xid", "subxid", "lsn", "commit_lsn", "commit_time", "position", "gid",
+                "_before", "_before_unchanged_toast", "_unchanged_toast", "_unrepresentable"]
     assert meta_names(["id", "body", "__before", "op_"]) == {name: name for name in defaults}
     names = meta_names(["position", "_position", "_before_unchanged_toast", "_unrepresentable",
                         "__unrepresentable"])
@@ -428,6 +428,70 @@ def test_extra_column_names_are_the_defaults_unless_the_table_has_them():
     # Spark resolves names ignoring case (spark.sql.caseSensitive is false by default)
     assert meta_names(["OP", "_Unchanged_Toast"]) == {**{name: name for name in defaults}, "op": "_op",
                                                       "_unchanged_toast": "__unchanged_toast"}
+
+
+def _timestamp_fields(schema, prefix=""):
+    """Every timestamp field of a pyarrow schema (or struct type), nested ones as ``outer.inner``."""
+    import pyarrow as pa
+
+    for field in schema:
+        if pa.types.is_timestamp(field.type):
+            yield prefix + field.name, field.type
+        elif pa.types.is_struct(field.type):
+            yield from _timestamp_fields(list(field.type), prefix + field.name + ".")
+
+
+def test_xid_subxid_gid_and_parquet_timestamps_agree_across_outputs(spark, pg18, tmp_path):
+    """On a real server's streamed transaction with savepoints and a two-phase one: the change DataFrame, the
+    per-table rows (data source and the changes job's Parquet) give the top-level xid (pg_current_xact_id() in
+    the transaction) as ``xid``, the inserting (sub)transaction (the row's xmin) as ``subxid`` for the streamed
+    one, and the GID as ``gid``; both jobs' Parquet files, read with pyarrow, hold timestamps with time zone as
+    ``timestamp[us, tz=UTC]`` (and ``timestamp`` columns as ``timestamp[us]``), with the server's values."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from replwire.spark.jobs import apply
+    from tests.support.xids import TABLE, expected, peek_options, run_xid_workload
+
+    tag = "spark_xids"
+    fresh_database(pg18, tag)
+    with pg18.connect(dbname=tag, autocommit=True) as conn:
+        facts = run_xid_workload(conn, tag)
+        options = peek_options(tag)
+        rows = peek(conn, f"slot_{tag}", 4, dict(zip(options[2::2], options[3::2])))
+        at, wall = conn.execute(f"SELECT at, wall FROM {TABLE} LIMIT 1").fetchone()
+    assert any(r[2][:1] == b"S" for r in rows)  # the big transaction was streamed
+    path = write_capture(tmp_path / "xids.rwc", rows, 4)
+    want = sorted((i, *expected(facts, i)) for i in facts["part"])
+    assert {w[2] for w in want if w[2] is not None} > {facts["top"]["streamed"]}  # subtransactions among them
+
+    every = spark.read.format("replwire").load(path)
+    got = every.select(F.get_json_object("new", "$.id").cast("int"), "xid", "subxid", "gid").collect()
+    assert sorted(tuple(r) for r in got) == want
+    per_table = spark.read.format("replwire").option("table", f"public.{TABLE}").load(path)
+    assert sorted(tuple(r) for r in per_table.select("id", "xid", "subxid", "gid").collect()) == want
+
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key)
+    out = tmp_path / "state"
+    apply(spark, [path], str(out))
+    assert spark.conf.get(key) == before  # the session's own setting is back
+    written = spark.read.parquet(str(out / "_changes" / f"public.{TABLE}" / "v1"))
+    assert sorted(tuple(r) for r in written.select("id", "xid", "subxid", "gid").collect()) == want
+
+    files = sorted(p for p in out.rglob("*.parquet"))
+    assert {p.relative_to(out).parts[0] for p in files} == {"_changes", f"public.{TABLE}"}
+    seen = set()
+    for file in files:
+        for name, kind in _timestamp_fields(pq.read_schema(file)):
+            seen.add((file.relative_to(out).parts[0], name))
+            zone = None if name.rsplit(".", 1)[-1] == "wall" else "UTC"
+            assert kind == pa.timestamp("us", tz=zone), (file, name, kind)
+    assert seen == {("_changes", n) for n in ("commit_time", "at", "wall", "_before.at", "_before.wall")} | {
+        (f"public.{TABLE}", "at"), (f"public.{TABLE}", "wall")}
+    state = pq.read_table(out / f"public.{TABLE}")
+    assert state.num_rows == len(want)
+    assert set(state.column("at").to_pylist()) == {at} and set(state.column("wall").to_pylist()) == {wall}
 
 
 def test_cli_changes_and_apply(pg18, tmp_path):

@@ -33,15 +33,18 @@ def test_update_with_key_is_explained_field_by_field():
         (1, "relation_id", "16385"),
         (5, "key", "marker 'K', count 2"),
         (8, "key[0].kind", "'t'"),
-        (9, "key[0].data", "1 bytes: 1"),
+        (9, "key[0].data", "1 byte: 1"),
         (14, "key[1].kind", "'n'"),
         (15, "new", "marker 'N', count 2"),
         (18, "new[0].kind", "'t'"),
-        (19, "new[0].data", "1 bytes: 2"),
+        (19, "new[0].data", "1 byte: 2"),
         (24, "new[1].kind", "'t'"),
-        (25, "new[1].data", "1 bytes: x"),
+        (25, "new[1].data", "1 byte: x"),
     ]
     assert segments[2].header and not segments[3].header
+    # a value of two bytes: Insert, relation 16385, one text column "ab" (written by hand)
+    segments = explain(bytes.fromhex("4900004001" "4e0001" "7400000002" "6162"), proto_version=1).segments
+    assert [(s.start, s.path, s.value) for s in segments][-1] == (9, "new[0].data", "2 bytes: ab")
 
 
 def test_values_are_shown_as_the_protocol_means_them():
