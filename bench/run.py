@@ -200,7 +200,7 @@ def direct_parse_loop(tables: dict[str, Any]) -> Callable[[codec_registry.Groups
         for proto_version, in_stream, datas in groups:
             table = envelope if proto_version is None else (inn if in_stream else out)[proto_version]
             for data in datas:
-                table[data[0]](data, proto_version, in_stream)
+                table[data[0]](data, proto_version, in_stream, "utf-8")
 
     return loop
 
