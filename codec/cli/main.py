@@ -185,7 +185,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
     transaction that appears again after a resume is printed once.  Names and text values are read in the
     client encoding the capture file records (or --encoding for COPY-CSV); in SQL_ASCII, bytes 128-255
-    print as the JSON escapes \udc80-\udcff.  ``--format debezium`` prints each change as the value of the
+    print as the JSON escapes \\udc80-\\udcff.  ``--format debezium`` prints each change as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).
     """
     from ..collector import fewer_collections
