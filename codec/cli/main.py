@@ -251,6 +251,7 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     from ..split import open_inputs
 
     versions = set()
+    copy_csv = False
     for path in files:
         if is_capture_file(path):
             with read_capture(path) as reader:
@@ -259,9 +260,9 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
         else:
             versions.add(proto_version)
+            copy_csv = True
     if len(versions) > 1:
         raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
-    copy_csv = [path for path in files if not is_capture_file(path)]
     try:
         text_codec(encoding or "UTF8")
     except ValueError as error:
