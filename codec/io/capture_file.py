@@ -218,10 +218,11 @@ class CaptureReader:
         except ConstructError as error:
             self.close()
             raise CaptureFileError(self.path, f"not a readable capture file header: {_reason(error)}", 0) from None
-        if raw.format_version != layout.FORMAT_VERSION:
+        if raw.format_version not in layout.FORMAT_VERSIONS:
             self.close()
             raise CaptureFileError(self.path, f"format version {raw.format_version} is not supported "
-                                              f"(this replwire reads {layout.FORMAT_VERSION})", 8)
+                                              f"(this replwire reads {', '.join(map(str, layout.FORMAT_VERSIONS))})",
+                                   8)
         options = {o.name: o.value for o in raw.options}
         encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,

@@ -19,8 +19,9 @@ from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
 from ..io.capture_file import TailProblem
 from ..scalars import LSN
+from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
-from ..stream.decoder import StreamStateError
+from ..stream.decoder import Decoder, StreamStateError
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
 from .first_pass import Part
@@ -92,14 +93,19 @@ class RecordError(ReplwireError, ValueError):
 
 def committed(inputs: Sequence[Input], *, typed: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
-              repeated: Callable[[Transaction | Change], None] | None = None) -> Iterator[Transaction | Change]:
+              repeated: Callable[[Transaction | Change], None] | None = None,
+              warn: Callable[[str, str], None] | None = None) -> Iterator[Transaction | Change]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
-    to ``repeated`` if given.  ``tail(path, problem)`` hears of a torn capture file tail once the records
-    before it are done.  A record that does not decode raises :class:`RecordError`."""
+    to ``repeated`` if given.  The rows of a snapshot section come first, as ``"snapshot"`` changes
+    (:mod:`replwire.codec.stream.snapshot`); a section an earlier input already held is skipped, and
+    ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
+    capture file tail once the records before it are done.  A record that does not decode raises
+    :class:`RecordError`."""
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed)
     feed = assembler.feed
+    sections = _Sections(inputs[0], typed)
     last_end = -1
     for source in inputs:
         if source.index:
@@ -108,6 +114,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True,
         number = 0
         try:
             for number, record in enumerate(reading):  # noqa: B007 - named in the error
+                if record.data and record.data[0] in snapshot.KINDS:
+                    yield from sections.feed(record.data, record.lsn)
+                    continue
                 for item in feed(record.data, lsn=record.lsn or None):
                     end = item.end_lsn if isinstance(item, Transaction) else item.lsn
                     if end is not None and end <= last_end:
@@ -117,9 +126,42 @@ def committed(inputs: Sequence[Input], *, typed: bool = True,
                     if end is not None:
                         last_end = end
                     yield item
-        except (DecodeError, StreamStateError) as error:
+        except (DecodeError, StreamStateError, snapshot.SnapshotError) as error:
             raise RecordError(source.path, number, error) from error
         finally:
             reading.close()
         if reading.tail is not None and tail is not None:
             tail(source.path, reading.tail)
+        section = sections.reader.section
+        if section is not None and not section.complete and warn is not None:
+            warn(source.path, "its snapshot section ends before its SnapshotEnd: the snapshot was interrupted, and "
+                              "holds only some rows (running the capture again takes it again)")
+
+
+class _Sections:
+    """The snapshot sections of a stream's inputs, read once each: a section whose consistent point an
+    earlier input's complete section had (a file given twice, or copied) is skipped."""
+
+    def __init__(self, source: Input, typed: bool) -> None:
+        maker = ChangeMaker(typed=typed, encoding=source.encoding)
+        self.reader = snapshot.SnapshotReader(Decoder(source.proto_version, source.encoding), maker)
+        self.seen: set[int] = set()
+        self.skipping = False
+        self.begin: bytes | None = None  # a section's SnapshotBegin, until its SnapshotSlot tells whether it is new
+
+    def feed(self, data: bytes, lsn: int) -> list[Change]:
+        code = data[0]
+        if code == snapshot.BEGIN:
+            self.begin, self.skipping = data, False
+            return []
+        if code == snapshot.SLOT:
+            self.skipping = int(lsn) in self.seen
+            if self.begin is not None and not self.skipping:
+                self.reader.feed(self.begin)
+            self.begin = None
+        if self.skipping:
+            return []
+        changes = self.reader.feed(data, lsn)
+        if code == snapshot.END:
+            self.seen.add(int(lsn))
+        return changes
