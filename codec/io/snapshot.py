@@ -199,36 +199,26 @@ def _check_select(cur: Any, tables: list[Table]) -> None:
 
 
 class _Rows:
-    """What ``COPY ... TO STDOUT`` writes into (one ``write`` per row), gathered into ``SnapshotRows``
-    records of about ``chunk`` bytes."""
+    """What ``COPY ... TO STDOUT`` writes into: the server sends one COPY data message per row, which psycopg2
+    hands to :meth:`write` as it is; rows are gathered into ``SnapshotRows`` records of about ``chunk``
+    bytes.  :meth:`write` only keeps the row (it runs once per row); the binary form's header (before the
+    first row) and trailer (after the last) are taken off when the rows are flushed, and a text record is
+    checked to hold exactly one line per row."""
 
     def __init__(self, writer: CaptureWriter, lsn: LSN, table: Table, binary: bool, chunk: int,
                  progress: TableProgress, report: Callable[[TableProgress], None] | None) -> None:
         self.writer, self.lsn, self.table, self.binary, self.chunk = writer, lsn, table, binary, chunk
         self.progress, self.report = progress, report
         self.parts: list[bytes] = []
-        self.size = self.rows = 0
+        self.size = 0
         self.header = binary  # the binary form's header is still to come (with the first row)
-        self.ended = False
         self.shown = time.monotonic()
 
-    def write(self, data: Any) -> int:
-        data = bytes(data)
-        if self.header:
-            data = self._strip_header(data)
-        if self.binary and data == b"\xff\xff":  # the binary form's trailer
-            self.ended = True
-            return 2
-        if not data:
-            return 0
-        if self.ended or (not self.binary and not data.endswith(b"\n")):
-            raise CaptureError(f"COPY of {self.table.name} sent data that is not one whole row")
+    def write(self, data: bytes) -> None:
         self.parts.append(data)
         self.size += len(data)
-        self.rows += 1
         if self.size >= self.chunk:
             self.flush()
-        return len(data)
 
     def _strip_header(self, data: bytes) -> bytes:
         signature = records.BINARY_HEADER[:11]
@@ -239,17 +229,27 @@ class _Rows:
         return data[19 + extension:]
 
     def flush(self) -> None:
-        if self.parts:
-            body = b"".join(self.parts)
-            self.writer.append(self.lsn, 0, records.rows_record(self.table.relation.relation_id, self.binary,
-                                                                self.rows, body))
-            self.progress.rows += self.rows
+        parts = self.parts
+        if self.header and parts:
+            parts[0] = self._strip_header(parts[0])
+            if not parts[0]:
+                del parts[0]
+        if self.binary and parts and parts[-1] == b"\xff\xff":  # the trailer (a row never has -1 fields)
+            del parts[-1]
+        if parts:
+            body = b"".join(parts)
+            rows = len(parts)
+            if not self.binary and (body.count(b"\n") != rows or not body.endswith(b"\n")):
+                raise CaptureError(f"COPY of {self.table.name} sent {rows} data messages that are not one line each")
+            self.writer.append(self.lsn, 0, records.rows_record(self.table.relation.relation_id, self.binary, rows,
+                                                                body))
+            self.progress.rows += rows
             self.progress.bytes += len(body)
-            self.parts, self.size, self.rows = [], 0, 0
             now = time.monotonic()
             if self.report is not None and now - self.shown >= 1.0:
                 self.shown = now
                 self.report(self.progress)
+        self.parts, self.size = [], 0
 
 
 def _server_error(error: Exception) -> str:

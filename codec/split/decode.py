@@ -18,7 +18,7 @@ from typing import Any
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
 from ..io.capture_file import TailProblem
-from ..scalars import LSN
+from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
 from ..stream.decoder import Decoder, StreamStateError
@@ -58,7 +58,11 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
     source = part.source
     base = source.position(0)
     new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
+    sections = snapshot.SnapshotReader(decoder, maker)
     for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
+        if data and data[0] in snapshot.KINDS:
+            yield from _snapshot_rows(sections, data, lsn, base | offset)
+            continue
         in_stream = decoder.in_stream
         message = decoder.feed(data)
         position = base | offset
@@ -76,6 +80,24 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
                           outcome)
         elif route.kind is LONE and position not in repeated:
             yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
+
+
+def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, position: int) -> Iterator[Decoded]:
+    """The rows of a snapshot record, as changes of a transaction committed at the snapshot's LSN (so that
+    they come before every change of the stream), with no commit time; the row at index ``i`` of the record
+    has the position of the record plus ``i`` (a record holds more bytes than rows, so these stay below the
+    next record's)."""
+    if data[0] != snapshot.ROWS:
+        sections.feed(data, lsn)
+        return
+    at = LSN(lsn)
+    outcome = Outcome(0, at, at, _NO_TIME)
+    for i, change in enumerate(sections.rows(data, lsn)):
+        yield Decoded(position + i, change, outcome)
+
+
+#: A snapshot row's commit time: none (the wire value of 'infinity', which the Spark rows write as null).
+_NO_TIME = Timestamp(Timestamp.INFINITY)
 
 
 class RecordError(ReplwireError, ValueError):

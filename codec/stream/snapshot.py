@@ -109,7 +109,9 @@ def schema_message(data: bytes, encoding: str) -> Relation | Type:
 
 
 def rows_record(relation_id: int, binary: bool, rows: int, data: bytes) -> bytes:
-    return _build(layout.SNAPSHOT_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=data)
+    # data is the declaration's last field, the rest of the record: built empty, then the rows appended
+    # (a quarter of a megabyte is not copied through construct's stream)
+    return _build(layout.SNAPSHOT_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b"") + data
 
 
 def table_end_record(relation_id: int, rows: int) -> bytes:
