@@ -13,6 +13,9 @@ It also measures what the exported snapshot costs the server: while a snapshot r
 (the snapshot's transaction holds the xmin horizon), and again after the snapshot.
 
     python -m bench.snapshot [--mb 1024] [--major 18] [--rounds 2] [--dead 50000] [--out FILE]
+
+The results file (default ``bench/results/snapshot.json``) is a generic results file
+(:func:`bench.report.generic`), which the docs' benchmark page renders.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import threading
 import time
 from typing import Any
 
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "snapshot.json")
+#: The targets: the snapshot at least half as fast as COPY alone, and under 200 MiB of peak RSS.
+RATIO_AT_LEAST, RSS_MIB_AT_MOST = 0.5, 200.0
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 _DONE = re.compile(r"snapshot public\.t: ([\d,]+) rows, ([\d.]+) MiB in ([\d.]+) s .*done")
 _DEAD = re.compile(r"(\d+) are dead but not yet removable")
@@ -80,7 +86,8 @@ def copy_floor(dsn: str, binary: bool) -> dict[str, float]:
     cur.execute("COMMIT")
     seconds = time.perf_counter() - started
     conn.close()
-    return {"seconds": seconds, "rows": sink.rows, "mib": sink.bytes / 2**20}
+    # one COPY data message a row; the binary form's trailer comes in one more
+    return {"seconds": seconds, "rows": sink.rows - binary, "mib": sink.bytes / 2**20}
 
 
 def snapshot(dsn: str, binary: bool, slot: str, directory: str) -> dict[str, float]:
@@ -99,7 +106,7 @@ def snapshot(dsn: str, binary: bool, slot: str, directory: str) -> dict[str, flo
     found = _DONE.search(stderr)
     if found is None:
         raise SystemExit(f"no progress line for table t in: {stderr}")
-    rows, mib, seconds = int(found[1].replace(",", "")), float(found[2]), float(found[3])
+    rows, mib, seconds = int(found[1].replace(",", "")), float(found[2]), max(float(found[3]), 0.01)
     size = os.path.getsize(out)
     os.remove(out)
     _drop(dsn, slot)
@@ -150,17 +157,46 @@ def xmin_horizon(dsn: str, dead: int, directory: str) -> dict[str, int]:
     return result
 
 
+def as_results(raw: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
+    """The measurements of :func:`main` as a generic results file."""
+    rows, notes, targets = [], [], []
+    for form in ("text", "binary"):
+        copy, snap, peak = raw[form]["copy"], raw[form]["snapshot"], raw[form]["peak_rss_mib"]
+        rows.append([f"COPY alone, {form}", round(copy["seconds"], 2), round(copy["rows"] / copy["seconds"]),
+                     round(copy["mib"] / copy["seconds"], 1), 1.0, None, "psycopg2 copy_expert into a byte counter"])
+        rows.append([f"replwire capture --snapshot, {form}", round(snap["seconds"], 2),
+                     round(snap["rows"] / snap["seconds"]), round(snap["mib"] / snap["seconds"], 1),
+                     round(raw[form]["ratio"], 2), round(peak),
+                     f"the table's copy into the file, fsync included; whole command {snap['wall']:.1f} s"])
+        targets.append({"name": f"snapshot vs COPY alone, {form}", "value": round(raw[form]["ratio"], 3),
+                        "at_least": RATIO_AT_LEAST, "holds": raw[form]["ratio"] >= RATIO_AT_LEAST})
+        targets.append({"name": f"peak RSS under {RSS_MIB_AT_MOST:.0f} MiB, {form} (the limit over the peak)",
+                        "value": round(RSS_MIB_AT_MOST / peak, 3), "at_least": 1.0, "holds": peak < RSS_MIB_AT_MOST})
+    xmin = raw["xmin"]
+    notes += [f"One table of {raw['rows']:,} rows, {raw['table_mib']:,.0f} MiB on disk, PostgreSQL {raw['major']}; "
+              f"best of {raw.get('rounds', 2)} rounds each, COPY and snapshot alternating; load average "
+              f"{raw['load_before']:.1f} before, {raw['load_after']:.1f} after (two cores shared with other work).",
+              f"xmin horizon: of {xmin['deleted']:,} rows deleted from another table while the snapshot ran, "
+              f"{xmin['dead_unremovable_during']:,} stayed as dead rows VACUUM could not remove; after it, "
+              f"{xmin['dead_unremovable_after']:,}."]
+    return {"machine": machine, "date": machine["date"], "columns": ["run", "seconds", "rows/s", "MiB/s",
+                                                                      "× of COPY", "peak RSS (MiB)", "note"],
+            "rows": rows, "notes": notes, "targets": targets, "raw": raw}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=1024, help="table size in MB of COPY text (default 1024)")
     parser.add_argument("--major", type=int, default=18)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dead", type=int, default=50_000)
-    parser.add_argument("--out", default=None, help="write the results as JSON here too")
+    parser.add_argument("--out", default=RESULTS, help=f"the results file (default {RESULTS})")
     args = parser.parse_args(argv)
 
+    from bench.measure import machine
     from replwire.codec.testing.localserver import PgServer
 
+    measured_on = machine()
     server = PgServer.start(args.major)
     try:
         started = time.perf_counter()
@@ -168,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"table t: {rows:,} rows, {size / 2**20:,.0f} MiB on disk (made in "
               f"{time.perf_counter() - started:.0f} s); load {os.getloadavg()[0]:.1f}", flush=True)
         results: dict[str, Any] = {"rows": rows, "table_mib": size / 2**20, "major": args.major,
-                                   "load_before": os.getloadavg()[0]}
+                                   "load_before": os.getloadavg()[0], "rounds": args.rounds}
         with tempfile.TemporaryDirectory() as directory:
             for form, binary in (("text", False), ("binary", True)):
                 floors, snaps = [], []
@@ -193,9 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         results["load_after"] = os.getloadavg()[0]
     finally:
         server.stop()
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=1)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(as_results(results, measured_on), handle, indent=1)
     return 0
 
 

@@ -401,7 +401,7 @@ def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication
     def report(table: TableProgress) -> None:
         seconds = max(table.seconds, 1e-6)
         line = (f"snapshot {table.schema}.{table.table}: {table.rows:,} rows, {table.bytes / 2**20:.1f} MiB in "
-                f"{table.seconds:.1f} s ({table.rows / seconds:,.0f} rows/s, {table.bytes / 2**20 / seconds:.1f} "
+                f"{table.seconds:.2f} s ({table.rows / seconds:,.0f} rows/s, {table.bytes / 2**20 / seconds:.1f} "
                 f"MiB/s){', done' if table.done else ''}")
         console.print(line, highlight=False, soft_wrap=True)
 

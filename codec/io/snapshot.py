@@ -32,7 +32,7 @@ from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
 from . import slot as slots
-from .capture_file import CaptureHeader, CaptureWriter, read_capture
+from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
 from .live import CaptureError, CaptureSettings
 from .slot import quote_identifier
 
@@ -287,7 +287,10 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
         encoding = conn.get_parameter_status("client_encoding")
         header = CaptureHeader(proto_version=settings.protocol(version), server_version=version,
                                options=settings.options(version), client_encoding=encoding)
-        state = section_state(path)
+        try:
+            state = section_state(path)
+        except CaptureFileError as error:
+            raise CaptureError(str(error)) from None
         if state.state != "none":
             with read_capture(path) as reader:
                 if reader.header.settings != header.settings:
@@ -331,7 +334,10 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
             raise CaptureError(f"publication {settings.publication!r} publishes no tables: there is nothing to "
                                "snapshot")
         _check_select(cur, tables)
-        writer = CaptureWriter(path, header)
+        try:
+            writer = CaptureWriter(path, header)
+        except CaptureFileError as error:
+            raise CaptureError(str(error)) from None
         try:
             return _copy(dsn, writer, settings, version, tables, conn, progress, chunk, retaken)
         finally:

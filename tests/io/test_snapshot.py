@@ -166,6 +166,8 @@ def test_sigkill_in_the_snapshot_and_in_the_stream_then_again_is_exact(major, re
     os.kill(first.pid, signal.SIGKILL)
     first.wait(30)
     assert section_state(str(out)).state == "interrupted"
+    partial = run([REPLWIRE, "decode", str(out)])  # what is there decodes, with a warning that it is partial
+    assert partial.returncode == 0 and "the snapshot was interrupted" in partial.stderr
     # 2. again: the slot is dropped, the section cut and taken again; SIGKILL in the stream while writes run
     worker = threading.Thread(target=writes, args=(dsn, 6))
     second = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -227,6 +229,8 @@ def test_errors_are_clear(pg18, tmp_path):
     run([REPLWIRE, "capture", "--dsn", dsn, "--slot", "s5", "--publication", "pub", "--out",
          str(tmp_path / "plain.rwcap"), "--idle-exit", "0.5"])
     assert "already holds a capture without a snapshot" in fails("s6", "pub", out="plain.rwcap")
+    (tmp_path / "junk.rwcap").write_bytes(b"not a capture file at all")
+    assert "not a replwire file" in fails("s7", "pub", out="junk.rwcap")
     drop_slots(dsn)
 
 
