@@ -59,8 +59,26 @@ def make_schema(dsn: str, big_rows: int) -> None:
         conn.execute("INSERT INTO filtered SELECT g, 'v' || g, 'hidden' FROM generate_series(1, 40) g")
         conn.execute("CREATE TABLE unpublished (id int PRIMARY KEY)")
         conn.execute("INSERT INTO unpublished VALUES (1)")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE a_big, types_t, keyless, trunc, "
+        conn.execute("CREATE TABLE z_stream (id serial PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE a_big, types_t, keyless, trunc, z_stream, "
                      "filtered (id, v) WHERE (id % 2 = 0)")
+
+
+class Inserter(threading.Thread):
+    """Small transactions committing one after another, as fast as they can, until stopped: some commit
+    just before the slot's consistent point, some just after, some while the copy runs."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
+        self.dsn, self.stop = dsn, threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = off")
+            while not self.stop.is_set():
+                conn.execute("INSERT INTO z_stream (v) VALUES ('x')")
 
 
 def writes(dsn: str, rounds: int = 3) -> None:
@@ -93,6 +111,7 @@ EXPECTED = {
     "public.keyless": "SELECT * FROM keyless",
     "public.trunc": "SELECT * FROM trunc",
     "public.filtered": "SELECT id, v FROM filtered WHERE id % 2 = 0",
+    "public.z_stream": "SELECT * FROM z_stream",
 }
 
 
@@ -124,12 +143,16 @@ def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, requ
     make_schema(dsn, big)
     out = tmp_path / "snap.rwcap"
     command = capture_command(dsn, out, slot_of(dsn), "pub", "--idle-exit", "2", *(["--binary"] if binary else []))
+    inserter = Inserter(dsn)
+    inserter.start()
     capture = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: section_state(str(out)).lsn is not None or capture.poll() is not None, what="the slot")
     during = section_state(str(out)).state == "interrupted"  # the writes start while the copy runs
     worker = threading.Thread(target=writes, args=(dsn,))
     worker.start()
     worker.join(120)
+    inserter.stop.set()
+    inserter.join(30)
     _, stderr = capture.communicate(timeout=300)
     assert capture.returncode == 0, stderr
     assert during
@@ -141,7 +164,7 @@ def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, requ
     assert decoded.returncode == 0, decoded.stderr
     objects = [json.loads(line) for line in decoded.stdout.splitlines()]
     snap = [o for o in objects if o["op"] == "snapshot"]
-    assert len(snap) == big + 300 + 3 + 50 + 20
+    assert len(snap) == big + 300 + 3 + 50 + 20 + sum(1 for o in snap if o["table"] == "z_stream")
     first = next(o for o in snap if o["table"] == "types_t" and o["new"]["id"] == 10)
     assert first["new"]["arr"] == [10, None, -10] and first["new"]["j"] == {"g": 10, "nested": [1, "x"]}
     assert first["new"]["n"] == "1.4285714285714286" and len(first["new"]["t"]) == 20480
