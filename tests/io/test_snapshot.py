@@ -273,3 +273,34 @@ def test_copy_rows_read_as_postgresql_writes_them():
                              (bytes.fromhex("0003"), "has 3 fields")]:
         with pytest.raises(records.SnapshotError, match=message):
             list(records.binary_rows(damaged, 2 if message != "runs past" else 1))
+
+
+def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
+    import psycopg
+
+    from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
+    from replwire.codec.io.live import CaptureSettings
+
+    dsn = database(pg15, "early")
+    slot = slot_of(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO t SELECT generate_series(1, 100)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        # what a capture killed right after CREATE_REPLICATION_SLOT leaves: the file's SnapshotBegin, the slot
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute("INSERT INTO t VALUES (101)")  # after the slot: in its stream, and in a new snapshot
+        encoding = conn.execute("SHOW client_encoding").fetchone()[0]
+    settings = CaptureSettings(slot=slot, publication="pub")
+    header = CaptureHeader(proto_version=settings.protocol(pg15.version_num), server_version=pg15.version_num,
+                           options=settings.options(pg15.version_num), client_encoding=encoding)
+    out = tmp_path / "early.rwcap"
+    with CaptureWriter(out, header) as writer:
+        writer.append(0, 0, records.begin_record(slot, False))
+    result = run(capture_command(dsn, out, slot, "pub", "--idle-exit", "1"))
+    assert result.returncode == 0, result.stderr
+    assert "taken again" in result.stderr
+    tables, snapshot_rows = folded([out])
+    assert rows_of(tables["public.t"]) == selected(dsn, "SELECT * FROM t")
+    assert sorted(c.new["id"] for c in snapshot_rows) == list(range(1, 102))  # each once, 101 included
+    drop_slots(dsn)
