@@ -73,7 +73,8 @@ class Change:
     subtransaction xid a streamed change carried, else the transaction's xid (``None`` for a
     non-transactional message); the outputs built on it (``replwire decode``'s JSON lines, the Spark rows)
     give the top-level transaction's xid as ``xid`` and this one, for a streamed transaction, as ``subxid``.
-    ``lsn`` is the position given to :meth:`Assembler.add` with the message.
+    ``lsn`` is the position given to :meth:`Assembler.add` with the message.  A row of a capture file's
+    initial snapshot is a change with ``op`` ``snapshot`` and ``new`` only (:mod:`replwire.codec.stream.snapshot`).
     """
 
     op: str
