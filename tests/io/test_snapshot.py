@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from replwire.codec import LSN
 from replwire.codec.io.snapshot import section_state
 from replwire.codec.stream import snapshot as records
 from tests.support.snapshot import (
@@ -304,3 +305,22 @@ def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
     assert rows_of(tables["public.t"]) == selected(dsn, "SELECT * FROM t")
     assert sorted(c.new["id"] for c in snapshot_rows) == list(range(1, 102))  # each once, 101 included
     drop_slots(dsn)
+
+
+def test_snapshot_records_are_laid_out_as_declared():
+    # hand-written from the capture-format page: kind byte, then the fields big-endian, Strings NUL-ended
+    assert records.begin_record("s", True) == b"\x01s\x00\x01"
+    slot = records.slot_record(LSN(0x16B3748), "00000003-2")
+    assert slot == b"\x02" + bytes.fromhex("00000000016B3748") + b"00000003-2\x00"
+    assert records.rows_record(16385, True, 2, b"ab") == b"\x04" + bytes.fromhex("00004001" "01" "00000002") + b"ab"
+    assert records.table_end_record(16385, 7) == b"\x05" + bytes.fromhex("00004001" "0000000000000007")
+    end = records.end_record(LSN(0x10), 1, 7)
+    assert end == b"\x06" + bytes.fromhex("0000000000000010" "00000001" "0000000000000007")
+    parsed = records.parse_record(records.rows_record(16385, False, 1, b"x\n"))
+    assert (parsed.relation_id, parsed.binary, parsed.rows, parsed.data) == (16385, 0, 1, b"x\n")
+    assert records.completed_position(records.end_record(LSN(0x10), 1, 7)) == 0x10
+    assert records.completed_position(records.begin_record("s", False)) is None
+    with pytest.raises(records.SnapshotError, match="SnapshotEnd"):
+        records.parse_record(b"\x06\x00")
+    with pytest.raises(records.SnapshotError, match="not a snapshot record"):
+        records.parse_record(b"B")
