@@ -354,10 +354,10 @@ class Replay:
                     if request.messages and item.message.lsn >= self.watermark:
                         yield lsn, self._build(item.message)
                     continue
-                yield from self._transaction(item)
+                yield from self._transaction(item, assembler.decoder.relations)
         self.position = max(self.position, last)
 
-    def _transaction(self, txn: Transaction) -> Iterator[tuple[int, bytes]]:
+    def _transaction(self, txn: Transaction, relations: Mapping[int, Relation]) -> Iterator[tuple[int, bytes]]:
         """Begin, changes, Commit; each frame's position below the commit's, as a server's are (a client may
         confirm any position it received, and must not confirm a transaction it has only in part)."""
         request = self.request
@@ -379,9 +379,9 @@ class Replay:
                 if isinstance(message, _ROWS):
                     types = {t.type_id: t for t in schema.types if t is not None}
                     yield from self._relations(schema.relation, types, where, None, None)
-                elif isinstance(message, Truncate):
-                    for relation in schema:
-                        yield from self._relations(relation, {}, where, None, None)
+                elif isinstance(message, Truncate):  # (its change has no row schema: the Relations now)
+                    for relid in message.relation_ids:
+                        yield from self._relations(relations[relid], {}, where, None, None)
                 yield where, self._build(message)
             self.watermark = max(self.watermark, int(txn.end_lsn))
             yield int(txn.end_lsn), self._build(Commit(flags=0, commit_lsn=txn.commit_lsn, end_lsn=txn.end_lsn,

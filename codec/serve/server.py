@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..messages import WireMessage
+from ..scalars import LSN
 from . import frontend
+from .replay import Request
 from .session import ServeSettings, Session, Slots
 from .source import Source
 
@@ -112,6 +114,8 @@ class Server:
         self._frames = 0
         self._dropped_once = False
         self._acceptor: threading.Thread | None = None
+        #: ``(slot, start LSN, request)`` of every START_REPLICATION served, in order.
+        self.starts: list[tuple[str, int, Request]] = []
         self.served = 0  # connections taken
         self.refused = 0  # connections refused for the limit
 
@@ -188,6 +192,14 @@ class Server:
     def _run(self, conn: socket.socket, peer: Any) -> None:
         session = Session(self.source, self.settings, self.slots, now=time.time())
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+        def started(slot: str, start: int, request: Request) -> None:
+            self.starts.append((slot, start, request))
+            self.log(f"{where}: START_REPLICATION slot {slot} from {LSN(start)}: proto_version "
+                     f"{request.proto_version}, streaming {request.streaming}, two_phase {request.two_phase}, "
+                     f"messages {request.messages}, binary {request.binary}, origin {request.origin}")
+
+        session.on_start = started
         self.log(f"{where}: connected (session {session.pid})")
         conn.settimeout(self.settings.reply_timeout)
         next_frame_at = 0.0

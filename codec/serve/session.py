@@ -19,7 +19,7 @@ import itertools
 import secrets
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import DecodeError
@@ -110,6 +110,8 @@ class Session:
         self._last_keepalive = now
         self._exhausted = False
         self._parameters: dict[str, str] = {}
+        #: Called with ``(slot, start LSN, request)`` when the client starts streaming.
+        self.on_start: Callable[[str, int, Request], None] | None = None
 
     # -- the driver's side ----------------------------------------------------------------------------------
 
@@ -317,7 +319,7 @@ class Session:
             value = {"server_version": version_text(self.settings.server_version), "integer_datetimes": "on",
                      "wal_segment_size": "16MB", "server_encoding": self.source.client_encoding,
                      "client_encoding": self.source.client_encoding,
-                     "max_replication_slots": "10"}.get(command.name)
+                     "max_replication_slots": "10", "data_directory_mode": "0700"}.get(command.name)
             if value is None:
                 self._error(f'unrecognized configuration parameter "{command.name}"', "42704")
             else:
@@ -372,6 +374,8 @@ class Session:
         self._exhausted = False
         self.state = "streaming"
         self._out += frontend.build_copy_both()
+        if self.on_start is not None:
+            self.on_start(command.slot, start, request)
         self._last_heard = self._last_keepalive = now
 
     # -- CopyBoth -------------------------------------------------------------------------------------------
