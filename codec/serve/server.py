@@ -39,6 +39,8 @@ __all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"
 
 #: About how many bytes of frames are sent at a time.
 BATCH = 64 * 1024
+#: At most this many connections over the limit wait for their refusal; more are closed at once.
+REFUSING = 256
 
 
 class ServeError(RuntimeError):
@@ -127,33 +129,54 @@ class Server:
         return self
 
     def serve_forever(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                readable, _, _ = select.select([self._socket], [], [], 0.2)
-                if not readable:
+        refusing: dict[socket.socket, float] = {}  # connections over the limit, until their startup packet came
+        try:
+            while not self._stopping.is_set():
+                try:
+                    readable, _, _ = select.select([self._socket, *refusing], [], [], 0.2)
+                except OSError:
+                    if self._stopping.is_set():
+                        return
                     continue
-                conn, peer = self._socket.accept()
-            except OSError:
-                if self._stopping.is_set():
-                    return
-                continue
-            with self._lock:
-                full = len(self._connections) >= self.max_connections
-                if not full:
-                    self._connections.add(conn)
-                    self._threads = [t for t in self._threads if t.is_alive()]
-            if full:
-                self.refused += 1
-                with contextlib.suppress(OSError):
-                    conn.setblocking(False)
-                    conn.send(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
+                now = time.monotonic()
+                for conn in [c for c in refusing if c in readable or refusing[c] < now]:
+                    del refusing[conn]
+                    self._refuse(conn)
+                if self._socket not in readable:
+                    continue
+                try:
+                    conn, peer = self._socket.accept()
+                except OSError:
+                    continue
+                with self._lock:
+                    full = len(self._connections) >= self.max_connections
+                    if not full:
+                        self._connections.add(conn)
+                        self._threads = [t for t in self._threads if t.is_alive()]
+                if full:
+                    self.refused += 1
+                    if len(refusing) >= REFUSING:
+                        conn.close()
+                    else:  # answered once its startup packet is read: closing on unread bytes would reset it
+                        conn.setblocking(False)
+                        refusing[conn] = now + 1.0
+                    continue
+                self.served += 1
+                thread = threading.Thread(target=self._run, args=(conn, peer), name=f"replwire-serve-{peer}",
+                                          daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        finally:
+            for conn in refusing:
                 conn.close()
-                continue
-            self.served += 1
-            thread = threading.Thread(target=self._run, args=(conn, peer), name=f"replwire-serve-{peer}",
-                                      daemon=True)
-            self._threads.append(thread)
-            thread.start()
+
+    @staticmethod
+    def _refuse(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.recv(frontend.MAX_STARTUP)
+            conn.send(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
+            conn.shutdown(socket.SHUT_WR)
+        conn.close()
 
     def close(self) -> None:
         self._stopping.set()
