@@ -15,6 +15,7 @@ the session never blocks, sleeps or reads a clock.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import secrets
 import struct
@@ -105,7 +106,7 @@ class Session:
         self._out = bytearray()
         self._messages: Iterator[tuple[int, bytes]] | None = None
         self._scram: ScramExchange | None = None
-        self._secret = ScramSecret.from_password(settings.password) if settings.password is not None else None
+        self._secret = _secret(settings.password) if settings.password is not None else None
         self._last_heard = now
         self._last_keepalive = now
         self._exhausted = False
@@ -398,6 +399,12 @@ class Session:
         keepalive = PrimaryKeepalive(wal_end=LSN(position), send_time=_now(now), reply_requested=int(reply))
         self._out += frontend.build_copy_data(build_envelope(keepalive))
         self._last_keepalive = now
+
+
+@functools.lru_cache(maxsize=8)
+def _secret(password: str) -> ScramSecret:
+    """The stored form of a server's password, made once (PBKDF2 is slow on purpose)."""
+    return ScramSecret.from_password(password)
 
 
 def _now(now: float) -> Timestamp:
