@@ -60,7 +60,7 @@ from ..scalars import LSN, Timestamp
 from ..stream.assembler import Assembler, Change, Transaction
 from ..stream.decoder import Decoder
 from ..wire.fast import build
-from .source import TRUE_VALUES, Segment, Source
+from .source import TRUE_VALUES, Segment, Source, resumed_decoder
 
 __all__ = ["Replay", "Request", "RequestError"]
 
@@ -170,11 +170,13 @@ class Replay:
         return (streams and self.request.streaming == "off") or (two_phase and not self.request.two_phase)
 
     def messages(self) -> Iterator[tuple[int, bytes]]:
+        decoder: Decoder | None = None
         for number, segment in enumerate(self.source.segments):
+            decoder = resumed_decoder(segment, decoder)
             if self.reassembles:
-                yield from self._reassembled(segment)
+                yield from self._reassembled(segment, decoder)
             else:
-                yield from self._as_captured(number, segment)
+                yield from self._as_captured(number, segment, decoder)
 
     # -- building ---------------------------------------------------------------------------------------
 
@@ -235,9 +237,8 @@ class Replay:
 
     # -- as captured ------------------------------------------------------------------------------------
 
-    def _as_captured(self, number: int, segment: Segment) -> Iterator[tuple[int, bytes]]:
+    def _as_captured(self, number: int, segment: Segment, decoder: Decoder) -> Iterator[tuple[int, bytes]]:
         request, outcomes = self.request, self.source.scan().outcomes
-        decoder = Decoder(proto_version=segment.proto_version, encoding=segment.client_encoding)
         sending = False  # the open Begin / Begin Prepare transaction is sent
         streams: dict[int, bool] = {}  # streamed xid -> sent, while open
         open_block: int | None = None  # the streamed xid whose block is open and sent
@@ -341,9 +342,9 @@ class Replay:
 
     # -- reassembled ------------------------------------------------------------------------------------
 
-    def _reassembled(self, segment: Segment) -> Iterator[tuple[int, bytes]]:
+    def _reassembled(self, segment: Segment, decoder: Decoder) -> Iterator[tuple[int, bytes]]:
         request = self.request
-        assembler = Assembler(proto_version=segment.proto_version, encoding=segment.client_encoding, typed=False)
+        assembler = Assembler(decoder, typed=False)
         last = self.position
         for lsn, data in segment.records():
             self.position = max(self.position, last)  # every frame of the record before is taken

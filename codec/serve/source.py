@@ -40,7 +40,8 @@ from ..messages import (
 from ..stream.decoder import Decoder
 from ..wire.fast import build
 
-__all__ = ["ABORTED", "COMMITTED", "Outcome", "Scan", "Segment", "Source", "SourceError", "TRUE_VALUES"]
+__all__ = ["ABORTED", "COMMITTED", "Outcome", "Scan", "Segment", "Source", "SourceError", "TRUE_VALUES",
+           "resumed_decoder"]
 
 COMMITTED = "committed"  # a Commit, Stream Commit, Prepare or Stream Prepare
 ABORTED = "aborted"  # a top-level Stream Abort
@@ -175,10 +176,22 @@ def _capture_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
     return records
 
 
+def resumed_decoder(segment: Segment, previous: Decoder | None) -> Decoder:
+    """A decoder for ``segment``: a resumed capture's next file goes on from where the one before left off
+    -- the relation and type caches kept, whatever was open forgotten (it is sent again from its start) --
+    as :meth:`~replwire.codec.Decoder.resume` does, in the segment's own protocol version."""
+    decoder = Decoder(proto_version=segment.proto_version, encoding=segment.client_encoding)
+    if previous is not None:
+        decoder.relations = dict(previous.relations)
+        decoder.types = dict(previous.types)
+    return decoder
+
+
 def _scan(segments: Sequence[Segment]) -> Scan:
     scan = Scan()
+    decoder: Decoder | None = None
     for number, segment in enumerate(segments):
-        decoder = Decoder(proto_version=segment.proto_version, encoding=segment.client_encoding)
+        decoder = resumed_decoder(segment, decoder)
         opener: int | None = None  # the ordinal of the open Begin / Begin Prepare
         streams: dict[int, int] = {}  # streamed xid -> ordinal of its first block
         origins: set[int] = set()

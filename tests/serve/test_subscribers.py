@@ -185,3 +185,61 @@ def test_pg_recvlogical_receives_what_psycopg2_does(pg15, captured, tmp_path):
     # pg_recvlogical writes each message followed by a newline
     assert out.read_bytes() == b"".join(m + b"\n" for m in received)
     assert without_schema(received) == without_schema(messages)
+
+
+def split_as_resumed(path: Path, out: Path) -> list[Path]:
+    """The capture as a resumed capture would hold it: a first file cut off inside a streamed transaction,
+    and a second that starts over before it (so it repeats the transactions the first file holds whole,
+    and the cut one from its first block)."""
+    from replwire.codec.io.capture_file import CaptureWriter
+
+    with read_capture(path) as reader:
+        header = reader.header
+        records = [(r.lsn, r.xid, r.data) for r in reader.records()]
+    decoder = Decoder(proto_version=header.proto_version)
+    streams: set[int] = set()
+    resumable, inside = [], []
+    for i, (_, _, data) in enumerate(records):
+        message = decoder.feed(data)
+        tag = data[:1]
+        if tag == b"S" and message.first_segment:
+            streams.add(message.xid)
+        elif tag == b"c" or (tag == b"A" and message.subxid == message.xid):
+            streams.discard(message.xid)
+        if tag in (b"C", b"c") and decoder.state == "idle" and not streams:
+            resumable.append(i)
+        if streams and decoder.state == "stream":
+            inside.append(i)
+    # the first file ends inside a streamed transaction after the third that completes with nothing open;
+    # the second starts over from the beginning (the slot's confirmed position had not moved)
+    cut = next(i for i in inside if i > resumable[2])
+    files = [out / "part1.rwcap", out / "part2.rwcap"]
+    for name, part in zip(files, (records[:cut], records)):
+        with CaptureWriter(name, header) as writer:
+            for lsn, xid, data in part:
+                writer.append(lsn, xid, data)
+    return files
+
+
+@pytest.mark.parametrize("options", [{"proto_version": "3", "streaming": "on"}, {"proto_version": "1"}],
+                         ids=["as-captured", "reassembled"])
+def test_a_resumed_capture_in_two_files_is_served_once(captured, tmp_path, options):
+    path, _ = captured
+    files = split_as_resumed(path, tmp_path)
+    request = Request.from_options({**options, "publication_names": "pub"}, server_version=150000)
+    served = [data for _, data in Replay(Source.from_captures(files), request).messages()]
+    assert committed(served, request.proto_version) == committed(capture_messages(path), 3)
+    # the two files hold more than the capture: what they repeat is not served again
+    assert sum(len(capture_messages(f)) for f in files) > len(capture_messages(path))
+
+
+def test_a_subscriber_applies_a_resumed_capture_once(pg18, captured, tmp_path):
+    path, expected = captured
+    files = split_as_resumed(path, tmp_path)
+    with Server(Source.from_captures(files), settings=ServeSettings(180000)) as server:
+        dsn = workload.subscribe(pg18, "sub_two_files", server.address.conninfo(dbname="serve_pub"), SLOT)
+        try:
+            rows = workload.wait_equal(dsn, expected)
+        finally:
+            workload.unsubscribe(dsn, "sub_two_files")
+    assert rows == expected
