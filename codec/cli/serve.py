@@ -26,6 +26,17 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def _generated(count: int, seed: int, server_version: int | None) -> Source:
+    from ..testing.generate import generate  # needs Hypothesis (the fuzz or test extra)
+
+    stream = generate(count, seed)
+    click.echo("-- the tables of the generated transactions:")
+    for statement in stream.ddl:
+        click.echo(f"{statement};")
+    return Source.from_messages(stream.messages, proto_version=stream.proto_version, options=stream.options,
+                                server_version=server_version or 180000)
+
+
 def _server_version(value: int | None) -> int | None:
     if value is None:
         return None
@@ -53,17 +64,27 @@ def _server_version(value: int | None) -> int | None:
               help="Drop a client that sent nothing for this long.")
 @click.option("--max-connections", type=click.IntRange(1), default=64, show_default=True,
               help="Refuse connections beyond this many.")
+@click.option("--generate", "generate_count", type=click.IntRange(1, 1_000_000), metavar="N",
+              help="Serve N generated transactions instead of FILES (prints the tables' DDL first).")
+@click.option("--seed", type=int, default=0, show_default=True, help="The seed of --generate.")
 def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: int | None, password: str | None,
                   disconnect_after: int | None, disconnect_every: int | None, delay: float,
-                  keepalive_interval: float, reply_timeout: float, max_connections: int) -> None:
+                  keepalive_interval: float, reply_timeout: float, max_connections: int,
+                  generate_count: int | None, seed: int) -> None:
     """Serve capture FILES (several: the files of one resumed capture, in order) to logical replication
     clients -- PostgreSQL subscribers, psycopg2, pg_recvlogical, any pgoutput consumer -- re-encoded to the
-    protocol version and options each asks for, resuming from the position it asks to start at."""
+    protocol version and options each asks for, resuming from the position it asks to start at.
+
+    With --generate N (and no FILES), serves N transactions generated from the declarations' strategies over
+    two tables whose DDL it prints: create them on a subscriber, and it applies every one."""
     host, port = _listen(listen)
-    if not files:
-        raise click.UsageError("give capture FILES to serve")
+    if bool(files) == bool(generate_count):
+        raise click.UsageError("give capture FILES to serve, or --generate N")
     try:
-        source = Source.from_captures(files, server_version=_server_version(server_version))
+        if generate_count:
+            source = _generated(generate_count, seed, _server_version(server_version))
+        else:
+            source = Source.from_captures(files, server_version=_server_version(server_version))
         settings = ServeSettings(server_version=source.server_version, password=password,
                                  keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
         faults = Faults(disconnect_after=disconnect_after, disconnect_every=disconnect_every, delay=delay)
@@ -77,7 +98,9 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
         click.echo(f"note: {note}", err=True)
     address = server.address
     version = settings.server_version
-    click.echo(f"serving {scan.messages} messages from {len(files)} file{'s' if len(files) != 1 else ''} "
+    origin = (f"{generate_count} generated transactions (seed {seed})" if generate_count else
+              f"{len(files)} file{'s' if len(files) != 1 else ''}")
+    click.echo(f"serving {scan.messages} messages from {origin} "
                f"({len(scan.relations)} tables) on {address.host}:{address.port}: server_version "
                f"{version_text(version)}, protocol versions 1 to {highest_proto_version(version)}")
     click.echo(f"connect with: {address.conninfo()}")
