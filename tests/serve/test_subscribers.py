@@ -38,6 +38,13 @@ def captured(pg15, tmp_path_factory):
     return path, expected
 
 
+def _subscribed_tables(dsn: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return sorted(r[0] for r in conn.execute("SELECT srrelid::regclass::text FROM pg_subscription_rel"))
+
+
 def capture_messages(path: Path) -> list[bytes]:
     with read_capture(path) as reader:
         return [record.data for record in reader.records()]
@@ -75,8 +82,12 @@ def test_a_subscriber_ends_equal_to_the_publisher(request, captured, major, serv
         dsn = workload.subscribe(subscriber, name, server.address.conninfo(dbname="serve_pub"), SLOT)
         try:
             rows = workload.wait_equal(dsn, expected)
+            # the publication's tables, asked again, are answered from the stream's Relation messages
+            workload.run(dsn, [f"ALTER SUBSCRIPTION sub_{name} REFRESH PUBLICATION WITH (copy_data = false)"])
+            subscribed = _subscribed_tables(dsn)
         finally:
             workload.unsubscribe(dsn, name)
+    assert subscribed == sorted(workload.TABLES)
     assert rows == expected
     assert server.starts, "the subscriber never started streaming"
     (_, _, asked), *_ = server.starts
@@ -165,6 +176,26 @@ def test_psycopg2_without_streaming_gets_transactions_reassembled(captured):
     tags = {chr(m[0]) for m in received}
     assert not tags & {"S", "E", "A", "c"}, tags
     assert committed(received, 1) == want
+
+
+def test_a_capture_is_served_without_reading_it_into_memory(captured):
+    import tracemalloc
+
+    path, _ = captured
+    request = Request.from_options({"proto_version": "3", "streaming": "on", "publication_names": "pub"},
+                                   server_version=150000)
+    # the file eight times over, as eight files of a resumed capture: read in turn, served once
+    source = Source.from_captures([path] * 8)
+    source.scan()
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in Replay(source, request).messages())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 9000 < count < 10_000
+    total = 8 * path.stat().st_size
+    assert peak < total / 3, f"{peak} bytes at the peak while serving {total} bytes"
 
 
 def test_pg_recvlogical_receives_what_psycopg2_does(pg15, captured, tmp_path):
