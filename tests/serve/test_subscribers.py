@@ -71,15 +71,17 @@ def test_the_capture_has_the_hard_parts(captured):
     assert {"S", "E", "A", "c", "T", "U"} <= tags, tags  # streamed, a (sub)transaction aborted, truncate
 
 
-@pytest.mark.parametrize(("major", "server_version", "proto"), [(18, 180000, 4), (15, 150000, 3)],
-                         ids=["pg18-proto4", "pg15-proto3"])
-def test_a_subscriber_ends_equal_to_the_publisher(request, captured, major, server_version, proto):
+@pytest.mark.parametrize(("major", "server_version", "proto", "streaming"),
+                         [(18, 180000, 4, "on"), (15, 150000, 3, "on"), (18, 180000, 4, "parallel")],
+                         ids=["pg18-proto4", "pg15-proto3", "pg18-proto4-parallel"])
+def test_a_subscriber_ends_equal_to_the_publisher(request, captured, major, server_version, proto, streaming):
     path, expected = captured
     subscriber = request.getfixturevalue(f"pg{major}")
     settings = ServeSettings(server_version=server_version)
     with Server(Source.from_captures([path]), settings=settings) as server:
-        name = f"sub_equal_{major}"
-        dsn = workload.subscribe(subscriber, name, server.address.conninfo(dbname="serve_pub"), SLOT)
+        name = f"sub_equal_{major}_{streaming}"
+        dsn = workload.subscribe(subscriber, name, server.address.conninfo(dbname="serve_pub"), SLOT,
+                                 streaming=streaming)
         try:
             rows = workload.wait_equal(dsn, expected)
             # the publication's tables, asked again, are answered from the stream's Relation messages
@@ -91,7 +93,7 @@ def test_a_subscriber_ends_equal_to_the_publisher(request, captured, major, serv
     assert rows == expected
     assert server.starts, "the subscriber never started streaming"
     (_, _, asked), *_ = server.starts
-    assert (asked.proto_version, asked.streaming) == (proto, "on")
+    assert (asked.proto_version, asked.streaming) == (proto, streaming)
 
 
 @pytest.mark.parametrize("major", [18, 15])
