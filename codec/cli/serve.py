@@ -64,14 +64,19 @@ def _server_version(value: int | None) -> int | None:
               help="Drop a client that sent nothing for this long.")
 @click.option("--max-connections", type=click.IntRange(1), default=64, show_default=True,
               help="Refuse connections beyond this many.")
+@click.option("--proto-version", type=click.IntRange(1, 4),
+              help="The protocol version COPY-CSV FILES were read with (capture files say it themselves).")
+@click.option("--encoding", default="UTF8", show_default=True,
+              help="The client encoding of COPY-CSV FILES.")
 @click.option("--generate", "generate_count", type=click.IntRange(1, 1_000_000), metavar="N",
               help="Serve N generated transactions instead of FILES (prints the tables' DDL first).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of --generate.")
 def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: int | None, password: str | None,
                   disconnect_after: int | None, disconnect_every: int | None, delay: float,
                   keepalive_interval: float, reply_timeout: float, max_connections: int,
-                  generate_count: int | None, seed: int) -> None:
-    """Serve capture FILES (several: the files of one resumed capture, in order) to logical replication
+                  proto_version: int | None, encoding: str, generate_count: int | None, seed: int) -> None:
+    """Serve capture FILES (several: the files of one resumed capture, in order; or the COPY-CSV of the SQL
+    interface, with --proto-version) to logical replication
     clients -- PostgreSQL subscribers, psycopg2, pg_recvlogical, any pgoutput consumer -- re-encoded to the
     protocol version and options each asks for, resuming from the position it asks to start at.
 
@@ -84,7 +89,8 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
         if generate_count:
             source = _generated(generate_count, seed, _server_version(server_version))
         else:
-            source = Source.from_captures(files, server_version=_server_version(server_version))
+            source = Source.from_captures(files, server_version=_server_version(server_version),
+                                          proto_version=proto_version, client_encoding=encoding)
         settings = ServeSettings(server_version=source.server_version, password=password,
                                  keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
         faults = Faults(disconnect_after=disconnect_after, disconnect_every=disconnect_every, delay=delay)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReplwireError
-from ..io.capture_file import CaptureFileError, read_capture
+from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -127,12 +127,23 @@ class Source:
     # -- constructors -----------------------------------------------------------------------------------
 
     @classmethod
-    def from_captures(cls, paths: Iterable[str | os.PathLike[str]], *, server_version: int | None = None) -> Source:
-        """Capture files, in the order given (a resumed capture's files in the order they were written)."""
+    def from_captures(cls, paths: Iterable[str | os.PathLike[str]], *, server_version: int | None = None,
+                      proto_version: int | None = None, client_encoding: str = "UTF8") -> Source:
+        """Capture files, in the order given (a resumed capture's files in the order they were written).  A
+        file that is not a capture file is read as the COPY-CSV of the SQL interface (``lsn,xid,\\x<hex>``
+        rows), which says nothing of how it was made: it needs ``proto_version`` (and its
+        ``client_encoding``), and is served as possibly holding streamed and prepared transactions."""
         segments = []
         for path in paths:
             name = os.fspath(path)
             try:
+                if not is_capture_file(name):
+                    if proto_version is None:
+                        raise SourceError(f"{name} is not a capture file: give the protocol version it was read "
+                                          f"with to serve it as COPY-CSV")
+                    options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
+                    segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
+                    continue
                 with read_capture(name) as reader:
                     header = reader.header
             except (CaptureFileError, OSError) as error:
@@ -166,6 +177,13 @@ class Source:
         segment = Segment("messages", proto_version, dict(options or {}), client_encoding, server_version,
                           lambda: iter(records))
         return cls([segment], server_version=server_version)
+
+
+def _csv_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
+    def records() -> Iterator[tuple[int, bytes]]:
+        for _, lsn, _, data in read_copy_csv(path, raw=True):
+            yield lsn, data
+    return records
 
 
 def _capture_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:

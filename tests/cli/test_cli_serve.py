@@ -73,3 +73,42 @@ def test_serve_off_loopback_needs_a_password(tmp_path):
     assert result.returncode == 2
     assert "0.0.0.0 is not a loopback address" in result.stderr
     assert "needs a password" in result.stderr
+
+
+def serve_and_receive(args: list[str], count: int) -> list[bytes]:
+    process = subprocess.Popen([*REPLWIRE, "serve", *args, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert first.startswith("serving"), first + process.stderr.read()
+        conninfo = process.stdout.readline().removeprefix("connect with: ").strip()
+        conn = psycopg2.connect(conninfo, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        try:
+            cur = conn.cursor()
+            cur.start_replication(slot_name="s", decode=False, options={"proto_version": "1",
+                                                                          "publication_names": "p"})
+            received: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(received) < count and time.monotonic() < deadline:
+                message = cur.read_message()
+                if message is None:
+                    time.sleep(0.05)
+                    continue
+                received.append(bytes(message.payload))
+            return received
+        finally:
+            conn.close()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_serve_plays_the_copy_csv_of_the_sql_interface(tmp_path):
+    expected = write_capture(tmp_path / "tiny.rwcap")
+    # what COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT CSV writes
+    csv = tmp_path / "tiny.csv"
+    csv.write_text("".join(f"0/{0x1000 + 8 * i:X},700,\\x{data.hex()}\n" for i, data in enumerate(expected)))
+    assert serve_and_receive([str(csv), "--proto-version", "1"], len(expected)) == expected
+    refused = subprocess.run([*REPLWIRE, "serve", str(csv)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert "is not a capture file: give the protocol version" in refused.stderr
