@@ -17,7 +17,7 @@ import psycopg2.extras
 import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn
-from replwire.codec.serve import ServeError, Server, ServeSettings, Source
+from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Source
 from replwire.codec.serve.frontend import FrontendReader, ProtocolViolation
 
 
@@ -217,3 +217,26 @@ def test_another_address_than_loopback_needs_a_password():
     with pytest.raises(ServeError, match="needs a password"):
         Server(tiny_source(), host="0.0.0.0")
     Server(tiny_source(), host="0.0.0.0", settings=ServeSettings(160000, password="x")).close()
+
+
+def test_disconnect_every_drops_each_connection_after_that_many_messages():
+    with Server(tiny_source(), settings=ServeSettings(160000), faults=Faults(disconnect_every=2)) as server:
+        for _ in range(2):  # every connection, not just the first
+            conn = psycopg2.connect(server.address.conninfo(),
+                                    connection_factory=psycopg2.extras.LogicalReplicationConnection)
+            received = []
+            try:
+                cur = conn.cursor()
+                cur.start_replication(slot_name="s", decode=False, options={"proto_version": "1",
+                                                                              "publication_names": "p"})
+                with pytest.raises(psycopg2.Error):
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline:
+                        message = cur.read_message()
+                        if message is None:
+                            time.sleep(0.02)
+                        else:
+                            received.append(bytes(message.payload))
+            finally:
+                conn.close()
+            assert len(received) == 2
