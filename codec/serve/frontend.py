@@ -20,7 +20,7 @@ __all__ = [
     "CANCEL_REQUEST", "GSSENC_REQUEST", "MAX_STARTUP", "PROTOCOL_3_0", "SSL_REQUEST", "CancelRequest",
     "ClientMessage", "EncryptionRequest", "Event", "FrontendReader", "ProtocolViolation", "Startup", "build_auth",
     "build_command_complete", "build_copy_both", "build_copy_data", "build_data_row", "build_error",
-    "build_message", "build_parameter_status", "build_ready", "build_row_description", "build_notice",
+    "build_message", "build_parameter_status", "build_ready", "build_row_description",
 ]
 
 PROTOCOL_3_0 = 196608
@@ -192,10 +192,6 @@ def _fields(severity: str, sqlstate: str, message: str, detail: str | None, hint
 def build_error(message: str, sqlstate: str = "XX000", *, severity: str = "ERROR", detail: str | None = None,
                 hint: str | None = None) -> bytes:
     return build_message(b"E", _fields(severity, sqlstate, message, detail, hint))
-
-
-def build_notice(message: str, *, detail: str | None = None) -> bytes:
-    return build_message(b"N", _fields("NOTICE", "00000", message, detail, None))
 
 
 def build_row_description(names: Sequence[str], type_oids: Sequence[int] | None = None) -> bytes:

@@ -56,12 +56,11 @@ class SourceError(ReplwireError, ValueError):
 @dataclass(frozen=True)
 class Outcome:
     """How a transaction opened in a segment ended: ``kind`` (:data:`COMMITTED` or :data:`ABORTED`), at
-    ``lsn`` (the commit or prepare LSN, or the abort's record position), ``end_lsn`` (the commit's end);
-    ``origin`` whether it carried an Origin message."""
+    ``lsn`` (the commit or prepare LSN, or the abort's record position); ``origin`` whether it carried an
+    Origin message."""
 
     kind: str
     lsn: int
-    end_lsn: int
     origin: bool = False
 
 
@@ -231,8 +230,7 @@ def _scan(segments: Sequence[Segment]) -> Scan:
                     scan.relations[(message.namespace or "pg_catalog", message.name)] = message
                 elif cls is Commit or cls is Prepare:
                     if opener is not None:
-                        scan.outcomes[(number, opener)] = Outcome(COMMITTED, _lsn(message), _end(message),
-                                                                  opener in origins)
+                        scan.outcomes[(number, opener)] = Outcome(COMMITTED, _lsn(message), opener in origins)
                     opener = None
                 elif cls is StreamStart:
                     assert isinstance(message, StreamStart)
@@ -241,14 +239,13 @@ def _scan(segments: Sequence[Segment]) -> Scan:
                 elif cls is StreamCommit or cls is StreamPrepare:
                     first = streams.pop(message.xid, None)  # type: ignore[attr-defined]
                     if first is not None:
-                        scan.outcomes[(number, first)] = Outcome(COMMITTED, _lsn(message), _end(message),
-                                                                 first in origins)
+                        scan.outcomes[(number, first)] = Outcome(COMMITTED, _lsn(message), first in origins)
                 elif cls is StreamAbort:
                     assert isinstance(message, StreamAbort)
                     if message.subxid == message.xid:
                         first = streams.pop(message.xid, None)
                         if first is not None:
-                            scan.outcomes[(number, first)] = Outcome(ABORTED, lsn, lsn)
+                            scan.outcomes[(number, first)] = Outcome(ABORTED, lsn)
         except ReplwireError as error:
             raise SourceError(f"{segment.name}: message #{ordinal}: {error}") from None
         if decoder.state != "idle" or streams:
@@ -262,7 +259,3 @@ def _lsn(message: Any) -> int:
         if value is not None:
             return int(value)
     raise AssertionError(f"no position in {type(message).__name__}")
-
-
-def _end(message: Any) -> int:
-    return int(message.end_lsn)

@@ -240,3 +240,19 @@ def test_disconnect_every_drops_each_connection_after_that_many_messages():
             finally:
                 conn.close()
             assert len(received) == 2
+
+
+def test_replication_slots_are_created_and_dropped_as_asked(server):
+    conn = psycopg2.connect(server.address.conninfo(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    try:
+        cur = conn.cursor()
+        cur.create_replication_slot("made", output_plugin="pgoutput")
+        slot_name, consistent_point, _, plugin = cur.fetchone()
+        assert (slot_name, plugin) == ("made", "pgoutput")
+        assert consistent_point == "0/1010"  # the end of the stream served: the tiny source's last commit
+        cur.drop_replication_slot("made")
+        with pytest.raises(psycopg2.Error) as raised:
+            cur.create_replication_slot("physical", slot_type=psycopg2.extras.REPLICATION_PHYSICAL)  # not served
+        assert raised.value.pgcode == "0A000"
+    finally:
+        conn.close()
