@@ -5,11 +5,12 @@ with exactly what replwire's Assembler says the stream commits."""
 from __future__ import annotations
 
 from collections import Counter
+from decimal import Decimal
 
 import pytest
 
 from replwire.codec import UNCHANGED_TOAST, Assembler, Decoder, Transaction, build
-from replwire.codec.serve import Server, ServeSettings, Source
+from replwire.codec.serve import Replay, Request, Server, ServeSettings, Source
 from replwire.codec.testing.generate import DDL, generate
 from tests.support import serve_workload as workload
 
@@ -107,3 +108,66 @@ def _wait(dsn: str, expected, timeout: float = 90.0):
         rows = _read(dsn)
     return rows
 
+
+
+def _rolled_back_relation_stream():
+    """A streamed transaction whose first change of gen_b is in a subtransaction that is rolled back, and
+    whose top level then writes gen_b: the Relation the client got inside the rolled-back subtransaction is
+    gone with it (a subscriber discards what it spooled for it), so it must come again."""
+    from replwire.codec import LSN, Insert, StreamAbort, StreamCommit, StreamStart, StreamStop, Timestamp, TupleColumn
+    from replwire.codec.testing.generate import GEN_A, GEN_B
+
+    def text(*values):
+        return [TupleColumn.text(v) for v in values]
+
+    when = Timestamp(820_000_000_000_000)
+    return [
+        (LSN(0x1000), StreamStart(xid=900, first_segment=1)),
+        (LSN(0x1010), Insert(xid=900, relation_id=GEN_A.relation_id, new=text("1", "a", "1.5", "p"))),
+        (LSN(0x1020), StreamStop()),
+        (LSN(0x1030), StreamStart(xid=900, first_segment=0)),
+        (LSN(0x1040), Insert(xid=901, relation_id=GEN_B.relation_id, new=text("7", "rolled back", "t"))),
+        (LSN(0x1050), StreamStop()),
+        (LSN(0x1060), StreamAbort(xid=900, subxid=901, abort_lsn=None, abort_time=None)),
+        (LSN(0x1070), StreamStart(xid=900, first_segment=0)),
+        (LSN(0x1080), Insert(xid=900, relation_id=GEN_B.relation_id, new=text("8", "kept", "f"))),
+        (LSN(0x1090), StreamStop()),
+        (LSN(0x10B0), StreamCommit(xid=900, flags=0, commit_lsn=LSN(0x10A0), end_lsn=LSN(0x10B0), commit_time=when)),
+    ], [GEN_A, GEN_B]
+
+
+def _with_relations(pairs, relations):
+    """The pairs with the Relations a stream needs, in the first block (as a server sends them)."""
+    from dataclasses import replace
+
+    first, *rest = pairs
+    return [first, *((first[0], replace(r, xid=900)) for r in relations), *rest]
+
+
+def test_a_relation_sent_in_a_rolled_back_subtransaction_is_sent_again():
+    pairs, relations = _rolled_back_relation_stream()
+    source = Source.from_messages(_with_relations(pairs, relations), proto_version=4, options={"streaming": "on"})
+    request = Request.from_options({"proto_version": "4", "streaming": "on", "publication_names": "p"},
+                                   server_version=180000)
+    tags = [data[:1] + (data[5:9] if data[:1] == b"R" else b"") for _, data in Replay(source, request).messages()]
+    gen_b = b"R" + (16502).to_bytes(4, "big")
+    assert tags.count(gen_b) == 2
+    assert tags.index(gen_b) < tags.index(b"A") < len(tags) - 1 - tags[::-1].index(gen_b)
+
+
+@pytest.mark.server
+def test_a_subscriber_applies_a_change_after_a_rolled_back_relation(pg18):
+    pairs, relations = _rolled_back_relation_stream()
+    source = Source.from_messages(_with_relations(pairs, relations), proto_version=4, options={"streaming": "on"})
+    name = "sub_rolled_back_relation"
+    with Server(source, settings=ServeSettings(180000)) as server:
+        dsn = workload.create_database(pg18, name)
+        workload.run(dsn, DDL)
+        workload.run(dsn, [f"CREATE SUBSCRIPTION sub_{name} CONNECTION '{server.address.conninfo(dbname='gen')}' "
+                           f"PUBLICATION pub WITH (create_slot = false, copy_data = false, streaming = on, "
+                           f"slot_name = 'generated')"])
+        try:
+            rows = _wait(dsn, {"gen_a": {1: (1, "a", Decimal("1.5"), "p")}, "gen_b": {8: (8, "kept", False)}})
+        finally:
+            workload.unsubscribe(dsn, name)
+    assert rows == {"gen_a": {1: (1, "a", Decimal("1.5"), "p")}, "gen_b": {8: (8, "kept", False)}}
