@@ -23,18 +23,22 @@ from tests.support import serve_workload as workload
 pytestmark = pytest.mark.server
 
 SLOT = "serve_slot"
+TWO_PHASE_SLOT = "serve_slot_2pc"
 
 
 @pytest.fixture(scope="module")
 def captured(pg15, tmp_path_factory):
     """The workload run on PG 15 and captured (protocol 3, streaming on); the publisher's tables after it."""
-    dsn = workload.publisher(pg15, "serve_pub", SLOT)
+    dsn = workload.publisher(pg15, "serve_pub", SLOT, TWO_PHASE_SLOT, two_phase=(TWO_PHASE_SLOT,))
     try:
         workload.run(dsn, workload.WORKLOAD)
         expected = workload.table_rows(dsn)
-        path = workload.capture(dsn, SLOT, tmp_path_factory.mktemp("serve") / "pg15.rwcap", proto=3)
+        out = tmp_path_factory.mktemp("serve")
+        path = workload.capture(dsn, SLOT, out / "pg15.rwcap", proto=3)
+        workload.capture(dsn, TWO_PHASE_SLOT, out / "pg15-two-phase.rwcap", proto=3, two_phase=True)
     finally:
         workload.drop_slot(dsn, SLOT)
+        workload.drop_slot(dsn, TWO_PHASE_SLOT)
     return path, expected
 
 
@@ -94,6 +98,24 @@ def test_a_subscriber_ends_equal_to_the_publisher(request, captured, major, serv
     assert server.starts, "the subscriber never started streaming"
     (_, _, asked), *_ = server.starts
     assert (asked.proto_version, asked.streaming) == (proto, streaming)
+
+
+@pytest.mark.parametrize("major", [18, 15])
+def test_a_two_phase_subscriber_gets_prepared_transactions(request, captured, major):
+    path, expected = captured
+    two_phase = path.with_name("pg15-two-phase.rwcap")
+    assert {b"b", b"P", b"K", b"r"} <= {m[:1] for m in capture_messages(two_phase)}
+    subscriber = request.getfixturevalue(f"pg{major}")
+    with Server(Source.from_captures([two_phase]), settings=ServeSettings(major * 10000)) as server:
+        name = f"sub_two_phase_{major}"
+        dsn = workload.subscribe(subscriber, name, server.address.conninfo(dbname="serve_pub"), TWO_PHASE_SLOT,
+                                 two_phase=True)
+        try:
+            rows = workload.wait_equal(dsn, expected)
+        finally:
+            workload.unsubscribe(dsn, name)
+    assert rows == expected
+    assert server.starts[-1][2].two_phase
 
 
 @pytest.mark.parametrize("major", [18, 15])

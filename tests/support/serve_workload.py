@@ -5,8 +5,8 @@ The workload (:data:`WORKLOAD`), run on the publisher after the slot exists, giv
 UPDATE that leaves them unchanged (``items.payload``, stored EXTERNAL so it is out of line); a large
 transaction (streamed, ``logical_decoding_work_mem`` is 64 kB on the test servers) with a savepoint rolled
 back in the middle; a large transaction rolled back as a whole; UPDATE and DELETE under REPLICA IDENTITY
-FULL (``events``); TRUNCATE (``scratch``).  :func:`capture` reads the slot with ``replwire``'s live
-capture (protocol ``proto``, streaming on) into a capture file.
+FULL (``events``); TRUNCATE (``scratch``); a prepared transaction committed and one rolled back.
+:func:`capture` reads a slot with ``replwire``'s live capture into a capture file.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ WORKLOAD = [
     "INSERT INTO scratch VALUES (1, 'after truncate'), (2, 'two')",
     "UPDATE items SET payload = repeat('z', 5000) WHERE id = 11",
     "DELETE FROM items WHERE id > 15",
+    ["INSERT INTO scratch VALUES (3, 'prepared, then committed')", "PREPARE TRANSACTION 'serve_kept'"],
+    "COMMIT PREPARED 'serve_kept'",
+    ["INSERT INTO scratch VALUES (4, 'prepared, then rolled back')", "PREPARE TRANSACTION 'serve_dropped'"],
+    "ROLLBACK PREPARED 'serve_dropped'",
 ]
 
 
@@ -66,18 +70,21 @@ def run(dsn: str, statements: list[Any]) -> None:
             conn.execute("BEGIN")
             for statement in step:
                 conn.execute(statement)
-            if step[-1] != "ROLLBACK":
+            if step[-1] != "ROLLBACK" and not step[-1].startswith("PREPARE TRANSACTION"):
                 conn.execute("COMMIT")
 
 
-def publisher(server: Any, name: str, slot: str) -> str:
-    """Set up the publisher database: schema, publication ``pub``, a pgoutput slot; returns its conninfo."""
+def publisher(server: Any, name: str, *slots: str, two_phase: tuple[str, ...] = ()) -> str:
+    """Set up the publisher database: schema, publication ``pub``, pgoutput slots (those in ``two_phase``
+    with two-phase decoding); returns its conninfo."""
     dsn = create_database(server, name)
     run(dsn, SCHEMA + ["CREATE PUBLICATION pub FOR ALL TABLES"])
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for slot in slots:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                         (slot, slot in two_phase))
     return dsn
 
 
@@ -88,9 +95,11 @@ def drop_slot(dsn: str, slot: str) -> None:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
-def capture(dsn: str, slot: str, out: Path, *, proto: int, streaming: str | None = "on") -> Path:
+def capture(dsn: str, slot: str, out: Path, *, proto: int, streaming: str | None = "on",
+            two_phase: bool = False) -> Path:
     """Read everything in ``slot`` into the capture file ``out`` (live capture, until it is idle)."""
-    settings = CaptureSettings(slot=slot, publication="pub", proto_version=proto, streaming=streaming)
+    settings = CaptureSettings(slot=slot, publication="pub", proto_version=proto, streaming=streaming,
+                               two_phase=two_phase)
     LiveCapture(dsn, out, settings, create_slot=False, sync_interval=0.1).run(idle_exit=1.5)
     return out
 
@@ -103,12 +112,13 @@ def table_rows(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
                 for table, order in TABLES.items()}
 
 
-def subscribe(server: Any, name: str, conninfo: str, slot: str, *, streaming: str = "on") -> str:
+def subscribe(server: Any, name: str, conninfo: str, slot: str, *, streaming: str = "on",
+              two_phase: bool = False) -> str:
     """A subscriber database ``name`` with the schema and a subscription to ``conninfo``'s ``pub``."""
     dsn = create_database(server, name)
     run(dsn, SCHEMA)
     run(dsn, [f"CREATE SUBSCRIPTION sub_{name} CONNECTION '{conninfo}' PUBLICATION pub WITH (create_slot = false, "
-              f"copy_data = false, streaming = {streaming}, slot_name = '{slot}')"])
+              f"copy_data = false, streaming = {streaming}, slot_name = '{slot}', two_phase = {two_phase})"])
     return dsn
 
 
