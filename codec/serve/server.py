@@ -159,7 +159,7 @@ class Server:
                         conn.close()
                     else:  # answered once its startup packet is read: closing on unread bytes would reset it
                         conn.setblocking(False)
-                        refusing[conn] = now + 1.0
+                        refusing[conn] = now + self.settings.startup_timeout
                     continue
                 self.served += 1
                 thread = threading.Thread(target=self._run, args=(conn, peer), name=f"replwire-serve-{peer}",

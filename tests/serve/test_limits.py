@@ -20,7 +20,6 @@ from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn,
 from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Source
 from replwire.codec.serve.frontend import FrontendReader, ProtocolViolation
 
-
 #: Connections opened at once by the crowd test (the server takes 6).
 CROWD = 300
 
@@ -165,11 +164,12 @@ def test_a_client_that_never_replies_is_dropped(server):
 
 
 def test_a_crowd_of_connections_is_refused_beyond_the_limit(server):
-    crowd = [socket.create_connection((server.address.host, server.address.port)) for _ in range(CROWD)]
+    crowd = []
     try:
         refused = 0
-        for sock in crowd:
-            sock.sendall(startup_packet(user="u", database="d", replication="database"))
+        for _ in range(CROWD):  # each sends its startup packet at once, as clients do
+            crowd.append(socket.create_connection((server.address.host, server.address.port)))
+            crowd[-1].sendall(startup_packet(user="u", database="d", replication="database"))
         for sock in crowd:
             messages = read_messages(sock, timeout=3)
             if messages and messages[0][0] == b"E" and error_code(messages[0][1]) == "53300":
