@@ -21,6 +21,7 @@ import contextlib
 import ipaddress
 import os
 import select
+import selectors
 import socket
 import threading
 import time
@@ -40,7 +41,7 @@ __all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"
 #: About how many bytes of frames are sent at a time.
 BATCH = 64 * 1024
 #: At most this many connections over the limit wait for their refusal; more are closed at once.
-REFUSING = 256
+REFUSING = 1024
 
 
 class ServeError(RuntimeError):
@@ -129,20 +130,24 @@ class Server:
         return self
 
     def serve_forever(self) -> None:
+        # (a selector, not select(): a crowd of connections has descriptors past select's 1024)
+        selector = selectors.DefaultSelector()
+        selector.register(self._socket, selectors.EVENT_READ)
         refusing: dict[socket.socket, float] = {}  # connections over the limit, until their startup packet came
         try:
             while not self._stopping.is_set():
                 try:
-                    readable, _, _ = select.select([self._socket, *refusing], [], [], 0.2)
-                except OSError:
+                    ready = {key.fileobj for key, _ in selector.select(0.2)}
+                except (OSError, ValueError):
                     if self._stopping.is_set():
                         return
                     continue
                 now = time.monotonic()
-                for conn in [c for c in refusing if c in readable or refusing[c] < now]:
+                for conn in [c for c in refusing if c in ready or refusing[c] < now]:
                     del refusing[conn]
+                    selector.unregister(conn)
                     self._refuse(conn)
-                if self._socket not in readable:
+                if self._socket not in ready:
                     continue
                 try:
                     conn, peer = self._socket.accept()
@@ -160,6 +165,7 @@ class Server:
                     else:  # answered once its startup packet is read: closing on unread bytes would reset it
                         conn.setblocking(False)
                         refusing[conn] = now + self.settings.startup_timeout
+                        selector.register(conn, selectors.EVENT_READ)
                     continue
                 self.served += 1
                 thread = threading.Thread(target=self._run, args=(conn, peer), name=f"replwire-serve-{peer}",
@@ -169,6 +175,7 @@ class Server:
         finally:
             for conn in refusing:
                 conn.close()
+            selector.close()
 
     @staticmethod
     def _refuse(conn: socket.socket) -> None:
@@ -225,6 +232,8 @@ class Server:
         session.on_start = started
         self.log(f"{where}: connected (session {session.pid})")
         conn.settimeout(self.settings.reply_timeout)
+        poller = select.poll()
+        poller.register(conn, select.POLLIN)
         next_frame_at = 0.0
         dropped: str | None = None
         try:
@@ -252,8 +261,7 @@ class Server:
                 wait = max(0.0, min(session.next_deadline(), next_frame_at if self.faults.delay else now + 1) - now)
                 if session.streaming and not self.faults.delay:
                     wait = 0.0
-                readable, _, _ = select.select([conn], [], [], wait)
-                if readable:
+                if poller.poll(wait * 1000):
                     session.receive(conn.recv(BATCH), time.time())
                 session.tick(time.time())
             rest = session.output()
