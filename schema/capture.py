@@ -5,6 +5,15 @@ are a :class:`~replwire.schema.core.Crc32` around their fields, so a reader can 
 from a torn or corrupt tail and keep everything before it.  The header records what is needed to parse
 the records again -- the protocol version, the pgoutput options and the client encoding they were
 captured with -- and the server's version.  Declared like the protocol messages, so the same walker documents it.
+
+An initial snapshot is stored in the same records: a *snapshot section* at the start of the file, whose
+records' data are the snapshot record kinds below instead of pgoutput messages.  Their first byte (0x01 to
+0x06) is never a pgoutput tag (those are ASCII letters), so a reader tells them apart by it.  The section
+says which slot it belongs to before the slot is created (:data:`SNAPSHOT_BEGIN`), then the slot's consistent
+point (:data:`SNAPSHOT_SLOT`), then per table its Relation (and Type) messages, as pgoutput would send them,
+and its rows as ``COPY ... TO STDOUT`` wrote them, whole rows in records of bounded size; it is complete once
+:data:`SNAPSHOT_END` is in the file.  Every record after :data:`SNAPSHOT_SLOT` has the consistent point as its
+LSN.  Format version 2 added the section; a version 1 file is a version 2 file without one.
 """
 
 from .core import (
@@ -15,19 +24,26 @@ from .core import (
     Int8,
     Int16,
     Int32,
+    Int64,
     LengthPrefixedBytes,
     Lsn,
     Magic,
+    Oid,
+    RestBytes,
     String,
     Xid,
+    counted,
     field,
+    message,
     record,
 )
 
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"
-#: The format version this code writes and reads.
-FORMAT_VERSION = 1
+#: The format version this code writes.
+FORMAT_VERSION = 2
+#: The format versions this code reads (version 2 added the snapshot section).
+FORMAT_VERSIONS = (1, 2)
 #: The header option that holds the connection's client encoding (PostgreSQL's name), and its value when
 #: the option is absent (a file captured in UTF8, which is written without it).
 CLIENT_ENCODING = "client_encoding"
@@ -76,3 +92,72 @@ RECORD = record(
                                                     spec_type="record fields, Int32 CRC-32", value="record")),
     doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
 )
+
+
+# -- the snapshot section ------------------------------------------------------------------------------------
+
+SNAPSHOT_FAMILY = "snapshot"
+
+SNAPSHOT_BEGIN = message(
+    b"\x01", "SnapshotBegin",
+    field("slot", String, "Name of the replication slot the snapshot is taken with; it is created after "
+                          "this record is durable, so a capture that stops here knows the slot is its own."),
+    field("binary", Int8, "1 when the rows are in COPY's binary format (a --binary capture), 0 for text."),
+    doc="Opens the snapshot section: the first record of the file.",
+    family=SNAPSHOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+SNAPSHOT_SLOT = message(
+    b"\x02", "SnapshotSlot",
+    field("lsn", Lsn, "The slot's consistent point: the snapshot holds every transaction committed before "
+                      "it, the slot sends every one committed after it."),
+    field("snapshot_name", String, "Name of the snapshot the server exported (pg_export_snapshot's form)."),
+    doc="The slot was created with an exported snapshot.",
+    family=SNAPSHOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+SNAPSHOT_SCHEMA_MESSAGE = record(
+    field("data", LengthPrefixedBytes, "A pgoutput Type or Relation message (protocol version 1 layout)."),
+    doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+SNAPSHOT_TABLE = message(
+    b"\x03", "SnapshotTable",
+    field("relation_id", Oid, "OID of the table (its Relation's relation_id)."),
+    counted("messages", Int16, SNAPSHOT_SCHEMA_MESSAGE, "message",
+            "The Type messages of its columns' user-defined types, then its Relation message, built as "
+            "pgoutput sends them: the published columns only (the column list), with their key flags."),
+    doc="Starts one table's rows.",
+    family=SNAPSHOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+SNAPSHOT_ROWS = message(
+    b"\x04", "SnapshotRows",
+    field("relation_id", Oid, "OID of the table."),
+    field("binary", Int8, "1 when the rows are in COPY's binary format, 0 for text (as SnapshotBegin says)."),
+    field("rows", Int32, "How many rows follow."),
+    field("data", RestBytes, "Whole rows as COPY ... TO STDOUT writes them (text, or binary tuples without "
+                             "the file header and trailer), the published columns in the Relation's order."),
+    doc="Rows of the table, at most about 256 KiB of them per record.",
+    family=SNAPSHOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+SNAPSHOT_TABLE_END = message(
+    b"\x05", "SnapshotTableEnd",
+    field("relation_id", Oid, "OID of the table."),
+    field("rows", Int64, "How many rows the table had in the snapshot."),
+    doc="Ends one table's rows.",
+    family=SNAPSHOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+SNAPSHOT_END = message(
+    b"\x06", "SnapshotEnd",
+    field("lsn", Lsn, "The consistent point again: the position this section completes."),
+    field("tables", Int32, "How many tables the snapshot holds."),
+    field("rows", Int64, "How many rows in all."),
+    doc="Closes the snapshot section: every table is in the file.",
+    family=SNAPSHOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+#: The snapshot record kinds, in the order a section holds them.
+SNAPSHOT_RECORDS = (SNAPSHOT_BEGIN, SNAPSHOT_SLOT, SNAPSHOT_TABLE, SNAPSHOT_ROWS, SNAPSHOT_TABLE_END, SNAPSHOT_END)

@@ -679,6 +679,7 @@ def encode_string(text: Any, codec: str) -> bytes:
 Int8 = WireType(Int8ub, "Int8", "int")
 Int16 = WireType(Int16ub, "Int16", "int")
 Int32 = WireType(Int32ub, "Int32", "int")
+Int64 = WireType(Int64ub, "Int64", "int")
 SignedInt32 = WireType(Int32sb, "Int32", "int")
 Lsn = WireType(Int64ub, "Int64 (XLogRecPtr)", "lsn")
 Timestamp = WireType(Int64sb, "Int64 (TimestampTz)", "timestamp")
@@ -692,8 +693,8 @@ RestBytes = WireType(GreedyBytes, "Byten", "bytes")
 
 def tag_field(tag: bytes, message: str, doc: str, *, min_proto: int | None = None) -> Field:
     """The leading type byte as a field (see :class:`Tag`)."""
-    return Field("tag", Tag(tag, message, min_proto),
-                 FieldMeta(doc=doc, spec_type=f"Byte1('{tag.decode('ascii')}')", value="tag"))
+    shown = f"'{tag.decode('ascii')}'" if tag.decode("ascii").isprintable() else f"0x{tag[0]:02x}"
+    return Field("tag", Tag(tag, message, min_proto), FieldMeta(doc=doc, spec_type=f"Byte1({shown})", value="tag"))
 
 
 def counted(name: str, count: WireType, item: Struct, item_class: str, doc: str, *,

@@ -219,12 +219,16 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         stdout.flush()
         click.echo(f"warning: {path}: {problem}", err=True)
 
+    def note(path: str, message: str) -> None:
+        stdout.flush()
+        click.echo(f"warning: {path}: {message}", err=True)
+
     def repeated(item: object) -> None:
         counts["duplicates"] += 1
 
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
         try:
-            for item in committed(inputs, tail=warn, repeated=repeated):
+            for item in committed(inputs, tail=warn, repeated=repeated, warn=note):
                 counts["transactions"] += isinstance(item, Transaction)
                 for obj in objects(item):
                     counts["changes"] += 1
@@ -320,14 +324,19 @@ class _ChangeTable:
 @click.option("--batch-size", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="With --via sql: rows asked for per call (a transaction is never split, so a call can return "
                    "more).")
+@click.option("--snapshot", "initial_snapshot", is_flag=True,
+              help="First copy every table of the publication into OUT (an initial snapshot, consistent with a "
+                   "new slot created with it), then stream the changes after it.")
 def capture_command(dsn: str, slot: str, publication: str, proto_version: int | None, streaming: str | None,
                     binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
-                    batch_size: int) -> None:
+                    batch_size: int, initial_snapshot: bool) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
-    command again continues where the server's slot stands, and the file holds every change once.
+    command again continues where the server's slot stands, and the file holds every change once.  With
+    --snapshot the slot is created with an exported snapshot and every published table is copied first; a
+    snapshot that was interrupted is taken again from the start by the same command.
     """
     import signal
 
@@ -354,12 +363,19 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_on_sigterm)
+    if initial_snapshot and via == "sql":
+        raise click.UsageError("--snapshot needs a replication connection (the slot is created with an exported "
+                               "snapshot); it cannot be used with --via sql")
+    if initial_snapshot and no_create_slot:
+        raise click.UsageError("--snapshot creates its slot: it cannot be used with --no-create-slot")
     settings = CaptureSettings(slot=slot, publication=publication, proto_version=proto_version, streaming=streaming,
                                binary=binary, messages=messages, two_phase=two_phase)
-    capture = LiveCapture(dsn, out, settings, create_slot=not no_create_slot,
+    capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
                           via=via, batch_size=batch_size)
     try:
+        if initial_snapshot:
+            _snapshot(console, dsn, out, settings, create_publication)
         progress = capture.run(idle_exit=idle_exit)
     except CaptureError as error:
         click.echo(f"error: {error}", err=True)
@@ -368,6 +384,31 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     console.print(f"captured {progress.messages} messages ({progress.bytes} bytes), {progress.transactions} "
                   f"transactions into {out}{resumed}; flushed up to {progress.flushed_lsn}", highlight=False,
                   soft_wrap=True)
+
+
+def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication: bool) -> None:
+    """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr."""
+    from ..io.snapshot import TableProgress, take_snapshot
+
+    def report(table: TableProgress) -> None:
+        seconds = max(table.seconds, 1e-6)
+        line = (f"snapshot {table.schema}.{table.table}: {table.rows:,} rows, {table.bytes / 2**20:.1f} MiB in "
+                f"{table.seconds:.2f} s ({table.rows / seconds:,.0f} rows/s, {table.bytes / 2**20 / seconds:.1f} "
+                f"MiB/s){', done' if table.done else ''}")
+        console.print(line, highlight=False, soft_wrap=True)
+
+    try:
+        result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report)
+    except KeyboardInterrupt:
+        console.print("snapshot interrupted: run the same command again to take it again", highlight=False)
+        sys.exit(130)
+    if result.taken:
+        again = " (an interrupted snapshot was dropped and taken again)" if result.retaken else ""
+        console.print(f"snapshot at {result.lsn}: {result.tables} tables, {result.rows:,} rows{again}; streaming "
+                      "the changes after it", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"the snapshot at {result.lsn} in {out} is complete; resuming the changes after it",
+                      highlight=False, soft_wrap=True)
 
 
 @main.command("demo")

@@ -89,7 +89,7 @@ def wire_type(node: walker.Node) -> str:
     if isinstance(node, walker.Zero):
         return f"{wire_type(node.int)}, always 0"
     if isinstance(node, walker.TagByte):
-        return f"byte `{node.tag}`"
+        return f"byte `{node.tag}`" if node.tag.isprintable() else f"byte 0x{ord(node.tag):02x}"
     if isinstance(node, walker.Text):
         return "UTF-8 text + NUL"
     if isinstance(node, walker.CharOf):
@@ -413,7 +413,32 @@ def capture_format_page() -> str:
         "A record takes at least "
         f"{walker.min_size(record)} bytes (an empty message); the message is parsed with the header's "
         "`proto_version`, and the stream state follows from the messages before it.", "",
+        *snapshot_section(),
     ])
+
+
+def snapshot_section() -> list[str]:
+    """The capture file format page's part on the snapshot section, from the snapshot record kinds'
+    declarations (:data:`replwire.schema.capture.SNAPSHOT_RECORDS`)."""
+    from ...schema import capture
+
+    lines = [
+        "## Snapshot section", "",
+        "A capture taken with `replwire capture --snapshot` starts with the initial snapshot: records whose "
+        "message is one of the kinds below instead of a pgoutput message. Their first byte (0x01 to 0x06) is "
+        "never a pgoutput tag. The section opens with SnapshotBegin (written before the slot is created), then "
+        "SnapshotSlot, then per table SnapshotTable, its SnapshotRows records and SnapshotTableEnd, and closes "
+        "with SnapshotEnd; only then does the stream follow. Every record after SnapshotSlot has the slot's "
+        "consistent point as its `lsn` and 0 as its `xid`. A section without SnapshotEnd was interrupted: "
+        "`replwire capture` takes it again from the start (its slot was never read, so nothing is lost). "
+        "Format version 2 added the section; readers take version 1 files as they are.", "",
+    ]
+    for spec in capture.SNAPSHOT_RECORDS:
+        node = walker.record_node(spec.declaration)
+        lines += [f"### {spec.name}", "", spec.doc, "", field_table(node), ""]
+        if spec is capture.SNAPSHOT_TABLE:
+            lines += ["Each message:", "", field_table(walker.record_node(capture.SNAPSHOT_SCHEMA_MESSAGE)), ""]
+    return lines
 
 
 def version_matrix() -> str:

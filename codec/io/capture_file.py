@@ -159,6 +159,8 @@ _PLAN = record_plan(layout.RECORD)
 if (*_PLAN.names, _PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-1]:  # all but offset
     raise walker.UnknownConstruct(f"the record fields {_PLAN.names + (_PLAN.data,)} are not CaptureRecord's")
 
+#: The most a header may take (its options are a few short strings).
+HEADER_LIMIT = 64 * 1024
 #: How much of the file is read at a time (a record larger than this is read whole, up to the file's size).
 CHUNK = 1 << 20
 _CUT_SHORT = "record cut short"
@@ -213,20 +215,23 @@ class CaptureReader:
         self._file = open(self.path, "rb")  # noqa: SIM115 -- closed by close()
         self.size = os.fstat(self._file.fileno()).st_size
         self._stream = _Capped(self._file, self.size)
+        # parsed from its first bytes only: a String reads to the end of its stream to find its NUL
+        head = io.BytesIO(self._stream.read(HEADER_LIMIT))
         try:
-            raw = layout.HEADER.parse_stream(self._stream)["header"]
+            raw = layout.HEADER.parse_stream(head)["header"]
         except ConstructError as error:
             self.close()
             raise CaptureFileError(self.path, f"not a readable capture file header: {_reason(error)}", 0) from None
-        if raw.format_version != layout.FORMAT_VERSION:
+        if raw.format_version not in layout.FORMAT_VERSIONS:
             self.close()
             raise CaptureFileError(self.path, f"format version {raw.format_version} is not supported "
-                                              f"(this replwire reads {layout.FORMAT_VERSION})", 8)
+                                              f"(this replwire reads {', '.join(map(str, layout.FORMAT_VERSIONS))})",
+                                   8)
         options = {o.name: o.value for o in raw.options}
         encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
                                     options=options, format_version=raw.format_version, client_encoding=encoding)
-        self.header_end = self._stream.tell()
+        self.header_end = head.tell()
 
     def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
                 skip: frozenset[int] | None = None, closing: bool = False) -> Reading:

@@ -52,6 +52,7 @@ from ..messages import (
     WireMessage,
 )
 from ..scalars import LSN
+from ..stream import snapshot
 from ..stream.decoder import IDLE, Decoder
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
@@ -150,6 +151,8 @@ class _Tracker:
     def feed(self, data: bytes) -> tuple[WireMessage | None, LSN | None]:
         if not data:  # PostgreSQL 10 to 14 can send an empty payload
             return None, None
+        if data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not a pgoutput message
+            return None, snapshot.completed_position(data)
         message = self.decoder.feed(data)
         if isinstance(message, StreamStart):
             self.open_streams.add(message.xid)

@@ -37,6 +37,7 @@ from ..messages import (
     StreamStart,
     WireMessage,
 )
+from ..stream import snapshot
 from ..stream.decoder import Decoder
 from ..wire.fast import build
 
@@ -189,6 +190,8 @@ def _capture_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
     def records() -> Iterator[tuple[int, bytes]]:
         with read_capture(path) as reader:
             for _, lsn, _, data in reader.records(raw=True):
+                if data and data[0] in snapshot.KINDS:  # a snapshot section: rows, not the slot's stream
+                    continue
                 yield lsn, data
     return records
 

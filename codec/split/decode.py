@@ -18,9 +18,10 @@ from typing import Any
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
 from ..io.capture_file import TailProblem
-from ..scalars import LSN
+from ..scalars import LSN, Timestamp
+from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
-from ..stream.decoder import StreamStateError
+from ..stream.decoder import Decoder, StreamStateError
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
 from .first_pass import Part
@@ -57,7 +58,11 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
     source = part.source
     base = source.position(0)
     new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
+    sections = snapshot.SnapshotReader(decoder, maker)
     for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
+        if data and data[0] in snapshot.KINDS:
+            yield from _snapshot_rows(sections, data, lsn, base | offset)
+            continue
         in_stream = decoder.in_stream
         message = decoder.feed(data)
         position = base | offset
@@ -78,6 +83,24 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
             yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 
 
+def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, position: int) -> Iterator[Decoded]:
+    """The rows of a snapshot record, as changes of a transaction committed at the snapshot's LSN (so that
+    they come before every change of the stream), with no commit time; the row at index ``i`` of the record
+    has the position of the record plus ``i`` (a record holds more bytes than rows, so these stay below the
+    next record's)."""
+    if data[0] != snapshot.ROWS:
+        sections.feed(data, lsn)
+        return
+    at = LSN(lsn)
+    outcome = Outcome(0, at, at, _NO_TIME)
+    for i, change in enumerate(sections.rows(data, lsn)):
+        yield Decoded(position + i, change, outcome)
+
+
+#: A snapshot row's commit time: none (the wire value of 'infinity', which the Spark rows write as null).
+_NO_TIME = Timestamp(Timestamp.INFINITY)
+
+
 class RecordError(ReplwireError, ValueError):
     """A record of an input that does not decode: ``path``, ``record`` (its number in the input, from 0) and
     the decoder's ``error`` (a :class:`~replwire.codec.DecodeError` or
@@ -93,14 +116,19 @@ class RecordError(ReplwireError, ValueError):
 
 def committed(inputs: Sequence[Input], *, typed: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
-              repeated: Callable[[Transaction | Change], None] | None = None) -> Iterator[Transaction | Change]:
+              repeated: Callable[[Transaction | Change], None] | None = None,
+              warn: Callable[[str, str], None] | None = None) -> Iterator[Transaction | Change]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
-    to ``repeated`` if given.  ``tail(path, problem)`` hears of a torn capture file tail once the records
-    before it are done.  A record that does not decode raises :class:`RecordError`."""
+    to ``repeated`` if given.  The rows of a snapshot section come first, as ``"snapshot"`` changes
+    (:mod:`replwire.codec.stream.snapshot`); a section an earlier input already held is skipped, and
+    ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
+    capture file tail once the records before it are done.  A record that does not decode raises
+    :class:`RecordError`."""
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed)
     feed = assembler.feed
+    sections = _Sections(inputs[0], typed)
     last_end = -1
     for source in inputs:
         if source.index:
@@ -109,6 +137,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True,
         number = 0
         try:
             for number, record in enumerate(reading):  # noqa: B007 - named in the error
+                if record.data and record.data[0] in snapshot.KINDS:
+                    yield from sections.feed(record.data, record.lsn)
+                    continue
                 for item in feed(record.data, lsn=record.lsn or None):
                     end = item.end_lsn if isinstance(item, Transaction) else item.lsn
                     if end is not None and end <= last_end:
@@ -118,9 +149,42 @@ def committed(inputs: Sequence[Input], *, typed: bool = True,
                     if end is not None:
                         last_end = end
                     yield item
-        except (DecodeError, StreamStateError) as error:
+        except (DecodeError, StreamStateError, snapshot.SnapshotError) as error:
             raise RecordError(source.path, number, error) from error
         finally:
             reading.close()
         if reading.tail is not None and tail is not None:
             tail(source.path, reading.tail)
+        section = sections.reader.section
+        if section is not None and not section.complete and warn is not None:
+            warn(source.path, "its snapshot section ends before its SnapshotEnd: the snapshot was interrupted, and "
+                              "holds only some rows (running the capture again takes it again)")
+
+
+class _Sections:
+    """The snapshot sections of a stream's inputs, read once each: a section whose consistent point an
+    earlier input's complete section had (a file given twice, or copied) is skipped."""
+
+    def __init__(self, source: Input, typed: bool) -> None:
+        maker = ChangeMaker(typed=typed, encoding=source.encoding)
+        self.reader = snapshot.SnapshotReader(Decoder(source.proto_version, source.encoding), maker)
+        self.seen: set[int] = set()
+        self.skipping = False
+        self.begin: bytes | None = None  # a section's SnapshotBegin, until its SnapshotSlot tells whether it is new
+
+    def feed(self, data: bytes, lsn: int) -> list[Change]:
+        code = data[0]
+        if code == snapshot.BEGIN:
+            self.begin, self.skipping = data, False
+            return []
+        if code == snapshot.SLOT:
+            self.skipping = int(lsn) in self.seen
+            if self.begin is not None and not self.skipping:
+                self.reader.feed(self.begin)
+            self.begin = None
+        if self.skipping:
+            return []
+        changes = self.reader.feed(data, lsn)
+        if code == snapshot.END:
+            self.seen.add(int(lsn))
+        return changes

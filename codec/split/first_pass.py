@@ -30,6 +30,7 @@ from ..errors import DecodeError
 from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv
 from ..messages import Begin, BeginPrepare, Commit, Relation, StreamStart, Type
 from ..scalars import LSN, Timestamp
+from ..stream import snapshot
 from ..stream.decoder import IDLE, Decoder
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
@@ -38,8 +39,9 @@ from .inputs import Input
 
 __all__ = ["Part", "Plan", "RelationVersion", "Shapes", "plan"]
 
-#: Tags of the messages the first pass does not parse (their transaction is all it needs).
-_ROW_TAGS = frozenset(b"IUDT")
+#: Tags of the messages the first pass does not parse (their transaction is all it needs), and the snapshot
+#: section's rows (they belong to no transaction).
+_ROW_TAGS = frozenset(b"IUDT") | {snapshot.ROWS}
 _NO_FACTS: dict[str, Any] = {}
 _PROGRESS_BYTES = 4 << 20  # the largest run of records the first pass reads; it reports progress after each
 
@@ -408,19 +410,30 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
         if key is not None:
             part_keys.add(key)
 
+    def relation(source: Input, offset: int, message: Relation) -> None:  # a table's shape, if it is new
+        name = (message.namespace or "pg_catalog", message.name)
+        shape = _shape(message)
+        if shapes.get(name) != shape:
+            shapes[name] = shape
+            number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
+            versions.append(RelationVersion(name[0], name[1], number, message,
+                                            tuple(decoder.types.get(c.type_id) for c in message.columns),
+                                            source.position(offset)))
+
     def control(source: Input, offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
         nonlocal last_end
+        if data and data[0] in snapshot.KINDS:  # the snapshot section: only its tables' shapes matter here
+            if data[0] == snapshot.TABLE:
+                for item in snapshot.parse_record(data).messages:
+                    schema_message = snapshot.schema_message(item.data, decoder.encoding)
+                    decoder.remember(schema_message)
+                    if isinstance(schema_message, Relation):
+                        relation(source, offset, schema_message)
+            return
         in_stream = decoder.in_stream
         message = decoder.feed(data)
         if isinstance(message, Relation):
-            name = (message.namespace or "pg_catalog", message.name)
-            shape = _shape(message)
-            if shapes.get(name) != shape:
-                shapes[name] = shape
-                number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
-                versions.append(RelationVersion(name[0], name[1], number, message,
-                                                tuple(decoder.types.get(c.type_id) for c in message.columns),
-                                                source.position(offset)))
+            relation(source, offset, message)
             return
         route = router.route(message, source.position(offset), in_stream)
         if route is None:

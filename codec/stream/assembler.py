@@ -73,7 +73,9 @@ class Change:
     top-level transaction's xid (``None`` for a non-transactional message), as in ``replwire decode``'s JSON
     lines and the Spark rows; ``subxid`` is, for a change of a streamed transaction, the xid of the
     (sub)transaction that made it, as its message carried it (``None`` otherwise: outside streaming the
-    server does not say).  ``lsn`` is the position given to :meth:`Assembler.add` with the message.
+    server does not say).  ``lsn`` is the position given to :meth:`Assembler.add` with the message.  A row
+    of a capture file's initial snapshot is a change with ``op`` ``snapshot`` and ``new`` only
+    (:mod:`replwire.codec.stream.snapshot`).
     """
 
     op: str

@@ -4,17 +4,19 @@ Strategy: each committed change becomes the *value* of the event Debezium's Post
 send for it, in the form Kafka Connect's JSON converter writes with ``schemas.enable=false`` (the value's
 ``payload`` alone), so consumers written for Debezium can read replwire's output:
 
-* ``op`` is ``c``/``u``/``d`` for a row change with ``before``/``after``, ``t`` for a truncate (one event per
-  truncated table, as Debezium sends them) and ``m`` for a logical message (``message`` holds its
-  ``prefix`` and its ``content`` in base64, as the JSON converter writes bytes).  ``before`` is the old row
-  the server sent (the replica identity's key columns, or the whole row under ``REPLICA IDENTITY FULL``),
-  else ``null``.
+* ``op`` is ``c``/``u``/``d`` for a row change with ``before``/``after``, ``r`` (read) for a row of the
+  initial snapshot (``source.snapshot`` ``"true"``, as the connector marks its snapshot's events), ``t``
+  for a truncate (one event per truncated table, as Debezium sends them) and ``m`` for a logical message
+  (``message`` holds its ``prefix`` and its ``content`` in base64, as the JSON converter writes bytes).
+  ``before`` is the old row the server sent (the replica identity's key columns, or the whole row under
+  ``REPLICA IDENTITY FULL``), else ``null``.
 * ``source`` carries what the connector's ``source`` block carries: ``ts_ms``/``ts_us``/``ts_ns`` the
   commit time (a non-transactional message has none: the time it is processed), ``txId`` the top-level
   transaction's xid (also for a change of a streamed subtransaction), ``lsn`` the change's own LSN as an
   integer, ``sequence`` the JSON text ``["<last commit LSN>","<lsn>"]`` (the commit LSN of the transaction
   printed before, ``null`` for the first), ``schema``/``table`` (``""`` for a message), ``snapshot``
-  ``"false"`` (the string the connector writes outside a snapshot).  What replwire cannot know is filled in
+  ``"false"`` (the string the connector writes outside a snapshot; ``"true"`` for a snapshot row).
+  What replwire cannot know is filled in
   plainly: ``connector`` is ``"postgresql"``, ``version`` is ``"replwire-<replwire's version>"``, ``name``
   (the connector's logical name, ``topic.prefix``) is ``"replwire"``, ``db`` is ``""`` (what the connector
   writes when it has no database name) and ``xmin`` is ``null``.
@@ -49,7 +51,7 @@ __all__ = ["UNAVAILABLE_VALUE", "DebeziumEvents"]
 #: What stands for a value the server did not send (Debezium's ``unavailable.value.placeholder`` default).
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
-_OPS = {"insert": "c", "update": "u", "delete": "d", "truncate": "t", "message": "m"}
+_OPS = {"insert": "c", "update": "u", "delete": "d", "truncate": "t", "message": "m", "snapshot": "r"}
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 00:00:00 UTC in microseconds since 1970-01-01
 
 
@@ -124,7 +126,7 @@ class DebeziumEvents:
         now = _times(time.time_ns() // 1000)
         lsn = None if change.lsn is None else int(change.lsn)
         source = {"version": self.version, "connector": "postgresql", "name": self.name,
-                  **(commit if commit is not None else now), "snapshot": "false", "db": "",
+                  **(commit if commit is not None else now), "snapshot": "true" if op == "r" else "false", "db": "",
                   "sequence": json.dumps([self._last_commit, None if lsn is None else str(lsn)],
                                          separators=(",", ":")),
                   "schema": schema, "table": table, "txId": xid, "lsn": lsn, "xmin": None}

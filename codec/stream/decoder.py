@@ -172,6 +172,16 @@ class Decoder:
         self.state = IDLE
         self.stream_xid = self.xid = self.opened_at = None
 
+    def remember(self, message: Relation | Type) -> None:
+        """Take a Relation or Type message into the caches, as accepting it in a stream does (also for the
+        ones a capture file's snapshot section holds, outside any transaction)."""
+        if isinstance(message, Relation):
+            self.relations[message.relation_id] = message
+        else:
+            if self.types.get(message.type_id) != message:
+                self.types_version += 1
+            self.types[message.type_id] = message
+
     def skip(self, count: int) -> None:
         """Count ``count`` messages that were passed over without being fed -- row changes a reader knows
         leave the state as it is -- so that the positions of the messages fed after them stay right."""
@@ -238,12 +248,8 @@ class Decoder:
             raise self.fail(message, self._out_of_order(event))
         self._check(message)
         # -- accepted: update the state and caches
-        if isinstance(message, Relation):
-            self.relations[message.relation_id] = message
-        elif isinstance(message, Type):
-            if self.types.get(message.type_id) != message:
-                self.types_version += 1
-            self.types[message.type_id] = message
+        if isinstance(message, (Relation, Type)):
+            self.remember(message)
         if following != self.state:
             if following == IDLE:
                 self.stream_xid = self.xid = self.opened_at = None

@@ -1,7 +1,8 @@
 """The current rows of a table, folded from its committed changes in commit order: what ``apply`` computes.
 
 Rules, per row identity (the values of the ``key`` columns -- the replica identity; all columns for a table
-with REPLICA IDENTITY FULL): an insert sets the row; an update replaces the row its old key names (the key
+with REPLICA IDENTITY FULL): an insert -- or a row of the initial snapshot, which comes first, at the
+snapshot's LSN -- sets the row; an update replaces the row its old key names (the key
 of its new image when it carried no old one), so a key change moves the row; a delete removes it; a
 TRUNCATE empties the table.  An unchanged TOASTed value -- the server sends "unchanged" instead of a large
 value an update did not touch -- keeps the value the row had (and its unrepresentable text, if it had
@@ -28,7 +29,8 @@ __all__ = ["Change", "fold"]
 
 #: One committed change: ``(op, commit_lsn, position, new, old, unchanged_toast, unrepresentable)``.
 #:
-#: * ``op``: ``"insert"``, ``"update"``, ``"delete"`` or ``"truncate"``;
+#: * ``op``: ``"insert"``, ``"update"``, ``"delete"``, ``"truncate"`` or ``"snapshot"`` (a row of the initial
+#:   snapshot: folded as an insert);
 #: * ``commit_lsn``, ``position``: the change's place in the stream (its transaction's commit LSN, its index
 #:   in the transaction), which orders the changes;
 #: * ``new``: the values of the table's columns (for a delete without an old key: at least its key values);
@@ -71,7 +73,7 @@ def fold(changes: Iterable[Change], columns: Sequence[str], key: Sequence[str],
                 state.clear()
                 more.clear()
                 cut = next(cuts, None)
-            if op == "insert":
+            if op == "insert" or op == "snapshot":
                 row = (*new, None, odd or None)
             elif op == "truncate":
                 state.clear()

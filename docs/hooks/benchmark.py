@@ -4,7 +4,7 @@
 the bar chart of ``bench/results/latest.json`` (written by ``python -m bench``), through :mod:`bench.report`;
 a missing or malformed file fails the build instead of leaving the page empty.  ``<!-- replwire:spark-benchmark
 -->`` becomes a section with the table of ``bench/results/spark.json`` when that file exists, and nothing
-when it does not.
+when it does not; ``<!-- replwire:snapshot-benchmark -->`` likewise with ``bench/results/snapshot.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ RESULTS = ROOT / "bench" / "results" / "latest.json"
 SPARK_RESULTS = ROOT / "bench" / "results" / "spark.json"
 MARKER = "<!-- replwire:benchmark -->"
 SPARK_MARKER = "<!-- replwire:spark-benchmark -->"
+SNAPSHOT_RESULTS = ROOT / "bench" / "results" / "snapshot.json"
+SNAPSHOT_MARKER = "<!-- replwire:snapshot-benchmark -->"
 
 
 def spark_section(path: pathlib.Path | None = None) -> str:
@@ -38,6 +40,18 @@ def spark_section(path: pathlib.Path | None = None) -> str:
             + report.generic(data))
 
 
+def snapshot_section(path: pathlib.Path | None = None) -> str:
+    """The initial snapshot's section (``python -m bench.snapshot``), or ``""`` when its results file does
+    not exist."""
+    path = path or SNAPSHOT_RESULTS
+    if not path.exists():
+        return ""
+    data = report.load_generic(path)
+    return ("## Initial snapshot\n\n"
+            "`replwire capture --snapshot` against `COPY ... TO STDOUT` alone on the same table, side by side in "
+            f"one run (`python -m bench.snapshot`), from `bench/results/{path.name}`.\n\n" + report.generic(data))
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
     if page.file.src_uri != PAGE:
         return markdown
@@ -47,6 +61,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         results = report.load(RESULTS)
         body = report.markdown(results, chart=report.svg(results))
         spark = spark_section()
+        snapshot = snapshot_section()
     except report.ResultsError as error:
         raise PluginError(f"replwire benchmark: {error}") from error
-    return markdown.replace(MARKER, body).replace(SPARK_MARKER, spark)
+    return markdown.replace(MARKER, body).replace(SPARK_MARKER, spark).replace(SNAPSHOT_MARKER, snapshot)

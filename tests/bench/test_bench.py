@@ -271,3 +271,21 @@ def test_docs_build_fails_without_results(tmp_path, monkeypatch):
         hook.on_page_markdown("# Benchmark\n", benchmark_page, {}, None)
     other = SimpleNamespace(file=SimpleNamespace(src_uri="index.md"))
     assert hook.on_page_markdown("# Home\n", other, {}, None) == "# Home\n"
+
+
+@pytest.mark.server
+def test_snapshot_benchmark_runs_and_reports(tmp_path, capsys):
+    from bench import snapshot
+
+    out = tmp_path / "snapshot.json"
+    assert snapshot.main(["--mb", "4", "--rounds", "1", "--dead", "500", "--out", str(out)]) == 0
+    results = report.load_generic(out)  # the docs page's form
+    raw = results["raw"]
+    for form in ("text", "binary"):
+        assert raw[form]["snapshot"]["rows"] == raw[form]["copy"]["rows"] == raw["rows"]
+        assert raw[form]["ratio"] > 0 and raw[form]["peak_rss_mib"] > 0
+    assert len(results["rows"]) == 4 and len(results["targets"]) == 4
+    # the snapshot's transaction holds the xmin horizon: nothing deleted meanwhile is removable, all after
+    assert raw["xmin"] == {"dead_unremovable_during": 500, "dead_unremovable_after": 0, "deleted": 500}
+    assert "x of COPY" in capsys.readouterr().out
+    assert "| replwire capture --snapshot, text |" in report.generic(results)

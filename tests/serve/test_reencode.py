@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from replwire.codec import Assembler, Change, Transaction
+from replwire.codec import LSN, Assembler, Change, Transaction
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
 from replwire.codec.serve import Replay, Request, RequestError, Source
 
@@ -77,3 +77,27 @@ def _without_messages(items: list[tuple], request: Request) -> list[tuple]:
 def _lsn(text: str) -> int:
     high, low = text.split("/")
     return (int(high, 16) << 32) | int(low, 16)
+
+
+def test_a_capture_with_a_snapshot_section_serves_its_stream_only(pg_captures, tmp_path):
+    from replwire.codec.messages import Relation, RelationColumn
+    from replwire.codec.stream import snapshot
+
+    capture = next(c for c in pg_captures.captures if c.rows)
+    plain, with_snapshot = tmp_path / "plain.rwcap", tmp_path / "snapshot.rwcap"
+    relation = Relation(relation_id=1, namespace="public", name="t", replica_identity="d",
+                        columns=[RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1)])
+    section = [snapshot.begin_record("s", False), snapshot.slot_record(LSN(0x10), "x"),
+               snapshot.table_record(relation, []), snapshot.rows_record(1, False, 2, b"1\n2\n"),
+               snapshot.table_end_record(1, 2), snapshot.end_record(LSN(0x10), 1, 2)]
+    for path, first in ((plain, []), (with_snapshot, section)):
+        with CaptureWriter(path, CaptureHeader(proto_version=capture.proto_version,
+                                               server_version=capture.version_num,
+                                               options=dict(capture.options))) as writer:
+            for data in first:
+                writer.append(0x10, 0, data)
+            for lsn, xid, data in capture.rows:
+                writer.append(int(_lsn(lsn)), xid, data)
+    served = [list(Source.from_captures([p]).segments[0].records()) for p in (plain, with_snapshot)]
+    assert served[1] == served[0] and served[0]
+    assert Source.from_captures([with_snapshot]).scan() is not None

@@ -1,0 +1,403 @@
+"""The initial snapshot: every published table copied into a new capture file, consistent with its slot.
+
+Strategy: the slot is created on a replication connection with an exported snapshot (``CREATE_REPLICATION_SLOT
+... LOGICAL pgoutput (SNAPSHOT 'export')``); a second, ordinary connection opens a ``REPEATABLE READ``
+transaction, imports that snapshot (``SET TRANSACTION SNAPSHOT``), locks the published tables ``ACCESS
+SHARE`` (a TRUNCATE is not MVCC-safe: committed while the copy runs, it would empty a table the snapshot
+should still see) and copies each with ``COPY (SELECT <published columns> FROM <table> WHERE <row filter>)
+TO STDOUT`` -- binary for a binary capture.  The snapshot holds every transaction committed before the
+slot's consistent point and the slot sends every one committed after it, so each row is in the file once.
+
+The rows go into the snapshot section of the capture file (:mod:`replwire.schema.capture`): the server sends
+one COPY data message per row, which arrives here as one ``write``; rows are gathered into records of about
+``chunk`` bytes and appended, so memory holds one record's worth of rows, never a table.  Live capture
+(:class:`~replwire.codec.io.live.LiveCapture`) then streams from the slot after the section.
+
+Crash safety: the section's first record names the slot and is durable before the slot is created; the
+slot is never read until the section is complete (``SnapshotEnd`` durable), so nothing was acknowledged.
+Run again on a file whose section is incomplete, :func:`take_snapshot` drops that slot, cuts the section and
+takes the snapshot again; on a file whose section is complete it checks the slot still exists (its changes
+since the snapshot are otherwise lost) and leaves the rest to live capture.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import Relation, RelationColumn, Type
+from ..scalars import LSN
+from ..stream import snapshot as records
+from . import slot as slots
+from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+from .live import CaptureError, CaptureSettings
+from .slot import quote_identifier
+
+__all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
+
+#: About how many bytes of rows go into one record.
+CHUNK = 256 * 1024
+#: The first OID of objects not created by initdb's bootstrap: pgoutput sends a Type message for these.
+_FIRST_GENBKI_OID = 10000
+
+
+@dataclass
+class TableProgress:
+    """How far the copy of one table is: rows and bytes so far, seconds since it started, whether done."""
+
+    schema: str
+    table: str
+    rows: int = 0
+    bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+    done: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass
+class SnapshotResult:
+    """What :func:`take_snapshot` did: the consistent point, and the tables and rows it copied (``taken``
+    False when the file already held a complete snapshot; ``retaken`` True when an interrupted one was
+    dropped first)."""
+
+    lsn: LSN
+    tables: int
+    rows: int
+    taken: bool = True
+    retaken: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    """One published table as the snapshot copies it: its Relation (published columns, key flags), the
+    Type messages of its user-defined column types, its row filter, and whether it is partitioned."""
+
+    relation: Relation
+    types: tuple[Type, ...]
+    row_filter: str | None
+    partitioned: bool
+
+    @property
+    def name(self) -> str:
+        return f"{quote_identifier(self.relation.namespace or 'pg_catalog')}.{quote_identifier(self.relation.name)}"
+
+    def copy_sql(self, binary: bool) -> str:
+        columns = ", ".join(quote_identifier(c.name) for c in self.relation.columns)
+        where = f" WHERE {self.row_filter}" if self.row_filter else ""
+        only = "" if self.partitioned else "ONLY "
+        return (f"COPY (SELECT {columns} FROM {only}{self.name}{where}) TO STDOUT"
+                + (" (FORMAT binary)" if binary else ""))
+
+
+@dataclass
+class SectionState:
+    """What a capture file holds of a snapshot section: ``state`` is ``"none"`` (no records), ``"stream"``
+    (records, but no section), ``"interrupted"`` or ``"complete"``; ``slot`` the section's slot."""
+
+    state: str
+    slot: str | None = None
+    lsn: LSN | None = None
+
+
+def section_state(path: str) -> SectionState:
+    """Whether the capture file ``path`` has a snapshot section, and whether it is complete."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return SectionState("none")
+    with read_capture(path) as reader:
+        reading = reader.records(raw=True, skip=frozenset((records.ROWS,)))
+        try:
+            found: SectionState | None = None
+            for _, lsn, _, data, _ in reading:
+                if found is None:
+                    if not data or data[0] != records.BEGIN:
+                        return SectionState("stream")
+                    found = SectionState("interrupted", records.parse_record(data).slot)
+                elif not records.is_snapshot(data):
+                    break
+                elif data[0] == records.SLOT:
+                    found.lsn = LSN(lsn)
+                elif data[0] == records.END:
+                    found.state = "complete"
+                    break
+        finally:
+            reading.close()
+    return found if found is not None else SectionState("none")
+
+
+def _published_tables(cur: Any, publication: str, server_version: int) -> list[Table]:
+    """The tables the publication publishes, with their published columns, key flags and row filters."""
+    if server_version >= 150000:
+        cur.execute("SELECT c.oid, pt.schemaname, pt.tablename, pt.attnames, pt.rowfilter, c.relreplident, "
+                    "c.relkind FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = pt.schemaname "
+                    "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+                    "WHERE pt.pubname = %s ORDER BY 2, 3", (publication,))
+    else:
+        cur.execute("SELECT c.oid, pt.schemaname, pt.tablename, NULL, NULL, c.relreplident, c.relkind "
+                    "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = pt.schemaname "
+                    "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+                    "WHERE pt.pubname = %s ORDER BY 2, 3", (publication,))
+    found = cur.fetchall()
+    tables = []
+    for oid, schema, name, attnames, row_filter, identity, relkind in found:
+        # The published columns, in attnum order: the column list's, else every column that is not dropped
+        # (nor, before PostgreSQL 18 or without a column list there, generated); a key column is one of the
+        # replica identity index's (the primary key's by default), every column under REPLICA IDENTITY FULL.
+        cur.execute("SELECT a.attname, a.atttypid, a.atttypmod, t.typtype, "
+                    "%(full)s OR a.attnum = ANY(ARRAY(SELECT unnest(i.indkey) FROM pg_index i "
+                    "  WHERE i.indrelid = a.attrelid AND CASE %(identity)s WHEN 'd' THEN i.indisprimary "
+                    "  WHEN 'i' THEN i.indisreplident ELSE false END)) "
+                    "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+                    "WHERE a.attrelid = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped "
+                    "AND (%(names)s::name[] IS NULL AND a.attgenerated = '' OR a.attname = ANY(%(names)s::name[])) "
+                    "ORDER BY a.attnum",
+                    {"full": identity == "f", "identity": identity, "oid": oid, "names": attnames})
+        columns: list[RelationColumn] = []
+        types: list[Type] = []
+        for attname, type_id, modifier, _, key in cur.fetchall():
+            columns.append(RelationColumn(flags=1 if key else 0, name=attname, type_id=type_id,
+                                          type_modifier=modifier))
+            if type_id >= _FIRST_GENBKI_OID and all(t.type_id != type_id for t in types):
+                types.append(_type_message(cur, type_id))
+        relation = Relation(relation_id=oid, namespace="" if schema == "pg_catalog" else schema, name=name,
+                            replica_identity=identity, columns=columns)
+        tables.append(Table(relation, tuple(types), row_filter, relkind == "p"))
+    return tables
+
+
+def _type_message(cur: Any, type_id: int) -> Type:
+    """The Type message pgoutput sends for a user-defined type: its OID, and the namespace and name of its
+    base type (a domain's, followed down to a type that is not a domain)."""
+    base = type_id
+    while True:
+        cur.execute("SELECT n.nspname, t.typname, t.typtype, t.typbasetype FROM pg_type t "
+                    "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s", (base,))
+        namespace, name, typtype, basetype = cur.fetchone()
+        if typtype != "d":
+            return Type(type_id=type_id, namespace="" if namespace == "pg_catalog" else namespace, name=name)
+        base = basetype
+
+
+def _check_select(cur: Any, tables: list[Table]) -> None:
+    """Every published column must be readable by this user."""
+    missing = []
+    for table in tables:
+        cur.execute("SELECT bool_and(has_column_privilege(%s, c, 'SELECT')) FROM unnest(%s::text[]) AS c",
+                    (table.relation.relation_id, [c.name for c in table.relation.columns]))
+        if cur.fetchone()[0] is False:
+            missing.append(table.name)
+    if missing:
+        cur.execute("SELECT current_user")
+        user = cur.fetchone()[0]
+        raise CaptureError(f"user {user!r} may not SELECT from {', '.join(missing)}, which the snapshot must copy "
+                           f"(GRANT SELECT ON ... TO {quote_identifier(user)})")
+
+
+class _Rows:
+    """What ``COPY ... TO STDOUT`` writes into: the server sends one COPY data message per row, which psycopg2
+    hands to :meth:`write` as it is; rows are gathered into ``SnapshotRows`` records of about ``chunk``
+    bytes.  :meth:`write` only keeps the row (it runs once per row); the binary form's header (before the
+    first row) and trailer (after the last) are taken off when the rows are flushed, and a text record is
+    checked to hold exactly one line per row."""
+
+    def __init__(self, writer: CaptureWriter, lsn: LSN, table: Table, binary: bool, chunk: int,
+                 progress: TableProgress, report: Callable[[TableProgress], None] | None) -> None:
+        self.writer, self.lsn, self.table, self.binary, self.chunk = writer, lsn, table, binary, chunk
+        self.progress, self.report = progress, report
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.header = binary  # the binary form's header is still to come (with the first row)
+        self.shown = time.monotonic()
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size >= self.chunk:
+            self.flush()
+
+    def _strip_header(self, data: bytes) -> bytes:
+        signature = records.BINARY_HEADER[:11]
+        if data[:11] != signature or len(data) < 19:
+            raise CaptureError(f"COPY of {self.table.name} did not start with the binary header")
+        extension = int.from_bytes(data[15:19], "big")
+        self.header = False
+        return data[19 + extension:]
+
+    def flush(self) -> None:
+        parts = self.parts
+        if self.header and parts:
+            parts[0] = self._strip_header(parts[0])
+            if not parts[0]:
+                del parts[0]
+        if self.binary and parts and parts[-1] == b"\xff\xff":  # the trailer (a row never has -1 fields)
+            del parts[-1]
+        if parts:
+            body = b"".join(parts)
+            rows = len(parts)
+            if not self.binary and (body.count(b"\n") != rows or not body.endswith(b"\n")):
+                raise CaptureError(f"COPY of {self.table.name} sent {rows} data messages that are not one line each")
+            self.writer.append(self.lsn, 0, records.rows_record(self.table.relation.relation_id, self.binary, rows,
+                                                                body))
+            self.progress.rows += rows
+            self.progress.bytes += len(body)
+            now = time.monotonic()
+            if self.report is not None and now - self.shown >= 1.0:
+                self.shown = now
+                self.report(self.progress)
+        self.parts, self.size = [], 0
+
+
+def _server_error(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *,
+                  create_publication: bool = False, progress: Callable[[TableProgress], None] | None = None,
+                  chunk: int = CHUNK) -> SnapshotResult:
+    """Make sure the capture file ``out`` starts with a complete snapshot of ``settings.publication``'s
+    tables, taken with the new slot ``settings.slot`` (see the module docstring); then
+    :class:`~replwire.codec.io.live.LiveCapture` goes on from the slot.  ``progress`` hears of each table
+    about once a second and when it is done."""
+    import psycopg2
+    import psycopg2.extras
+
+    path = os.fspath(out)
+    try:
+        conn = psycopg2.connect(dsn)
+    except psycopg2.Error as error:
+        raise CaptureError(f"cannot connect: {_server_error(error)}") from None
+    conn.autocommit = True
+    try:
+        cur = conn.cursor()
+        version = slots.server_version(cur)
+        cur.execute("SELECT pg_is_in_recovery()")
+        if cur.fetchone()[0]:
+            raise CaptureError("the server is a standby, which cannot export a snapshot for a new slot: take the "
+                               "snapshot from the primary")
+        try:
+            slots.check_publication(cur, settings.publication, create=create_publication,
+                                    hint="(create it, or pass --create-publication)")
+        except slots.SlotError as error:
+            raise CaptureError(str(error)) from None
+        encoding = conn.get_parameter_status("client_encoding")
+        header = CaptureHeader(proto_version=settings.protocol(version), server_version=version,
+                               options=settings.options(version), client_encoding=encoding)
+        try:
+            state = section_state(path)
+        except CaptureFileError as error:
+            raise CaptureError(str(error)) from None
+        if state.state != "none":
+            with read_capture(path) as reader:
+                if reader.header.settings != header.settings:
+                    raise CaptureError(f"{path} was captured with other settings {reader.header.settings}, not "
+                                       f"{header.settings}; use another --out file")
+        cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                    (settings.slot,))
+        existing = cur.fetchone()
+        if state.state == "stream":
+            raise CaptureError(f"{path} already holds a capture without a snapshot: a snapshot starts a new "
+                               "capture file (use another --out, or capture without --snapshot)")
+        if state.state == "complete":
+            if existing is None:
+                raise CaptureError(f"the snapshot in {path} is complete, but its slot {settings.slot!r} no longer "
+                                   "exists: the changes since the snapshot are lost. Start a new capture file")
+            assert state.lsn is not None  # a complete section has its SnapshotSlot
+            return SnapshotResult(state.lsn, 0, 0, taken=False)
+        retaken = state.state == "interrupted"
+        if retaken:
+            if state.slot != settings.slot:
+                raise CaptureError(f"{path} holds an interrupted snapshot of slot {state.slot!r}, not "
+                                   f"{settings.slot!r}: run it with --slot {state.slot}, or use another --out")
+            if existing is not None:  # created for this snapshot and never read: nothing of it was acknowledged
+                try:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (settings.slot,))
+                except psycopg2.Error as error:
+                    raise CaptureError(f"cannot drop the interrupted snapshot's slot {settings.slot!r}: "
+                                       f"{_server_error(error)}") from None
+            with read_capture(path) as reader:
+                start = reader.header_end
+            with open(path, "r+b") as handle:
+                handle.truncate(start)
+                handle.flush()
+                os.fsync(handle.fileno())
+        elif existing is not None:
+            raise CaptureError(f"replication slot {settings.slot!r} already exists: a snapshot needs a new slot, "
+                               "created with it (drop the slot with pg_drop_replication_slot, use another --slot, "
+                               "or capture without --snapshot)")
+        tables = _published_tables(cur, settings.publication, version)
+        if not tables:
+            raise CaptureError(f"publication {settings.publication!r} publishes no tables: there is nothing to "
+                               "snapshot")
+        _check_select(cur, tables)
+        try:
+            writer = CaptureWriter(path, header)
+        except CaptureFileError as error:
+            raise CaptureError(str(error)) from None
+        try:
+            return _copy(dsn, writer, settings, version, tables, conn, progress, chunk, retaken)
+        finally:
+            writer.close()
+    finally:
+        conn.close()
+
+
+def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: int, tables: list[Table], conn: Any,
+          progress: Callable[[TableProgress], None] | None, chunk: int, retaken: bool) -> SnapshotResult:
+    import psycopg2
+    import psycopg2.extras
+
+    binary = settings.binary
+    writer.append(0, 0, records.begin_record(settings.slot, binary))
+    writer.sync()  # the slot is this section's before it exists
+    try:
+        replication = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    except psycopg2.Error as error:
+        raise CaptureError(f"cannot open a replication connection: {_server_error(error)}") from None
+    try:
+        rcur = replication.cursor()
+        name = quote_identifier(settings.slot)
+        if version >= 150000:
+            options = "SNAPSHOT 'export'" + (", TWO_PHASE" if settings.two_phase else "")
+            command = f"CREATE_REPLICATION_SLOT {name} LOGICAL pgoutput ({options})"
+        else:
+            command = f"CREATE_REPLICATION_SLOT {name} LOGICAL pgoutput EXPORT_SNAPSHOT"
+        try:
+            rcur.execute(command)
+            _, point, snapshot_name, _ = rcur.fetchone()
+        except psycopg2.Error as error:
+            raise CaptureError(f"cannot create slot {settings.slot!r} with an exported snapshot: "
+                               f"{_server_error(error)}") from None
+        lsn = LSN(point)
+        writer.append(lsn, 0, records.slot_record(lsn, snapshot_name))
+        writer.sync()
+        cur = conn.cursor()
+        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
+    finally:
+        replication.close()  # the snapshot is imported: this transaction holds it now
+    try:
+        cur.execute("LOCK TABLE " + ", ".join(t.name for t in tables) + " IN ACCESS SHARE MODE")
+        total = 0
+        for table in tables:
+            writer.append(lsn, 0, records.table_record(table.relation, list(table.types)))
+            shown = TableProgress(table.relation.namespace or "pg_catalog", table.relation.name)
+            rows = _Rows(writer, lsn, table, binary, chunk, shown, progress)
+            cur.copy_expert(table.copy_sql(binary), rows)
+            rows.flush()
+            writer.append(lsn, 0, records.table_end_record(table.relation.relation_id, shown.rows))
+            writer.sync()
+            total += shown.rows
+            shown.done = True
+            if progress is not None:
+                progress(shown)
+        writer.append(lsn, 0, records.end_record(lsn, len(tables), total))
+        writer.sync()
+        cur.execute("COMMIT")
+    except psycopg2.Error as error:
+        raise CaptureError(f"the snapshot failed: {_server_error(error)}") from None
+    return SnapshotResult(lsn, len(tables), total, retaken=retaken)

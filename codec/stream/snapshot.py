@@ -1,0 +1,262 @@
+"""Snapshot records: the initial snapshot's section of a capture file, built, parsed and read as rows.
+
+Strategy: the record kinds are declared in :mod:`replwire.schema.capture` (``SNAPSHOT_RECORDS``); this
+module builds and parses them through those declarations, and turns a section back into changes.  A
+``SnapshotTable`` record holds the Relation (and Type) messages pgoutput would send for the table, so its
+rows are read exactly like the columns of an Insert: each row of a ``SnapshotRows`` record -- COPY's text
+or binary form -- becomes the wire columns of an Insert (``'t'`` or ``'b'``, ``'n'`` for NULL), which the
+caller's :class:`~replwire.codec.stream.decoder.Decoder` and
+:class:`~replwire.codec.stream.assembler.ChangeMaker` type as they type inserts; the change's ``op`` is
+``"snapshot"`` and its ``lsn`` the snapshot's consistent point.  COPY's text form escapes backslash,
+tab, newline, carriage return, backspace, form feed and vertical tab with a backslash and writes NULL as
+``\\N``; its binary form is, per row, an Int16 field count and per field an Int32 length (-1 for NULL)
+and the value's bytes in the type's send format, the same bytes pgoutput's binary mode sends.  Every read
+of a record is bounds-checked: a damaged record raises :class:`SnapshotError` naming the record kind, the
+row and the byte offset.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from construct import ConstructError
+
+from ...schema import capture as layout
+from ..errors import DecodeError, ReplwireError
+from ..messages import Insert, Relation, TupleColumn, Type
+from ..scalars import LSN
+from ..wire.fast import build, parse
+from .assembler import Change, ChangeMaker
+from .decoder import Decoder
+
+__all__ = ["BEGIN", "END", "KINDS", "ROWS", "SLOT", "TABLE", "TABLE_END", "SnapshotError", "SnapshotReader",
+           "begin_record", "binary_rows", "completed_position", "end_record", "is_snapshot", "kind", "parse_record",
+           "rows_record", "slot_record", "table_end_record", "table_record", "text_rows"]
+
+#: The kinds' first bytes.
+BEGIN, SLOT, TABLE, ROWS, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
+#: Every snapshot record kind's first byte.
+KINDS = frozenset(ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
+_SPECS = {ord(spec.tag): spec for spec in layout.SNAPSHOT_RECORDS}
+#: The op of a snapshot row's change.
+SNAPSHOT = "snapshot"
+#: The header ``COPY ... (FORMAT binary)`` starts with (signature, flags, header extension length).
+BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+
+
+class SnapshotError(ReplwireError, ValueError):
+    """A snapshot record that cannot be read: what is wrong, and where."""
+
+
+def is_snapshot(data: bytes) -> bool:
+    """Whether a capture record's data is a snapshot record (not a pgoutput message)."""
+    return bool(data) and data[0] in KINDS
+
+
+def kind(data: bytes) -> str:
+    """The name of a snapshot record's kind (``SnapshotRows``, ...)."""
+    return _SPECS[data[0]].name
+
+
+def completed_position(data: bytes) -> LSN | None:
+    """The position a snapshot record completes: the consistent point for ``SnapshotEnd`` (the section is
+    whole once it is durable), else ``None``."""
+    return LSN(parse_record(data).lsn) if data[0] == END else None
+
+
+def parse_record(data: bytes) -> Any:
+    """A snapshot record's fields (a construct container, ``tag`` included), from its declaration."""
+    spec = _SPECS.get(data[0]) if data else None
+    if spec is None:
+        raise SnapshotError(f"not a snapshot record (first byte {data[:1].hex() or 'missing'})")
+    try:
+        return spec.declaration.parse(data)
+    except ConstructError as error:
+        raise SnapshotError(f"{spec.name}: {error}") from None
+
+
+def _build(spec: Any, **fields: Any) -> bytes:
+    return bytes(spec.declaration.build({"tag": None, **fields}))
+
+
+def begin_record(slot: str, binary: bool) -> bytes:
+    return _build(layout.SNAPSHOT_BEGIN, slot=slot, binary=int(binary))
+
+
+def slot_record(lsn: LSN, snapshot_name: str) -> bytes:
+    return _build(layout.SNAPSHOT_SLOT, lsn=int(lsn), snapshot_name=snapshot_name)
+
+
+def table_record(relation: Relation, types: list[Type]) -> bytes:
+    """The table's record: its Type messages and Relation, built with replwire's encoder (protocol 1)."""
+    messages = [{"data": build(m, proto_version=1)} for m in (*types, relation)]
+    return _build(layout.SNAPSHOT_TABLE, relation_id=relation.relation_id, messages=messages)
+
+
+def schema_message(data: bytes, encoding: str) -> Relation | Type:
+    """One of a ``SnapshotTable`` record's messages, parsed."""
+    try:
+        message = parse(data, proto_version=1, encoding=encoding)
+    except DecodeError as error:
+        raise SnapshotError(f"SnapshotTable: {error}") from None
+    if not isinstance(message, (Relation, Type)):
+        raise SnapshotError(f"SnapshotTable: a {type(message).__name__} message where a Relation or Type belongs")
+    return message
+
+
+def rows_record(relation_id: int, binary: bool, rows: int, data: bytes) -> bytes:
+    # data is the declaration's last field, the rest of the record: built empty, then the rows appended
+    # (a quarter of a megabyte is not copied through construct's stream)
+    return _build(layout.SNAPSHOT_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b"") + data
+
+
+def table_end_record(relation_id: int, rows: int) -> bytes:
+    return _build(layout.SNAPSHOT_TABLE_END, relation_id=relation_id, rows=rows)
+
+
+def end_record(lsn: LSN, tables: int, rows: int) -> bytes:
+    return _build(layout.SNAPSHOT_END, lsn=int(lsn), tables=tables, rows=rows)
+
+
+# -- COPY's row forms -------------------------------------------------------------------------------------
+
+_ESCAPED = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
+_SIMPLE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    octal, hexa, other = match.groups()
+    if octal is not None:
+        return bytes((int(octal, 8) & 0xFF,))
+    if hexa is not None:
+        return bytes((int(hexa, 16),))
+    return _SIMPLE.get(other, other)
+
+
+_NULL = TupleColumn(kind="n", data=None)
+
+
+def text_rows(data: bytes, width: int) -> Iterator[list[TupleColumn]]:
+    """The rows of COPY's text form (whole lines) as wire columns; each must have ``width`` fields."""
+    if data and not data.endswith(b"\n"):
+        raise SnapshotError(f"SnapshotRows: the rows do not end with a whole line (at offset {len(data)})")
+    offset = 0
+    for number, line in enumerate(data.split(b"\n")[:-1]):
+        fields = line.split(b"\t")
+        if len(fields) != width:
+            raise SnapshotError(f"SnapshotRows: row {number} (at offset {offset}) has {len(fields)} fields, "
+                                f"the table {width}")
+        yield [_NULL if f == b"\\N" else TupleColumn(kind="t", data=_ESCAPED.sub(_unescape, f) if b"\\" in f else f)
+               for f in fields]
+        offset += len(line) + 1
+
+
+_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
+
+
+def binary_rows(data: bytes, width: int) -> Iterator[list[TupleColumn]]:
+    """The rows of COPY's binary form (whole tuples, no header or trailer) as wire columns."""
+    size, i, number = len(data), 0, 0
+    while i < size:
+        if i + 2 > size:
+            raise SnapshotError(f"SnapshotRows: row {number} cut short at offset {i}")
+        (count,) = _INT16.unpack_from(data, i)
+        if count != width:
+            raise SnapshotError(f"SnapshotRows: row {number} (at offset {i}) has {count} fields, the table {width}")
+        i += 2
+        row = []
+        for _ in range(count):
+            if i + 4 > size:
+                raise SnapshotError(f"SnapshotRows: row {number} cut short at offset {i}")
+            (length,) = _INT32.unpack_from(data, i)
+            i += 4
+            if length == -1:
+                row.append(_NULL)
+                continue
+            if length < 0 or i + length > size:
+                raise SnapshotError(f"SnapshotRows: row {number}: a field of {length} bytes at offset {i} runs "
+                                    f"past the record's {size}")
+            row.append(TupleColumn(kind="b", data=data[i:i + length]))
+            i += length
+        yield row
+        number += 1
+
+
+# -- reading a section back ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SectionState:
+    """Where a reader stands in a snapshot section: the slot, the consistent point, whether it is binary,
+    and whether the section ended."""
+
+    slot: str
+    binary: bool
+    lsn: LSN | None = None
+    complete: bool = False
+
+
+class SnapshotReader:
+    """Turns the records of snapshot sections into ``"snapshot"`` changes (see the module docstring).
+
+    ``decoder`` takes the section's Type and Relation messages into its caches (the decoder of the stream,
+    so that the changes after the section know them too, or one of its own); ``maker`` types the rows.
+    :meth:`feed` takes a record's data (and its LSN) and returns the changes it holds.  ``section`` is the
+    section being read, or the last one.
+    """
+
+    def __init__(self, decoder: Decoder, maker: ChangeMaker) -> None:
+        self.decoder, self.maker = decoder, maker
+        self.section: SectionState | None = None
+
+    def feed(self, data: bytes, lsn: int | None = None) -> list[Change]:
+        code = data[0]
+        if code == ROWS:
+            return list(self.rows(data, lsn))
+        fields = parse_record(data)
+        if code == BEGIN:
+            self.section = SectionState(fields.slot, bool(fields.binary))
+        elif code == SLOT:
+            self._open().lsn = LSN(fields.lsn)
+        elif code == TABLE:
+            self._open()
+            for item in fields.messages:
+                self.decoder.remember(schema_message(item.data, self.decoder.encoding))
+        elif code == END:
+            self._open().complete = True
+        return []
+
+    def _open(self) -> SectionState:
+        if self.section is None:  # a reader that starts inside a section (a part of split decoding)
+            self.section = SectionState("", False)
+        return self.section
+
+    def rows(self, data: bytes, lsn: int | None) -> Iterator[Change]:
+        """The changes of one ``SnapshotRows`` record."""
+        fields = parse_record(data)
+        relation = self.decoder.relations.get(fields.relation_id)
+        if relation is None:
+            raise SnapshotError(f"SnapshotRows: relation {fields.relation_id} is unknown: no SnapshotTable "
+                                "record for it came before")
+        section = self._open()
+        at = LSN(lsn) if lsn else section.lsn
+        width = len(relation.columns)
+        body = bytes(fields.data)
+        parse = binary_rows if fields.binary else text_rows
+        schema = None
+        maker = self.maker
+        count = 0
+        for columns in parse(body, width):
+            message = Insert(xid=None, relation_id=fields.relation_id, new=columns)
+            if schema is None:
+                schema = maker.schema_for(self.decoder, message)
+            change = maker.change(message, schema, at, None)
+            change.op = SNAPSHOT
+            count += 1
+            yield change
+        if count != fields.rows:
+            raise SnapshotError(f"SnapshotRows: the record says {fields.rows} rows, its data holds {count}")
