@@ -363,6 +363,7 @@ class Replay:
         confirm any position it received, and must not confirm a transaction it has only in part)."""
         request = self.request
         lsn = min(self.position, int(txn.commit_lsn))
+        assert txn.xid is not None  # only a snapshot's rows have none, and the Assembler makes no such transaction
         with txn:
             if txn.commit_lsn < self.watermark or (txn.origin is not None and request.origin == "none"):
                 return

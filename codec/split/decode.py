@@ -92,7 +92,7 @@ def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, pos
         sections.feed(data, lsn)
         return
     at = LSN(lsn)
-    outcome = Outcome(0, at, at, _NO_TIME)
+    outcome = Outcome(None, at, at, _NO_TIME)
     for i, change in enumerate(sections.rows(data, lsn)):
         yield Decoded(position + i, change, outcome)
 

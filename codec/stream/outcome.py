@@ -28,7 +28,7 @@ class Outcome:  # not frozen: a frozen dataclass is several times as slow to mak
     arrived in Stream Start...Stop blocks.
     """
 
-    xid: int
+    xid: int | None  # None for the rows of an initial snapshot, which no transaction made
     commit_lsn: LSN
     end_lsn: LSN
     commit_time: Timestamp
