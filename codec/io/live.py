@@ -34,6 +34,7 @@ import os
 import select
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -328,12 +329,49 @@ class LiveCapture:
         except KeyboardInterrupt:
             pass
         finally:
+            walsender = conn.get_backend_pid()
             try:
                 sync_and_ack(force=True)
             finally:
                 writer.close()
                 conn.close()
+        self._wait_released(walsender)
         return progress
+
+    def _wait_released(self, walsender: int, timeout: float = 10.0) -> None:
+        """Wait until the walsender ``walsender`` has let go of the slot.
+
+        Closing the connection only sends the final status update and a Terminate; the walsender handles
+        them later, in order, and releases the slot as it exits, after taking the update.  Until then the slot
+        shows an older confirmed position and cannot be used again ("active for PID"), so :meth:`run`
+        returns only once the slot is released (or, after ``timeout`` seconds, with a warning)."""
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error:
+            return  # the acknowledgement was sent; nothing here can make the server take it sooner
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while True:
+                    cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                                (self.settings.slot,))
+                    row = cur.fetchone()
+                    if row is None or row[0] != walsender:
+                        return
+                    if time.monotonic() > deadline:
+                        warnings.warn(f"the walsender (PID {walsender}) still holds slot {self.settings.slot!r} "
+                                      f"{timeout:g} s after the capture closed its connection; the slot may not "
+                                      f"show the last acknowledged position {self.progress.flushed_lsn} yet",
+                                      RuntimeWarning, stacklevel=3)
+                        return
+                    time.sleep(0.005)
+        except psycopg2.Error:
+            return
+        finally:
+            conn.close()
 
     # -- the SQL functions ----------------------------------------------------------------------------------
 
