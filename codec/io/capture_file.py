@@ -8,9 +8,10 @@ and the data length, then the CRC-32 after the data), over large chunks of the f
 it agrees with construct's parse of valid and damaged records.  Reads never ask the file for more bytes
 than it has, so a corrupt length cannot make the reader allocate; the first record that is cut short or
 fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with everything before it
-kept.  A writer opened on an existing file checks the header matches, cuts such a tail off and appends
-after the last good record.  :meth:`CaptureWriter.sync` flushes and fsyncs, so a caller can acknowledge
-positions only once they are on disk.
+kept.  Records are written through the same plan (head packed, data, CRC-32), gathered into ~1 MiB batches
+before they reach the file.  A writer opened on an existing file checks the header matches, cuts such a
+tail off and appends after the last good record.  :meth:`CaptureWriter.sync` writes what is gathered,
+flushes and fsyncs, so a caller can acknowledge positions only once they are on disk.
 
 The COPY-CSV form -- what ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO
 STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.  Both forms are read the same way:
@@ -353,7 +354,14 @@ def encode_header(header: CaptureHeader) -> bytes:
 
 
 def encode_record(lsn: int, xid: int, data: bytes) -> bytes:
-    return layout.RECORD.build({"record": {"lsn": lsn, "xid": xid, "data": data}})
+    """One record's bytes, laid out by the plan derived from :data:`~replwire.schema.capture.RECORD` (a test
+    checks it against construct's build)."""
+    head = _PLAN.head.pack(lsn, xid, len(data))
+    return head + data + _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
+
+
+#: How many bytes of records :class:`CaptureWriter` gathers before it writes them to the file.
+BATCH = 1 << 20
 
 
 class CaptureWriter:
@@ -361,8 +369,9 @@ class CaptureWriter:
 
     Continuing a file whose header differs (protocol version, options or client encoding) is refused: its
     records would be read with the wrong context.  A torn or corrupt tail is cut off first and reported in
-    ``recovered``.  Records are buffered; :meth:`sync` makes everything written so far durable (flush +
-    fsync) and returns the file size, after which the caller may acknowledge the positions written.
+    ``recovered``.  Records are gathered in memory and written in batches of about :data:`BATCH` bytes;
+    :meth:`sync` makes everything appended so far durable (write + flush + fsync) and returns the file size,
+    after which the caller may acknowledge the positions appended.
     """
 
     def __init__(self, path: str | os.PathLike[str], header: CaptureHeader) -> None:
@@ -371,6 +380,7 @@ class CaptureWriter:
         self.recovered: TailProblem | None = None
         self.last_lsn: LSN | None = None
         self._file: BinaryIO
+        self._batch = bytearray()  # appended, not yet written: the file's logical end is tell() + len(batch)
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with CaptureReader(self.path) as reader:
                 if reader.header.settings != header.settings:
@@ -396,21 +406,39 @@ class CaptureWriter:
                 os.close(directory)
 
     def append(self, lsn: int, xid: int, data: bytes) -> None:
-        self._file.write(encode_record(lsn, xid, data))
+        batch = self._batch
+        head = _PLAN.head.pack(lsn, xid, len(data))
+        batch += head
+        batch += data
+        batch += _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
         self.last_lsn = LSN(lsn)
+        if len(batch) >= BATCH:
+            self._write()
+
+    def _write(self) -> None:
+        if self._batch:
+            self._file.write(self._batch)
+            self._batch.clear()
 
     def mark(self) -> tuple[int, LSN | None]:
-        """Where the file ends now, for :meth:`rewind`."""
-        return self._file.tell(), self.last_lsn
+        """Where the file ends now (records gathered but not yet written included), for :meth:`rewind`."""
+        return self._file.tell() + len(self._batch), self.last_lsn
 
     def rewind(self, mark: tuple[int, LSN | None]) -> None:
         """Drop every record appended after ``mark`` (from :meth:`mark`); call :meth:`sync` to make it durable."""
-        size, self.last_lsn = mark
-        self._file.flush()
-        self._file.truncate(size)
-        self._file.seek(size)
+        size, last_lsn = mark
+        written = self._file.tell()
+        if size >= written:
+            del self._batch[size - written:]
+        else:
+            self._batch.clear()
+            self._file.flush()
+            self._file.truncate(size)
+            self._file.seek(size)
+        self.last_lsn = last_lsn
 
     def _fsync(self) -> None:
+        self._write()
         self._file.flush()
         os.fsync(self._file.fileno())
 

@@ -3,8 +3,9 @@ durably on disk.
 
 Strategy: a thin adapter around psycopg2's ``LogicalReplicationConnection`` (it answers the server's
 keepalives itself).  Every XLogData payload is appended to a :class:`~replwire.codec.io.capture_file.
-CaptureWriter` as it arrives and parsed (tracking the stream state) only to learn the position it
-completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a non-transactional message.
+CaptureWriter` as it arrives, and read by a :class:`~replwire.codec.io.positions.PositionTracker` only for
+the position it completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a
+non-transactional message -- and whether anything is left in flight.
 At most every ``sync_interval`` seconds the file is fsynced, and only then is the highest such position
 reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
 When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
@@ -40,23 +41,14 @@ from dataclasses import dataclass, field
 
 from ...schema import highest_proto_version
 from ..errors import ReplwireError
-from ..messages import (
-    Commit,
-    CommitPrepared,
-    Message,
-    Prepare,
-    RollbackPrepared,
-    StreamAbort,
-    StreamCommit,
-    StreamPrepare,
-    StreamStart,
-    WireMessage,
-)
 from ..scalars import LSN
-from ..stream.decoder import IDLE, Decoder
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+from .positions import PositionTracker, completed_position
 from .slot import quote_identifier
+
+__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "completed_position",
+           "resume_point"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -110,17 +102,6 @@ class CaptureSettings:
         return self.proto_version
 
 
-def completed_position(message: WireMessage) -> LSN | None:
-    """The position a message completes: once it is durable, the server may forget everything before it."""
-    if isinstance(message, (Commit, StreamCommit, Prepare, StreamPrepare, CommitPrepared)):
-        return message.end_lsn
-    if isinstance(message, RollbackPrepared):
-        return message.rollback_end_lsn
-    if isinstance(message, Message) and not message.is_transactional:
-        return message.lsn
-    return None
-
-
 @dataclass
 class Progress:
     """What a running capture has done so far."""
@@ -139,42 +120,17 @@ class Progress:
         return max(0, int(self.server_lsn) - int(self.flushed_lsn))
 
 
-class _Tracker:
-    """Follows the message stream just enough to know what is complete and whether anything is in flight:
-    the :class:`~replwire.codec.stream.decoder.Decoder` keeps the stream state, this adds the streamed transactions
-    still open between their blocks."""
-
-    def __init__(self, proto_version: int, encoding: str) -> None:
-        self.decoder = Decoder(proto_version, encoding)
-        self.open_streams: set[int] = set()
-
-    def feed(self, data: bytes) -> tuple[WireMessage | None, LSN | None]:
-        if not data:  # PostgreSQL 10 to 14 can send an empty payload
-            return None, None
-        message = self.decoder.feed(data)
-        if isinstance(message, StreamStart):
-            self.open_streams.add(message.xid)
-        elif isinstance(message, (StreamCommit, StreamPrepare)) or (
-                isinstance(message, StreamAbort) and message.subxid == message.xid):
-            self.open_streams.discard(message.xid)
-        return message, completed_position(message)
-
-    @property
-    def idle(self) -> bool:
-        return self.decoder.state == IDLE and not self.open_streams
-
-
 def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     """Where to cut an existing capture file so that it ends with what the server confirmed: the offset after
     the last record whose completed position is at or below ``confirmed`` (records after it are sent again),
     and how many records stay."""
     with read_capture(path) as reader:
-        tracker = _Tracker(reader.header.proto_version, reader.header.client_encoding)
+        tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
-        reading = reader.records()
-        for record in reading:
+        reading = reader.records(raw=True)
+        for _, _, _, data in reading:
             count += 1
-            _, position = tracker.feed(record.data)
+            position = tracker.feed(data)
             if position is not None and position <= confirmed:
                 cut, kept = reading.end, count
     return cut, kept
@@ -270,7 +226,7 @@ class LiveCapture:
         import psycopg2
         import psycopg2.extras
 
-        tracker = _Tracker(proto, writer.header.client_encoding)
+        tracker = PositionTracker(proto, writer.header.client_encoding)
         progress = self.progress
         try:
             conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
@@ -321,10 +277,11 @@ class LiveCapture:
                 progress.messages += 1
                 progress.bytes += len(data)
                 progress.current_lsn = max(progress.current_lsn, LSN(message.data_start or 0))
-                _, position = tracker.feed(data)
+                position = tracker.feed(data)
                 if position is not None:
                     progress.transactions += 1
-                    pending = position if pending is None else max(pending, position)
+                    if pending is None or position > pending:
+                        pending = LSN(position)
                 sync_and_ack()
         except KeyboardInterrupt:
             pass
@@ -405,7 +362,7 @@ class LiveCapture:
                 while not (stop is not None and stop.is_set()):
                     before = batch.done
                     # every call is a new pgoutput session
-                    rows, wal_end = batch.read(conn, _Tracker(proto, writer.header.client_encoding))
+                    rows, wal_end = batch.read(conn, PositionTracker(proto, writer.header.client_encoding))
                     everything_read = rows < self.batch_size and writer.mark() == batch.kept
                     batch.settle()
                     # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
@@ -467,7 +424,7 @@ class _SqlBatch:
         self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
         self.kept, self.done = writer.mark(), progress.flushed_lsn
 
-    def read(self, conn, tracker: _Tracker) -> tuple[int, LSN]:
+    def read(self, conn, tracker: PositionTracker) -> tuple[int, LSN]:
         """Read one call's rows into the file; returns how many, and the WAL position the call read up to at
         least (taken just before it)."""
         writer, progress = self.writer, self.progress
@@ -486,10 +443,10 @@ class _SqlBatch:
                 progress.messages += 1
                 progress.bytes += len(data)
                 progress.current_lsn = max(progress.current_lsn, lsn)
-                _, position = tracker.feed(data)
+                position = tracker.feed(data)
                 if position is not None:
                     progress.transactions += 1
-                    self.kept, self.done = writer.mark(), max(self.done, position)
+                    self.kept, self.done = writer.mark(), max(self.done, LSN(position))
         conn.commit()
         return rows, wal_end
 
