@@ -378,7 +378,7 @@ class CaptureWriter:
         self.path = os.fspath(path)
         self.header = header
         self.recovered: TailProblem | None = None
-        self.last_lsn: LSN | None = None
+        self._last: int | None = None  # the LSN of the last record appended
         self._file: BinaryIO
         self._batch = bytearray()  # appended, not yet written: the file's logical end is tell() + len(batch)
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
@@ -387,9 +387,9 @@ class CaptureWriter:
                     raise CaptureFileError(self.path, "cannot append: the file was captured with (proto_version, "
                                                       f"options, client_encoding) {reader.header.settings}, not "
                                                       f"{header.settings}")
-                reading = reader.records()
-                for record in reading:
-                    self.last_lsn = record.lsn
+                reading = reader.records(raw=True)
+                for _, lsn, _, _ in reading:
+                    self._last = lsn
                 self.recovered, end = reading.tail, reading.end
             self._file = open(self.path, "r+b")  # noqa: SIM115 -- closed by close()
             self._file.truncate(end)
@@ -411,7 +411,7 @@ class CaptureWriter:
         batch += head
         batch += data
         batch += _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
-        self.last_lsn = LSN(lsn)
+        self._last = lsn
         if len(batch) >= BATCH:
             self._write()
 
@@ -420,11 +420,16 @@ class CaptureWriter:
             self._file.write(self._batch)
             self._batch.clear()
 
-    def mark(self) -> tuple[int, LSN | None]:
-        """Where the file ends now (records gathered but not yet written included), for :meth:`rewind`."""
-        return self._file.tell() + len(self._batch), self.last_lsn
+    @property
+    def last_lsn(self) -> LSN | None:
+        """The LSN of the last record in the file (appended or found there), or ``None``."""
+        return None if self._last is None else LSN(self._last)
 
-    def rewind(self, mark: tuple[int, LSN | None]) -> None:
+    def mark(self) -> tuple[int, int | None]:
+        """Where the file ends now (records gathered but not yet written included), for :meth:`rewind`."""
+        return self._file.tell() + len(self._batch), self._last
+
+    def rewind(self, mark: tuple[int, int | None]) -> None:
         """Drop every record appended after ``mark`` (from :meth:`mark`); call :meth:`sync` to make it durable."""
         size, last_lsn = mark
         written = self._file.tell()
@@ -435,7 +440,7 @@ class CaptureWriter:
             self._file.flush()
             self._file.truncate(size)
             self._file.seek(size)
-        self.last_lsn = last_lsn
+        self._last = last_lsn
 
     def _fsync(self) -> None:
         self._write()

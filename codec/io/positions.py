@@ -24,7 +24,7 @@ from ...schema.core import MessageSpec
 from .. import walker
 from ..messages import Message, WireMessage
 from ..scalars import LSN
-from ..stream.decoder import IDLE, STREAM, TRANSITIONS, StreamStateError
+from ..stream.decoder import IDLE, STATES, STREAM, TRANSITIONS, StreamStateError
 from ..wire.fast import parse
 
 __all__ = ["COMPLETES", "PositionTracker", "completed_position"]
@@ -116,6 +116,30 @@ _LSN = struct.Struct(">Q").unpack_from
 _XID = struct.Struct(">L").unpack_from
 
 
+#: One message kind in one state: (bytes needed, next state, position offset, xid offset, subxid offset, flags
+#: offset, next state when the Message is transactional, whether it opens a streamed transaction).
+_Step = tuple[int, "str | None", "int | None", "int | None", "int | None", "int | None", "str | None", bool]
+
+
+def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
+    """For each stream state, the messages that may come in it and how to read them."""
+    out: dict[str, dict[int, _Step]] = {}
+    for state in STATES:
+        plan = _plan(proto_version, state == STREAM)
+        steps: dict[int, _Step] = {}
+        for tag, e in plan.items():
+            if e.flags is not None:
+                following = TRANSITIONS.get((state, "Message(non-transactional)"))
+                transactional = TRANSITIONS.get((state, "Message(transactional)"))
+            else:
+                following, transactional = TRANSITIONS.get((state, e.name)), None
+            if following is not None or transactional is not None:
+                steps[tag] = (e.size, following, e.position, e.xid, e.subxid, e.flags, transactional,
+                              e.name == _OPENS)
+        out[state] = steps
+    return out
+
+
 class PositionTracker:
     """Follows a pgoutput stream by its bytes just enough to know what each message completes and whether
     anything is in flight (see the module's docstring).  ``idle``: no transaction open and no streamed
@@ -123,8 +147,9 @@ class PositionTracker:
 
     def __init__(self, proto_version: int, encoding: str = "UTF8") -> None:
         self.proto_version, self.encoding = proto_version, encoding
-        self._plans = {False: _plan(proto_version, False), True: _plan(proto_version, True)}
+        self._steps = _steps(proto_version)
         self._state = IDLE
+        self._here = self._steps[IDLE]
         self.open_streams: set[int] = set()
         self.index = 0
 
@@ -136,33 +161,33 @@ class PositionTracker:
         """The position ``data`` (one pgoutput message) completes, as an ``int``, or ``None``."""
         if not data:  # PostgreSQL 10 to 14 can send an empty payload
             return None
-        state = self._state
-        entry = self._plans[state == STREAM].get(data[0])
-        if entry is None or len(data) < entry.size:
-            self._fail(data, "unknown or truncated message")
-        assert entry is not None
-        name = entry.name
-        event = name
-        if entry.flags is not None:
-            event = "Message(transactional)" if data[entry.flags] & _TRANSACTIONAL else "Message(non-transactional)"
-        following = TRANSITIONS.get((state, event))
+        step = self._here.get(data[0])
+        if step is None or len(data) < step[0]:
+            self._fail(data)
+            return None  # (not reached)
+        _, following, position, xid, subxid, flags, transactional, opens = step
+        if flags is not None and data[flags] & _TRANSACTIONAL:
+            following, position = transactional, None
         if following is None:
-            self._fail(data, f"{event} is out of order in state {state!r}")
+            self._fail(data)
         self.index += 1
-        self._state = following  # type: ignore[assignment]
-        if entry.xid is not None:
-            xid = _XID(data, entry.xid)[0]
-            if name == _OPENS:
-                self.open_streams.add(xid)
-            elif entry.subxid is None or _XID(data, entry.subxid)[0] == xid:
-                self.open_streams.discard(xid)
-        if entry.position is None or event == "Message(transactional)":
+        if following != self._state:
+            self._state = following  # type: ignore[assignment]
+            self._here = self._steps[following]  # type: ignore[index]
+        if xid is not None:
+            number = _XID(data, xid)[0]
+            if opens:
+                self.open_streams.add(number)
+            elif subxid is None or _XID(data, subxid)[0] == number:
+                self.open_streams.discard(number)
+        if position is None:
             return None
-        position: int = _LSN(data, entry.position)[0]
-        return position
+        completed: int = _LSN(data, position)[0]
+        return completed
 
-    def _fail(self, data: bytes, reason: str) -> None:
+    def _fail(self, data: bytes) -> None:
         """Raise the parser's error for ``data`` or, when it parses, a StreamStateError."""
-        message = parse(data, proto_version=self.proto_version, in_stream=self._state == STREAM,
-                        encoding=self.encoding)
-        raise StreamStateError(reason, index=self.index, message=type(message).__name__, state=self._state)
+        state = self._state
+        message = parse(data, proto_version=self.proto_version, in_stream=state == STREAM, encoding=self.encoding)
+        raise StreamStateError(f"{type(message).__name__} cannot come in state {state!r}", index=self.index,
+                               message=type(message).__name__, state=state)
