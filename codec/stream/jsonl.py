@@ -19,6 +19,7 @@ import decimal
 import ipaddress
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,6 +88,69 @@ _STRING = json.encoder.encode_basestring  # what ENCODE writes a str with (ensur
 _STRING_OIDS = frozenset((25, 1043, 1042, 19, None))  # text, varchar, bpchar, name; None: kept as text
 _INTEGER_OIDS = frozenset((20, 21, 23))  # int8, int2, int4
 
+_DATE_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2}")
+_TIME_TEXT = re.compile(rb"\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
+_TIMESTAMP_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
+_TIMESTAMPTZ_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?[+-]\d{2}(?::\d{2}){0,2}")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_UTC = dt.timezone.utc
+
+
+def _float_text(data: bytes) -> str | None:
+    value = float(data)
+    return repr(value) if math.isfinite(value) else _STRING(json_value(value))
+
+
+def _numeric_text(data: bytes) -> str | None:
+    return _STRING(json_value(decimal.Decimal(data.decode("ascii"))))
+
+
+def _uuid_text(data: bytes) -> str | None:
+    text = data.decode("ascii")
+    return _STRING(text) if len(text) == 36 and text == str(uuid.UUID(text)) else None
+
+
+def _date_text(data: bytes) -> str | None:
+    return _STRING(dt.date.fromisoformat(data.decode("ascii")).isoformat()) if _DATE_TEXT.fullmatch(data) else None
+
+
+def _time_text(data: bytes) -> str | None:
+    return _STRING(dt.time.fromisoformat(data.decode("ascii")).isoformat()) if _TIME_TEXT.fullmatch(data) else None
+
+
+def _timestamp_text(data: bytes) -> str | None:
+    if not _TIMESTAMP_TEXT.fullmatch(data):
+        return None
+    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).isoformat())
+
+
+def _timestamptz_text(data: bytes) -> str | None:
+    if not _TIMESTAMPTZ_TEXT.fullmatch(data):
+        return None
+    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).astimezone(_UTC).isoformat())
+
+
+def _bytea_text(data: bytes) -> str | None:
+    digits = data[2:]
+    if data[:2] != b"\\x" or len(digits) % 2 or not _HEX.issuperset(digits):
+        return None
+    return _STRING("\\x" + digits.decode("ascii").lower())
+
+
+def _json_text(data: bytes) -> str | None:
+    return ENCODE(json_value(json.loads(data)))
+
+
+# Text-format ('t') columns RowJson writes from the text with one conversion, by the OID their type resolves to:
+# each gives exactly the JSON text of the typed value (json_value of psycopg's value), or None where the text is
+# not in the form the conversion is exact for (the typed value is written then).  bool is written inline.
+_TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
+    700: _float_text, 701: _float_text, 1700: _numeric_text, 2950: _uuid_text, 1082: _date_text,
+    1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 114: _json_text,
+    3802: _json_text,
+}
+_BOOL = 16
+
 
 class RowJson:
     """A tuple as JSON text straight from its wire columns: the same text as ``ENCODE`` of the typed row
@@ -94,8 +158,10 @@ class RowJson:
 
     Strategy: per :class:`RowSchema` (and key-only or not) a small function is written and compiled, one
     branch per column, each with the column's name already written as a JSON key; text, varchar, bpchar,
-    name and integer columns in text format skip the typed value (the text is the value: a JSON string, or
-    the integer); every other column goes through the typed value.
+    name, integer and bool columns in text format skip the typed value (the text is the value: a JSON
+    string, the integer, true or false); float, numeric, uuid, date, time, timestamp(tz), bytea and json(b)
+    text go through one conversion each that gives the same JSON text where the text has the server's usual
+    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
@@ -130,6 +196,12 @@ class RowJson:
                 lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
             elif oid in _INTEGER_OIDS:
                 lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
+            elif oid == _BOOL:
+                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else "
+                             f"'false'))")
+            elif oid in _TEXT_CONVERSIONS:
+                lines += ["        elif kind == 't':",
+                          f"            append({key!r} + _convert({oid}, column.data, {i}))"]
             lines += ["        elif kind == 'u':",
                       f"            if toasted is not None: toasted.append({meta.name!r})",
                       f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
@@ -139,7 +211,14 @@ class RowJson:
         def typed(kind: str, data: bytes, i: int) -> str:
             return ENCODE(json_value(loader.load(kind, data, *types[i])))
 
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed}
+        def convert(oid: int, data: bytes, i: int) -> str:
+            try:
+                text = _TEXT_CONVERSIONS[oid](data)
+            except (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation):
+                text = None
+            return text if text is not None else typed("t", data, i)
+
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_convert": convert}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
         return namespace["write"]
 
