@@ -20,8 +20,10 @@ a :class:`Reading`, iterated once for the records, that reports where it ended a
 
 from __future__ import annotations
 
+import binascii
 import io
 import os
+import re
 import struct
 import zlib
 from collections.abc import Generator, Iterator
@@ -478,6 +480,10 @@ def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None
     return reading
 
 
+_LSN_TEXT = re.compile(rb"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")  # as the server prints an LSN
+_XID_TEXT = re.compile(rb"[0-9]{1,10}")
+
+
 def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool
                    ) -> Generator[Any, None, None]:
     with open(name, "rb") as handle:
@@ -491,11 +497,17 @@ def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, ra
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")
                 if not data.startswith(b"\\x"):
                     raise ValueError("the data column is not bytea hex (\\x...)")
-                position, number, payload = LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii"))
-            except ValueError as error:
+                match = _LSN_TEXT.fullmatch(lsn)
+                if match is None:
+                    raise ValueError(f"not an LSN: {lsn.decode('ascii', 'replace')!r}")
+                position = (int(match[1], 16) << 32) | int(match[2], 16)
+                if not _XID_TEXT.fullmatch(xid):
+                    raise ValueError(f"not an xid: {xid.decode('ascii', 'replace')!r}")
+                number, payload = int(xid), binascii.unhexlify(data[2:])
+            except ValueError as error:  # (binascii.Error is one)
                 raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
             reading.end = offset
-            yield (here, int(position), number, payload) if raw else CaptureRecord(position, number, payload, here)
+            yield (here, position, number, payload) if raw else CaptureRecord(LSN(position), number, payload, here)
 
 
 def is_capture_file(path: str | os.PathLike[str]) -> bool:

@@ -90,25 +90,27 @@ class RecordError(ReplwireError, ValueError):
         return (RecordError, (self.path, self.record, self.error))
 
 
-def committed(inputs: Sequence[Input], *, typed: bool = True,
+def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
               repeated: Callable[[Transaction | Change], None] | None = None) -> Iterator[Transaction | Change]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
     to ``repeated`` if given.  ``tail(path, problem)`` hears of a torn capture file tail once the records
-    before it are done.  A record that does not decode raises :class:`RecordError`."""
-    assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed)
+    before it are done.  A record that does not decode raises :class:`RecordError`.  ``rows=False``: no row
+    dicts (see :class:`~replwire.codec.Assembler`)."""
+    assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
+                          rows=rows)
     feed = assembler.feed
     last_end = -1
     for source in inputs:
         if source.index:
             assembler.resume()
-        reading = read_records(source)
+        reading = read_records(source, raw=True)
         number = 0
         try:
-            for number, record in enumerate(reading):  # noqa: B007 - named in the error
-                for item in feed(record.data, lsn=record.lsn or None):
+            for number, (_, lsn, _, data) in enumerate(reading):  # noqa: B007 - named in the error
+                for item in feed(data, lsn=lsn or None):
                     end = item.end_lsn if isinstance(item, Transaction) else item.lsn
                     if end is not None and end <= last_end:
                         if repeated is not None:

@@ -138,17 +138,16 @@ class Changes(Sequence[Change]):
         for entry in self._buffer.entries():
             yield self._assembler._change(entry, self._buffer)
 
-    def wire(self) -> Iterator[tuple[WireMessage, Any, LSN | None, int]]:
+    def wire(self) -> Iterator[tuple[WireMessage, Any, int | None, int]]:
         """The changes as ``(message, schema, lsn, subxid)``, without :class:`Change` objects: the wire
         message (out-of-stream form), what its values are read with (as :attr:`Change.row_schema`; a tuple of
-        Relations for a Truncate, ``None`` for a logical message), its LSN and the subtransaction xid (as
-        :attr:`Change.xid`).  For writers that read the wire tuples themselves."""
+        Relations for a Truncate, ``None`` for a logical message), its LSN (an ``int``, or ``None``) and the
+        subtransaction xid (as :attr:`Change.xid`).  For writers that read the wire tuples themselves."""
         buffer, parse_data = self._buffer, self._assembler._parse_data
         schemas = buffer.schemas
         for index, subxid, lsn, item in buffer.entries():
             message = parse_data(item) if isinstance(item, bytes) else item
-            yield (message, schemas[index] if index != 0xFFFFFFFF else None,
-                   LSN(lsn) if lsn is not None else None, subxid)
+            yield message, schemas[index] if index != 0xFFFFFFFF else None, lsn, subxid
 
     @overload
     def __getitem__(self, index: int) -> Change: ...
@@ -272,7 +271,7 @@ class _Buffer:
             self.dropped.add(subxid)
         else:
             kept = [e for e in self.memory if e[1] != subxid]
-            self.size -= sum(_cost(e[3]) for e in self.memory if e[1] == subxid)
+            self.size = max(0, self.size - sum(_cost(e[3]) for e in self.memory if e[1] == subxid))  # (about)
             self.memory = kept
 
     def entries(self) -> Iterator[tuple[int, int, int | None, Any]]:
@@ -402,19 +401,19 @@ class Assembler:
             in_stream = decoder.in_stream
             decoder.accept(message)
         self._last_added = message
-        lsn = LSN(lsn) if lsn is not None else None
         route = self._router.route(message, decoder.index, in_stream)
         if route is None:
             return []
         kind, key, buffers = route.kind, route.key, self._buffers
         if kind is LONE:
-            return [self._maker.change(message, None, lsn, None)]
+            return [self._maker.change(message, None, LSN(lsn) if lsn is not None else None, None)]
         assert key is not None  # every route but a lone message's names its transaction (Router.route)
         if kind is CHANGE:
             schema = self._maker.schema_for(decoder, message)
+            data = decoder.last_data if message is decoder.last_message else None
             if isinstance(message, _DML) and message.xid is not None:
                 message = replace(message, xid=None)  # the out-of-stream form
-            buffers[key].add(schema, route.value, lsn, message, _cost(message))
+            buffers[key].add(schema, route.value, lsn, message, _cost(message, data))
         elif kind is OPEN:
             if route.value is not None:  # a streamed transaction sent again from its first block: start over
                 buffers.pop(route.value).close()
@@ -550,15 +549,22 @@ class ChangeMaker:
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 
 
-def _cost(message: Any) -> int:
-    """About how many bytes a buffered change costs in memory: its tuples' data (or a message's content),
-    :data:`ENTRY_OVERHEAD`, and :data:`COLUMN_OVERHEAD` per tuple column."""
-    cost = ENTRY_OVERHEAD + len(getattr(message, "content", b"") or b"")
+def _cost(message: Any, data: bytes | None = None) -> int:
+    """About how many bytes a buffered change costs in memory: its wire bytes (``data``, or as many as its
+    tuples' data and lengths take), :data:`ENTRY_OVERHEAD`, and :data:`COLUMN_OVERHEAD` per tuple column."""
+    columns = 0
+    size = 0
     for name in ("new", "old", "key"):
-        columns = getattr(message, name, None)
-        if columns:
-            cost += COLUMN_OVERHEAD * len(columns) + sum(len(c.data) for c in columns if c.data is not None)
-    return cost
+        tuple_ = getattr(message, name, None)
+        if tuple_:
+            columns += len(tuple_)
+            if data is None:
+                size += sum(len(c.data) + 5 for c in tuple_ if c.data is not None)
+    if data is None:
+        size += 8 + len(getattr(message, "content", b"") or b"")
+    else:
+        size = len(data)
+    return size + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
 
 
 def _namespace(relation: Relation) -> str:

@@ -24,7 +24,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .assembler import Change, Transaction
+from ..messages import Delete, Insert, Update
+from ..scalars import LSN
+from .assembler import Change, ChangeMaker, Transaction
 from .values import UNCHANGED_TOAST, Infinite, RawValue, RowSchema, ValueLoader
 
 
@@ -289,4 +291,63 @@ def objects(item: Transaction | Change):
         yield _change_object(item, None)
 
 
-__all__ = ["ENCODE", "RowJson", "change_object", "json_value", "objects"]
+class JsonLines:
+    """The lines ``replwire decode`` prints for one assembler item, written straight from the wire tuples:
+    the same text as ``ENCODE`` of each of :func:`objects`, without the dicts and Change objects.
+
+    Strategy: per transaction, the keys every change shares (xid, commit LSN and time, origin, gid) are
+    written once; per relation and operation, the line's start; each row image comes from :class:`RowJson`.
+    The changes come from :meth:`~replwire.codec.stream.assembler.Changes.wire` (an Assembler made with
+    ``rows=False`` makes no row dicts); truncates and logical messages, rare, go through :func:`objects`.
+    """
+
+    def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
+        self.rows = rows or RowJson(ValueLoader(encoding))
+        self.maker = ChangeMaker(rows=False, encoding=encoding)
+        self._starts: dict[tuple[int, str], tuple[Any, str]] = {}
+
+    def __call__(self, item: Transaction | Change) -> list[str]:
+        if not isinstance(item, Transaction):
+            return [ENCODE(obj) for obj in objects(item)]
+        shared = _transaction_fields(item)
+        tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
+        xid = f"{item.xid}" if item.xid is not None else "null"
+        streamed, rows, starts, out = item.streamed, self.rows, self._starts, []
+        for message, schema, lsn, subxid in item.changes.wire():
+            op = _OPS.get(message.__class__)
+            if op is None:  # a truncate or a logical message
+                change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, subxid)
+                out.append(ENCODE(_change_object(change, shared, streamed)))
+                continue
+            relation = schema.relation
+            cached = starts.get((id(schema), op))
+            if cached is None or cached[0] is not schema:
+                if len(starts) > 4096:
+                    starts.clear()
+                start = (f'{{"op":"{op}","schema":{_STRING(relation.namespace or "pg_catalog")},'
+                         f'"table":{_STRING(relation.name)},"xid":')
+                cached = starts[(id(schema), op)] = (schema, start)
+            parts = [cached[1], xid, ',"lsn":', f'"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else "null",
+                     tail]
+            if streamed:
+                parts.append(f',"subxid":{subxid}')
+            toasted: list[str] = []
+            new = getattr(message, "new", None)
+            if new is not None:
+                parts += (',"new":', rows(schema, new, toasted=toasted))
+            key = getattr(message, "key", None)
+            old = getattr(message, "old", None)
+            if key is not None:
+                parts += (',"key":', rows(schema, key, only_keys=True))
+            elif old is not None:
+                parts += (',"old":', rows(schema, old), ',"key":', rows(schema, old, only_keys=True))
+            if toasted:
+                parts += (',"unchanged_toast":', ENCODE(toasted))
+            parts.append("}")
+            out.append("".join(parts))
+        return out
+
+
+_OPS = {Insert: "insert", Update: "update", Delete: "delete"}
+
+__all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "json_value", "objects"]
