@@ -64,6 +64,7 @@ COLUMN_OVERHEAD = 96
 _RECORD = struct.Struct(">BIIQI")  # flags (bit 0: has lsn), schema index, subxid, lsn, length
 _DML = (Insert, Update, Delete, Truncate, Message)
 _OPENERS = (Begin, BeginPrepare, StreamStart)  # the messages that open a transaction
+_WITH_XID = (Relation, Type, *_DML)  # the messages that carry the streamed Xid inside a Stream block
 
 
 @dataclass(slots=True)
@@ -396,7 +397,7 @@ class Assembler:
         nothing for everything else."""
         decoder = self.decoder
         if message is decoder.last_message and decoder.last_data is not None and message is not self._last_added:
-            in_stream = isinstance(message, (Relation, Type, *_DML)) and message.xid is not None
+            in_stream = isinstance(message, _WITH_XID) and message.xid is not None
         else:
             in_stream = decoder.in_stream
             decoder.accept(message)
@@ -552,19 +553,25 @@ _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 def _cost(message: Any, data: bytes | None = None) -> int:
     """About how many bytes a buffered change costs in memory: its wire bytes (``data``, or as many as its
     tuples' data and lengths take), :data:`ENTRY_OVERHEAD`, and :data:`COLUMN_OVERHEAD` per tuple column."""
+    cls = message.__class__
+    if data is not None and cls in _TUPLE_NAMES:
+        columns = 0
+        for name in _TUPLE_NAMES[cls]:
+            tuple_ = getattr(message, name)
+            if tuple_ is not None:
+                columns += len(tuple_)
+        return len(data) + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
     columns = 0
-    size = 0
+    size = 8 + len(getattr(message, "content", b"") or b"")
     for name in ("new", "old", "key"):
         tuple_ = getattr(message, name, None)
         if tuple_:
             columns += len(tuple_)
-            if data is None:
-                size += sum(len(c.data) + 5 for c in tuple_ if c.data is not None)
-    if data is None:
-        size += 8 + len(getattr(message, "content", b"") or b"")
-    else:
-        size = len(data)
+            size += sum(len(c.data) + 5 for c in tuple_ if c.data is not None)
     return size + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
+
+
+_TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
 
 
 def _namespace(relation: Relation) -> str:
