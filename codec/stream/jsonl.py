@@ -316,7 +316,8 @@ class JsonLines:
         for message, schema, lsn, subxid in item.changes.wire():
             op = _OPS.get(message.__class__)
             if op is None:  # a truncate or a logical message
-                change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, subxid)
+                change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
+                                           subxid if streamed else None)
                 out.append(ENCODE(_change_object(change, shared, streamed)))
                 continue
             relation = schema.relation
