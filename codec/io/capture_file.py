@@ -95,30 +95,6 @@ class TailProblem:
                 f"(a torn or corrupt tail; everything before it is intact)")
 
 
-class _Capped(io.RawIOBase):
-    """A file reader that never hands out more bytes than the file has left (no allocation from a
-    corrupt length)."""
-
-    def __init__(self, raw: BinaryIO, size: int) -> None:
-        self.raw, self.size = raw, size
-
-    def read(self, n: int = -1) -> bytes:
-        left = self.size - self.raw.tell()
-        return self.raw.read(left if n is None or n < 0 else min(n, left))
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self.raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-
 def _reason(error: ConstructError) -> str:
     reason = getattr(error, "reason", None) or (str(error.args[0]) if error.args else type(error).__name__)
     return "record cut short" if "stream read less than specified amount" in reason else reason
@@ -164,6 +140,8 @@ if (*_PLAN.names, _PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-
 
 #: How much of the file is read at a time (a record larger than this is read whole, up to the file's size).
 CHUNK = 1 << 20
+#: How much of the file's start the header is first parsed from.
+HEADER_AHEAD = 1 << 16
 _CUT_SHORT = "record cut short"
 
 
@@ -215,12 +193,23 @@ class CaptureReader:
         self.path = os.fspath(path)
         self._file = open(self.path, "rb")  # noqa: SIM115 -- closed by close()
         self.size = os.fstat(self._file.fileno()).st_size
-        self._stream = _Capped(self._file, self.size)
-        try:
-            raw = layout.HEADER.parse_stream(self._stream)["header"]
-        except ConstructError as error:
-            self.close()
-            raise CaptureFileError(self.path, f"not a readable capture file header: {_reason(error)}", 0) from None
+        # The header is parsed from its first bytes only (construct's String reads ahead to the end of what it
+        # is given, which for a whole file is the whole file); a longer header is read again with more.
+        ahead = HEADER_AHEAD
+        while True:
+            stream = io.BytesIO(self._file.read(min(ahead, self.size)))
+            self._file.seek(0)
+            try:
+                raw = layout.HEADER.parse_stream(stream)["header"]
+                break
+            except ConstructError as error:
+                reason = _reason(error)
+                if ahead < self.size and (reason == _CUT_SHORT or reason.startswith("no NUL terminator")):
+                    ahead *= 4  # the header goes on past what was read
+                    continue
+                self.close()
+                raise CaptureFileError(self.path, f"not a readable capture file header: {_reason(error)}",
+                                       0) from None
         if raw.format_version != layout.FORMAT_VERSION:
             self.close()
             raise CaptureFileError(self.path, f"format version {raw.format_version} is not supported "
@@ -229,7 +218,7 @@ class CaptureReader:
         encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
                                     options=options, format_version=raw.format_version, client_encoding=encoding)
-        self.header_end = self._stream.tell()
+        self.header_end = stream.tell()
 
     def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
                 skip: frozenset[int] | None = None, closing: bool = False) -> Reading:

@@ -410,3 +410,25 @@ def test_a_range_reads_little_past_its_stop(tmp_path):
         assert [r[0] for r in reader.records(whole[100], whole[110], raw=True)] == whole[100:110]
         assert [r[0] for r in reader.records(whole[200], whole[210], raw=True, skip=frozenset(b"B"))] == whole[200:210]
         assert counting.read_bytes < 2 * (whole[110] - whole[100]) + 64
+
+
+def test_opening_reads_the_header_not_the_file(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path, [(i, i, b"I" + bytes(1000)) for i in range(20_000)])  # about 20 MB
+    tracemalloc.start()
+    try:
+        with read_capture(path) as reader:
+            assert reader.header == HEADER
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_a_header_longer_than_the_first_read_is_read_whole(tmp_path):
+    header = CaptureHeader(proto_version=1, options={"publication_names": '"' + "p" * 200_000 + '"'})
+    path = tmp_path / "c.rwcap"
+    write(path, MESSAGES, header)
+    with read_capture(path) as reader:
+        assert reader.header == header
+        assert [(r.lsn, r.xid, r.data) for r in reader.records()] == MESSAGES
