@@ -190,6 +190,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     which encoding they are in.  ``--format debezium`` prints each change as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).
     """
+    from collections.abc import Iterator
+
     from ..collector import fewer_collections
     from ..io.capture_file import CaptureFileError, TailProblem
     from ..split import RecordError, committed
@@ -203,8 +205,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
         events = DebeziumEvents(_version()).events
 
-        def lines(item: Transaction | Change) -> list[str]:
-            return [jsonl.ENCODE(obj) for obj in events(item)]
+        def lines(item: Transaction | Change) -> Iterator[str]:
+            return map(jsonl.ENCODE, events(item))
     else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
         lines = jsonl.JsonLines(inputs[0].encoding)
     # stdout written in batches of lines, not one write per line; flushed before anything goes to stderr, so
@@ -219,6 +221,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
     def flush() -> None:
         if pending:
+            counts["changes"] += len(pending)
             pending.append("")
             stdout.write("\n".join(pending))
             pending.clear()
@@ -240,13 +243,13 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                         counts["changes"] += 1
                         table.add(obj)
                     continue
-                printed = lines(item)
-                counts["changes"] += len(printed)
-                pending += printed
-                if len(pending) >= 2048:
-                    pending.append("")
-                    stdout.write("\n".join(pending))
-                    pending.clear()
+                for line in lines(item):
+                    pending.append(line)
+                    if len(pending) >= 2048:
+                        counts["changes"] += 2048
+                        pending.append("")
+                        stdout.write("\n".join(pending))
+                        pending.clear()
         except (RecordError, CaptureFileError) as error:
             flush()
             click.echo(f"error: {error}", err=True)

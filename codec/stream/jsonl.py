@@ -21,7 +21,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..messages import Delete, Insert, Update
@@ -306,19 +306,22 @@ class JsonLines:
         self.maker = ChangeMaker(rows=False, encoding=encoding)
         self._starts: dict[tuple[int, str], tuple[Any, str]] = {}
 
-    def __call__(self, item: Transaction | Change) -> list[str]:
+    def __call__(self, item: Transaction | Change) -> Iterator[str]:
+        """The lines of ``item``, one at a time (a spilled transaction is read back as they are taken)."""
         if not isinstance(item, Transaction):
-            return [ENCODE(obj) for obj in objects(item)]
+            for obj in objects(item):
+                yield ENCODE(obj)
+            return
         shared = _transaction_fields(item)
         tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
         xid = f"{item.xid}" if item.xid is not None else "null"
-        streamed, rows, starts, out = item.streamed, self.rows, self._starts, []
+        streamed, rows, starts = item.streamed, self.rows, self._starts
         for message, schema, lsn, subxid in item.changes.wire():
             op = _OPS.get(message.__class__)
             if op is None:  # a truncate or a logical message
                 change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
                                            subxid if streamed else None)
-                out.append(ENCODE(_change_object(change, shared, streamed)))
+                yield ENCODE(_change_object(change, shared, streamed))
                 continue
             relation = schema.relation
             cached = starts.get((id(schema), op))
@@ -345,8 +348,7 @@ class JsonLines:
             if toasted:
                 parts += (',"unchanged_toast":', ENCODE(toasted))
             parts.append("}")
-            out.append("".join(parts))
-        return out
+            yield "".join(parts)
 
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
