@@ -4,7 +4,8 @@
 #   make demo    replwire demo: a PostgreSQL 18 of its own, a workload, a live capture, what it decodes to
 #   make test    ruff, mypy and the whole test suite
 #   make docs    the documentation site, built strictly into build/site/
-#   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder
+#   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder, then 30 s of serve's
+#                protocol core
 
 VENV := $(CURDIR)/.venv
 # .venv activated: its bin/ first on PATH, for the commands below and whatever they start (Spark's Python
@@ -29,3 +30,6 @@ docs: setup
 
 fuzz: setup
 	$(IN_VENV) replwire fuzz --seconds 60
+	$(IN_VENV) python -m replwire.codec.serve.fuzz build/fuzz-serve-corpus
+	$(IN_VENV) replwire fuzz --target replwire.codec.serve.fuzz:fuzz_session --corpus build/fuzz-serve-corpus \
+		--artifacts fuzz-findings/serve --seconds 30
