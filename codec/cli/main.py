@@ -191,36 +191,49 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     which encoding they are in.  ``--format debezium`` prints each change as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).
     """
+    from collections.abc import Iterator
+
     from ..collector import fewer_collections
     from ..io.capture_file import CaptureFileError, TailProblem
     from ..split import RecordError, committed
     from ..stream import jsonl
-    from ..stream.assembler import Transaction
+    from ..stream.assembler import Change, Transaction
 
     inputs = _decode_inputs(files, proto_version, encoding)
     table = _ChangeTable() if output_format == "table" else None
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
 
-        objects = DebeziumEvents(_version()).events
-    else:
-        objects = jsonl.objects
-    # One encoder, and stdout written without click.echo's flush after every line (a write system call per
-    # change); flushed before anything goes to stderr, so the two stay in order on a terminal.
+        events = DebeziumEvents(_version()).events
+
+        def lines(item: Transaction | Change) -> Iterator[str]:
+            return map(jsonl.ENCODE, events(item))
+    else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
+        lines = jsonl.JsonLines(inputs[0].encoding)
+    # stdout written in batches of lines, not one write per line; flushed before anything goes to stderr, so
+    # the two stay in order on a terminal.
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
     # escapes \udc80-\udcff, which json.loads reads back to the same surrogates.
     stdout = sys.stdout
     if isinstance(stdout, io.TextIOWrapper):
         stdout.reconfigure(errors="backslashreplace")
-    encode = jsonl.ENCODE
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
+    pending: list[str] = []
+
+    def flush() -> None:
+        if pending:
+            counts["changes"] += len(pending)
+            pending.append("")
+            stdout.write("\n".join(pending))
+            pending.clear()
+        stdout.flush()
 
     def warn(path: str, problem: TailProblem) -> None:
-        stdout.flush()
+        flush()
         click.echo(f"warning: {path}: {problem}", err=True)
 
     def note(path: str, message: str) -> None:
-        stdout.flush()
+        flush()
         click.echo(f"warning: {path}: {message}", err=True)
 
     def repeated(item: object) -> None:
@@ -228,19 +241,26 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
         try:
-            for item in committed(inputs, tail=warn, repeated=repeated, warn=note):
+            for item in committed(inputs, tail=warn, repeated=repeated, warn=note,
+                                  rows=output_format != "jsonl"):
                 counts["transactions"] += isinstance(item, Transaction)
-                for obj in objects(item):
-                    counts["changes"] += 1
-                    if table is not None:
+                if table is not None:
+                    for obj in jsonl.objects(item):
+                        counts["changes"] += 1
                         table.add(obj)
-                    else:
-                        stdout.write(encode(obj) + "\n")
+                    continue
+                for line in lines(item):
+                    pending.append(line)
+                    if len(pending) >= 2048:
+                        counts["changes"] += 2048
+                        pending.append("")
+                        stdout.write("\n".join(pending))
+                        pending.clear()
         except (RecordError, CaptureFileError) as error:
-            stdout.flush()
+            flush()
             click.echo(f"error: {error}", err=True)
             sys.exit(1)
-        stdout.flush()
+        flush()
     if table is not None:
         table.print()
     click.echo(f"{_count(counts['transactions'], 'transaction')}, {_count(counts['changes'], 'change')} from "

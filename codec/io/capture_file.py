@@ -8,9 +8,10 @@ and the data length, then the CRC-32 after the data), over large chunks of the f
 it agrees with construct's parse of valid and damaged records.  Reads never ask the file for more bytes
 than it has, so a corrupt length cannot make the reader allocate; the first record that is cut short or
 fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with everything before it
-kept.  A writer opened on an existing file checks the header matches, cuts such a tail off and appends
-after the last good record.  :meth:`CaptureWriter.sync` flushes and fsyncs, so a caller can acknowledge
-positions only once they are on disk.
+kept.  Records are written through the same plan (head packed, data, CRC-32), gathered into ~1 MiB batches
+before they reach the file.  A writer opened on an existing file checks the header matches, cuts such a
+tail off and appends after the last good record.  :meth:`CaptureWriter.sync` writes what is gathered,
+flushes and fsyncs, so a caller can acknowledge positions only once they are on disk.
 
 The COPY-CSV form -- what ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO
 STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.  Both forms are read the same way:
@@ -19,8 +20,10 @@ a :class:`Reading`, iterated once for the records, that reports where it ended a
 
 from __future__ import annotations
 
+import binascii
 import io
 import os
+import re
 import struct
 import zlib
 from collections.abc import Generator, Iterator
@@ -92,30 +95,6 @@ class TailProblem:
                 f"(a torn or corrupt tail; everything before it is intact)")
 
 
-class _Capped(io.RawIOBase):
-    """A file reader that never hands out more bytes than the file has left (no allocation from a
-    corrupt length)."""
-
-    def __init__(self, raw: BinaryIO, size: int) -> None:
-        self.raw, self.size = raw, size
-
-    def read(self, n: int = -1) -> bytes:
-        left = self.size - self.raw.tell()
-        return self.raw.read(left if n is None or n < 0 else min(n, left))
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self.raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-
 def _reason(error: ConstructError) -> str:
     reason = getattr(error, "reason", None) or (str(error.args[0]) if error.args else type(error).__name__)
     return "record cut short" if "stream read less than specified amount" in reason else reason
@@ -159,10 +138,10 @@ _PLAN = record_plan(layout.RECORD)
 if (*_PLAN.names, _PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-1]:  # all but offset
     raise walker.UnknownConstruct(f"the record fields {_PLAN.names + (_PLAN.data,)} are not CaptureRecord's")
 
-#: The most a header may take (its options are a few short strings).
-HEADER_LIMIT = 64 * 1024
 #: How much of the file is read at a time (a record larger than this is read whole, up to the file's size).
 CHUNK = 1 << 20
+#: How much of the file's start the header is first parsed from.
+HEADER_AHEAD = 1 << 16
 _CUT_SHORT = "record cut short"
 
 
@@ -214,14 +193,23 @@ class CaptureReader:
         self.path = os.fspath(path)
         self._file = open(self.path, "rb")  # noqa: SIM115 -- closed by close()
         self.size = os.fstat(self._file.fileno()).st_size
-        self._stream = _Capped(self._file, self.size)
-        # parsed from its first bytes only: a String reads to the end of its stream to find its NUL
-        head = io.BytesIO(self._stream.read(HEADER_LIMIT))
-        try:
-            raw = layout.HEADER.parse_stream(head)["header"]
-        except ConstructError as error:
-            self.close()
-            raise CaptureFileError(self.path, f"not a readable capture file header: {_reason(error)}", 0) from None
+        # The header is parsed from its first bytes only (construct's String reads ahead to the end of what it
+        # is given, which for a whole file is the whole file); a longer header is read again with more.
+        ahead = HEADER_AHEAD
+        while True:
+            stream = io.BytesIO(self._file.read(min(ahead, self.size)))
+            self._file.seek(0)
+            try:
+                raw = layout.HEADER.parse_stream(stream)["header"]
+                break
+            except ConstructError as error:
+                reason = _reason(error)
+                if ahead < self.size and (reason == _CUT_SHORT or reason.startswith("no NUL terminator")):
+                    ahead *= 4  # the header goes on past what was read
+                    continue
+                self.close()
+                raise CaptureFileError(self.path, f"not a readable capture file header: {_reason(error)}",
+                                       0) from None
         if raw.format_version not in layout.FORMAT_VERSIONS:
             self.close()
             raise CaptureFileError(self.path, f"format version {raw.format_version} is not supported "
@@ -231,7 +219,7 @@ class CaptureReader:
         encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
                                     options=options, format_version=raw.format_version, client_encoding=encoding)
-        self.header_end = head.tell()
+        self.header_end = stream.tell()
 
     def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
                 skip: frozenset[int] | None = None, closing: bool = False) -> Reading:
@@ -358,7 +346,14 @@ def encode_header(header: CaptureHeader) -> bytes:
 
 
 def encode_record(lsn: int, xid: int, data: bytes) -> bytes:
-    return layout.RECORD.build({"record": {"lsn": lsn, "xid": xid, "data": data}})
+    """One record's bytes, laid out by the plan derived from :data:`~replwire.schema.capture.RECORD` (a test
+    checks it against construct's build)."""
+    head = _PLAN.head.pack(lsn, xid, len(data))
+    return head + data + _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
+
+
+#: How many bytes of records :class:`CaptureWriter` gathers before it writes them to the file.
+BATCH = 1 << 20
 
 
 class CaptureWriter:
@@ -366,25 +361,27 @@ class CaptureWriter:
 
     Continuing a file whose header differs (protocol version, options or client encoding) is refused: its
     records would be read with the wrong context.  A torn or corrupt tail is cut off first and reported in
-    ``recovered``.  Records are buffered; :meth:`sync` makes everything written so far durable (flush +
-    fsync) and returns the file size, after which the caller may acknowledge the positions written.
+    ``recovered``.  Records are gathered in memory and written in batches of about :data:`BATCH` bytes;
+    :meth:`sync` makes everything appended so far durable (write + flush + fsync) and returns the file size,
+    after which the caller may acknowledge the positions appended.
     """
 
     def __init__(self, path: str | os.PathLike[str], header: CaptureHeader) -> None:
         self.path = os.fspath(path)
         self.header = header
         self.recovered: TailProblem | None = None
-        self.last_lsn: LSN | None = None
+        self._last: int | None = None  # the LSN of the last record appended
         self._file: BinaryIO
+        self._batch = bytearray()  # appended, not yet written: the file's logical end is tell() + len(batch)
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with CaptureReader(self.path) as reader:
                 if reader.header.settings != header.settings:
                     raise CaptureFileError(self.path, "cannot append: the file was captured with (proto_version, "
                                                       f"options, client_encoding) {reader.header.settings}, not "
                                                       f"{header.settings}")
-                reading = reader.records()
-                for record in reading:
-                    self.last_lsn = record.lsn
+                reading = reader.records(raw=True)
+                for _, lsn, _, _ in reading:
+                    self._last = lsn
                 self.recovered, end = reading.tail, reading.end
             self._file = open(self.path, "r+b")  # noqa: SIM115 -- closed by close()
             self._file.truncate(end)
@@ -401,21 +398,44 @@ class CaptureWriter:
                 os.close(directory)
 
     def append(self, lsn: int, xid: int, data: bytes) -> None:
-        self._file.write(encode_record(lsn, xid, data))
-        self.last_lsn = LSN(lsn)
+        batch = self._batch
+        head = _PLAN.head.pack(lsn, xid, len(data))
+        batch += head
+        batch += data
+        batch += _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
+        self._last = lsn
+        if len(batch) >= BATCH:
+            self._write()
 
-    def mark(self) -> tuple[int, LSN | None]:
-        """Where the file ends now, for :meth:`rewind`."""
-        return self._file.tell(), self.last_lsn
+    def _write(self) -> None:
+        if self._batch:
+            self._file.write(self._batch)
+            self._batch.clear()
 
-    def rewind(self, mark: tuple[int, LSN | None]) -> None:
+    @property
+    def last_lsn(self) -> LSN | None:
+        """The LSN of the last record in the file (appended or found there), or ``None``."""
+        return None if self._last is None else LSN(self._last)
+
+    def mark(self) -> tuple[int, int | None]:
+        """Where the file ends now (records gathered but not yet written included), for :meth:`rewind`."""
+        return self._file.tell() + len(self._batch), self._last
+
+    def rewind(self, mark: tuple[int, int | None]) -> None:
         """Drop every record appended after ``mark`` (from :meth:`mark`); call :meth:`sync` to make it durable."""
-        size, self.last_lsn = mark
-        self._file.flush()
-        self._file.truncate(size)
-        self._file.seek(size)
+        size, last_lsn = mark
+        written = self._file.tell()
+        if size >= written:
+            del self._batch[size - written:]
+        else:
+            self._batch.clear()
+            self._file.flush()
+            self._file.truncate(size)
+            self._file.seek(size)
+        self._last = last_lsn
 
     def _fsync(self) -> None:
+        self._write()
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -450,6 +470,10 @@ def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None
     return reading
 
 
+_LSN_TEXT = re.compile(rb"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")  # as the server prints an LSN
+_XID_TEXT = re.compile(rb"[0-9]{1,10}")
+
+
 def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool
                    ) -> Generator[Any, None, None]:
     with open(name, "rb") as handle:
@@ -463,11 +487,17 @@ def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, ra
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")
                 if not data.startswith(b"\\x"):
                     raise ValueError("the data column is not bytea hex (\\x...)")
-                position, number, payload = LSN(lsn.decode("ascii")), int(xid), bytes.fromhex(data[2:].decode("ascii"))
-            except ValueError as error:
+                match = _LSN_TEXT.fullmatch(lsn)
+                if match is None:
+                    raise ValueError(f"not an LSN: {lsn.decode('ascii', 'replace')!r}")
+                position = (int(match[1], 16) << 32) | int(match[2], 16)
+                if not _XID_TEXT.fullmatch(xid):
+                    raise ValueError(f"not an xid: {xid.decode('ascii', 'replace')!r}")
+                number, payload = int(xid), binascii.unhexlify(data[2:])
+            except ValueError as error:  # (binascii.Error is one)
                 raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
             reading.end = offset
-            yield (here, int(position), number, payload) if raw else CaptureRecord(position, number, payload, here)
+            yield (here, position, number, payload) if raw else CaptureRecord(LSN(position), number, payload, here)
 
 
 def is_capture_file(path: str | os.PathLike[str]) -> bool:

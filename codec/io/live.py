@@ -3,8 +3,9 @@ durably on disk.
 
 Strategy: a thin adapter around psycopg2's ``LogicalReplicationConnection`` (it answers the server's
 keepalives itself).  Every XLogData payload is appended to a :class:`~replwire.codec.io.capture_file.
-CaptureWriter` as it arrives and parsed (tracking the stream state) only to learn the position it
-completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a non-transactional message.
+CaptureWriter` as it arrives, and read by a :class:`~replwire.codec.io.positions.PositionTracker` only for
+the position it completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a
+non-transactional message -- and whether anything is left in flight.
 At most every ``sync_interval`` seconds the file is fsynced, and only then is the highest such position
 reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
 When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
@@ -34,29 +35,21 @@ import os
 import select
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...schema import highest_proto_version
 from ..errors import ReplwireError
-from ..messages import (
-    Commit,
-    CommitPrepared,
-    Message,
-    Prepare,
-    RollbackPrepared,
-    StreamAbort,
-    StreamCommit,
-    StreamPrepare,
-    StreamStart,
-    WireMessage,
-)
 from ..scalars import LSN
 from ..stream import snapshot
-from ..stream.decoder import IDLE, Decoder
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+from .positions import PositionTracker, completed_position
 from .slot import quote_identifier
+
+__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "completed_position",
+           "resume_point"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -110,17 +103,6 @@ class CaptureSettings:
         return self.proto_version
 
 
-def completed_position(message: WireMessage) -> LSN | None:
-    """The position a message completes: once it is durable, the server may forget everything before it."""
-    if isinstance(message, (Commit, StreamCommit, Prepare, StreamPrepare, CommitPrepared)):
-        return message.end_lsn
-    if isinstance(message, RollbackPrepared):
-        return message.rollback_end_lsn
-    if isinstance(message, Message) and not message.is_transactional:
-        return message.lsn
-    return None
-
-
 @dataclass
 class Progress:
     """What a running capture has done so far."""
@@ -139,44 +121,21 @@ class Progress:
         return max(0, int(self.server_lsn) - int(self.flushed_lsn))
 
 
-class _Tracker:
-    """Follows the message stream just enough to know what is complete and whether anything is in flight:
-    the :class:`~replwire.codec.stream.decoder.Decoder` keeps the stream state, this adds the streamed transactions
-    still open between their blocks."""
-
-    def __init__(self, proto_version: int, encoding: str) -> None:
-        self.decoder = Decoder(proto_version, encoding)
-        self.open_streams: set[int] = set()
-
-    def feed(self, data: bytes) -> tuple[WireMessage | None, LSN | None]:
-        if not data:  # PostgreSQL 10 to 14 can send an empty payload
-            return None, None
-        if data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not a pgoutput message
-            return None, snapshot.completed_position(data)
-        message = self.decoder.feed(data)
-        if isinstance(message, StreamStart):
-            self.open_streams.add(message.xid)
-        elif isinstance(message, (StreamCommit, StreamPrepare)) or (
-                isinstance(message, StreamAbort) and message.subxid == message.xid):
-            self.open_streams.discard(message.xid)
-        return message, completed_position(message)
-
-    @property
-    def idle(self) -> bool:
-        return self.decoder.state == IDLE and not self.open_streams
-
-
 def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     """Where to cut an existing capture file so that it ends with what the server confirmed: the offset after
     the last record whose completed position is at or below ``confirmed`` (records after it are sent again),
     and how many records stay."""
     with read_capture(path) as reader:
-        tracker = _Tracker(reader.header.proto_version, reader.header.client_encoding)
+        tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
-        reading = reader.records()
-        for record in reading:
+        reading = reader.records(raw=True)
+        for _, _, _, data in reading:
             count += 1
-            _, position = tracker.feed(record.data)
+            position: int | None
+            if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
+                position = snapshot.completed_position(data)
+            else:
+                position = tracker.feed(data)
             if position is not None and position <= confirmed:
                 cut, kept = reading.end, count
     return cut, kept
@@ -272,7 +231,7 @@ class LiveCapture:
         import psycopg2
         import psycopg2.extras
 
-        tracker = _Tracker(proto, writer.header.client_encoding)
+        tracker = PositionTracker(proto, writer.header.client_encoding)
         progress = self.progress
         try:
             conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
@@ -281,7 +240,7 @@ class LiveCapture:
             raise CaptureError(f"cannot open a replication connection: {str(error).strip()}") from None
         _check_encoding(conn, writer)
         cur = conn.cursor()
-        pending: LSN | None = None
+        pending = 0  # the highest position completed since the last acknowledgement (0: none)
         last_sync = time.monotonic()
         last_activity = time.monotonic()
 
@@ -293,50 +252,105 @@ class LiveCapture:
             writer.sync()
             last_sync = now
             target = pending
-            server_end = LSN(cur.wal_end) if getattr(cur, "wal_end", 0) else None
-            if server_end is not None:
-                progress.server_lsn = max(progress.server_lsn, server_end)
-            if tracker.idle and server_end is not None and server_end > (target or 0):
+            server_end = getattr(cur, "wal_end", 0) or 0
+            if server_end > progress.server_lsn:
+                progress.server_lsn = LSN(server_end)
+            if tracker.idle and server_end > target:
                 target = server_end  # nothing in flight: the server may forget everything it sent
-            if target is not None and target > progress.flushed_lsn:
-                progress.flushed_lsn = target
+            if target > progress.flushed_lsn:
+                progress.flushed_lsn = LSN(target)
             cur.send_feedback(write_lsn=int(progress.current_lsn), flush_lsn=int(progress.flushed_lsn),
                               apply_lsn=int(progress.flushed_lsn), force=True)
-            pending = None
+            pending = 0
             if self.on_progress:
                 self.on_progress(progress)
 
+        read, append, feed = cur.read_message, writer.append, tracker.feed
         try:
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
             while not (stop is not None and stop.is_set()):
-                message = cur.read_message()
+                message = read()
                 if message is None:
                     sync_and_ack()
                     if idle_exit is not None and tracker.idle and time.monotonic() - last_activity > idle_exit:
                         break
                     select.select([cur], [], [], min(self.sync_interval, 0.2))
                     continue
+                # A burst: every message already received, up to a thousand, with no per-message bookkeeping
+                # beyond the file and the tracker; the counters are published after it.
+                count = size = completed = 0
+                current = int(progress.current_lsn)
+                try:
+                    while message is not None:
+                        data = message.payload
+                        start = message.data_start
+                        append(start, 0, data)
+                        count += 1
+                        size += len(data)
+                        if start > current:
+                            current = start
+                        position = feed(data)
+                        if position is not None:
+                            completed += 1
+                            if position > pending:
+                                pending = position
+                        if count == 1000:
+                            break
+                        message = read()
+                finally:
+                    progress.messages += count
+                    progress.bytes += size
+                    progress.transactions += completed
+                    progress.current_lsn = LSN(current)
                 last_activity = time.monotonic()
-                data = bytes(message.payload)
-                writer.append(message.data_start, 0, data)
-                progress.messages += 1
-                progress.bytes += len(data)
-                progress.current_lsn = max(progress.current_lsn, LSN(message.data_start or 0))
-                _, position = tracker.feed(data)
-                if position is not None:
-                    progress.transactions += 1
-                    pending = position if pending is None else max(pending, position)
                 sync_and_ack()
         except KeyboardInterrupt:
             pass
         finally:
+            walsender = conn.get_backend_pid()
             try:
                 sync_and_ack(force=True)
             finally:
                 writer.close()
                 conn.close()
+        self._wait_released(walsender)
         return progress
+
+    def _wait_released(self, walsender: int, timeout: float = 10.0) -> None:
+        """Wait until the walsender ``walsender`` has let go of the slot.
+
+        Closing the connection only sends the final status update and a Terminate; the walsender handles
+        them later, in order, and releases the slot as it exits, after taking the update.  Until then the slot
+        shows an older confirmed position and cannot be used again ("active for PID"), so :meth:`run`
+        returns only once the slot is released (or, after ``timeout`` seconds, with a warning)."""
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error:
+            return  # the acknowledgement was sent; nothing here can make the server take it sooner
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while True:
+                    cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                                (self.settings.slot,))
+                    row = cur.fetchone()
+                    if row is None or row[0] != walsender:
+                        return
+                    if time.monotonic() > deadline:
+                        warnings.warn(f"the walsender (PID {walsender}) still holds slot {self.settings.slot!r} "
+                                      f"{timeout:g} s after the capture closed its connection; the slot may not "
+                                      f"show the last acknowledged position {self.progress.flushed_lsn} yet",
+                                      RuntimeWarning, stacklevel=3)
+                        return
+                    time.sleep(0.005)
+        except psycopg2.Error:
+            return
+        finally:
+            conn.close()
 
     # -- the SQL functions ----------------------------------------------------------------------------------
 
@@ -370,7 +384,7 @@ class LiveCapture:
                 while not (stop is not None and stop.is_set()):
                     before = batch.done
                     # every call is a new pgoutput session
-                    rows, wal_end = batch.read(conn, _Tracker(proto, writer.header.client_encoding))
+                    rows, wal_end = batch.read(conn, PositionTracker(proto, writer.header.client_encoding))
                     everything_read = rows < self.batch_size and writer.mark() == batch.kept
                     batch.settle()
                     # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
@@ -432,7 +446,7 @@ class _SqlBatch:
         self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
         self.kept, self.done = writer.mark(), progress.flushed_lsn
 
-    def read(self, conn, tracker: _Tracker) -> tuple[int, LSN]:
+    def read(self, conn, tracker: PositionTracker) -> tuple[int, LSN]:
         """Read one call's rows into the file; returns how many, and the WAL position the call read up to at
         least (taken just before it)."""
         writer, progress = self.writer, self.progress
@@ -451,10 +465,10 @@ class _SqlBatch:
                 progress.messages += 1
                 progress.bytes += len(data)
                 progress.current_lsn = max(progress.current_lsn, lsn)
-                _, position = tracker.feed(data)
+                position = tracker.feed(data)
                 if position is not None:
                     progress.transactions += 1
-                    self.kept, self.done = writer.mark(), max(self.done, position)
+                    self.kept, self.done = writer.mark(), max(self.done, LSN(position))
         conn.commit()
         return rows, wal_end
 

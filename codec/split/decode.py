@@ -114,7 +114,7 @@ class RecordError(ReplwireError, ValueError):
         return (RecordError, (self.path, self.record, self.error))
 
 
-def committed(inputs: Sequence[Input], *, typed: bool = True,
+def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
               repeated: Callable[[Transaction | Change], None] | None = None,
               warn: Callable[[str, str], None] | None = None) -> Iterator[Transaction | Change]:
@@ -125,22 +125,23 @@ def committed(inputs: Sequence[Input], *, typed: bool = True,
     (:mod:`replwire.codec.stream.snapshot`); a section an earlier input already held is skipped, and
     ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
     capture file tail once the records before it are done.  A record that does not decode raises
-    :class:`RecordError`."""
-    assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed)
+    :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`)."""
+    assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
+                          rows=rows)
     feed = assembler.feed
     sections = _Sections(inputs[0], typed)
     last_end = -1
     for source in inputs:
         if source.index:
             assembler.resume()
-        reading = read_records(source)
+        reading = read_records(source, raw=True)
         number = 0
         try:
-            for number, record in enumerate(reading):  # noqa: B007 - named in the error
-                if record.data and record.data[0] in snapshot.KINDS:
-                    yield from sections.feed(record.data, record.lsn)
+            for number, (_, lsn, _, data) in enumerate(reading):  # noqa: B007 - named in the error
+                if data and data[0] in snapshot.KINDS:
+                    yield from sections.feed(data, lsn)
                     continue
-                for item in feed(record.data, lsn=record.lsn or None):
+                for item in feed(data, lsn=lsn or None):
                     end = item.end_lsn if isinstance(item, Transaction) else item.lsn
                     if end is not None and end <= last_end:
                         if repeated is not None:

@@ -4,18 +4,20 @@ Strategy: every message goes through a :class:`~replwire.codec.Decoder` (the ass
 the caller's), which checks the order and keeps the Relation and Type caches.  Each data change is then
 appended to the buffer of the transaction it belongs to -- the open Begin...Commit or Begin Prepare...Prepare
 transaction, or, inside a Stream Start...Stop block, the streamed top-level xid's buffer, tagged with the
-subtransaction xid the message carries.  A buffer entry is small and exact: the message's own wire bytes
-(out-of-stream form: the tag plus everything after the streamed Xid), its LSN, the subtransaction xid, and
-a reference to the :class:`~replwire.codec.stream.values.RowSchema` (Relation and Type messages) in force when it
-arrived, so a Relation re-sent mid-transaction (ALTER TABLE) applies to the later changes only.
+subtransaction xid the message carries.  A buffer entry is the parsed message (in its out-of-stream form:
+no streamed Xid), its LSN, the subtransaction xid, and a reference to the
+:class:`~replwire.codec.stream.values.RowSchema` (Relation and Type messages) in force when it arrived, so a
+Relation re-sent mid-transaction (ALTER TABLE) applies to the later changes only.  A message is parsed once.
 
-A buffer whose entries pass ``spill_threshold`` bytes moves them to an anonymous temporary file (records of
-``flags, schema index, subxid, lsn, length, message bytes``; never pickle) and appends there from then on.
+A buffer whose entries pass ``spill_threshold`` bytes (wire bytes plus what the parsed objects cost) moves
+them to an anonymous temporary file as records of ``flags, schema index, subxid, lsn, length, message
+bytes`` (the message's wire bytes, out-of-stream form; never pickle) and appends there from then on.
 Outcomes: Commit / Stream Commit / Commit Prepared emit a :class:`Transaction`; Stream Abort of a
 subtransaction marks that subxid dropped (its entries are skipped, in memory right away, on disk when read
 back); a top-level Stream Abort or Rollback Prepared discards the buffer; Prepare / Stream Prepare park it
-under its gid.  Changes are parsed again and typed only when the committed transaction is read, one at a
-time, so a spilled transaction is never all in memory: :attr:`Transaction.changes` is a lazy sequence.
+under its gid.  Changes are typed only when the committed transaction is read, one at a time (a spilled one
+parsed back from its file), so a spilled transaction is never all in memory: :attr:`Transaction.changes`
+is a lazy sequence.
 """
 
 from __future__ import annotations
@@ -55,11 +57,14 @@ from .values import RowSchema, ValueLoader, untyped_row
 
 __all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Transaction"]
 
-#: Bytes counted per buffered change on top of its wire bytes (the Python objects that hold it).
-ENTRY_OVERHEAD = 112
+#: Bytes counted per buffered change on top of its wire bytes (the entry and the message object), and per
+#: tuple column (its TupleColumn and data object): what the parsed message costs in memory.
+ENTRY_OVERHEAD = 240
+COLUMN_OVERHEAD = 96
 _RECORD = struct.Struct(">BIIQI")  # flags (bit 0: has lsn), schema index, subxid, lsn, length
 _DML = (Insert, Update, Delete, Truncate, Message)
 _OPENERS = (Begin, BeginPrepare, StreamStart)  # the messages that open a transaction
+_WITH_XID = (Relation, Type, *_DML)  # the messages that carry the streamed Xid inside a Stream block
 
 
 @dataclass(slots=True)
@@ -137,6 +142,17 @@ class Changes(Sequence[Change]):
         for entry in self._buffer.entries():
             yield self._assembler._change(entry, self._buffer)
 
+    def wire(self) -> Iterator[tuple[WireMessage, Any, int | None, int]]:
+        """The changes as ``(message, schema, lsn, subxid)``, without :class:`Change` objects: the wire
+        message (out-of-stream form), what its values are read with (as :attr:`Change.row_schema`; a tuple of
+        Relations for a Truncate, ``None`` for a logical message), its LSN (an ``int``, or ``None``) and the
+        subtransaction xid (as :attr:`Change.xid`).  For writers that read the wire tuples themselves."""
+        buffer, parse_data = self._buffer, self._assembler._parse_data
+        schemas = buffer.schemas
+        for index, subxid, lsn, item in buffer.entries():
+            message = parse_data(item) if isinstance(item, bytes) else item
+            yield message, schemas[index] if index != 0xFFFFFFFF else None, lsn, subxid
+
     @overload
     def __getitem__(self, index: int) -> Change: ...
 
@@ -198,12 +214,15 @@ class Transaction(Outcome):
 class _Buffer:
     """The changes of one open (or prepared) transaction: entries in memory, then in a spill file."""
 
-    def __init__(self, xid: int, threshold: int, spill_dir: str | None, streamed: bool) -> None:
+    def __init__(self, xid: int, threshold: int, spill_dir: str | None, streamed: bool,
+                 encode: Any = None) -> None:
         self.xid = xid
+        self.encode = encode  # a parsed message's wire bytes, for the spill file
         self.threshold = threshold
         self.spill_dir = spill_dir
         self.streamed = streamed
-        self.memory: list[tuple[int, int, int | None, bytes]] = []  # schema index, subxid, lsn, bytes
+        # schema index, subxid, lsn, message (parsed; from the spill file: its bytes)
+        self.memory: list[tuple[int, int, int | None, Any]] = []
         self.size = 0
         self.count = 0
         self.file: BinaryIO | None = None
@@ -223,15 +242,16 @@ class _Buffer:
             self.schemas.append(schema)
         return index
 
-    def add(self, schema: Any, subxid: int, lsn: int | None, data: bytes) -> None:
-        entry = (self.schema_index(schema), subxid, lsn, data)
+    def add(self, schema: Any, subxid: int, lsn: int | None, message: WireMessage, cost: int) -> None:
+        """Buffer ``message``, which costs about ``cost`` bytes in memory (:func:`_cost`)."""
+        entry = (self.schema_index(schema), subxid, lsn, message)
         self.count += 1
         self.per_subxid[subxid] = self.per_subxid.get(subxid, 0) + 1
         if self.file is not None:
             self._write(entry)
             return
         self.memory.append(entry)
-        self.size += len(data) + ENTRY_OVERHEAD
+        self.size += cost
         if self.size > self.threshold:
             self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
             for item in self.memory:
@@ -239,8 +259,9 @@ class _Buffer:
             self.memory = []
             self.size = 0
 
-    def _write(self, entry: tuple[int, int, int | None, bytes]) -> None:
-        index, subxid, lsn, data = entry
+    def _write(self, entry: tuple[int, int, int | None, Any]) -> None:
+        index, subxid, lsn, message = entry
+        data = self.encode(message)
         assert self.file is not None
         self.file.write(_RECORD.pack(lsn is not None, index, subxid, lsn or 0, len(data)))
         self.file.write(data)
@@ -254,10 +275,10 @@ class _Buffer:
             self.dropped.add(subxid)
         else:
             kept = [e for e in self.memory if e[1] != subxid]
-            self.size -= sum(len(e[3]) + ENTRY_OVERHEAD for e in self.memory if e[1] == subxid)
+            self.size = max(0, self.size - sum(_cost(e[3]) for e in self.memory if e[1] == subxid))  # (about)
             self.memory = kept
 
-    def entries(self) -> Iterator[tuple[int, int, int | None, bytes]]:
+    def entries(self) -> Iterator[tuple[int, int, int | None, Any]]:
         if self.file is None:
             yield from self.memory
             return
@@ -322,16 +343,19 @@ class Assembler:
         spill_dir: where the temporary files go (default: the system's temporary directory).
         typed: load values through psycopg (default); ``False`` gives ``str`` for text and ``bytes`` for
             binary columns and needs no psycopg.
+        rows: make the row dicts of each change (default); ``False`` leaves ``new``/``old``/``key`` unset, for
+            callers that read the wire tuples of ``Change.message`` (or :meth:`Changes.wire`) themselves.
     """
 
     def __init__(self, decoder: Decoder | None = None, *, proto_version: int = 4, encoding: str = UTF8,
-                 spill_threshold: int = 64 * 2**20, spill_dir: str | None = None, typed: bool = True) -> None:
+                 spill_threshold: int = 64 * 2**20, spill_dir: str | None = None, typed: bool = True,
+                 rows: bool = True) -> None:
         self.decoder = decoder if decoder is not None else Decoder(proto_version=proto_version, encoding=encoding)
         if spill_threshold < 0:
             raise ValueError("spill_threshold must be >= 0")
         self.spill_threshold = spill_threshold
         self.spill_dir = spill_dir
-        self._maker = ChangeMaker(typed=typed, encoding=self.decoder.encoding)
+        self._maker = ChangeMaker(typed=typed and rows, rows=rows, encoding=self.decoder.encoding)
         self._router = Router(self.decoder)
         self._buffers: dict[int, _Buffer] = {}  # open, streamed and prepared transactions by routing key
         self._last_added: WireMessage | None = None
@@ -376,33 +400,30 @@ class Assembler:
         nothing for everything else."""
         decoder = self.decoder
         if message is decoder.last_message and decoder.last_data is not None and message is not self._last_added:
-            data: bytes | None = decoder.last_data
-            in_stream = isinstance(message, (Relation, Type, *_DML)) and message.xid is not None
+            in_stream = isinstance(message, _WITH_XID) and message.xid is not None
         else:
             in_stream = decoder.in_stream
             decoder.accept(message)
-            data = None
         self._last_added = message
-        lsn = LSN(lsn) if lsn is not None else None
         route = self._router.route(message, decoder.index, in_stream)
         if route is None:
             return []
         kind, key, buffers = route.kind, route.key, self._buffers
         if kind is LONE:
-            return [self._maker.change(message, None, lsn, None)]
+            return [self._maker.change(message, None, LSN(lsn) if lsn is not None else None, None)]
         assert key is not None  # every route but a lone message's names its transaction (Router.route)
         if kind is CHANGE:
-            if data is None:
-                plain = replace(message, xid=None) if isinstance(message, _DML) and message.xid is not None else message
-                data = self._build(plain, proto_version=decoder.proto_version, encoding=decoder.encoding)
-            elif in_stream:
-                data = data[:1] + data[5:]  # the out-of-stream form: drop the Xid after the tag
-            buffers[key].add(self._maker.schema_for(decoder, message), route.value, lsn, data)
+            schema = self._maker.schema_for(decoder, message)
+            data = decoder.last_data if message is decoder.last_message else None
+            if isinstance(message, _DML) and message.xid is not None:
+                message = replace(message, xid=None)  # the out-of-stream form
+            buffers[key].add(schema, route.value, lsn, message, _cost(message, data))
         elif kind is OPEN:
             if route.value is not None:  # a streamed transaction sent again from its first block: start over
                 buffers.pop(route.value).close()
             assert isinstance(message, _OPENERS)  # only these open a transaction (Router.route)
-            buffers[key] = _Buffer(message.xid, self.spill_threshold, self.spill_dir, streamed=route.streamed)
+            buffers[key] = _Buffer(message.xid, self.spill_threshold, self.spill_dir, streamed=route.streamed,
+                                   encode=self._encode)
         elif kind is ORIGIN:
             buffer = buffers[key]
             if buffer.origin is None:
@@ -427,12 +448,20 @@ class Assembler:
             gid=getattr(commit, "gid", None), prepare_lsn=prepare.prepare_lsn if prepare else None,
             prepare_time=prepare.prepare_time if prepare else None, streamed=buffer.streamed)
 
-    def _change(self, entry: tuple[int, int, int | None, bytes], buffer: _Buffer) -> Change:
-        index, subxid, lsn, data = entry
-        message = self._parse(data, proto_version=self.decoder.proto_version, encoding=self.decoder.encoding)
+    def _change(self, entry: tuple[int, int, int | None, Any], buffer: _Buffer) -> Change:
+        index, subxid, lsn, item = entry
+        message = self._parse_data(item) if isinstance(item, bytes) else item
         schema = buffer.schemas[index] if index != 0xFFFFFFFF else None
         return self._maker.change(message, schema, LSN(lsn) if lsn is not None else None, buffer.xid,
                                   subxid if buffer.streamed else None)
+
+    def _parse_data(self, data: bytes) -> WireMessage:
+        """A change read back from a spill file."""
+        return self._parse(data, proto_version=self.decoder.proto_version, encoding=self.decoder.encoding)
+
+    def _encode(self, message: WireMessage) -> bytes:
+        """A buffered change's wire bytes, for the spill file."""
+        return self._build(message, proto_version=self.decoder.proto_version, encoding=self.decoder.encoding)
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -526,6 +555,30 @@ class ChangeMaker:
 
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
+
+
+def _cost(message: Any, data: bytes | None = None) -> int:
+    """About how many bytes a buffered change costs in memory: its wire bytes (``data``, or as many as its
+    tuples' data and lengths take), :data:`ENTRY_OVERHEAD`, and :data:`COLUMN_OVERHEAD` per tuple column."""
+    cls = message.__class__
+    if data is not None and cls in _TUPLE_NAMES:
+        columns = 0
+        for name in _TUPLE_NAMES[cls]:
+            tuple_ = getattr(message, name)
+            if tuple_ is not None:
+                columns += len(tuple_)
+        return len(data) + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
+    columns = 0
+    size = 8 + len(getattr(message, "content", b"") or b"")
+    for name in ("new", "old", "key"):
+        tuple_ = getattr(message, name, None)
+        if tuple_:
+            columns += len(tuple_)
+            size += sum(len(c.data) + 5 for c in tuple_ if c.data is not None)
+    return size + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
+
+
+_TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
 
 
 def _namespace(relation: Relation) -> str:

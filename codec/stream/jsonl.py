@@ -19,11 +19,14 @@ import decimal
 import ipaddress
 import json
 import math
+import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .assembler import Change, Transaction
+from ..messages import Delete, Insert, Update
+from ..scalars import LSN
+from .assembler import Change, ChangeMaker, Transaction
 from .values import UNCHANGED_TOAST, Infinite, RawValue, RowSchema, ValueLoader
 
 
@@ -87,6 +90,69 @@ _STRING = json.encoder.encode_basestring  # what ENCODE writes a str with (ensur
 _STRING_OIDS = frozenset((25, 1043, 1042, 19, None))  # text, varchar, bpchar, name; None: kept as text
 _INTEGER_OIDS = frozenset((20, 21, 23))  # int8, int2, int4
 
+_DATE_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2}")
+_TIME_TEXT = re.compile(rb"\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
+_TIMESTAMP_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
+_TIMESTAMPTZ_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?[+-]\d{2}(?::\d{2}){0,2}")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_UTC = dt.timezone.utc
+
+
+def _float_text(data: bytes) -> str | None:
+    value = float(data)
+    return repr(value) if math.isfinite(value) else _STRING(json_value(value))
+
+
+def _numeric_text(data: bytes) -> str | None:
+    return _STRING(json_value(decimal.Decimal(data.decode("ascii"))))
+
+
+def _uuid_text(data: bytes) -> str | None:
+    text = data.decode("ascii")
+    return _STRING(text) if len(text) == 36 and text == str(uuid.UUID(text)) else None
+
+
+def _date_text(data: bytes) -> str | None:
+    return _STRING(dt.date.fromisoformat(data.decode("ascii")).isoformat()) if _DATE_TEXT.fullmatch(data) else None
+
+
+def _time_text(data: bytes) -> str | None:
+    return _STRING(dt.time.fromisoformat(data.decode("ascii")).isoformat()) if _TIME_TEXT.fullmatch(data) else None
+
+
+def _timestamp_text(data: bytes) -> str | None:
+    if not _TIMESTAMP_TEXT.fullmatch(data):
+        return None
+    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).isoformat())
+
+
+def _timestamptz_text(data: bytes) -> str | None:
+    if not _TIMESTAMPTZ_TEXT.fullmatch(data):
+        return None
+    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).astimezone(_UTC).isoformat())
+
+
+def _bytea_text(data: bytes) -> str | None:
+    digits = data[2:]
+    if data[:2] != b"\\x" or len(digits) % 2 or not _HEX.issuperset(digits):
+        return None
+    return _STRING("\\x" + digits.decode("ascii").lower())
+
+
+def _json_text(data: bytes) -> str | None:
+    return ENCODE(json_value(json.loads(data)))
+
+
+# Text-format ('t') columns RowJson writes from the text with one conversion, by the OID their type resolves to:
+# each gives exactly the JSON text of the typed value (json_value of psycopg's value), or None where the text is
+# not in the form the conversion is exact for (the typed value is written then).  bool is written inline.
+_TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
+    700: _float_text, 701: _float_text, 1700: _numeric_text, 2950: _uuid_text, 1082: _date_text,
+    1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 114: _json_text,
+    3802: _json_text,
+}
+_BOOL = 16
+
 
 class RowJson:
     """A tuple as JSON text straight from its wire columns: the same text as ``ENCODE`` of the typed row
@@ -94,8 +160,10 @@ class RowJson:
 
     Strategy: per :class:`RowSchema` (and key-only or not) a small function is written and compiled, one
     branch per column, each with the column's name already written as a JSON key; text, varchar, bpchar,
-    name and integer columns in text format skip the typed value (the text is the value: a JSON string, or
-    the integer); every other column goes through the typed value.
+    name, integer and bool columns in text format skip the typed value (the text is the value: a JSON
+    string, the integer, true or false); float, numeric, uuid, date, time, timestamp(tz), bytea and json(b)
+    text go through one conversion each that gives the same JSON text where the text has the server's usual
+    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
@@ -130,6 +198,12 @@ class RowJson:
                 lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
             elif oid in _INTEGER_OIDS:
                 lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
+            elif oid == _BOOL:
+                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else "
+                             f"'false'))")
+            elif oid in _TEXT_CONVERSIONS:
+                lines += ["        elif kind == 't':",
+                          f"            append({key!r} + _convert({oid}, column.data, {i}))"]
             lines += ["        elif kind == 'u':",
                       f"            if toasted is not None: toasted.append({meta.name!r})",
                       f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
@@ -139,7 +213,14 @@ class RowJson:
         def typed(kind: str, data: bytes, i: int) -> str:
             return ENCODE(json_value(loader.load(kind, data, *types[i])))
 
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed}
+        def convert(oid: int, data: bytes, i: int) -> str:
+            try:
+                text = _TEXT_CONVERSIONS[oid](data)
+            except (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation):
+                text = None
+            return text if text is not None else typed("t", data, i)
+
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_convert": convert}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
         return namespace["write"]
 
@@ -210,4 +291,66 @@ def objects(item: Transaction | Change):
         yield _change_object(item, None)
 
 
-__all__ = ["ENCODE", "RowJson", "change_object", "json_value", "objects"]
+class JsonLines:
+    """The lines ``replwire decode`` prints for one assembler item, written straight from the wire tuples:
+    the same text as ``ENCODE`` of each of :func:`objects`, without the dicts and Change objects.
+
+    Strategy: per transaction, the keys every change shares (xid, commit LSN and time, origin, gid) are
+    written once; per relation and operation, the line's start; each row image comes from :class:`RowJson`.
+    The changes come from :meth:`~replwire.codec.stream.assembler.Changes.wire` (an Assembler made with
+    ``rows=False`` makes no row dicts); truncates and logical messages, rare, go through :func:`objects`.
+    """
+
+    def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
+        self.rows = rows or RowJson(ValueLoader(encoding))
+        self.maker = ChangeMaker(rows=False, encoding=encoding)
+        self._starts: dict[tuple[int, str], tuple[Any, str]] = {}
+
+    def __call__(self, item: Transaction | Change) -> Iterator[str]:
+        """The lines of ``item``, one at a time (a spilled transaction is read back as they are taken)."""
+        if not isinstance(item, Transaction):
+            for obj in objects(item):
+                yield ENCODE(obj)
+            return
+        shared = _transaction_fields(item)
+        tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
+        xid = f"{item.xid}" if item.xid is not None else "null"
+        streamed, rows, starts = item.streamed, self.rows, self._starts
+        for message, schema, lsn, subxid in item.changes.wire():
+            op = _OPS.get(message.__class__)
+            if op is None:  # a truncate or a logical message
+                change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
+                                           subxid if streamed else None)
+                yield ENCODE(_change_object(change, shared, streamed))
+                continue
+            relation = schema.relation
+            cached = starts.get((id(schema), op))
+            if cached is None or cached[0] is not schema:
+                if len(starts) > 4096:
+                    starts.clear()
+                start = (f'{{"op":"{op}","schema":{_STRING(relation.namespace or "pg_catalog")},'
+                         f'"table":{_STRING(relation.name)},"xid":')
+                cached = starts[(id(schema), op)] = (schema, start)
+            parts = [cached[1], xid, ',"lsn":', f'"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else "null",
+                     tail]
+            if streamed:
+                parts.append(f',"subxid":{subxid}')
+            toasted: list[str] = []
+            new = getattr(message, "new", None)
+            if new is not None:
+                parts += (',"new":', rows(schema, new, toasted=toasted))
+            key = getattr(message, "key", None)
+            old = getattr(message, "old", None)
+            if key is not None:
+                parts += (',"key":', rows(schema, key, only_keys=True))
+            elif old is not None:
+                parts += (',"old":', rows(schema, old), ',"key":', rows(schema, old, only_keys=True))
+            if toasted:
+                parts += (',"unchanged_toast":', ENCODE(toasted))
+            parts.append("}")
+            yield "".join(parts)
+
+
+_OPS = {Insert: "insert", Update: "update", Delete: "delete"}
+
+__all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "json_value", "objects"]

@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 
+from replwire.codec.io import capture_file
 from replwire.codec.io.capture_file import (
     CaptureFileError,
     CaptureHeader,
@@ -16,6 +17,7 @@ from replwire.codec.io.capture_file import (
     read_capture,
     read_copy_csv,
 )
+from replwire.schema import capture as capture_layout
 
 HEADER = CaptureHeader(proto_version=4, server_version=180006, options={"streaming": "parallel"})
 MESSAGES = [(0x169E5A8 + i, 700 + i, bytes([0x49]) + i.to_bytes(4, "big") * (i + 1)) for i in range(10)]
@@ -379,6 +381,37 @@ def test_rewind_drops_what_was_appended_after_the_mark(tmp_path):
         assert [(r.lsn, r.xid, r.data) for r in reading] == MESSAGES[:3] + [(1, 2, b"E")] and reading.tail is None
 
 
+def test_rewind_within_what_is_gathered_and_across_a_written_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr(capture_file, "BATCH", 100)  # a few records per batch
+    path = tmp_path / "c.rwcap"
+    records = [(i, i, b"I" + bytes(i % 37)) for i in range(1, 60)]
+    with CaptureWriter(path, HEADER) as writer:
+        for lsn, xid, data in records[:20]:
+            writer.append(lsn, xid, data)
+        mark = writer.mark()
+        writer.append(*records[20])  # gathered, not written
+        writer.rewind(mark)
+        assert writer.mark() == mark
+        for lsn, xid, data in records[20:40]:
+            writer.append(lsn, xid, data)
+        mark = writer.mark()
+        for lsn, xid, data in records[40:]:  # several batches written after the mark
+            writer.append(lsn, xid, data)
+        assert writer._file.tell() > mark[0]  # batches were written after the mark
+        writer.rewind(mark)
+        writer.append(1, 2, b"E")
+    with read_capture(path) as reader:
+        reading = reader.records()
+        assert [(r.lsn, r.xid, r.data) for r in reading] == records[:40] + [(1, 2, b"E")] and reading.tail is None
+
+
+@pytest.mark.parametrize("record", [(0, 0, b""), (1, 2, b"B"), (2**64 - 1, 2**32 - 1, bytes(range(256)) * 300)])
+def test_records_are_encoded_as_construct_builds_the_declaration(record):
+    lsn, xid, data = record
+    expected = capture_layout.RECORD.build({"record": {"lsn": lsn, "xid": xid, "data": data}})
+    assert capture_file.encode_record(lsn, xid, data) == expected
+
+
 def test_a_range_reads_little_past_its_stop(tmp_path):
     """Reading a small range of a large file reads about the range, not a whole chunk past it (the first
     pass reads runs of a few KB when asked for many partitions)."""
@@ -390,3 +423,25 @@ def test_a_range_reads_little_past_its_stop(tmp_path):
         assert [r[0] for r in reader.records(whole[100], whole[110], raw=True)] == whole[100:110]
         assert [r[0] for r in reader.records(whole[200], whole[210], raw=True, skip=frozenset(b"B"))] == whole[200:210]
         assert counting.read_bytes < 2 * (whole[110] - whole[100]) + 64
+
+
+def test_opening_reads_the_header_not_the_file(tmp_path):
+    path = tmp_path / "c.rwcap"
+    write(path, [(i, i, b"I" + bytes(1000)) for i in range(20_000)])  # about 20 MB
+    tracemalloc.start()
+    try:
+        with read_capture(path) as reader:
+            assert reader.header == HEADER
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_a_header_longer_than_the_first_read_is_read_whole(tmp_path):
+    header = CaptureHeader(proto_version=1, options={"publication_names": '"' + "p" * 200_000 + '"'})
+    path = tmp_path / "c.rwcap"
+    write(path, MESSAGES, header)
+    with read_capture(path) as reader:
+        assert reader.header == header
+        assert [(r.lsn, r.xid, r.data) for r in reader.records()] == MESSAGES

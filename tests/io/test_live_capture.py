@@ -51,6 +51,7 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
         end = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
         runner.join(60)
         assert not runner.is_alive()
+        wal_flushed = LSN(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
         options = CaptureSettings(slot=peek, publication=f"{table}_pub", messages=True).options(server.version_num)
         expected = sql_changes(conn, peek, settings.protocol(server.version_num), options)
         confirmed = LSN(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
@@ -68,10 +69,43 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
     # every record at the LSN the SQL interface reports for it, except the 0/0 of non-final writes
     for record, (lsn, _) in zip(records, expected):
         assert record.lsn in (lsn, 0)
-    # acknowledged: at least the end of the last transaction, never beyond what the server has
+    # acknowledged: at least the end of the last transaction, never beyond what the server has flushed.  (The
+    # server goes on writing WAL of its own after the last statement -- a standby snapshot, a prune of a page
+    # read -- and an idle capture acknowledges it too, so the bound is the WAL flushed after the capture ended.)
     last_complete = max(p for p in (completed_position(parse(d, proto_version=reader.header.proto_version))
                                     for _, d in expected) if p is not None)
-    assert last_complete <= confirmed <= end
+    assert end <= wal_flushed
+    assert last_complete <= confirmed <= wal_flushed
+
+
+@pytest.mark.parametrize("major", [15, 18])
+def test_the_slot_holds_the_final_acknowledgement_when_run_returns(major, request, tmp_path):
+    # A long sync interval: the only acknowledgement of the last commit is the one sent as the capture ends.
+    # Closing the connection does not wait for the walsender to take it, so run() must wait until the slot
+    # is released; each round starts a capture on the slot straight after the previous one returned.
+    server = request.getfixturevalue(f"pg{major}")
+    table, slot = f"final_ack_{major}", f"final_ack_slot_{major}"
+    out = tmp_path / "final.rwcap"
+    with server.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
+        for round_ in range(4):
+            for i in range(3):
+                conn.execute(f"INSERT INTO {table} VALUES (%s)", (10 * round_ + i,))
+            progress = LiveCapture(server.dsn, out, settings, create_slot=False, sync_interval=30).run(idle_exit=0.3)
+            active, confirmed = conn.execute("SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots "
+                                             "WHERE slot_name = %s", (slot,)).fetchone()
+            with read_capture(out) as reader:
+                data = [r.data for r in reader.records()]
+                ends = [completed_position(parse(d, proto_version=reader.header.proto_version)) for d in data]
+            last_commit = max(p for p in ends if p is not None)
+            assert "".join(chr(d[0]) for d in data if d[:1] != b"R") == "BIC" * 3 * (round_ + 1)
+            assert not active, f"round {round_}: the walsender still holds the slot"
+            assert LSN(confirmed) >= last_commit, f"round {round_}"
+            assert progress.flushed_lsn >= last_commit
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
 def test_unknown_publication_is_a_clear_error(pg18, tmp_path):
@@ -200,6 +234,7 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
         runner.join(60)
         watching.join(10)
         assert not runner.is_alive()
+        wal_flushed = LSN(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
         expected = sql_changes(conn, peek, proto, settings.options(server.version_num))
         confirmed = confirmed_lsn(conn, slot)
         conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
@@ -218,9 +253,11 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
     decoded = committed([(r.lsn, r.data) for r in records], proto)
     assert decoded == committed(expected, proto)
     assert len(decoded) == 40 + 4 + 4 + 2 and not any(c.new and c.new["id"] == "-1" for *_, cs in decoded for c in cs)
-    # the slot moved past everything, and at no moment past a transaction that was not in the file
+    # the slot moved past everything (and past no WAL the server had not flushed when the capture ended: see
+    # above), and at no moment past a transaction that was not in the file
     completed = sorted({p for p in (completed_position(parse(d, proto_version=proto)) for _, d in expected) if p})
-    assert completed[-1] <= confirmed <= end
+    assert end <= wal_flushed
+    assert completed[-1] <= confirmed <= wal_flushed
     assert len({position for position, _ in seen}) > 10
     for position, in_file in seen:
         assert {p for p in completed if p <= position} <= in_file, position

@@ -54,7 +54,19 @@ VALUES = {
     1114: st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31)).map(
         lambda d: ("t", d.isoformat(" ").encode())),
     3802: JSON_VALUES.map(lambda v: ("t", json.dumps(v, ensure_ascii=False).encode())),
-    17: st.binary(max_size=8).map(lambda b: ("t", b"\\x" + b.hex().encode())),
+    114: JSON_VALUES.map(lambda v: ("t", json.dumps(v, indent=1).encode())),
+    17: st.one_of(st.binary(max_size=8).map(lambda b: ("t", b"\\x" + b.hex().encode())),
+                  st.binary(max_size=8).map(lambda b: ("t", b"\\x" + b.hex().upper().encode())),
+                  st.sampled_from([("t", b"\\x0"), ("t", b"\\x00 11"), ("t", b"\\000")])),
+    700: st.one_of(st.floats(width=32, allow_nan=False).map(lambda f: ("t", repr(f).encode())),
+                   st.sampled_from([("t", b"NaN"), ("t", b"1e+20"), ("t", b"-0")])),
+    1083: st.one_of(st.times().map(lambda t: ("t", t.isoformat().encode())),
+                    st.sampled_from([("t", b"24:00:00"), ("t", b"12:00:00.1234567")])),
+    1184: st.tuples(st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30)),
+                    st.sampled_from(["+00", "+05:30", "-08", "+01:02:03", "+14"])).map(
+        lambda p: ("t", (p[0].isoformat(" ") + p[1]).encode())),
+    2950: st.one_of(st.uuids().map(lambda u: ("t", str(u).encode())),
+                    st.uuids().map(lambda u: ("t", str(u).upper().encode()))),
 }
 
 

@@ -1,0 +1,193 @@
+"""What a captured message completes, read from its bytes without parsing it: the positions live capture
+acknowledges.
+
+Strategy: a capture acknowledges the end LSN of a commit, a prepare or a rollback, or the LSN of a
+non-transactional message, and needs to know whether anything is in flight (a transaction, or a streamed
+transaction between its blocks).  Parsing every message for that (a :class:`~replwire.codec.stream.decoder.
+Decoder` feed) costs more than storing it, so :class:`PositionTracker` reads only the tag, the one LSN field
+and, for Stream messages, the xid -- at offsets derived once from the walker's layouts of the declarations
+(the fixed-size fields before them, with the streamed Xid counted where its condition holds) -- and follows
+the stream state with the decoder's own :data:`~replwire.codec.stream.decoder.TRANSITIONS` table.  Which
+field a message completes is :data:`COMPLETES`, by message name; :func:`completed_position` reads the same
+fields from parsed messages.  A message the plan cannot read (unknown tag, too short, out of order) is
+parsed after all, so its error is the parser's own, or a :class:`~replwire.codec.stream.decoder.
+StreamStateError` naming it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ...schema import LOGICAL
+from ...schema.core import MessageSpec
+from .. import walker
+from ..messages import Message, WireMessage
+from ..scalars import LSN
+from ..stream.decoder import IDLE, STATES, STREAM, TRANSITIONS, StreamStateError
+from ..wire.fast import parse
+
+__all__ = ["COMPLETES", "PositionTracker", "completed_position"]
+
+#: The field holding the position each message completes, by message name (a Message only when it is not
+#: transactional).
+COMPLETES = {"Commit": "end_lsn", "StreamCommit": "end_lsn", "Prepare": "end_lsn", "StreamPrepare": "end_lsn",
+             "CommitPrepared": "end_lsn", "RollbackPrepared": "rollback_end_lsn", "Message": "lsn"}
+#: A Stream Start opens its xid's streamed transaction; these close it (a Stream Abort only when its subxid
+#: is the transaction itself).
+_OPENS, _CLOSES = "StreamStart", ("StreamCommit", "StreamPrepare", "StreamAbort")
+#: The Message flag bit that makes it transactional (PROTOCOL.md: Message flags).
+_TRANSACTIONAL = 1
+
+
+def completed_position(message: WireMessage) -> LSN | None:
+    """The position a parsed message completes: once it is durable, the server may forget everything
+    before it."""
+    name = COMPLETES.get(type(message).__name__)
+    if name is None or (isinstance(message, Message) and message.is_transactional):
+        return None
+    value: LSN = getattr(message, name)
+    return value
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """How to read one message kind in one context: its name, where its position and xid fields are."""
+
+    name: str
+    position: int | None  # offset of the 8-byte LSN it completes
+    xid: int | None  # offset of the 4-byte xid (Stream messages)
+    subxid: int | None
+    flags: int | None  # offset of a Message's flags byte
+    size: int  # the bytes the reads above need
+
+
+def _on_params(cond: walker.Condition) -> bool:
+    """Whether a condition reads only parse parameters (so it holds or not for a whole context)."""
+    if isinstance(cond, walker.AnyOf):
+        return all(_on_params(part) for part in cond.parts)
+    return (cond if isinstance(cond, walker.Ref) else cond.left).scope == "param"
+
+
+def _offsets(spec: MessageSpec, params: dict[str, object]) -> dict[str, int]:
+    """The offset of each field that starts at a fixed offset under ``params`` (until the first field whose
+    size varies)."""
+    out: dict[str, int] = {}
+    offset = 0
+    for f in walker.layout(spec).fields:
+        node = f.node
+        if isinstance(node, walker.When):
+            if not _on_params(node.condition):
+                break  # a condition on other fields: where the fields after it start varies
+            if not walker.evaluate(node.condition, params, {}):
+                continue
+            node = node.node
+        size = walker.fixed_size(node)
+        out[f.name] = offset
+        if size is None:
+            break
+        offset += size
+    return out
+
+
+def _entry(spec: MessageSpec, params: dict[str, object]) -> _Entry:
+    at = _offsets(spec, params)
+    name = spec.name
+    field = COMPLETES.get(name)
+    if field is not None and field not in at:
+        raise walker.UnknownConstruct(f"{name}.{field} is not at a fixed offset")
+    position = at[field] if field is not None else None
+    needs_xid = name == _OPENS or name in _CLOSES
+    if needs_xid and "xid" not in at:
+        raise walker.UnknownConstruct(f"{name}.xid is not at a fixed offset")
+    xid = at["xid"] if needs_xid else None
+    subxid = at.get("subxid") if name == "StreamAbort" else None
+    flags = at["flags"] if name == "Message" else None
+    ends = [o + n for o, n in ((position, 8), (xid, 4), (subxid, 4), (flags, 1)) if o is not None]
+    return _Entry(name, position, xid, subxid, flags, max(ends, default=1))
+
+
+def _plan(proto_version: int, in_stream: bool) -> dict[int, _Entry]:
+    params: dict[str, object] = {"proto_version": proto_version, "in_stream": in_stream}
+    return {ord(tag): _entry(spec, params) for tag, spec in LOGICAL.items() if spec.min_proto <= proto_version}
+
+
+_LSN = struct.Struct(">Q").unpack_from
+_XID = struct.Struct(">L").unpack_from
+
+
+#: One message kind in one state: (bytes needed, next state, position offset, xid offset, subxid offset, flags
+#: offset, next state when the Message is transactional, whether it opens a streamed transaction).
+_Step = tuple[int, "str | None", "int | None", "int | None", "int | None", "int | None", "str | None", bool]
+
+
+def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
+    """For each stream state, the messages that may come in it and how to read them."""
+    out: dict[str, dict[int, _Step]] = {}
+    for state in STATES:
+        plan = _plan(proto_version, state == STREAM)
+        steps: dict[int, _Step] = {}
+        for tag, e in plan.items():
+            if e.flags is not None:
+                following = TRANSITIONS.get((state, "Message(non-transactional)"))
+                transactional = TRANSITIONS.get((state, "Message(transactional)"))
+            else:
+                following, transactional = TRANSITIONS.get((state, e.name)), None
+            if following is not None or transactional is not None:
+                steps[tag] = (e.size, following, e.position, e.xid, e.subxid, e.flags, transactional,
+                              e.name == _OPENS)
+        out[state] = steps
+    return out
+
+
+class PositionTracker:
+    """Follows a pgoutput stream by its bytes just enough to know what each message completes and whether
+    anything is in flight (see the module's docstring).  ``idle``: no transaction open and no streamed
+    transaction between its blocks; ``index``: how many messages were fed."""
+
+    def __init__(self, proto_version: int, encoding: str = "UTF8") -> None:
+        self.proto_version, self.encoding = proto_version, encoding
+        self._steps = _steps(proto_version)
+        self._state = IDLE
+        self._here = self._steps[IDLE]
+        self.open_streams: set[int] = set()
+        self.index = 0
+
+    @property
+    def idle(self) -> bool:
+        return self._state == IDLE and not self.open_streams
+
+    def feed(self, data: bytes) -> int | None:
+        """The position ``data`` (one pgoutput message) completes, as an ``int``, or ``None``."""
+        if not data:  # PostgreSQL 10 to 14 can send an empty payload
+            return None
+        step = self._here.get(data[0])
+        if step is None or len(data) < step[0]:
+            self._fail(data)
+            return None  # (not reached)
+        _, following, position, xid, subxid, flags, transactional, opens = step
+        if flags is not None and data[flags] & _TRANSACTIONAL:
+            following, position = transactional, None
+        if following is None:
+            self._fail(data)
+        self.index += 1
+        if following != self._state:
+            self._state = following  # type: ignore[assignment]
+            self._here = self._steps[following]  # type: ignore[index]
+        if xid is not None:
+            number = _XID(data, xid)[0]
+            if opens:
+                self.open_streams.add(number)
+            elif subxid is None or _XID(data, subxid)[0] == number:
+                self.open_streams.discard(number)
+        if position is None:
+            return None
+        completed: int = _LSN(data, position)[0]
+        return completed
+
+    def _fail(self, data: bytes) -> None:
+        """Raise the parser's error for ``data`` or, when it parses, a StreamStateError."""
+        state = self._state
+        message = parse(data, proto_version=self.proto_version, in_stream=state == STREAM, encoding=self.encoding)
+        raise StreamStateError(f"{type(message).__name__} cannot come in state {state!r}", index=self.index,
+                               message=type(message).__name__, state=state)
