@@ -2,16 +2,22 @@
 # .venv with replwire and its dev extra; quick when all is there), then runs in .venv.
 #
 #   make demo    replwire demo: a PostgreSQL 18 of its own, a workload, a live capture, what it decodes to
-#   make test    ruff, mypy and the whole test suite
+#   make test    ruff, mypy and the whole test suite (on the compiled codec), then the codec's own tests
+#                again on the pure-Python codec (REPLWIRE_IMPL=python)
 #   make docs    the documentation site, built strictly into build/site/
 #   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder
+#   make fuzz-compiled  a minute of it on the compiled codec built with clang's ASan and UBSan
 
 VENV := $(CURDIR)/.venv
 # .venv activated: its bin/ first on PATH, for the commands below and whatever they start (Spark's Python
 # workers, for one, run the `python3` found there)
 IN_VENV := PATH="$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(VENV)"
 
-.PHONY: setup demo test docs fuzz
+# what runs again on the pure-Python codec: the tests of the codec and of the stream layer on top of it
+# (every other test reaches the codec through these layers)
+PYTHON_CODEC_TESTS := tests/wire tests/stream tests/split tests/test_messages.py
+
+.PHONY: setup demo test docs fuzz fuzz-compiled
 
 setup:
 	bash scripts/setup.sh
@@ -20,12 +26,17 @@ demo: setup
 	$(IN_VENV) replwire demo
 
 test: setup
-	$(IN_VENV) ruff check codec schema spark tests bench docs/hooks scripts
+	$(IN_VENV) ruff check codec schema spark tests bench docs/hooks scripts setup.py
 	$(IN_VENV) python -m mypy
 	$(IN_VENV) python -m pytest
+	$(IN_VENV) REPLWIRE_IMPL=python python -m pytest -q $(PYTHON_CODEC_TESTS)
 
 docs: setup
 	$(IN_VENV) mkdocs build --strict --site-dir build/site
 
 fuzz: setup
 	$(IN_VENV) replwire fuzz --seconds 60
+
+fuzz-compiled:
+	bash scripts/setup.sh --sanitizers
+	$(IN_VENV) bash scripts/fuzz-compiled.sh 60
