@@ -35,7 +35,9 @@ mkdir "$BUILD/asan"
 clang -shared -o "$BUILD/asan_with_fuzzer.so" -Wl,--whole-archive "$BUILD/asan.a" \
     "$RUNTIME/libclang_rt.fuzzer_no_main-x86_64.a" -Wl,--no-whole-archive -lstdc++ -lpthread -ldl -lrt -lm
 
-export PYTHONPATH=$BUILD LD_PRELOAD=$BUILD/asan_with_fuzzer.so REPLWIRE_IMPL=c
+# PYTHONMALLOC=malloc: every Python object from malloc, so that ASan sees the bounds of each (Python's own
+# allocator carves small objects out of big arenas, where a read past a bytes object's end goes unnoticed)
+export PYTHONPATH=$BUILD LD_PRELOAD=$BUILD/asan_with_fuzzer.so REPLWIRE_IMPL=c PYTHONMALLOC=malloc
 # Python's own allocations are never freed at exit: leaks are not findings here; a small quarantine keeps
 # the process inside libFuzzer's memory limit
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:symbolize=1:quarantine_size_mb=16:malloc_context_size=8 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -42,6 +42,9 @@ PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#if PY_VERSION_HEX < 0x030B0000
+#include <longintrepr.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 
@@ -70,15 +73,28 @@ static inline uint64_t rd8(const unsigned char *s) { return (rd4(s) << 32) | rd4
 
 static PyObject *new_object(PyTypeObject *type) { return type->tp_alloc(type, 0); }
 
+/* an instance of the int subclass type (LSN, Timestamp) equal to the int value (a new reference, stolen):
+ * what int.__new__(type, value) makes; before Python 3.12, the same copy of the digits without the call */
 static PyObject *int_subclass(PyTypeObject *type, PyObject *value)
 {
     if (value == NULL) return NULL;
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(value), digits = size < 0 ? -size : size;
+    PyObject *made = type->tp_alloc(type, digits ? digits : 1);
+    if (made != NULL) {
+        Py_SET_SIZE(made, size);
+        memcpy(((PyLongObject *)made)->ob_digit, ((PyLongObject *)value)->ob_digit, (size_t)digits * sizeof(digit));
+    }
+    Py_DECREF(value);
+    return made;
+#else
     PyObject *args = PyTuple_Pack(1, value);
     Py_DECREF(value);
     if (args == NULL) return NULL;
     PyObject *result = PyLong_Type.tp_new(type, args, NULL);
     Py_DECREF(args);
     return result;
+#endif
 }
 static PyObject *make_lsn(uint64_t v) { return int_subclass(LSN_T, PyLong_FromUnsignedLongLong(v)); }
 static PyObject *make_timestamp(int64_t v) { return int_subclass(TS_T, PyLong_FromLongLong(v)); }
