@@ -25,6 +25,10 @@ def _options(function: Any) -> Any:
                      help="Output directory (Parquet datasets)."),
         click.option("--proto-version", type=click.IntRange(1, 4),
                      help="Protocol version of COPY-CSV inputs (capture files record their own)."),
+        click.option("--encoding",
+                     help="Client encoding of COPY-CSV inputs (default UTF8; capture files record their own); "
+                          "for inputs from a SQL_ASCII database, which declares none, the encoding their bytes "
+                          "are in (UTF8, or LATIN1, which keeps every byte): needed for them."),
         click.option("--master", default=None,
                      help="Spark master (default: local[*], or what spark-submit configured)."),
         click.option("--partition-mb", type=click.IntRange(1), default=None,
@@ -78,19 +82,22 @@ def _session(master: str | None) -> Any:
 
 
 def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-         master: str | None, partition_mb: int | None, overwrite: bool) -> None:
+         encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
 
-    from replwire.codec.io.capture_file import CaptureFileError, is_capture_file
+    from replwire.codec.io.capture_file import CaptureFileError
+    from replwire.codec.split import open_inputs
     from replwire.spark import jobs
 
     console = Console()
-    if proto_version is None:
-        for path in inputs:
-            if not is_capture_file(path):
-                raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
+    try:  # what the jobs refuse, before Spark starts, which takes seconds
+        open_inputs(inputs, proto_version, encoding, need_text=True)
+    except CaptureFileError as error:
+        raise click.UsageError(str(error)) from None
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--encoding") from None
     try:
         jobs.check_out(str(out), overwrite)
     except FileExistsError as error:  # before Spark starts, which takes seconds
@@ -107,8 +114,8 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
         try:
             run = getattr(jobs, job)
             result = run(session, [str(p) for p in inputs], str(out), proto_version=proto_version,
-                         part_bytes=partition_mb << 20 if partition_mb else None, overwrite=overwrite,
-                         progress=report)
+                         encoding=encoding, part_bytes=partition_mb << 20 if partition_mb else None,
+                         overwrite=overwrite, progress=report)
         except (CaptureFileError, FileExistsError, ValueError) as error:
             raise click.ClickException(str(error)) from error
     elapsed = time.monotonic() - started
@@ -139,24 +146,22 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
 @_INPUTS
 @_options
 def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-                    master: str | None, partition_mb: int | None,
-                    overwrite: bool) -> None:
+                    encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool) -> None:
     """Write the committed changes of INPUTS -- consecutive segments of one stream, in order (capture files
     or COPY-CSV) -- as per-table Parquet datasets: OUT/<schema>.<table>/v<N>/ (one per table shape), every
     row with its op, schema, table, xid, LSNs and commit time."""
-    _run("changes", inputs, out, proto_version, master, partition_mb, overwrite)
+    _run("changes", inputs, out, proto_version, encoding, master, partition_mb, overwrite)
 
 
 @spark.command("apply")
 @_INPUTS
 @_options
 def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-                  master: str | None, partition_mb: int | None,
-                  overwrite: bool) -> None:
+                  encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool) -> None:
     """Write the current state of every table of INPUTS: OUT/<schema>.<table>/ holds the last committed
     row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over); the per-table
     changes it came from are kept in OUT/_changes."""
-    _run("apply", inputs, out, proto_version, master, partition_mb, overwrite)
+    _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite)
 
 
 if __name__ == "__main__":  # spark-submit .../replwire/spark/cli.py apply ...

@@ -196,19 +196,29 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
 
 
 def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
-            part_bytes: int | None = None, overwrite: bool = False,
+            encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
             progress: Callable[[int, int], None] | None = None) -> ChangesSummary:
     """Write the committed changes of ``paths`` (consecutive segments of one stream, in order) as per-table
-    Parquet datasets under ``out`` (see the module docstring).  ``progress(done, total)`` hears how far the
+    Parquet datasets under ``out`` (see the module docstring).  ``proto_version`` and ``encoding`` are
+    those of COPY-CSV inputs; ``encoding`` is also the encoding SQL_ASCII inputs are read in, and needed
+    for them (see :func:`~replwire.codec.split.open_inputs`).  ``progress(done, total)`` hears how far the
     first pass (on the driver) has read, in bytes.  On a cluster, replwire is shipped to the executors first
     (:func:`replwire.spark.shipping.ship`)."""
-    from replwire.codec.split import open_inputs, plan
+    from replwire.codec.split import open_inputs
+
+    inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)
+    return _changes(spark, inputs, out, part_bytes=part_bytes, overwrite=overwrite, progress=progress)
+
+
+def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None, overwrite: bool,
+             progress: Callable[[int, int], None] | None) -> ChangesSummary:
+    """:func:`changes` of inputs already opened (:class:`~replwire.codec.split.Input` s)."""
+    from replwire.codec.split import plan
 
     from .rows import table_schema
     from .shipping import ship
 
     ship(spark)
-    inputs = open_inputs(list(paths), proto_version)
     parallelism = spark.sparkContext.defaultParallelism
     total = sum(i.size - i.first for i in inputs)
     chosen = part_bytes or max(1 << 20, min(32 << 20, total // max(1, 4 * parallelism) + 1))
@@ -369,7 +379,7 @@ def _parquet_rows(directory: str) -> int:
 
 
 def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
-          part_bytes: int | None = None, overwrite: bool = False,
+          encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
           progress: Callable[[int, int], None] | None = None) -> ApplySummary:
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
     per-table changes it is computed from are kept in ``out/_changes``.
@@ -383,10 +393,12 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
 
     from pyspark import inheritable_thread_target
 
+    from replwire.codec.split import open_inputs
+
+    inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)  # refused before out is touched
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
-    summary = changes(spark, paths, changes_dir, proto_version=proto_version, part_bytes=part_bytes,
-                      progress=progress)
+    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=False, progress=progress)
     with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
         manifest = json.load(handle)
     by_table: dict[str, list[dict[str, Any]]] = {}

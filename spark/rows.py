@@ -151,7 +151,7 @@ class ChangeRows:
         lsn, relations = change.lsn, change.relations
         # in _CHANGE_COLUMNS order
         self.rows.append((
-            change.op, change.schema, change.table, xid, change.xid if streamed else None,
+            change.op, change.schema, change.table, xid, change.subxid,
             int(lsn) if lsn is not None else None, commit_lsn, end_lsn, commit_time, decoded.position,
             change.relation_id, new, old, key, toasted,
             [f"{s}.{t}" for s, t in relations] if relations is not None else None,
@@ -274,7 +274,7 @@ class TableRows:
                 assert before is not None  # no new tuple: a Delete, which carries its key or old tuple
                 row = list(before.values())
         # in the order of self.arrow: META, the table's columns, then the four trailing columns
-        self.rows.append((change.op, self.version.schema, self.version.table, xid, change.xid if streamed else None,
+        self.rows.append((change.op, self.version.schema, self.version.table, xid, change.subxid,
                           int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position, gid,
                           *row, before, before_toasted or None, toasted or None, odd or None))
 

@@ -22,6 +22,11 @@ Options (all optional but the paths):
     With ``table``: which shape of the table (1, 2, ... as Relation messages changed it; default: the last).
 ``protoVersion``
     The protocol version of COPY-CSV inputs (capture files record theirs).
+``encoding``
+    The client encoding of COPY-CSV inputs (default ``UTF8``; capture files record theirs), and for inputs
+    from a ``SQL_ASCII`` database -- bytes in no declared encoding, which Spark's strings cannot hold --
+    the encoding to read them in (``UTF8``, or ``LATIN1``, which keeps every byte): such inputs are
+    refused without it.
 ``partitionBytes``
     About how many bytes of input one partition decodes (default 32 MiB).
 ``minPartitions``
@@ -63,7 +68,8 @@ class _Request:
         from replwire.codec.split import open_inputs
 
         options = Options(options)
-        self.inputs = open_inputs(input_paths(options), options.integer("protoVersion", None, 1))
+        self.inputs = open_inputs(input_paths(options), options.integer("protoVersion", None, 1),
+                                  options.get("encoding"), need_text=True)
         self.table = options.get("table")
         self.schema_version = options.integer("schemaVersion", None, 1)
         self.part_bytes = options.integer("partitionBytes", 32 * 2**20, 1)

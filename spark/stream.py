@@ -62,6 +62,10 @@ Options:
 ``maxChanges``
     At most about this many rows peeked per micro-batch (Begin, Relation and Commit rows count); at least
     one whole transaction.  Default: everything available.
+``encoding``
+    For a ``SQL_ASCII`` database, whose bytes are in no declared encoding (which Spark's strings cannot
+    hold), the encoding to read them in: ``UTF8``, or ``LATIN1``, which keeps every byte.  Needed for such
+    a database; any other is read in the connection's client encoding.
 ``idleAdvanceBytes``
     When everything up to the server's WAL end has been read and at least this many bytes of WAL hold
     nothing for this slot (other tables, other databases), the offset moves over them anyway, so the slot
@@ -81,6 +85,7 @@ from pyspark.sql.types import StructType
 from replwire.codec.errors import ReplwireError
 from replwire.codec.io.slot import SlotError, check_slot, server_version, wal_end
 from replwire.codec.scalars import LSN
+from replwire.codec.split.inputs import text_encoding
 
 from .options import Options
 
@@ -112,6 +117,7 @@ class StreamOptions:
     create_slot: bool = False
     max_changes: int | None = None
     idle_advance_bytes: int = 16 * 2**20
+    encoding: str | None = None
 
     @classmethod
     def parse(cls, options: Any) -> StreamOptions:
@@ -132,7 +138,8 @@ class StreamOptions:
         return cls(dsn=str(given.get("dsn")), slot=str(given.get("slot")), publication=str(given.get("publication")),
                    proto_version=given.integer("protoVersion", None, 1), binary=given.boolean("binary", False),
                    messages=given.boolean("messages", False), create_slot=given.boolean("createSlot", False),
-                   max_changes=given.integer("maxChanges", None, 1), idle_advance_bytes=idle)
+                   max_changes=given.integer("maxChanges", None, 1), idle_advance_bytes=idle,
+                   encoding=given.get("encoding"))
 
     def peek_arguments(self, server_version: int) -> tuple[int, list[str]]:
         """The protocol version and the pgoutput options (as the peek's variadic text array) for this server."""
@@ -179,7 +186,7 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = StreamOptions.parse(options)
         self.schema = schema
         self._peek: tuple[int, list[str]] | None = None  # protocol version and peek arguments, once known
-        self._encoding = "UTF8"  # the connections' client encoding, which names and text values are in
+        self._encoding = "UTF8"  # what names and text values are read in (the connections' client encoding)
         self._target: LSN | None = None  # Trigger.AvailableNow: where this run of the query stops
 
     # -- the driver ---------------------------------------------------------------------------------------
@@ -199,7 +206,11 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with conn.cursor() as cur:
             if self._peek is None:
                 self._peek = self.options.peek_arguments(server_version(cur))
-                self._encoding = conn.info.parameter_status("client_encoding") or self._encoding
+                try:
+                    self._encoding = text_encoding(conn.info.parameter_status("client_encoding") or "UTF8",
+                                                   self.options.encoding, need_text=True)
+                except ValueError as error:
+                    raise StreamError(f"replwire: slot {slot!r}: {error}") from None
             try:
                 # A slot created now is at the current WAL position: past the offset of a query that had read
                 # the slot before.

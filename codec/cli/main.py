@@ -174,7 +174,8 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
 @click.option("--proto-version", type=click.IntRange(1, 4),
               help="Protocol version of COPY-CSV inputs (capture files record their own).")
 @click.option("--encoding", help="Client encoding of COPY-CSV inputs: the client_encoding of the session "
-                                   "that ran the COPY (default UTF8; capture files record their own).")
+                                   "that ran the COPY (default UTF8; capture files record their own); for a "
+                                   "SQL_ASCII database, the encoding its bytes are really in (UTF8, LATIN1, ...).")
 @click.option("--format", "output_format", type=click.Choice(["jsonl", "table", "debezium"]), default="jsonl",
               show_default=True, help="One JSON object per change, a readable table, or Debezium's change-event "
                                       "values (one JSON object per event).")
@@ -184,8 +185,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
     transaction that appears again after a resume is printed once.  Names and text values are read in the
-    client encoding the capture file records (or --encoding for COPY-CSV); in SQL_ASCII, bytes 128-255
-    print as the JSON escapes \\udc80-\\udcff.  ``--format debezium`` prints each change as the value of the
+    client encoding the capture file records (or --encoding for COPY-CSV); the bytes 128-255 of a SQL_ASCII
+    database, which declares no encoding, print as the JSON escapes \\udc80-\\udcff unless --encoding says
+    which encoding they are in.  ``--format debezium`` prints each change as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).
     """
     from ..collector import fewer_collections
@@ -243,31 +245,20 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
 
 def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None) -> list:
-    """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`), with its usage errors:
-    a COPY-CSV file without ``--proto-version``, files of different protocol versions, an unknown
-    ``--encoding``.  A capture file keeps the version and encoding it records (``--proto-version`` and
-    ``--encoding`` are for the COPY-CSV inputs)."""
-    from ..io.capture_file import is_capture_file, read_capture
+    """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`); what it refuses (a
+    COPY-CSV file without ``--proto-version``, files that disagree, an unknown ``--encoding``) is a usage
+    error."""
+    from ..io.capture_file import CaptureFileError
     from ..split import open_inputs
 
-    versions = set()
-    copy_csv = False
-    for path in files:
-        if is_capture_file(path):
-            with read_capture(path) as reader:
-                versions.add(reader.header.proto_version)
-        elif proto_version is None:
-            raise click.UsageError(f"{path} is not a capture file; give --proto-version for COPY-CSV input")
-        else:
-            versions.add(proto_version)
-            copy_csv = True
-    if len(versions) > 1:
-        raise click.UsageError(f"the files were captured with different protocol versions: {sorted(versions)}")
     try:
         text_codec(encoding or "UTF8")
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--encoding") from None
-    return open_inputs(files, versions.pop(), encoding if copy_csv else None)
+    try:
+        return open_inputs(files, proto_version, encoding)
+    except CaptureFileError as error:
+        raise click.UsageError(str(error)) from None
 
 
 class _ChangeTable:

@@ -71,8 +71,9 @@ def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
             if outcome is None or (dropped and route.value in dropped.get(key, ())):
                 continue
             schema = maker.schema_for(decoder, message)
-            yield Decoded(position, maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, route.value),
-                          outcome)
+            change = maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, outcome.xid,
+                                  route.value if outcome.streamed else None)
+            yield Decoded(position, change, outcome)
         elif route.kind is LONE and position not in repeated:
             yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 

@@ -17,10 +17,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...schema.core import UTF8, text_codec
+from ...schema.core import SQL_ASCII, UTF8, text_codec
 from ..io.capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
 
-__all__ = ["Input", "open_inputs", "read_records"]
+__all__ = ["Input", "open_inputs", "read_records", "text_encoding"]
 
 _POSITION_BITS = 48
 
@@ -44,10 +44,18 @@ class Input:
 
 
 def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None,
-                encoding: str | None = None) -> list[Input]:
+                encoding: str | None = None, *, need_text: bool = False) -> list[Input]:
     """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
     protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
-    (UTF-8 when not given).  All inputs must agree."""
+    (UTF-8 when not given).  All inputs must agree.
+
+    A capture file recorded in ``SQL_ASCII`` holds bytes in no declared encoding (the server sends them
+    unconverted): ``encoding``, when given, says which encoding to read them in; otherwise bytes 128-255
+    are read as the surrogates U+DC80-U+DCFF, which keep every byte but are no Unicode text.  Callers that
+    need Unicode text (Spark, whose strings are UTF-8 and whose Parquet files cannot hold surrogates) pass
+    ``need_text=True``: SQL_ASCII input is then refused up front unless ``encoding`` names a real one.
+    Any other capture file given an ``encoding`` must have been captured in it.
+    """
     out: list[Input] = []
     for index, raw in enumerate(paths):
         path = os.fspath(raw)
@@ -55,20 +63,21 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
             raise CaptureFileError(path, "no such file")
         if is_capture_file(path):
             with read_capture(path) as reader:
-                version, first = reader.header.proto_version, reader.header_end
-                codec = text_codec(reader.header.client_encoding)
+                header, first = reader.header, reader.header_end
+            version, recorded = header.proto_version, header.client_encoding
             form = "capture"
         elif proto_version is None:
             raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
                                          "COPY-CSV form (proto_version / --proto-version)")
         else:
-            version, first, form = proto_version, 0, "copy-csv"
-            codec = text_codec(UTF8 if encoding is None else encoding)
+            version, first, form, recorded = proto_version, 0, "copy-csv", encoding or UTF8
         if proto_version is not None and form == "capture" and version != proto_version:
             raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
                                          f"given")
-        if encoding is not None and form == "capture" and codec != text_codec(encoding):
-            raise CaptureFileError(path, f"captured in client encoding {codec}, but {encoding} was given")
+        try:
+            codec = text_encoding(recorded, encoding, need_text=need_text)
+        except ValueError as error:
+            raise CaptureFileError(path, str(error)) from None
         out.append(Input(path, form, version, os.path.getsize(path), first, index, codec))
     versions = sorted({i.proto_version for i in out})
     if len(versions) > 1:
@@ -82,6 +91,25 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     if len(out) >= 1 << (63 - _POSITION_BITS):
         raise ValueError("too many inputs for one stream")
     return out
+
+
+def text_encoding(recorded: str, given: str | None = None, *, need_text: bool = False) -> str:
+    """The codec to read the names and text values of input in client encoding ``recorded`` with: that
+    encoding, or for ``SQL_ASCII`` (bytes in no declared encoding) the encoding ``given`` names.  Any other
+    ``recorded`` encoding must be the one ``given``, if one is.  With ``need_text``, SQL_ASCII read as
+    surrogates (no ``given``) is refused (``ValueError``, saying what to do)."""
+    codec = text_codec(recorded)
+    if given is not None:
+        wanted = text_codec(given)
+        if codec == SQL_ASCII:
+            codec = wanted
+        elif codec != wanted:
+            raise ValueError(f"captured in client encoding {codec}, but {given} was given")
+    if need_text and codec == SQL_ASCII:
+        raise ValueError("its text is from a SQL_ASCII database: bytes in no declared encoding, which Unicode "
+                         "strings cannot hold; name the encoding to read them in (--encoding, or the encoding "
+                         "option): UTF8, or LATIN1, which keeps every byte")
+    return codec
 
 
 def read_records(source: Input, start: int | None = None, stop: int | None = None, *,

@@ -70,10 +70,10 @@ class Change:
     column names to typed values (``UNCHANGED_TOAST`` for a value the server did not send; ``None`` is SQL
     NULL): ``key`` holds only the replica-identity key columns of the old row (from a ``K`` tuple, or from
     the ``O`` tuple under REPLICA IDENTITY FULL), ``old`` the full old row (``O`` only).  ``xid`` is the
-    subtransaction xid a streamed change carried, else the transaction's xid (``None`` for a
-    non-transactional message); the outputs built on it (``replwire decode``'s JSON lines, the Spark rows)
-    give the top-level transaction's xid as ``xid`` and this one, for a streamed transaction, as ``subxid``.
-    ``lsn`` is the position given to :meth:`Assembler.add` with the message.
+    top-level transaction's xid (``None`` for a non-transactional message), as in ``replwire decode``'s JSON
+    lines and the Spark rows; ``subxid`` is, for a change of a streamed transaction, the xid of the
+    (sub)transaction that made it, as its message carried it (``None`` otherwise: outside streaming the
+    server does not say).  ``lsn`` is the position given to :meth:`Assembler.add` with the message.
     """
 
     op: str
@@ -82,6 +82,7 @@ class Change:
     relation_id: int | None = None
     lsn: LSN | None = None
     xid: int | None = None
+    subxid: int | None = None
     new: dict[str, Any] | None = None
     old: dict[str, Any] | None = None
     key: dict[str, Any] | None = None
@@ -428,7 +429,8 @@ class Assembler:
         index, subxid, lsn, data = entry
         message = self._parse(data, proto_version=self.decoder.proto_version, encoding=self.decoder.encoding)
         schema = buffer.schemas[index] if index != 0xFFFFFFFF else None
-        return self._maker.change(message, schema, LSN(lsn) if lsn is not None else None, subxid)
+        return self._maker.change(message, schema, LSN(lsn) if lsn is not None else None, buffer.xid,
+                                  subxid if buffer.streamed else None)
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -484,23 +486,26 @@ class ChangeMaker:
             return untyped_row(schema, columns, only_keys=only_keys, encoding=self.encoding)
         return self.loader.load_row(schema, columns, only_keys=only_keys)
 
-    def change(self, message: WireMessage, schema: Any, lsn: LSN | None, xid: int | None) -> Change:
-        """The :class:`Change` of ``message`` (read with ``schema`` from :meth:`schema_for`)."""
+    def change(self, message: WireMessage, schema: Any, lsn: LSN | None, xid: int | None,
+               subxid: int | None = None) -> Change:
+        """The :class:`Change` of ``message`` (read with ``schema`` from :meth:`schema_for`), made by the
+        top-level transaction ``xid`` and, in a streamed transaction, the (sub)transaction ``subxid``."""
         op = _OPS.get(message.__class__)
         if op is not None:
             relation = schema.relation
             # positional, in Change's field order: half the cost of keywords, and one is made per change
-            change = Change(op, _namespace(relation), relation.name, relation.relation_id, lsn, xid,
+            change = Change(op, _namespace(relation), relation.name, relation.relation_id, lsn, xid, subxid,
                             None, None, None, None, None, None, None, None, None, None, None, message, relation,
                             schema)
             if not self.rows:
                 return change
             return self._rows(change, schema, message)
         if isinstance(message, Message):
-            return Change("message", lsn=lsn, xid=xid, prefix=message.prefix, content=message.content,
+            return Change("message", lsn=lsn, xid=xid, subxid=subxid, prefix=message.prefix, content=message.content,
                           transactional=message.is_transactional, message=message)
         if isinstance(message, Truncate):
-            return Change("truncate", lsn=lsn, xid=xid, relations=[(_namespace(r), r.name) for r in schema],
+            return Change("truncate", lsn=lsn, xid=xid, subxid=subxid,
+                          relations=[(_namespace(r), r.name) for r in schema],
                           relation_ids=list(message.relation_ids), options=message.options,
                           cascade=message.cascade, restart_identity=message.restart_identity, message=message)
         raise TypeError(f"not a change message: {type(message).__name__}")

@@ -168,7 +168,7 @@ def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool
     if shared is not None:
         out.update(shared)
     if streamed:
-        out["subxid"] = change.xid  # a streamed change carries the xid of the subtransaction that made it
+        out["subxid"] = change.subxid
     if change.op == "truncate":
         assert change.relations is not None  # a truncate change names its tables
         out["relations"] = [f"{schema}.{table}" for schema, table in change.relations]

@@ -46,7 +46,7 @@ def expected_row(change, transaction):
     t = transaction
     return {
         "op": change.op, "schema": change.schema, "table": change.table, "xid": t.xid if t else None,
-        "subxid": change.xid if t and t.streamed else None, "lsn": int(change.lsn) if change.lsn else None,
+        "subxid": change.subxid, "lsn": int(change.lsn) if change.lsn else None,
         "commit_lsn": int(t.commit_lsn) if t else None, "end_lsn": int(t.end_lsn) if t else None,
         "commit_time": _commit_time(t) if t else None, "position": 0, "relation_id": change.relation_id,
         **{name: jsonl.ENCODE(shown[name]) if name in shown else None for name in ("new", "old", "key")},

@@ -43,8 +43,8 @@ from replwire.codec.split import committed, decode_part, first_pass, open_inputs
 
 
 def _facts(change, outcome):
-    row = (change.op, change.schema, change.table, change.relation_id, change.lsn, change.xid, change.new,
-           change.old, change.key, change.relations, change.prefix, change.content, change.transactional)
+    row = (change.op, change.schema, change.table, change.relation_id, change.lsn, change.xid, change.subxid,
+           change.new, change.old, change.key, change.relations, change.prefix, change.content, change.transactional)
     if outcome is None:
         return row + (None,)
     return row + ((outcome.xid, outcome.commit_lsn, outcome.end_lsn, outcome.commit_time, outcome.origin,

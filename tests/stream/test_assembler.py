@@ -138,7 +138,9 @@ def test_streamed_transaction_drops_an_aborted_subtransaction_and_keeps_order():
     small, big = out
     assert small.xid == 900 and ids(small) == [50]
     assert big.xid == 800 and big.streamed and ids(big) == [1, 4, 5, 6]
-    assert [c.xid for c in big.changes] == [800, 802, 800, 800]  # the subtransaction's own xid
+    assert [c.xid for c in big.changes] == [800, 800, 800, 800]  # the top-level transaction
+    assert [c.subxid for c in big.changes] == [800, 802, 800, 800]  # the (sub)transaction that made it
+    assert all(c.subxid is None for c in small.changes)  # not streamed: the server does not say
     assert (big.commit_lsn, big.end_lsn, big.commit_time) == (LSN(0x2000), LSN(0x2030), 77)
     assert asm.open_transactions == 0
 

@@ -267,7 +267,7 @@ def test_streamed_transaction_with_a_subtransaction(workload, events):
     steps, items, _ = workload
     step = steps["streamed"]
     [item] = [i for i in items if isinstance(i, Transaction) and i.xid == step.xid]
-    assert item.streamed and any(change.xid != step.xid for change in item.changes)  # the savepoint's insert
+    assert item.streamed and any(change.subxid != step.xid for change in item.changes)  # the savepoint's insert
     streamed = of_step(events, step)
     check_transaction(events, step, streamed)  # txId: the top-level xid throughout
     assert [e["op"] for e in streamed] == ["c"] * 2001 + ["u"]
