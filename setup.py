@@ -10,8 +10,10 @@ makes such a failure fatal (CI sets it, so that a broken compiled codec cannot p
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -31,16 +33,30 @@ def warn(error: BaseException) -> None:
           f"REPLWIRE_BUILD_C=1 makes this failure fatal.\n{line}\n", file=sys.stderr, flush=True)
 
 
+def generate() -> None:
+    """Write the C source with the generator of this source tree, importable as ``replwire`` from a
+    temporary directory that links the package's directories under their installed names (a checkout
+    and an sdist alike)."""
+    with tempfile.TemporaryDirectory(prefix="replwire-build-") as scratch:
+        package = Path(scratch) / "replwire"
+        package.mkdir()
+        for name in ("schema", "codec", "spark"):
+            try:
+                (package / name).symlink_to(ROOT / name, target_is_directory=True)
+            except OSError:  # no symlinks here (Windows without the privilege): a copy
+                shutil.copytree(ROOT / name, package / name)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([scratch, os.environ.get("PYTHONPATH", "")]),
+               "REPLWIRE_IMPL": "python"}  # the generator imports the codec: not an old extension
+        subprocess.run([sys.executable, "-m", "replwire.codec.wire.gen.c_module", str(ROOT / SOURCE)],
+                       check=True, env=env, cwd=scratch, stdout=subprocess.DEVNULL)
+
+
 class BuildCompiled(build_ext):
     """build_ext that generates the C source first and treats a failure as optional."""
 
     def run(self) -> None:
         try:
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "namespace"),
-                                                                os.environ.get("PYTHONPATH", "")]),
-                   "REPLWIRE_IMPL": "python"}  # the generator imports the codec: not the old extension
-            subprocess.run([sys.executable, "-m", "replwire.codec.wire.gen.c_module", str(ROOT / SOURCE)],
-                           check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+            generate()
             super().run()
         except Exception as error:  # noqa: BLE001 - any failure: no extension, unless it must be built
             if STRICT:
