@@ -48,12 +48,13 @@ def int_literal(value: int, signed: bool = False) -> str:
 
 @dataclass
 class Scope:
-    """The C variables of the fields of one record seen so far: presence flags and character bytes, by
-    field name (what the declarations' conditions read)."""
+    """The C variables of the fields of one record seen so far, by field name: presence flags, character
+    bytes and integers (what the declarations' conditions and counts read)."""
 
     present: dict[str, str] = field(default_factory=dict)
     chars: dict[str, str] = field(default_factory=dict)
     ints: dict[str, str] = field(default_factory=dict)
+    signed: set[str] = field(default_factory=set)  # the integers among ``ints`` that may be negative
 
 
 def condition(cond: walker.Condition, scope: Scope) -> str:

@@ -134,6 +134,8 @@ class CParseGen:
             out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
             out(f"p += {i.size};")
             scope.ints[name] = var
+            if i.signed:
+                scope.signed.add(name)
             scope.present[name] = "1"
             if isinstance(n, Zero):
                 out(f"if ({var} != 0) goto fail;")
@@ -223,20 +225,12 @@ class CParseGen:
             return False
         if isinstance(n, ArrayOf):
             var = scope.ints[n.count_field]
-            if self.signed_count(n.count_field):
+            if n.count_field in scope.signed:
                 self.out(f"if ({var} < 0) goto fail;")
             self.array(f, n.item, var, cls, obj)
             scope.present[name] = "1"
             return False
         raise walker.UnknownConstruct(f"the C parse generator does not know {n!r}")
-
-    def signed_count(self, name: str) -> bool:
-        for f in self.layout.fields:
-            if f.name == name:
-                node = f.node
-                i = node if isinstance(node, Int) else getattr(node, "int", None)
-                return bool(i is not None and i.signed)
-        return False
 
     def array(self, f: FieldNode, item: walker.Node, count: str, cls: type, obj: str) -> None:
         out = self.out
