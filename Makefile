@@ -5,7 +5,8 @@
 #   make test    ruff, mypy and the whole test suite (on the compiled codec), then the codec's own tests
 #                again on the pure-Python codec (REPLWIRE_IMPL=python)
 #   make docs    the documentation site, built strictly into build/site/
-#   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder
+#   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder, then 30 s of serve's
+#                protocol core
 #   make fuzz-compiled  a minute of it on the compiled codec built with clang's ASan and UBSan
 
 VENV := $(CURDIR)/.venv
@@ -38,6 +39,9 @@ docs: setup
 
 fuzz: setup
 	$(IN_VENV) replwire fuzz --seconds 60
+	$(IN_VENV) python -m replwire.codec.serve.fuzz build/fuzz-serve-corpus
+	$(IN_VENV) replwire fuzz --target replwire.codec.serve.fuzz:fuzz_session --corpus build/fuzz-serve-corpus \
+		--artifacts fuzz-findings/serve --seconds 30
 
 fuzz-compiled:
 	bash scripts/setup.sh --sanitizers

@@ -46,6 +46,7 @@ from .messages import (
     XLogData,
 )
 from .scalars import LSN, Timestamp
+from .serve import Faults, ServerAddress, serving
 from .stream.assembler import Assembler, Change, Changes, Transaction
 from .stream.decoder import Decoder, StreamStateError
 from .stream.values import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, TypedValuesUnavailable
@@ -58,5 +59,5 @@ __all__ = [
     "StreamCommit", "StreamPrepare", "StreamStart", "StreamStop", "Timestamp", "Truncate", "TupleColumn",
     "Type", "Update", "WireMessage", "XLogData", "build", "build_envelope", "parse", "parse_envelope",
     "Assembler", "Change", "Changes", "Decoder", "INFINITY", "NEG_INFINITY", "RawValue", "StreamStateError",
-    "Transaction", "TypedValuesUnavailable", "UNCHANGED_TOAST",
+    "Transaction", "TypedValuesUnavailable", "UNCHANGED_TOAST", "Faults", "ServerAddress", "serving",
 ]

@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "replwire.codec.split": 6,
     "replwire.codec.testing": 6,
     "replwire.codec.docs": 6,
+    "replwire.codec.serve": 6,
     "replwire.codec.cli": 7,
     "replwire.spark": 7,
 }

@@ -31,7 +31,8 @@ def test_wheel_holds_only_the_replwire_namespace(wheel):
     packages = {pathlib.PurePosixPath(n).parent.as_posix() for n in names if n.endswith(".py")}
     assert packages == {"replwire/schema", "replwire/spark", "replwire/codec", "replwire/codec/wire",
                         "replwire/codec/wire/gen", "replwire/codec/stream", "replwire/codec/split",
-                        "replwire/codec/io", "replwire/codec/cli", "replwire/codec/testing", "replwire/codec/docs"}
+                        "replwire/codec/io", "replwire/codec/cli", "replwire/codec/testing", "replwire/codec/docs",
+                        "replwire/codec/serve"}
     for required in ("replwire/schema/__init__.py", "replwire/schema/dml.py", "replwire/codec/__init__.py",
                      "replwire/codec/cli/__init__.py", "replwire/codec/cli/__main__.py",
                      "replwire/codec/wire/fast.py", "replwire/codec/py.typed", "replwire/schema/py.typed",

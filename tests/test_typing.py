@@ -28,8 +28,9 @@ GOOD = '''
 from datetime import timedelta
 
 from replwire.codec import (
-    LSN, Assembler, Begin, Change, Commit, Decoder, Insert, Relation, RelationColumn, Timestamp, Transaction,
-    TupleColumn, Update, WireMessage, XLogData, build, build_envelope, parse, parse_envelope,
+    LSN, Assembler, Begin, Change, Commit, Decoder, Faults, Insert, Relation, RelationColumn, ServerAddress,
+    Timestamp, Transaction, TupleColumn, Update, WireMessage, XLogData, build, build_envelope, parse,
+    parse_envelope, serving,
 )
 
 
@@ -80,6 +81,11 @@ for raw in stream:
             confirm: LSN = item.end_lsn
             changes: list[Change] = list(item.changes)
             print(confirm, [(change.op, change.new) for change in changes])
+
+with serving([begin, relation, insert, commit], proto_version=1, faults=Faults(delay=0.01)) as address:
+    served: ServerAddress = address
+    conninfo: str = address.conninfo(dbname="app", password=None)
+    port: int = served.port
 '''
 
 #: Each line is an error the user's type checker must report.

@@ -1,4 +1,4 @@
-"""The ``replwire`` command: parse, decode, capture, fuzz, demo, and the Spark jobs (``replwire spark``)."""
+"""The ``replwire`` command: parse, decode, capture, serve, fuzz, demo, and the Spark jobs (``replwire spark``)."""
 
 from .main import main
 

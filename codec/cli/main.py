@@ -19,6 +19,7 @@ import click
 from ...schema.core import text_codec
 from ..errors import DecodeError
 from ..wire.reference import parse, parse_envelope
+from .serve import serve_command
 
 
 def _count(n: int, noun: str) -> str:
@@ -400,6 +401,8 @@ def demo_command() -> None:
     console.print(f"it is kept in a temporary directory of its own; remove it when done with: "
                   f"rm -r {os.path.dirname(summary.capture_path)}", highlight=False, soft_wrap=True)
 
+
+main.add_command(serve_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,17 @@
+"""``replwire serve``: a walsender of replwire's own, playing captures and built streams to logical
+replication consumers, PostgreSQL's own subscriber included.
+
+:mod:`.session` is the protocol, sans I/O (with :mod:`.frontend`, :mod:`.commands` and :mod:`.scram`);
+:mod:`.replay` re-encodes a :mod:`.source` to what a client asked for; :mod:`.server` runs sessions on
+sockets, and :func:`serving` is the context manager for tests.
+"""
+
+from .replay import Replay, Request, RequestError
+from .server import Faults, ServeError, Server, ServerAddress, serving, source_of
+from .session import ServeSettings, Session, Slots
+from .source import Segment, Source, SourceError
+
+__all__ = [
+    "Faults", "Replay", "Request", "RequestError", "Segment", "ServeError", "ServeSettings", "Server",
+    "ServerAddress", "Session", "Slots", "Source", "SourceError", "serving", "source_of",
+]

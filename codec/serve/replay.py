@@ -1,0 +1,389 @@
+"""The stream one client asked for: a source's messages re-encoded to the client's pgoutput options, from the
+position it asked to start at.
+
+Strategy: :class:`Request` reads ``START_REPLICATION``'s options and refuses what pgoutput refuses (a
+missing or too high ``proto_version``, streaming or two-phase on a protocol that has neither, binary values
+the source does not hold).  :class:`Replay` then walks the source's segments lazily, in one of two ways:
+
+* **as captured** -- when the client takes every form the source has (streamed transactions only if it asked
+  for streaming, prepared ones only with ``two_phase``): each message is parsed with its segment's context
+  and built again with the client's (protocol version, in-stream Xid, the parallel Stream Abort's tail).
+  A transaction is sent or skipped as a whole, decided when it opens from the source's index
+  (:meth:`~replwire.codec.serve.source.Source.scan`): skipped if it never completed in its segment, or if it
+  ended before the *watermark* -- the higher of the position the client asked for and the end of the last
+  transaction sent -- so nothing the client confirmed and nothing a resumed capture repeats is sent twice.
+  A streamed transaction still open when its segment ends is closed with a Stream Abort (the next segment
+  sends it again from its first block).
+* **reassembled** -- otherwise: every segment goes through an :class:`~replwire.codec.Assembler`, and each
+  committed transaction is sent as Begin, changes, Commit (a streamed transaction's aborted subtransactions
+  are gone; a prepared one is sent at its Commit Prepared, as a server does for a client without two-phase).
+
+Either way Relation (and Type) messages are sent when the client does not have the one in force -- before
+the first change that needs it -- rather than copied: what the client holds is tracked per connection.  A
+Relation sent inside a streamed transaction counts only once that transaction commits, and is forgotten
+with a subtransaction that is rolled back (the subscriber discards what it spooled for it).  Logical
+messages go only to a client that asked for ``messages``; transactions with an origin not to one that asked
+for ``origin 'none'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...schema import highest_proto_version
+from ..messages import (
+    Begin,
+    BeginPrepare,
+    Commit,
+    CommitPrepared,
+    Delete,
+    Insert,
+    Message,
+    Origin,
+    Prepare,
+    Relation,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    Type,
+    Update,
+    WireMessage,
+)
+from ..scalars import LSN, Timestamp
+from ..stream.assembler import Assembler, Change, Transaction
+from ..stream.decoder import Decoder
+from ..wire.fast import build
+from .source import TRUE_VALUES, Segment, Source, resumed_decoder
+
+__all__ = ["Replay", "Request", "RequestError"]
+
+_ROWS = (Insert, Update, Delete)
+_FALSE_VALUES = frozenset({"false", "off", "0", "no", "f", "n"})
+
+
+class RequestError(Exception):
+    """A START_REPLICATION the server refuses; ``sqlstate`` is the error code."""
+
+    def __init__(self, message: str, sqlstate: str = "22023") -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def _bool(name: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in TRUE_VALUES:
+        return True
+    if text in _FALSE_VALUES:
+        return False
+    raise RequestError(f"{name} requires a Boolean value")
+
+
+@dataclass(frozen=True)
+class Request:
+    """The pgoutput options a client asked for."""
+
+    proto_version: int
+    publications: tuple[str, ...] = ()
+    streaming: str = "off"  # off, on, parallel
+    two_phase: bool = False
+    messages: bool = False
+    binary: bool = False
+    origin: str = "any"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], *, server_version: int) -> Request:
+        """Check ``options`` as pgoutput does for a server of ``server_version``."""
+        known = {"proto_version", "publication_names", "streaming", "two_phase", "messages", "binary", "origin"}
+        for name in options:
+            if name not in known:
+                raise RequestError(f"unrecognized pgoutput option: {name}")
+        if "proto_version" not in options:
+            raise RequestError("proto_version option missing")
+        try:
+            proto = int(options["proto_version"])
+        except ValueError:
+            raise RequestError(f"invalid proto_version: {options['proto_version']!r}") from None
+        highest = highest_proto_version(server_version)
+        if not 1 <= proto <= highest:
+            raise RequestError(f"client sent proto_version={proto} but server only supports protocol {highest} "
+                               f"or lower", "0A000")
+        if "publication_names" not in options:
+            raise RequestError("publication_names parameter missing")
+        publications = tuple(p.strip().strip('"') for p in options["publication_names"].split(",") if p.strip())
+        streaming = options.get("streaming", "off").strip().lower()
+        if streaming != "parallel":
+            streaming = "on" if _bool("streaming", streaming) else "off"
+        if streaming == "on" and proto < 2:
+            raise RequestError(f"requested proto_version={proto} does not support streaming, need 2 or higher",
+                               "0A000")
+        if streaming == "parallel" and proto < 4:
+            raise RequestError(f"requested proto_version={proto} does not support parallel streaming, need 4 or "
+                               f"higher", "0A000")
+        two_phase = _bool("two_phase", options.get("two_phase", "false"))
+        if two_phase and proto < 3:
+            raise RequestError(f"requested proto_version={proto} does not support two-phase commit, need 3 or "
+                               f"higher", "0A000")
+        origin = options.get("origin", "any").strip().lower()
+        if origin not in ("any", "none"):
+            raise RequestError(f"unrecognized origin value: \"{origin}\"")
+        return cls(proto, publications, streaming, two_phase, _bool("messages", options.get("messages", "false")),
+                   _bool("binary", options.get("binary", "false")), origin)
+
+    def check_source(self, source: Source) -> None:
+        """Refuse what the source cannot give this client."""
+        if self.binary and not source.binary:
+            raise RequestError("binary values were asked for, but the stream served holds text values (it was "
+                               "captured without binary): ask for text", "0A000")
+        if source.binary and not self.binary:
+            raise RequestError("the stream served holds binary values (it was captured with binary): ask for "
+                               "binary = true", "0A000")
+
+
+class Replay:
+    """The messages for one client, lazily: iterate :meth:`messages` for ``(lsn, message bytes)``, ``lsn``
+    the position of the frame (its XLogData ``data_start``).  ``position`` is the highest position every
+    frame before which has been taken: what the client may be told the server's WAL end is (never the middle
+    of a transaction it has not received in whole)."""
+
+    def __init__(self, source: Source, request: Request, start: int = 0) -> None:
+        self.source, self.request = source, request
+        self.watermark = start
+        self.position = start
+        self.encoding = source.client_encoding
+        self._sent: dict[int, Relation] = {}  # what the client holds, per relation OID
+        self._types: dict[int, Type] = {}
+        # per streamed xid: relation OID -> (Relation, subxid it was sent with), until the transaction commits
+        self._pending: dict[int, dict[int, tuple[Relation, int]]] = {}
+
+    @property
+    def reassembles(self) -> bool:
+        """Whether transactions are reassembled (the client does not take some form the source has)."""
+        streams = any(s.options.get("streaming", "off").lower() not in _FALSE_VALUES for s in self.source.segments)
+        two_phase = any(s.options.get("two_phase", "false").lower() in TRUE_VALUES for s in self.source.segments)
+        return (streams and self.request.streaming == "off") or (two_phase and not self.request.two_phase)
+
+    def messages(self) -> Iterator[tuple[int, bytes]]:
+        decoder: Decoder | None = None
+        for number, segment in enumerate(self.source.segments):
+            decoder = resumed_decoder(segment, decoder)
+            if self.reassembles:
+                yield from self._reassembled(segment, decoder)
+            else:
+                yield from self._as_captured(number, segment, decoder)
+
+    # -- building ---------------------------------------------------------------------------------------
+
+    def _build(self, message: WireMessage, in_stream: bool = False) -> bytes:
+        return build(message, proto_version=self.request.proto_version, in_stream=in_stream, encoding=self.encoding)
+
+    def _relations(self, relation: Relation, types: Mapping[int, Type], lsn: int, stream_xid: int | None,
+                   subxid: int | None) -> Iterator[tuple[int, bytes]]:
+        """The Type and Relation messages to send before a change of ``relation``, if the client lacks them."""
+        relid = relation.relation_id
+        pending = self._pending.get(stream_xid, {}) if stream_xid is not None else {}
+        held = pending[relid][0] if relid in pending else self._sent.get(relid)
+        plain = dataclasses.replace(relation, xid=None)
+        if held == plain:
+            return
+        in_stream = stream_xid is not None
+        xid = subxid if in_stream else None
+        for column in relation.columns:
+            kind = types.get(column.type_id)
+            if kind is not None and self._types.get(column.type_id) != dataclasses.replace(kind, xid=None):
+                self._types[column.type_id] = dataclasses.replace(kind, xid=None)
+                yield lsn, self._build(dataclasses.replace(kind, xid=xid), in_stream)
+        if in_stream:
+            assert stream_xid is not None and subxid is not None
+            self._pending.setdefault(stream_xid, {})[relid] = (plain, subxid)
+        else:
+            self._sent[relid] = plain
+        yield lsn, self._build(dataclasses.replace(relation, xid=xid), in_stream)
+
+    def _change_relations(self, message: WireMessage, decoder_relations: Mapping[int, Relation],
+                          types: Mapping[int, Type], lsn: int, stream_xid: int | None,
+                          subxid: int | None) -> Iterator[tuple[int, bytes]]:
+        if isinstance(message, _ROWS):
+            yield from self._relations(decoder_relations[message.relation_id], types, lsn, stream_xid, subxid)
+        elif isinstance(message, Truncate):
+            for relid in message.relation_ids:
+                yield from self._relations(decoder_relations[relid], types, lsn, stream_xid, subxid)
+
+    def _commit_stream(self, xid: int) -> None:
+        for relid, (relation, _) in self._pending.pop(xid, {}).items():
+            self._sent[relid] = relation
+
+    def _abort_stream(self, xid: int, subxid: int) -> None:
+        if subxid == xid:
+            self._pending.pop(xid, None)
+            return
+        pending = self._pending.get(xid, {})
+        for relid in [r for r, (_, s) in pending.items() if s == subxid]:
+            del pending[relid]
+
+    def _stream_abort(self, message: StreamAbort, lsn: int) -> StreamAbort:
+        """A Stream Abort in the client's form: with the abort LSN and time only for parallel streaming."""
+        if self.request.streaming == "parallel":
+            return dataclasses.replace(
+                message, abort_lsn=message.abort_lsn if message.abort_lsn is not None else LSN(lsn),
+                abort_time=message.abort_time if message.abort_time is not None else Timestamp(0))
+        return dataclasses.replace(message, abort_lsn=None, abort_time=None)
+
+    # -- as captured ------------------------------------------------------------------------------------
+
+    def _as_captured(self, number: int, segment: Segment, decoder: Decoder) -> Iterator[tuple[int, bytes]]:
+        request, outcomes = self.request, self.source.scan().outcomes
+        sending = False  # the open Begin / Begin Prepare transaction is sent
+        streams: dict[int, bool] = {}  # streamed xid -> sent, while open
+        open_block: int | None = None  # the streamed xid whose block is open and sent
+        last = self.position
+        for ordinal, (lsn, data) in enumerate(segment.records()):
+            self.position = max(self.position, last)  # every frame of the record before is taken
+            last = lsn
+            in_stream = decoder.in_stream
+            message = decoder.feed(data)
+            cls = message.__class__
+            stream_xid = decoder.stream_xid if in_stream else None
+            if cls is Begin or cls is BeginPrepare:
+                outcome = outcomes.get((number, ordinal))
+                sending = (outcome is not None and outcome.lsn >= self.watermark
+                           and not (outcome.origin and request.origin == "none"))
+                if sending:
+                    yield lsn, self._build(message)
+            elif cls is StreamStart:
+                assert isinstance(message, StreamStart)
+                if message.first_segment:
+                    outcome = outcomes.get((number, ordinal))
+                    streams[message.xid] = (outcome is not None and outcome.lsn >= self.watermark
+                                            and not (outcome.origin and request.origin == "none"))
+                if streams.get(message.xid, False):
+                    open_block = message.xid
+                    yield lsn, self._build(message)
+            elif cls is StreamStop:
+                if open_block is not None:
+                    open_block = None
+                    yield lsn, self._build(message)
+            elif in_stream:
+                if open_block is None:
+                    continue
+                if cls is Relation or cls is Type:
+                    continue
+                if cls is Message and not request.messages:
+                    continue
+                if cls is Origin:
+                    if request.origin == "any":
+                        yield lsn, self._build(message, True)
+                    continue
+                subxid = getattr(message, "xid", None)
+                yield from self._change_relations(message, decoder.relations, decoder.types, lsn, stream_xid, subxid)
+                yield lsn, self._build(message, True)
+            elif cls is StreamAbort or cls is StreamCommit or cls is StreamPrepare:
+                xid = message.xid  # type: ignore[attr-defined]
+                sent = streams.get(xid, False)
+                if cls is StreamAbort:
+                    assert isinstance(message, StreamAbort)
+                    self._abort_stream(xid, message.subxid)
+                    if message.subxid == xid:
+                        streams.pop(xid, None)
+                    if sent:
+                        yield lsn, self._build(self._stream_abort(message, lsn))
+                    continue
+                streams.pop(xid, None)
+                if sent:
+                    self._commit_stream(xid)
+                    self.watermark = max(self.watermark, int(message.end_lsn))  # type: ignore[attr-defined]
+                    yield lsn, self._build(message)
+                else:
+                    self._pending.pop(xid, None)
+            elif cls is Commit or cls is Prepare:
+                if sending:
+                    sending = False
+                    self.watermark = max(self.watermark, int(message.end_lsn))  # type: ignore[attr-defined]
+                    yield lsn, self._build(message)
+            elif cls is CommitPrepared:
+                assert isinstance(message, CommitPrepared)
+                if message.commit_lsn >= self.watermark:
+                    self.watermark = max(self.watermark, int(message.end_lsn))
+                    yield lsn, self._build(message)
+            elif cls is RollbackPrepared:
+                assert isinstance(message, RollbackPrepared)
+                if message.rollback_end_lsn > self.watermark:
+                    self.watermark = max(self.watermark, int(message.rollback_end_lsn))
+                    yield lsn, self._build(message)
+            elif cls is Relation or cls is Type:
+                continue  # sent when a change needs it
+            elif cls is Origin:
+                if sending and request.origin == "any":
+                    yield lsn, self._build(message)
+            elif cls is Message and decoder.state == "idle" and decoder.xid is None and not sending:
+                assert isinstance(message, Message)
+                if request.messages and message.lsn >= self.watermark:
+                    yield lsn, self._build(message)
+            elif sending:
+                if cls is Message and not request.messages:
+                    continue
+                yield from self._change_relations(message, decoder.relations, decoder.types, lsn, None, None)
+                yield lsn, self._build(message)
+        self.position = max(self.position, last)
+        # a streamed transaction left open by the segment's end is sent again from its start by the next one
+        if open_block is not None:
+            yield self.position, self._build(StreamStop())
+        for xid, sent in streams.items():
+            if sent:
+                self._pending.pop(xid, None)
+                abort = StreamAbort(xid=xid, subxid=xid, abort_lsn=None, abort_time=None)
+                yield self.position, self._build(self._stream_abort(abort, self.position))
+
+    # -- reassembled ------------------------------------------------------------------------------------
+
+    def _reassembled(self, segment: Segment, decoder: Decoder) -> Iterator[tuple[int, bytes]]:
+        request = self.request
+        assembler = Assembler(decoder, typed=False)
+        last = self.position
+        for lsn, data in segment.records():
+            self.position = max(self.position, last)  # every frame of the record before is taken
+            last = lsn
+            for item in assembler.feed(data, lsn=lsn):
+                if isinstance(item, Change):  # a non-transactional logical message
+                    assert isinstance(item.message, Message)
+                    if request.messages and item.message.lsn >= self.watermark:
+                        yield lsn, self._build(item.message)
+                    continue
+                yield from self._transaction(item, assembler.decoder.relations)
+        self.position = max(self.position, last)
+
+    def _transaction(self, txn: Transaction, relations: Mapping[int, Relation]) -> Iterator[tuple[int, bytes]]:
+        """Begin, changes, Commit; each frame's position below the commit's, as a server's are (a client may
+        confirm any position it received, and must not confirm a transaction it has only in part)."""
+        request = self.request
+        lsn = min(self.position, int(txn.commit_lsn))
+        with txn:
+            if txn.commit_lsn < self.watermark or (txn.origin is not None and request.origin == "none"):
+                return
+            yield lsn, self._build(Begin(final_lsn=txn.commit_lsn, commit_time=txn.commit_time, xid=txn.xid))
+            if txn.origin is not None and request.origin == "any":
+                name, origin_lsn = txn.origin
+                yield lsn, self._build(Origin(origin_lsn=origin_lsn, name=name))
+            for change in txn.changes:
+                message = change.message
+                assert message is not None
+                if isinstance(message, Message) and not request.messages:
+                    continue
+                where = int(change.lsn) if change.lsn is not None and change.lsn < txn.commit_lsn else lsn
+                schema: Any = change.row_schema
+                if isinstance(message, _ROWS):
+                    types = {t.type_id: t for t in schema.types if t is not None}
+                    yield from self._relations(schema.relation, types, where, None, None)
+                elif isinstance(message, Truncate):  # (its change has no row schema: the Relations now)
+                    for relid in message.relation_ids:
+                        yield from self._relations(relations[relid], {}, where, None, None)
+                yield where, self._build(message)
+            self.watermark = max(self.watermark, int(txn.end_lsn))
+            yield int(txn.end_lsn), self._build(Commit(flags=0, commit_lsn=txn.commit_lsn, end_lsn=txn.end_lsn,
+                                          commit_time=txn.commit_time))

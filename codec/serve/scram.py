@@ -1,0 +1,122 @@
+"""SCRAM-SHA-256 password authentication, the server's side (RFC 5802 and RFC 7677, as PostgreSQL runs it).
+
+Strategy: the password is turned into PostgreSQL's stored form once (a random salt, 4096 iterations of
+PBKDF2, the stored and server keys), so a connection never handles the password itself.
+:class:`ScramExchange` is one exchange, sans I/O: the client's first message in, the server's first
+message out; the client's final message in, the server's final message out -- or
+:class:`AuthenticationFailed`.  Channel binding is not offered (no TLS), so a client may say ``n`` or
+``y`` but not ``p``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+__all__ = ["MECHANISM", "AuthenticationFailed", "ScramExchange", "ScramSecret"]
+
+MECHANISM = "SCRAM-SHA-256"
+ITERATIONS = 4096
+
+
+class AuthenticationFailed(Exception):
+    """The client's messages are malformed or its proof is wrong."""
+
+
+def _hmac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class ScramSecret:
+    """What a server keeps of a password: salt, iteration count, stored key and server key."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def from_password(cls, password: str, *, salt: bytes | None = None, iterations: int = ITERATIONS) -> ScramSecret:
+        salt = salt if salt is not None else secrets.token_bytes(16)
+        # PostgreSQL runs the password through SASLprep; for ASCII passwords that is the identity
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+        client_key = _hmac(salted, b"Client Key")
+        return cls(salt, iterations, hashlib.sha256(client_key).digest(), _hmac(salted, b"Server Key"))
+
+
+def _attributes(text: str) -> list[tuple[str, str]]:
+    out = []
+    for part in text.split(","):
+        if len(part) < 2 or part[1] != "=":
+            raise AuthenticationFailed(f"malformed SCRAM message: attribute {part[:20]!r}")
+        out.append((part[0], part[2:]))
+    return out
+
+
+class ScramExchange:
+    """One SCRAM-SHA-256 exchange against ``secret``."""
+
+    def __init__(self, secret: ScramSecret, *, nonce: str | None = None) -> None:
+        self.secret = secret
+        self._server_nonce = nonce if nonce is not None else base64.b64encode(secrets.token_bytes(18)).decode()
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._gs2 = ""
+
+    def first(self, client_first: bytes) -> bytes:
+        """The client-first-message (from SASLInitialResponse) in, the server-first-message out."""
+        try:
+            text = client_first.decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("malformed SCRAM message: not ASCII") from None
+        if text.startswith("p="):
+            raise AuthenticationFailed("channel binding is not supported by this server (no TLS)")
+        if not (text.startswith("n,") or text.startswith("y,")):
+            raise AuthenticationFailed("malformed SCRAM message: unexpected channel-binding flag")
+        flag, _, rest = text.partition(",")
+        authzid, _, bare = rest.partition(",")
+        if authzid:
+            raise AuthenticationFailed("client uses authorization identity, which is not supported")
+        self._gs2 = f"{flag},{authzid},"
+        attributes = dict(_attributes(bare))
+        if "r" not in attributes or not attributes["r"]:
+            raise AuthenticationFailed("malformed SCRAM message: no client nonce")
+        self._client_first_bare = bare
+        self._nonce = attributes["r"] + self._server_nonce
+        salt = base64.b64encode(self.secret.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={self.secret.iterations}"
+        return self._server_first.encode("ascii")
+
+    def final(self, client_final: bytes) -> bytes:
+        """The client-final-message in, the server-final-message out; :class:`AuthenticationFailed` if the
+        proof is wrong."""
+        if not self._server_first:
+            raise AuthenticationFailed("SCRAM final message before the first")
+        try:
+            text = client_final.decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("malformed SCRAM message: not ASCII") from None
+        without_proof, _, proof_part = text.rpartition(",p=")
+        attributes = dict(_attributes(without_proof)) if without_proof else {}
+        if attributes.get("c") != base64.b64encode(self._gs2.encode()).decode():
+            raise AuthenticationFailed("unexpected SCRAM channel-binding attribute in client-final-message")
+        if attributes.get("r") != self._nonce:
+            raise AuthenticationFailed("SCRAM nonce does not match")
+        try:
+            proof = base64.b64decode(proof_part, validate=True)
+        except ValueError:
+            raise AuthenticationFailed("malformed SCRAM proof") from None
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode("ascii")
+        signature = _hmac(self.secret.stored_key, auth_message)
+        if len(proof) != len(signature):
+            raise AuthenticationFailed("malformed SCRAM proof")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        if not hmac.compare_digest(hashlib.sha256(client_key).digest(), self.secret.stored_key):
+            raise AuthenticationFailed("password does not match")
+        verifier = base64.b64encode(_hmac(self.secret.server_key, auth_message)).decode()
+        return f"v={verifier}".encode("ascii")

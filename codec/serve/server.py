@@ -1,0 +1,323 @@
+"""The server: sockets and threads around :class:`~replwire.codec.serve.session.Session`, with limits and
+fault injection, and :func:`serving`, the context manager tests use.
+
+Strategy: one thread accepts; each connection gets a thread running its session: it sends what the session
+has, fills the socket with XLogData frames (in batches of about :data:`BATCH` bytes, or one at a time with a
+per-message delay), waits for the client's bytes until the session's next deadline, and ticks it.  Limits
+keep one client from harming the others: at most ``max_connections`` sessions (one more is told "too many
+clients" and closed at once), every read bounded by the session's reader, every write bounded by the reply
+timeout (a client that stops reading is dropped like one that stops answering).  A session's failure ends
+that connection only, and is logged.  Serving recorded data, the server listens on loopback unless given a
+password, which clients must then prove with SCRAM-SHA-256.
+
+Fault injection (:class:`Faults`): drop the connection once, after ``disconnect_after`` XLogData frames
+(counted over all connections), or every connection after each ``disconnect_every`` frames; delay every
+frame by ``delay`` seconds.  A dropped connection is closed without a word, as a crashed server's would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import select
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..messages import WireMessage
+from ..scalars import LSN
+from . import frontend
+from .replay import Request
+from .session import ServeSettings, Session, Slots
+from .source import Source
+
+__all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"]
+
+#: About how many bytes of frames are sent at a time.
+BATCH = 64 * 1024
+#: At most this many connections over the limit wait for their refusal; more are closed at once.
+REFUSING = 1024
+
+
+class ServeError(RuntimeError):
+    """The server cannot start as asked (address, password, stream)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults to inject, for testing how a consumer copes."""
+
+    disconnect_after: int | None = None
+    disconnect_every: int | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    """Where a server listens; :meth:`conninfo` is a libpq connection string for a replication client."""
+
+    host: str
+    port: int
+
+    def conninfo(self, *, dbname: str = "replwire", user: str = "replwire", password: str | None = None,
+                 replication: bool = True) -> str:
+        parts = [f"host={self.host}", f"port={self.port}", f"dbname={dbname}", f"user={user}"]
+        if password is not None:
+            parts.append("password='" + password.replace("\\", "\\\\").replace("'", "\\'") + "'")
+        if replication:
+            parts.append("replication=database")
+        return " ".join(parts)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+class Server:
+    """Serve ``source`` on ``host:port`` (port 0: any free port; see :attr:`address`).  Start with
+    :meth:`start` (a background thread) or :meth:`serve_forever`; :meth:`close` stops it and its
+    connections.  ``log`` receives one line per event worth telling (connections, errors, faults)."""
+
+    def __init__(self, source: Source, *, host: str = "127.0.0.1", port: int = 0,
+                 settings: ServeSettings | None = None, faults: Faults | None = None, max_connections: int = 64,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.source = source
+        self.settings = settings or ServeSettings(server_version=source.server_version)
+        self.faults = faults or Faults()
+        self.max_connections = max_connections
+        self.log = log or (lambda line: None)
+        if not _is_loopback(host) and self.settings.password is None:
+            raise ServeError(f"{host} is not a loopback address: serving recorded data there needs a password "
+                             f"(clients then authenticate with SCRAM-SHA-256)")
+        source.scan()  # read the stream once now: a broken one fails here, not in front of a client
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+        except OSError as error:
+            self._socket.close()
+            raise ServeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+        self._socket.listen(128)
+        self.address = ServerAddress(host, self._socket.getsockname()[1])
+        self.slots = Slots()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self._frames = 0
+        self._dropped_once = False
+        self._acceptor: threading.Thread | None = None
+        #: ``(slot, start LSN, request)`` of every START_REPLICATION served, in order.
+        self.starts: list[tuple[str, int, Request]] = []
+        self.served = 0  # connections taken
+        self.refused = 0  # connections refused for the limit
+
+    # -- running ----------------------------------------------------------------------------------------
+
+    def start(self) -> Server:
+        self._acceptor = threading.Thread(target=self.serve_forever, name="replwire-serve", daemon=True)
+        self._acceptor.start()
+        return self
+
+    def serve_forever(self) -> None:
+        # (a selector, not select(): a crowd of connections has descriptors past select's 1024)
+        selector = selectors.DefaultSelector()
+        selector.register(self._socket, selectors.EVENT_READ)
+        refusing: dict[socket.socket, float] = {}  # connections over the limit, until their startup packet came
+        try:
+            while not self._stopping.is_set():
+                try:
+                    ready = {key.fileobj for key, _ in selector.select(0.2)}
+                except (OSError, ValueError):
+                    if self._stopping.is_set():
+                        return
+                    continue
+                now = time.monotonic()
+                for conn in [c for c in refusing if c in ready or refusing[c] < now]:
+                    del refusing[conn]
+                    selector.unregister(conn)
+                    self._refuse(conn)
+                if self._socket not in ready:
+                    continue
+                try:
+                    conn, peer = self._socket.accept()
+                except OSError:
+                    continue
+                with self._lock:
+                    full = len(self._connections) >= self.max_connections
+                    if not full:
+                        self._connections.add(conn)
+                        self._threads = [t for t in self._threads if t.is_alive()]
+                if full:
+                    self.refused += 1
+                    if len(refusing) >= REFUSING:
+                        conn.close()
+                    else:  # answered once its startup packet is read: closing on unread bytes would reset it
+                        conn.setblocking(False)
+                        refusing[conn] = now + self.settings.startup_timeout
+                        selector.register(conn, selectors.EVENT_READ)
+                    continue
+                self.served += 1
+                thread = threading.Thread(target=self._run, args=(conn, peer), name=f"replwire-serve-{peer}",
+                                          daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        finally:
+            for conn in refusing:
+                conn.close()
+            selector.close()
+
+    @staticmethod
+    def _refuse(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.recv(frontend.MAX_STARTUP)
+            conn.send(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
+            conn.shutdown(socket.SHUT_WR)
+        conn.close()
+
+    def close(self) -> None:
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._socket.close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._acceptor is not None and self._acceptor is not threading.current_thread():
+            self._acceptor.join(5)
+        for thread in list(self._threads):
+            thread.join(5)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one connection ---------------------------------------------------------------------------------
+
+    def _fault(self, session: Session, frames: int) -> str | None:
+        faults = self.faults
+        if faults.disconnect_every and frames and frames % faults.disconnect_every == 0:
+            return f"--disconnect-every {faults.disconnect_every}"
+        if faults.disconnect_after is not None:
+            with self._lock:
+                self._frames += 1
+                if not self._dropped_once and self._frames >= faults.disconnect_after:
+                    self._dropped_once = True
+                    return f"--disconnect-after {faults.disconnect_after}"
+        return None
+
+    def _run(self, conn: socket.socket, peer: Any) -> None:
+        session = Session(self.source, self.settings, self.slots, now=time.time())
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+        def started(slot: str, start: int, request: Request) -> None:
+            self.starts.append((slot, start, request))
+            self.log(f"{where}: START_REPLICATION slot {slot} from {LSN(start)}: proto_version "
+                     f"{request.proto_version}, streaming {request.streaming}, two_phase {request.two_phase}, "
+                     f"messages {request.messages}, binary {request.binary}, origin {request.origin}")
+
+        session.on_start = started
+        self.log(f"{where}: connected (session {session.pid})")
+        conn.settimeout(self.settings.reply_timeout)
+        poller = select.poll()
+        poller.register(conn, select.POLLIN)
+        next_frame_at = 0.0
+        dropped: str | None = None
+        try:
+            while not session.closed and not self._stopping.is_set():
+                now = time.time()
+                out = bytearray(session.output())
+                ready = session.streaming
+                if ready and now >= next_frame_at:
+                    while len(out) < BATCH:
+                        frame = session.frame(now)
+                        if frame is None:
+                            break
+                        out += frame
+                        dropped = self._fault(session, session.sent_frames)
+                        if dropped is not None:
+                            break
+                        if self.faults.delay:
+                            next_frame_at = now + self.faults.delay
+                            break
+                if out:
+                    conn.sendall(out)
+                if dropped is not None:
+                    session.disconnect(dropped)
+                    break
+                wait = max(0.0, min(session.next_deadline(), next_frame_at if self.faults.delay else now + 1) - now)
+                if session.streaming and not self.faults.delay:
+                    wait = 0.0
+                if poller.poll(wait * 1000):
+                    session.receive(conn.recv(BATCH), time.time())
+                session.tick(time.time())
+            rest = session.output()
+            if rest and dropped is None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(rest)
+        except (TimeoutError, OSError) as error:
+            session.disconnect(f"connection error: {error}")
+        except Exception as error:  # noqa: BLE001 - one session's failure must not take the server down
+            self.log(f"{where}: session failed: {type(error).__name__}: {error}")
+            with contextlib.suppress(OSError):
+                conn.sendall(session.output() + frontend.build_error(f"internal error: {error}", "XX000",
+                                                                     severity="FATAL"))
+            session.disconnect(f"internal error: {error}")
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+            with contextlib.suppress(OSError):
+                conn.close()
+            self.log(f"{where}: closed ({session.close_reason}; {session.sent_frames} frames sent)")
+
+
+def source_of(stream: Source | str | os.PathLike[str] | Sequence[Any], *, proto_version: int = 4,
+              server_version: int | None = None) -> Source:
+    """A :class:`~replwire.codec.serve.source.Source` from what a user has: one, capture file paths, or built
+    messages (encoded with ``proto_version``)."""
+    if isinstance(stream, Source):
+        return stream
+    if isinstance(stream, (str, os.PathLike)):
+        return Source.from_captures([stream], server_version=server_version)
+    items = list(stream)
+    if items and all(isinstance(item, (str, os.PathLike)) for item in items):
+        return Source.from_captures(items, server_version=server_version)
+    if all(isinstance(item, WireMessage) or (isinstance(item, tuple) and len(item) == 2) for item in items):
+        return Source.from_messages(items, proto_version=proto_version,
+                                    server_version=server_version or 180000)
+    raise TypeError("serve a Source, capture file paths, or pgoutput message objects")
+
+
+@contextlib.contextmanager
+def serving(stream: Source | str | os.PathLike[str] | Iterable[Any], *, host: str = "127.0.0.1", port: int = 0,
+            server_version: int | None = None, password: str | None = None, proto_version: int = 4,
+            keepalive_interval: float = 10.0, reply_timeout: float = 60.0, faults: Faults | None = None,
+            max_connections: int = 64, log: Callable[[str], None] | None = None) -> Iterator[ServerAddress]:
+    """Serve ``stream`` -- capture file paths (one, or several in the order they were written), a
+    :class:`~replwire.codec.serve.source.Source`, or built pgoutput messages -- over the replication
+    protocol for the ``with`` block; the block gets the :class:`ServerAddress`.
+
+    >>> from replwire.codec import serving
+    >>> with serving("app.rwcap") as address:  # doctest: +SKIP
+    ...     psycopg2.connect(address.conninfo(), connection_factory=LogicalReplicationConnection)
+    """
+    items: Any = stream if isinstance(stream, (Source, str, os.PathLike)) else list(stream)
+    source = source_of(items, proto_version=proto_version, server_version=server_version)
+    settings = ServeSettings(server_version=server_version or source.server_version, password=password,
+                             keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
+    with Server(source, host=host, port=port, settings=settings, faults=faults, max_connections=max_connections,
+                log=log) as server:
+        yield server.address

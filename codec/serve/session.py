@@ -1,0 +1,411 @@
+"""One client connection of the walsender, sans I/O: bytes and the time in, bytes out.
+
+Strategy: a :class:`Session` is a state machine over the events of
+:class:`~replwire.codec.serve.frontend.FrontendReader` -- startup, SCRAM authentication when the server has
+a password, then simple queries (:mod:`~replwire.codec.serve.commands`) until ``START_REPLICATION`` turns
+the connection into CopyBoth.  Then :meth:`Session.frame` hands out one XLogData CopyData message at a
+time from the client's :class:`~replwire.codec.serve.replay.Replay`, so whoever drives the session sends
+as fast as the socket takes them and never holds the stream; the client's standby status updates move the
+slot's confirmed position (kept in :class:`Slots`, shared by the sessions of one server, as a server keeps
+its slots), and :meth:`Session.tick` sends keepalives that ask for a reply and ends a session whose client
+stopped answering.  Every error the client causes is an ErrorResponse the client can read; a protocol
+violation also ends the session (:attr:`Session.closed`).  The caller moves bytes and calls :meth:`tick`;
+the session never blocks, sleeps or reads a clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import secrets
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..errors import DecodeError
+from ..messages import HotStandbyFeedback, PrimaryKeepalive, StandbyStatusUpdate, XLogData
+from ..scalars import LSN, Timestamp
+from ..wire.fast import build_envelope, parse_envelope
+from . import commands, frontend
+from .frontend import ClientMessage, ProtocolViolation
+from .replay import Replay, Request, RequestError
+from .scram import MECHANISM, AuthenticationFailed, ScramExchange, ScramSecret
+from .source import Source
+
+__all__ = ["POSTGRES_EPOCH", "ServeSettings", "Session", "Slots"]
+
+#: Seconds from the Unix epoch to PostgreSQL's (2000-01-01 00:00:00 UTC).
+POSTGRES_EPOCH = 946_684_800
+_PIDS = itertools.count(40_000)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How a server behaves towards every client.
+
+    ``server_version`` (``server_version_num`` form, e.g. 150004) decides the protocol versions offered and
+    what the client is told; ``keepalive_interval`` and ``reply_timeout`` are in seconds; a client that sends
+    nothing for ``reply_timeout`` (during the startup: ``startup_timeout``) is disconnected."""
+
+    server_version: int = 160000
+    password: str | None = None
+    keepalive_interval: float = 10.0
+    reply_timeout: float = 60.0
+    startup_timeout: float = 10.0
+    max_message: int = 1 << 20
+    system_identifier: str = "7000000000000000000"
+
+
+@dataclass
+class Slots:
+    """The confirmed (flushed) position of each slot name clients streamed from; thread-safe."""
+
+    confirmed: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def confirm(self, slot: str, lsn: int) -> None:
+        with self._lock:
+            if lsn > self.confirmed.get(slot, 0):
+                self.confirmed[slot] = lsn
+
+    def get(self, slot: str) -> int:
+        with self._lock:
+            return self.confirmed.get(slot, 0)
+
+    def drop(self, slot: str) -> None:
+        with self._lock:
+            self.confirmed.pop(slot, None)
+
+
+def _norm_encoding(name: str) -> str:
+    return name.upper().replace("-", "").replace("_", "").replace("UNICODE", "UTF8")
+
+
+def version_text(server_version: int) -> str:
+    """``server_version`` as PostgreSQL reports it: ``15.4`` for 150004 (10 and later)."""
+    return f"{server_version // 10000}.{server_version % 10000}"
+
+
+class Session:
+    """One connection: :meth:`receive` client bytes, take :meth:`output`; while :attr:`streaming`, call
+    :meth:`frame` for XLogData messages; call :meth:`tick` with the time now and then."""
+
+    def __init__(self, source: Source, settings: ServeSettings, slots: Slots | None = None, *,
+                 now: float = 0.0) -> None:
+        self.source, self.settings = source, settings
+        self.slots = slots if slots is not None else Slots()
+        self.reader = frontend.FrontendReader(max_message=settings.max_message)
+        self.pid = next(_PIDS)
+        self.state = "startup"  # startup, auth, ready, streaming, closed
+        self.user = ""
+        self.close_reason: str | None = None
+        self.replay: Replay | None = None
+        self.slot: str | None = None
+        self.sent_frames = 0
+        self._out = bytearray()
+        self._messages: Iterator[tuple[int, bytes]] | None = None
+        self._scram: ScramExchange | None = None
+        self._secret = _secret(settings.password) if settings.password is not None else None
+        self._last_heard = now
+        self._last_keepalive = now
+        self._exhausted = False
+        self._parameters: dict[str, str] = {}
+        #: Called with ``(slot, start LSN, request)`` when the client starts streaming.
+        self.on_start: Callable[[str, int, Request], None] | None = None
+
+    # -- the driver's side ----------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.state == "closed"
+
+    @property
+    def streaming(self) -> bool:
+        """In CopyBoth, with messages left to send."""
+        return self.state == "streaming" and not self._exhausted
+
+    def output(self) -> bytes:
+        """Everything the session wants sent now (and forget it)."""
+        data = bytes(self._out)
+        self._out.clear()
+        return data
+
+    def receive(self, data: bytes, now: float) -> None:
+        """Bytes from the client (``b""``: it closed the connection)."""
+        if self.closed:
+            return
+        if not data:
+            self._close("the client closed the connection")
+            return
+        self._last_heard = now
+        self.reader.feed(data)
+        try:
+            while not self.closed:
+                event = self.reader.next()
+                if event is None:
+                    break
+                self._event(event, now)
+        except ProtocolViolation as error:
+            self._fatal(str(error), error.sqlstate)
+
+    def frame(self, now: float) -> bytes | None:
+        """The next XLogData as a CopyData message, or ``None`` when the stream has nothing more."""
+        if self.state != "streaming" or self._messages is None:
+            return None
+        try:
+            lsn, data = next(self._messages)
+        except StopIteration:
+            self._exhausted = True
+            return None
+        self.sent_frames += 1
+        assert self.replay is not None
+        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(max(self.replay.position, lsn)), send_time=_now(now),
+                         data=data)
+        return frontend.build_copy_data(build_envelope(frame))
+
+    def tick(self, now: float) -> None:
+        """Keepalives and timeouts, at time ``now`` (Unix time in seconds, as every ``now`` here)."""
+        if self.closed:
+            return
+        silent = now - self._last_heard
+        if self.state in ("startup", "auth") and silent > self.settings.startup_timeout:
+            self._fatal("canceling authentication due to timeout", "08006")
+        elif self.state == "streaming":
+            if silent > self.settings.reply_timeout:
+                self._fatal("terminating walsender process due to replication timeout", "08006")
+            elif now - self._last_keepalive >= self.settings.keepalive_interval:
+                self._keepalive(now, reply=True)
+        elif self.state == "ready" and silent > self.settings.reply_timeout:
+            self._fatal("terminating connection: the client sent nothing for "
+                        f"{self.settings.reply_timeout:g} seconds", "08006")
+
+    def next_deadline(self) -> float:
+        """The time by which :meth:`tick` has something to do."""
+        if self.state in ("startup", "auth"):
+            return self._last_heard + self.settings.startup_timeout
+        if self.state == "streaming":
+            return min(self._last_heard + self.settings.reply_timeout,
+                       self._last_keepalive + self.settings.keepalive_interval)
+        return self._last_heard + self.settings.reply_timeout
+
+    def disconnect(self, reason: str) -> None:
+        """End the session from the driver's side (fault injection, server shutdown)."""
+        self._close(reason)
+
+    # -- events ---------------------------------------------------------------------------------------------
+
+    def _close(self, reason: str) -> None:
+        if not self.closed:
+            self.state = "closed"
+            self.close_reason = reason
+            self._messages = None
+
+    def _fatal(self, message: str, sqlstate: str) -> None:
+        self._out += frontend.build_error(message, sqlstate, severity="FATAL")
+        self._close(message)
+
+    def _error(self, message: str, sqlstate: str) -> None:
+        self._out += frontend.build_error(message, sqlstate) + frontend.build_ready()
+
+    def _event(self, event: frontend.Event, now: float) -> None:
+        if isinstance(event, frontend.EncryptionRequest):
+            self._out += b"N"
+            return
+        if isinstance(event, frontend.CancelRequest):
+            self._close("cancel request")
+            return
+        if isinstance(event, frontend.Startup):
+            self._startup(event.parameters)
+            return
+        assert isinstance(event, ClientMessage)
+        kind = event.type
+        if kind == b"X":
+            self._close("the client terminated the session")
+        elif self.state == "auth":
+            self._password(event)
+        elif kind == b"Q":
+            if self.state != "ready":
+                raise ProtocolViolation("a query while streaming: send CopyDone first")
+            text, _ = frontend.read_cstring(event.body)
+            self._query(text, now)
+        elif self.state == "streaming" and kind == b"d":
+            self._copy_data(event.body, now)
+        elif self.state == "streaming" and kind == b"c":
+            self._out += frontend.build_message(b"c", b"")
+            self._out += frontend.build_command_complete("START_REPLICATION") + frontend.build_ready()
+            self.state, self._messages, self.replay = "ready", None, None
+        elif self.state == "streaming" and kind == b"f":
+            self._close("the client failed the copy")
+        elif kind in b"PBEDSHFC":
+            raise ProtocolViolation("extended query protocol not supported in a replication connection")
+        else:
+            raise ProtocolViolation(f"invalid frontend message type {kind!r} in state {self.state}")
+
+    def _startup(self, parameters: dict[str, str]) -> None:
+        self.user = parameters["user"]
+        replication = parameters.get("replication", "").lower()
+        if replication != "database":
+            self._fatal("this server serves logical replication connections only: connect with "
+                        "replication=database", "08004")
+            return
+        wanted = parameters.get("client_encoding")
+        if wanted and _norm_encoding(wanted) != _norm_encoding(self.source.client_encoding):
+            self._fatal(f"client_encoding {wanted} is not served: the stream is in {self.source.client_encoding}",
+                        "22023")
+            return
+        self._parameters = parameters
+        if self._secret is not None:
+            self.state = "auth"
+            self._out += frontend.build_auth(10, frontend.cstring(MECHANISM) + b"\0")
+            return
+        self._welcome()
+
+    def _welcome(self) -> None:
+        self._out += frontend.build_auth(0)
+        encoding = self.source.client_encoding
+        for name, value in (("application_name", self._parameters.get("application_name", "")),
+                            ("client_encoding", encoding), ("DateStyle", "ISO, MDY"),
+                            ("integer_datetimes", "on"), ("IntervalStyle", "postgres"),
+                            ("is_superuser", "on"), ("server_encoding", encoding),
+                            ("server_version", version_text(self.settings.server_version)),
+                            ("session_authorization", self.user), ("standard_conforming_strings", "on"),
+                            ("TimeZone", "UTC")):
+            self._out += frontend.build_parameter_status(name, value)
+        self._out += frontend.build_message(b"K", struct.pack(">iI", self.pid, secrets.randbits(32)))
+        self._out += frontend.build_ready()
+        self.state = "ready"
+
+    def _password(self, event: ClientMessage) -> None:
+        if event.type != b"p":
+            raise ProtocolViolation(f"expected SASL response, got message type {event.type!r}")
+        assert self._secret is not None
+        failed = f'password authentication failed for user "{self.user}"'
+        try:
+            if self._scram is None:
+                mechanism, offset = frontend.read_cstring(event.body)
+                if mechanism != MECHANISM:
+                    raise AuthenticationFailed("client selected an invalid SASL authentication mechanism")
+                if len(event.body) < offset + 4:
+                    raise ProtocolViolation("invalid SASL initial response")
+                (length,) = struct.unpack_from(">i", event.body, offset)
+                data = event.body[offset + 4:]
+                if length != len(data):
+                    raise ProtocolViolation("invalid SASL initial response length")
+                self._scram = ScramExchange(self._secret)
+                self._out += frontend.build_auth(11, self._scram.first(data))
+            else:
+                final = self._scram.final(event.body)
+                self._out += frontend.build_auth(12, final)
+                self._welcome()
+        except AuthenticationFailed as error:
+            self._out += frontend.build_error(failed, "28P01", severity="FATAL", detail=str(error))
+            self._close(failed)
+
+    # -- queries --------------------------------------------------------------------------------------------
+
+    def _query(self, text: str, now: float) -> None:
+        try:
+            command = commands.read_query(text)
+        except commands.UnknownCommand as error:
+            self._error(str(error), error.sqlstate)
+            return
+        out = self._out
+        if isinstance(command, commands.IdentifySystem):
+            position = str(LSN(self.source.scan().last_lsn))
+            self._rows(["systemid", "timeline", "xlogpos", "dbname"], [[self.settings.system_identifier, "1",
+                                                                          position, self._database]],
+                       [25, 23, 25, 25], "IDENTIFY_SYSTEM")
+        elif isinstance(command, commands.Show):
+            value = {"server_version": version_text(self.settings.server_version), "integer_datetimes": "on",
+                     "wal_segment_size": "16MB", "server_encoding": self.source.client_encoding,
+                     "client_encoding": self.source.client_encoding,
+                     "max_replication_slots": "10", "data_directory_mode": "0700"}.get(command.name)
+            if value is None:
+                self._error(f'unrecognized configuration parameter "{command.name}"', "42704")
+            else:
+                self._rows([command.name], [[value]], None, "SHOW")
+        elif isinstance(command, commands.SetConfig):
+            self._rows(["set_config"], [[command.value]], None, "SELECT 1")
+        elif isinstance(command, commands.PublicationTables):
+            relations = sorted(self.source.scan().relations)
+            rows = [[namespace, name] + [None] * (len(command.columns) - 2) for namespace, name in relations]
+            self._rows(list(command.columns), [row[:len(command.columns)] for row in rows], None,
+                       f"SELECT {len(rows)}")
+        elif isinstance(command, commands.PublicationNames):
+            self._rows([command.column], [[name] for name in command.names], None, f"SELECT {len(command.names)}")
+        elif isinstance(command, commands.CreateSlot):
+            if command.plugin is None:
+                self._error("physical replication slots are not served", "0A000")
+                return
+            position = str(LSN(self.source.scan().last_lsn))
+            self._rows(["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
+                       [[command.slot, position, None, command.plugin]], None, "CREATE_REPLICATION_SLOT")
+        elif isinstance(command, commands.DropSlot):
+            self.slots.drop(command.slot)
+            out += frontend.build_command_complete("DROP_REPLICATION_SLOT") + frontend.build_ready()
+        elif isinstance(command, commands.AlterSlot):
+            out += frontend.build_command_complete("ALTER_REPLICATION_SLOT") + frontend.build_ready()
+        else:
+            assert isinstance(command, commands.StartReplication)
+            self._start(command, now)
+
+    @property
+    def _database(self) -> str:
+        return self._parameters.get("database") or self.user
+
+    def _rows(self, names: list[str], rows: list[list[str | None]], oids: list[int] | None, tag: str) -> None:
+        out = self._out
+        out += frontend.build_row_description(names, oids)
+        for row in rows:
+            out += frontend.build_data_row(row)
+        out += frontend.build_command_complete(tag) + frontend.build_ready()
+
+    def _start(self, command: commands.StartReplication, now: float) -> None:
+        try:
+            request = Request.from_options(command.options, server_version=self.settings.server_version)
+            request.check_source(self.source)
+        except RequestError as error:
+            self._error(str(error), error.sqlstate)
+            return
+        start = max(command.lsn, self.slots.get(command.slot))
+        self.slot = command.slot
+        self.replay = Replay(self.source, request, start)
+        self._messages = self.replay.messages()
+        self._exhausted = False
+        self.state = "streaming"
+        self._out += frontend.build_copy_both()
+        if self.on_start is not None:
+            self.on_start(command.slot, start, request)
+        self._last_heard = self._last_keepalive = now
+
+    # -- CopyBoth -------------------------------------------------------------------------------------------
+
+    def _copy_data(self, payload: bytes, now: float) -> None:
+        try:
+            frame = parse_envelope(payload, sender="client")
+        except DecodeError as error:
+            raise ProtocolViolation(f"invalid standby message: {error}") from None
+        if isinstance(frame, StandbyStatusUpdate):
+            if self.slot is not None and frame.flush_lsn:
+                self.slots.confirm(self.slot, int(frame.flush_lsn))
+            if frame.reply_requested:
+                self._keepalive(now, reply=False)
+        elif not isinstance(frame, HotStandbyFeedback):  # pragma: no cover - the client side has two kinds
+            raise ProtocolViolation(f"unexpected standby message {type(frame).__name__}")
+
+    def _keepalive(self, now: float, *, reply: bool) -> None:
+        position = self.replay.position if self.replay is not None else 0
+        keepalive = PrimaryKeepalive(wal_end=LSN(position), send_time=_now(now), reply_requested=int(reply))
+        self._out += frontend.build_copy_data(build_envelope(keepalive))
+        self._last_keepalive = now
+
+
+@functools.lru_cache(maxsize=8)
+def _secret(password: str) -> ScramSecret:
+    """The stored form of a server's password, made once (PBKDF2 is slow on purpose)."""
+    return ScramSecret.from_password(password)
+
+
+def _now(now: float) -> Timestamp:
+    return Timestamp(int((now - POSTGRES_EPOCH) * 1_000_000))

@@ -1,0 +1,261 @@
+"""What a server serves: a stream of pgoutput messages in one or more segments, read lazily, and what one pass
+over it tells (which transactions complete where, which relations it has).
+
+Strategy: a :class:`Segment` is one captured session -- one capture file, or a list of built messages --
+with the protocol version, options and client encoding its messages were made with; its ``records`` opens a
+fresh, lazy iteration of ``(lsn, message bytes)`` every time, so every client connection reads the stream
+from the start at its own pace and nothing holds the stream in memory.  Several segments are the captures of
+one slot read in turn (a capture resumed into a second file): the second may repeat transactions the first
+already holds, or start over one the first has only in part.  :meth:`Source.scan` passes over every segment
+once (at most once per source) and records, for each message that opens a transaction -- Begin, Begin
+Prepare, the first Stream Start of a streamed transaction -- how that transaction ended: committed or
+prepared at an LSN, aborted at an LSN, or never completed in its segment.  That index is what lets a
+session decide, when a transaction opens, whether the client already confirmed it (it is then skipped, as a
+walsender skips transactions before the position a client asks for), without reading ahead.  The scan also
+collects the Relation messages, which answer a subscriber's questions about the publication's tables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ReplwireError
+from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+from ..messages import (
+    Begin,
+    BeginPrepare,
+    Commit,
+    Origin,
+    Prepare,
+    Relation,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    WireMessage,
+)
+from ..stream.decoder import Decoder
+from ..wire.fast import build
+
+__all__ = ["ABORTED", "COMMITTED", "Outcome", "Scan", "Segment", "Source", "SourceError", "TRUE_VALUES",
+           "resumed_decoder"]
+
+COMMITTED = "committed"  # a Commit, Stream Commit, Prepare or Stream Prepare
+ABORTED = "aborted"  # a top-level Stream Abort
+#: The spellings of true in a pgoutput option (PostgreSQL's boolean input).
+TRUE_VALUES = frozenset({"true", "on", "1", "yes", "t", "y"})
+
+
+class SourceError(ReplwireError, ValueError):
+    """A stream that cannot be served: unreadable, out of order, or segments that do not go together."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a transaction opened in a segment ended: ``kind`` (:data:`COMMITTED` or :data:`ABORTED`), at
+    ``lsn`` (the commit or prepare LSN, or the abort's record position); ``origin`` whether it carried an
+    Origin message."""
+
+    kind: str
+    lsn: int
+    origin: bool = False
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One captured session: ``records()`` iterates ``(lsn, message bytes)`` afresh on every call."""
+
+    name: str
+    proto_version: int
+    options: Mapping[str, str]
+    client_encoding: str
+    server_version: int
+    records: Callable[[], Iterator[tuple[int, bytes]]]
+
+    @property
+    def binary(self) -> bool:
+        return self.options.get("binary", "false").lower() in TRUE_VALUES
+
+
+@dataclass
+class Scan:
+    """What one pass over a source found: ``outcomes[(segment, ordinal)]`` for each transaction opener,
+    ``relations`` the last Relation per (namespace, name), ``messages`` how many there are, ``last_lsn``
+    the highest record position."""
+
+    outcomes: dict[tuple[int, int], Outcome] = field(default_factory=dict)
+    relations: dict[tuple[str, str], Relation] = field(default_factory=dict)
+    messages: int = 0
+    last_lsn: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Source:
+    """The segments served, in order; they must share a client encoding and agree on binary values."""
+
+    def __init__(self, segments: Sequence[Segment], *, server_version: int | None = None) -> None:
+        if not segments:
+            raise SourceError("nothing to serve: no segments")
+        encodings = {s.client_encoding.upper() for s in segments}
+        if len(encodings) > 1:
+            raise SourceError(f"the segments are in different client encodings ({', '.join(sorted(encodings))}): "
+                              f"serve them separately")
+        if len({s.binary for s in segments}) > 1:
+            raise SourceError("some segments hold binary values and some text: serve them separately")
+        self.segments = list(segments)
+        self.server_version = server_version or max(s.server_version for s in segments) or 160000
+        self._scan: Scan | None = None
+
+    @property
+    def client_encoding(self) -> str:
+        return self.segments[0].client_encoding
+
+    @property
+    def binary(self) -> bool:
+        return self.segments[0].binary
+
+    def scan(self) -> Scan:
+        """The index of the whole source (computed on first use, by reading every segment once)."""
+        if self._scan is None:
+            self._scan = _scan(self.segments)
+        return self._scan
+
+    # -- constructors -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_captures(cls, paths: Iterable[str | os.PathLike[str]], *, server_version: int | None = None,
+                      proto_version: int | None = None, client_encoding: str = "UTF8") -> Source:
+        """Capture files, in the order given (a resumed capture's files in the order they were written).  A
+        file that is not a capture file is read as the COPY-CSV of the SQL interface (``lsn,xid,\\x<hex>``
+        rows), which says nothing of how it was made: it needs ``proto_version`` (and its
+        ``client_encoding``), and is served as possibly holding streamed and prepared transactions."""
+        segments = []
+        for path in paths:
+            name = os.fspath(path)
+            try:
+                if not is_capture_file(name):
+                    if proto_version is None:
+                        raise SourceError(f"{name} is not a capture file: give the protocol version it was read "
+                                          f"with to serve it as COPY-CSV")
+                    options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
+                    segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
+                    continue
+                with read_capture(name) as reader:
+                    header = reader.header
+            except (CaptureFileError, OSError) as error:
+                raise SourceError(str(error)) from None
+            segments.append(Segment(name, header.proto_version, dict(header.options), header.client_encoding,
+                                    header.server_version, _capture_records(name)))
+        return cls(segments, server_version=server_version)
+
+    @classmethod
+    def from_messages(cls, messages: Iterable[WireMessage | tuple[int, WireMessage]], *, proto_version: int = 4,
+                      options: Mapping[str, str] | None = None, client_encoding: str = "UTF8",
+                      server_version: int = 180000) -> Source:
+        """Built messages (or ``(lsn, message)`` pairs), in stream order, encoded once with
+        ``proto_version``; ``options`` are the pgoutput options they stand for (``binary`` when their
+        tuples hold binary values).  A message without an LSN is placed one past the one before, a commit
+        at its ``end_lsn``: give commits LSNs above their changes', as a server's are."""
+        decoder = Decoder(proto_version=proto_version, encoding=client_encoding)
+        records: list[tuple[int, bytes]] = []
+        position = 0
+        for item in messages:
+            lsn, message = item if isinstance(item, tuple) else (None, item)
+            in_stream = decoder.in_stream
+            decoder.accept(message)
+            if lsn is not None:
+                position = int(lsn)
+            else:  # one past the one before; a commit (or prepare, or abort) at its end position
+                end = getattr(message, "end_lsn", None) or getattr(message, "rollback_end_lsn", None)
+                position = max(position + 1, int(end) if end is not None else 0)
+            records.append((position, build(message, proto_version=proto_version, in_stream=in_stream,
+                                            encoding=client_encoding)))
+        segment = Segment("messages", proto_version, dict(options or {}), client_encoding, server_version,
+                          lambda: iter(records))
+        return cls([segment], server_version=server_version)
+
+
+def _csv_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
+    def records() -> Iterator[tuple[int, bytes]]:
+        for _, lsn, _, data in read_copy_csv(path, raw=True):
+            yield lsn, data
+    return records
+
+
+def _capture_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
+    def records() -> Iterator[tuple[int, bytes]]:
+        with read_capture(path) as reader:
+            for _, lsn, _, data in reader.records(raw=True):
+                yield lsn, data
+    return records
+
+
+def resumed_decoder(segment: Segment, previous: Decoder | None) -> Decoder:
+    """A decoder for ``segment``: a resumed capture's next file goes on from where the one before left off
+    -- the relation and type caches kept, whatever was open forgotten (it is sent again from its start) --
+    as :meth:`~replwire.codec.Decoder.resume` does, in the segment's own protocol version."""
+    decoder = Decoder(proto_version=segment.proto_version, encoding=segment.client_encoding)
+    if previous is not None:
+        decoder.relations = dict(previous.relations)
+        decoder.types = dict(previous.types)
+    return decoder
+
+
+def _scan(segments: Sequence[Segment]) -> Scan:
+    scan = Scan()
+    decoder: Decoder | None = None
+    for number, segment in enumerate(segments):
+        decoder = resumed_decoder(segment, decoder)
+        opener: int | None = None  # the ordinal of the open Begin / Begin Prepare
+        streams: dict[int, int] = {}  # streamed xid -> ordinal of its first block
+        origins: set[int] = set()
+        ordinal = -1
+        try:
+            for ordinal, (lsn, data) in enumerate(segment.records()):
+                message = decoder.feed(data)
+                scan.messages += 1
+                scan.last_lsn = max(scan.last_lsn, lsn)
+                cls = message.__class__
+                if cls is Begin or cls is BeginPrepare:
+                    opener = ordinal
+                elif cls is Origin:
+                    key = opener if decoder.stream_xid is None else streams.get(decoder.stream_xid)
+                    if key is not None:
+                        origins.add(key)
+                elif cls is Relation:
+                    assert isinstance(message, Relation)
+                    scan.relations[(message.namespace or "pg_catalog", message.name)] = message
+                elif cls is Commit or cls is Prepare:
+                    if opener is not None:
+                        scan.outcomes[(number, opener)] = Outcome(COMMITTED, _lsn(message), opener in origins)
+                    opener = None
+                elif cls is StreamStart:
+                    assert isinstance(message, StreamStart)
+                    if message.first_segment:
+                        streams[message.xid] = ordinal
+                elif cls is StreamCommit or cls is StreamPrepare:
+                    first = streams.pop(message.xid, None)  # type: ignore[attr-defined]
+                    if first is not None:
+                        scan.outcomes[(number, first)] = Outcome(COMMITTED, _lsn(message), first in origins)
+                elif cls is StreamAbort:
+                    assert isinstance(message, StreamAbort)
+                    if message.subxid == message.xid:
+                        first = streams.pop(message.xid, None)
+                        if first is not None:
+                            scan.outcomes[(number, first)] = Outcome(ABORTED, lsn)
+        except ReplwireError as error:
+            raise SourceError(f"{segment.name}: message #{ordinal}: {error}") from None
+        if decoder.state != "idle" or streams:
+            scan.notes.append(f"{segment.name}: ends inside a transaction; what it has of it is not served")
+    return scan
+
+
+def _lsn(message: Any) -> int:
+    for name in ("commit_lsn", "prepare_lsn"):
+        value = getattr(message, name, None)
+        if value is not None:
+            return int(value)
+    raise AssertionError(f"no position in {type(message).__name__}")

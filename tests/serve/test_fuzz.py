@@ -1,0 +1,40 @@
+"""The fuzz target of serve's protocol core holds on its seeds and on random bytes, and reports a session that
+breaks its invariant."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replwire.codec.serve import fuzz
+from replwire.codec.serve.session import Session
+
+
+@pytest.mark.parametrize("seed", fuzz.SEEDS, ids=range(len(fuzz.SEEDS)))
+def test_the_seeds_hold(seed):
+    fuzz.fuzz_session(seed)
+
+
+@given(st.binary(max_size=300))
+def test_random_client_bytes_hold(data):
+    fuzz.fuzz_session(data)
+
+
+@given(st.sampled_from([2, 3, 6]), st.binary(max_size=200))
+def test_random_bytes_after_a_startup_hold(flags, data):
+    fuzz.fuzz_session(bytes([flags, len(data) // 2]) + data)
+
+
+def test_a_session_that_raises_is_a_finding(monkeypatch):
+    def broken(self, data, now):
+        raise KeyError("broken")
+
+    monkeypatch.setattr(Session, "receive", broken)
+    with pytest.raises(KeyError):
+        fuzz.fuzz_session(fuzz.SEEDS[0])
+
+
+def test_the_seeds_are_written_as_a_corpus(tmp_path):
+    assert fuzz.write_seeds(str(tmp_path)) == len(fuzz.SEEDS)
+    assert sorted(p.read_bytes() for p in tmp_path.iterdir()) == sorted(fuzz.SEEDS)
