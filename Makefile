@@ -2,17 +2,25 @@
 # .venv with replwire and its dev extra; quick when all is there), then runs in .venv.
 #
 #   make demo    replwire demo: a PostgreSQL 18 of its own, a workload, a live capture, what it decodes to
-#   make test    ruff, mypy and the whole test suite
+#   make test    ruff, mypy and the whole test suite (on the compiled codec), then the codec's own tests
+#                again on the pure-Python codec (REPLWIRE_IMPL=python)
 #   make docs    the documentation site, built strictly into build/site/
 #   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder, then 30 s of serve's
 #                protocol core
+#   make fuzz-compiled  a minute of it on the compiled codec built with clang's ASan and UBSan
 
 VENV := $(CURDIR)/.venv
 # .venv activated: its bin/ first on PATH, for the commands below and whatever they start (Spark's Python
 # workers, for one, run the `python3` found there)
 IN_VENV := PATH="$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(VENV)"
 
-.PHONY: setup demo test docs fuzz
+# what runs again on the pure-Python codec: the codec's own tests (vectors, real-server captures in every
+# context, errors, properties, fuzz invariants) and the decoder's and assembler's, about 2 minutes; the
+# rest of the suite reaches the codec through these, and tests/wire/test_compiled.py shows the two codecs
+# give the same results and errors on all of that input
+PYTHON_CODEC_TESTS := tests/wire tests/stream/test_decoder.py tests/stream/test_assembler.py tests/test_messages.py
+
+.PHONY: setup demo test docs fuzz fuzz-compiled
 
 setup:
 	bash scripts/setup.sh
@@ -21,9 +29,10 @@ demo: setup
 	$(IN_VENV) replwire demo
 
 test: setup
-	$(IN_VENV) ruff check codec schema spark tests bench docs/hooks scripts
+	$(IN_VENV) ruff check codec schema spark tests bench docs/hooks scripts setup.py
 	$(IN_VENV) python -m mypy
 	$(IN_VENV) python -m pytest
+	$(IN_VENV) REPLWIRE_IMPL=python python -m pytest -q $(PYTHON_CODEC_TESTS)
 
 docs: setup
 	$(IN_VENV) mkdocs build --strict --site-dir build/site
@@ -33,3 +42,7 @@ fuzz: setup
 	$(IN_VENV) python -m replwire.codec.serve.fuzz build/fuzz-serve-corpus
 	$(IN_VENV) replwire fuzz --target replwire.codec.serve.fuzz:fuzz_session --corpus build/fuzz-serve-corpus \
 		--artifacts fuzz-findings/serve --seconds 30
+
+fuzz-compiled:
+	bash scripts/setup.sh --sanitizers
+	$(IN_VENV) bash scripts/fuzz-compiled.sh 60

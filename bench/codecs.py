@@ -1,6 +1,9 @@
 """The codecs the benchmark runs side by side, behind one small interface.
 
-* ``replwire-fast``: ``replwire.codec.parse``/``build`` (the generated fast codec, the default);
+* ``replwire-fast``: ``replwire.codec.parse``/``build``, the public entry points: the compiled codec when it
+  is built (``replwire.codec.wire.fast.IMPL == "c"``), else the generated Python codec;
+* ``replwire-python``: the generated Python codec's entry points (``replwire.codec.wire._generated``), what
+  ``REPLWIRE_IMPL=python`` gives;
 * ``replwire-reference``: ``replwire.codec.wire.reference`` (construct, interpreted, with replwire's checks);
 * ``construct-compiled``: construct's own ``compile()`` of the same declarations (``Container`` results;
   builds from the dicts ``WireMessage.to_wire`` gives);
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replwire import schema
-from replwire.codec.wire import fast, reference
+from replwire.codec.wire import _generated, fast, reference
 
 from . import yardstick
 
@@ -165,6 +168,7 @@ def _yardstick() -> tuple[Callable, Callable, Callable]:
 def all_codecs() -> list[Codec]:
     codecs = [
         Codec("replwire-fast", *_replwire(fast)),
+        Codec("replwire-python", *_replwire(_generated)),
         Codec("yardstick", *_yardstick()),
         Codec("replwire-reference", *_replwire(reference), slow=True),
         Codec("construct-compiled", *_construct_compiled(), slow=True),

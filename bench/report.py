@@ -26,8 +26,9 @@ from html import escape
 from typing import Any
 
 FORMAT = "replwire-bench/1"
-CODEC_ORDER = ["replwire-fast", "yardstick", "pypgoutput", "construct-compiled", "replwire-reference"]
-COLORS = {"replwire-fast": "#2b6cb0", "yardstick": "#718096", "pypgoutput": "#dd6b20",
+CODEC_ORDER = ["replwire-fast", "replwire-python", "yardstick", "pypgoutput", "construct-compiled",
+               "replwire-reference"]
+COLORS = {"replwire-fast": "#2b6cb0", "replwire-python": "#63b3ed", "yardstick": "#718096", "pypgoutput": "#dd6b20",
           "construct-compiled": "#38a169", "replwire-reference": "#805ad5"}
 OPS = ("parse", "build")
 

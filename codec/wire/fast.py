@@ -15,23 +15,84 @@ which checks it as the reference does.  A generated function that meets anything
 hands the input to :mod:`replwire.codec.wire.interpreter` (counted in :data:`DECLINED`), which returns the
 exact result or raises the exact error.  This module gives the generated entry points their
 documentation and annotations.
+
+Two implementations, one behaviour (psycopg's model): the generated Python code above, and the compiled
+codec, the C extension :mod:`replwire.codec.wire._compiled` generated from the same declarations by
+:mod:`replwire.codec.wire.gen.c_module` and built at install when a C compiler is there.  The compiled entry
+points take the common case in C and forward everything else, and every error, to the generated Python
+ones, so results and errors are the same.  The compiled one is used when it is built and current (its
+fingerprint is that of the installed declarations and generators; a stale one is refused with a warning);
+the environment variable ``REPLWIRE_IMPL`` forces one: ``c`` (an :class:`ImportError` when it cannot be
+used) or ``python``.  :data:`IMPL` says which is in use.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 from ...schema.core import UTF8
-from ..messages import WireMessage
+from ..messages import Record, WireMessage
+from ..scalars import LSN, Timestamp
 from . import _generated
+from .gen.fingerprint import fingerprint
 from .runtime import DECLINED
 
-__all__ = ["DECLINED", "FILENAME", "build", "build_envelope", "parse", "parse_envelope"]
+__all__ = ["DECLINED", "FILENAME", "IMPL", "CompiledCodecWarning", "build", "build_envelope", "parse",
+           "parse_envelope"]
 
 #: The file of the generated code.
 FILENAME: str = _generated.__file__
+
+#: The environment variable that forces an implementation: ``c`` or ``python``.
+ENVIRONMENT = "REPLWIRE_IMPL"
+
+
+class CompiledCodecWarning(UserWarning):
+    """The compiled codec is there but cannot be used (stale, or it failed to load): the Python one is."""
+
+
+def _compiled() -> tuple[ModuleType | None, str]:
+    """The compiled codec module, ready, or ``None`` and why not."""
+    try:
+        from . import _compiled as module  # type: ignore[attr-defined]
+    except ImportError as error:
+        return None, f"the compiled codec is not built ({error})"
+    built, current = getattr(module, "FINGERPRINT", None), fingerprint()
+    if built != current:
+        return None, (f"the compiled codec is stale (built from {built}, the installed declarations and "
+                      f"generators are {current}): reinstall replwire to rebuild it")
+    classes = {cls.__name__: cls for cls in (*WireMessage.__subclasses__(), *Record.__subclasses__())}
+    try:
+        module._init(classes, LSN, Timestamp, _generated.parse, _generated.build, _generated.parse_envelope,
+                     _generated.build_envelope)
+    except (TypeError, AttributeError) as error:
+        return None, f"the compiled codec does not fit the message classes ({error})"
+    return module, ""
+
+
+def _choose() -> tuple[str, ModuleType | None]:
+    wanted = os.environ.get(ENVIRONMENT, "").strip().lower()
+    if wanted not in ("", "c", "python"):
+        raise ImportError(f"{ENVIRONMENT}={wanted!r}: expected 'c' or 'python'")
+    if wanted == "python":
+        return "python", None
+    module, why = _compiled()
+    if module is not None:
+        return "c", module
+    if wanted == "c":
+        raise ImportError(f"{ENVIRONMENT}=c: {why}")
+    if not why.startswith("the compiled codec is not built"):
+        warnings.warn(f"{why}; using the Python codec", CompiledCodecWarning, stacklevel=2)
+    return "python", None
+
+
+#: Which implementation the entry points are: ``"c"`` (the compiled codec) or ``"python"``.
+IMPL, _COMPILED = _choose()
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -47,6 +108,11 @@ def _documented(model: _F) -> _F:
     function = getattr(_generated, model.__name__)
     if _parameters(function) != _parameters(model):
         raise TypeError(f"the generated {model.__name__} does not have the parameters of the documented one")
+    if _COMPILED is not None:  # its documentation and signature are generated from the model's
+        compiled: _F = getattr(_COMPILED, model.__name__)
+        if _parameters(compiled) != _parameters(model):
+            raise TypeError(f"the compiled {model.__name__} does not have the parameters of the documented one")
+        return compiled
     function.__doc__ = model.__doc__
     function.__module__ = model.__module__
     function.__annotations__ = model.__annotations__

@@ -61,7 +61,8 @@ def test_benchmark_runs_and_reports(tmp_path, capsys):
     assert {"date", "python", "cpu", "cpus"} <= set(results["machine"])
     assert not results["left_out"] and not results["declined"]
     totals = {(r["op"], r["codec"]): r for r in results["results"] if r["family"] == "all"}
-    for codec in ("replwire-fast", "yardstick", "replwire-reference", "construct-compiled", "pypgoutput"):
+    for codec in ("replwire-fast", "replwire-python", "yardstick", "replwire-reference", "construct-compiled",
+                  "pypgoutput"):
         assert totals["parse", codec]["messages"] == results["corpora"]["synthetic/all"]["messages"]
         assert totals["parse", codec]["messages_per_s"] > 0
     assert totals["parse", "yardstick"]["ratio_to_yardstick"] == 1.0

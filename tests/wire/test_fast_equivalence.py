@@ -340,9 +340,18 @@ def test_entry_points_are_generated_with_the_documented_signatures():
 
     for name in ("parse", "build", "parse_envelope", "build_envelope"):
         function = getattr(fast, name)
-        assert function.__code__.co_filename == fast.FILENAME
+        model = inspect.signature(getattr(reference, name))
         assert function.__module__ == "replwire.codec.wire.fast" and function.__doc__
-        assert inspect.signature(function) == inspect.signature(getattr(reference, name))
+        if fast.IMPL == "c":  # a C function: the signature without the annotations
+            from replwire.codec.wire.gen import c_module
+
+            assert function.__doc__ == c_module.docstring(name).split("\n--\n\n", 1)[1]
+            assert inspect.signature(function) == model.replace(
+                parameters=[p.replace(annotation=p.empty) for p in model.parameters.values()],
+                return_annotation=model.empty)
+        else:
+            assert function.__code__.co_filename == fast.FILENAME
+            assert inspect.signature(function) == model
         assert pickle.loads(pickle.dumps(function)) is function
 
 

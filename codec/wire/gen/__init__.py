@@ -1,4 +1,4 @@
-"""The code generators: the fast codec's Python source, written from the walker's model of the declarations.
-
-``python -m replwire.codec.wire.gen`` writes the generated module ``replwire/codec/wire/_generated.py``.
+"""The code generators, written from the walker's model of the declarations: the fast codec's Python source
+(``python -m replwire.codec.wire.gen`` writes ``replwire/codec/wire/_generated.py``, committed) and the
+compiled codec's C source (:mod:`replwire.codec.wire.gen.c_module`, written at build time by ``setup.py``).
 """
