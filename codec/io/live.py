@@ -281,6 +281,7 @@ class LiveCapture:
                 # beyond the file and the tracker; the counters are published after it.
                 count = size = completed = 0
                 current = int(progress.current_lsn)
+                durable_now = False
                 try:
                     while message is not None:
                         data = message.payload
@@ -295,6 +296,13 @@ class LiveCapture:
                             completed += 1
                             if position > pending:
                                 pending = position
+                        if start == 0 and pending:
+                            # A message the server sent without a position (a Relation or Type, a Begin before
+                            # its Origin).  After one, psycopg2 itself confirms the WAL end of the next keepalive
+                            # it reads, in read_message(), and in every later status update: so what completed
+                            # before it is made durable before anything more is read.
+                            durable_now = True
+                            break
                         if count == 1000:
                             break
                         message = read()
@@ -304,7 +312,7 @@ class LiveCapture:
                     progress.transactions += completed
                     progress.current_lsn = LSN(current)
                 last_activity = time.monotonic()
-                sync_and_ack()
+                sync_and_ack(force=durable_now)
         except KeyboardInterrupt:
             pass
         finally:
