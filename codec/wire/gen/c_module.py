@@ -28,7 +28,8 @@ from .... import schema
 from ....schema.core import UTF8, MessageSpec
 from ... import walker
 from .c_build import CBuildGen
-from .c_parse import CParseGen, class_var, slot
+from .c_common import class_var, slot
+from .c_parse import CParseGen
 from .common import CLASSES
 from .entry import HOT, SIGNATURES
 from .fingerprint import fingerprint

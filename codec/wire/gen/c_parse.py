@@ -44,17 +44,8 @@ from ...walker import (
     When,
     Zero,
 )
-from .c_common import Names, Scope, c_ident, condition, read_int
-from .common import CLASSES, Lines, record_class
-
-
-def slot(cls: type, name: str) -> str:
-    """The C variable holding the offset of ``cls``'s slot ``name``."""
-    return f"O_{c_ident(cls.__name__)}_{c_ident(name)}"
-
-
-def class_var(cls: type) -> str:
-    return f"K_{c_ident(cls.__name__)}"
+from .c_common import CGen, Scope, c_ident, condition, read_int
+from .common import CLASSES, record_class
 
 
 def make_value(kind: str, cvar: str, n: Int) -> str:
@@ -66,14 +57,8 @@ def make_value(kind: str, cvar: str, n: Int) -> str:
     return f"PyLong_FromLongLong({cvar})" if n.signed else f"PyLong_FromUnsignedLongLong({cvar})"
 
 
-class CParseGen:
+class CParseGen(CGen):
     """The C parse function of one message (see the module docstring)."""
-
-    def __init__(self, layout: walker.Layout) -> None:
-        self.layout = layout
-        self.out = Lines()
-        self.names = Names()
-        self.classes: dict[type, set[str]] = {}
 
     def function(self) -> str:
         spec = self.layout.spec
@@ -100,13 +85,6 @@ class CParseGen:
         out("    return NULL;")
         out("}")
         return out.text()
-
-    def use(self, cls: type, name: str | None = None) -> str:
-        names = self.classes.setdefault(cls, set())
-        if name is not None:
-            names.add(name)
-            return slot(cls, name)
-        return class_var(cls)
 
     def record(self, record: Record, cls: type, obj: str) -> bool:
         """Emit the fields of ``record`` into the object ``obj`` of class ``cls``; whether the input is
