@@ -100,6 +100,14 @@ class CParseGen(CGen):
             return
         self.out(f"SET({obj}, {self.use(cls, f.name)}, {value});")
 
+    def read_int(self, i: Int, prefix: str) -> str:
+        """Emit the bounds-checked read of the integer ``i`` at ``p`` into a new C variable; its name."""
+        var = self.names(prefix)
+        self.out(f"NEED({i.size});")
+        self.out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
+        self.out(f"p += {i.size};")
+        return var
+
     def field(self, f: FieldNode, n: walker.Node, cls: type, obj: str, scope: Scope) -> bool:
         """Emit one node of the field ``f``; whether it reads to the end of the input."""
         out, name = self.out, f.name
@@ -107,19 +115,14 @@ class CParseGen(CGen):
             return False
         if isinstance(n, (Int, Zero, DerivedCount)):
             i = n if isinstance(n, Int) else n.int
-            var = self.names("i")
-            out(f"NEED({i.size});")
-            out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
-            out(f"p += {i.size};")
+            var = self.read_int(i, "i")
             scope.ints[name] = var
             if i.signed:
                 scope.signed.add(name)
             scope.present[name] = "1"
             if isinstance(n, Zero):
                 out(f"if ({var} != 0) goto fail;")
-                self.set(f, cls, obj, make_value(f.meta.value, var, i))
-            else:
-                self.set(f, cls, obj, make_value(f.meta.value, var, i))
+            self.set(f, cls, obj, make_value(f.meta.value, var, i))
             return False
         if isinstance(n, CharOf):
             var = self.names("c")
@@ -140,11 +143,8 @@ class CParseGen(CGen):
             scope.present[name] = "1"
             return False
         if isinstance(n, LengthPrefixed):
-            var = self.names("n")
             i = n.length
-            out(f"NEED({i.size});")
-            out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
-            out(f"p += {i.size};")
+            var = self.read_int(i, "n")
             if i.signed:
                 out(f"if ({var} < 0) goto fail;")
             out(f"if ({var} > (uint64_t)(n - p)) goto fail;")
@@ -191,11 +191,8 @@ class CParseGen(CGen):
             out("p += 1;")
             return self.field(f, n.node, cls, obj, scope)
         if isinstance(n, CountedArray):
-            var = self.names("k")
             i = n.count
-            out(f"NEED({i.size});")
-            out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
-            out(f"p += {i.size};")
+            var = self.read_int(i, "k")
             if i.signed:
                 out(f"if ({var} < 0) goto fail;")
             self.array(f, n.item, var, cls, obj)
@@ -223,10 +220,7 @@ class CParseGen(CGen):
         out(f"for (Py_ssize_t {idx} = 0; {idx} < (Py_ssize_t){count}; {idx}++) {{")
         out.indent()
         if isinstance(item, Int):
-            var = self.names("i")
-            out(f"NEED({item.size});")
-            out(f"{'int64_t' if item.signed else 'uint64_t'} {var} = {read_int(item, 'd + p')};")
-            out(f"p += {item.size};")
+            var = self.read_int(item, "i")
             value = self.names("v")
             out(f"PyObject *{value} = {make_value('', var, item)};")
             out(f"if ({value} == NULL) goto fail;")
