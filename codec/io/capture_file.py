@@ -348,8 +348,17 @@ def encode_header(header: CaptureHeader) -> bytes:
 def encode_record(lsn: int, xid: int, data: bytes) -> bytes:
     """One record's bytes, laid out by the plan derived from :data:`~replwire.schema.capture.RECORD` (a test
     checks it against construct's build)."""
+    out = bytearray()
+    _append_record(out, lsn, xid, data)
+    return bytes(out)
+
+
+def _append_record(out: bytearray, lsn: int, xid: int, data: bytes) -> None:
+    """Append one record's bytes to ``out`` (what :func:`encode_record` returns)."""
     head = _PLAN.head.pack(lsn, xid, len(data))
-    return head + data + _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
+    out += head
+    out += data
+    out += _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
 
 
 #: How many bytes of records :class:`CaptureWriter` gathers before it writes them to the file.
@@ -398,13 +407,9 @@ class CaptureWriter:
                 os.close(directory)
 
     def append(self, lsn: int, xid: int, data: bytes) -> None:
-        batch = self._batch
-        head = _PLAN.head.pack(lsn, xid, len(data))
-        batch += head
-        batch += data
-        batch += _PLAN.crc.pack(zlib.crc32(data, zlib.crc32(head)))
+        _append_record(self._batch, lsn, xid, data)
         self._last = lsn
-        if len(batch) >= BATCH:
+        if len(self._batch) >= BATCH:
             self._write()
 
     def _write(self) -> None:

@@ -60,12 +60,11 @@ from ..scalars import LSN, Timestamp
 from ..stream.assembler import Assembler, Change, Transaction
 from ..stream.decoder import Decoder
 from ..wire.fast import build
-from .source import TRUE_VALUES, Segment, Source, resumed_decoder
+from .source import FALSE_VALUES, TRUE_VALUES, Segment, Source, resumed_decoder
 
 __all__ = ["Replay", "Request", "RequestError"]
 
 _ROWS = (Insert, Update, Delete)
-_FALSE_VALUES = frozenset({"false", "off", "0", "no", "f", "n"})
 
 
 class RequestError(Exception):
@@ -80,7 +79,7 @@ def _bool(name: str, value: str) -> bool:
     text = value.strip().lower()
     if text in TRUE_VALUES:
         return True
-    if text in _FALSE_VALUES:
+    if text in FALSE_VALUES:
         return False
     raise RequestError(f"{name} requires a Boolean value")
 
@@ -165,7 +164,7 @@ class Replay:
     @property
     def reassembles(self) -> bool:
         """Whether transactions are reassembled (the client does not take some form the source has)."""
-        streams = any(s.options.get("streaming", "off").lower() not in _FALSE_VALUES for s in self.source.segments)
+        streams = any(s.options.get("streaming", "off").lower() not in FALSE_VALUES for s in self.source.segments)
         two_phase = any(s.options.get("two_phase", "false").lower() in TRUE_VALUES for s in self.source.segments)
         return (streams and self.request.streaming == "off") or (two_phase and not self.request.two_phase)
 

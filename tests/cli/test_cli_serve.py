@@ -33,6 +33,25 @@ def write_capture(path) -> list[bytes]:
     return data
 
 
+def receive(conninfo: str, count: int) -> list[bytes]:
+    """The payloads of up to ``count`` messages a libpq replication client receives (20 s at most)."""
+    conn = psycopg2.connect(conninfo, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    try:
+        cur = conn.cursor()
+        cur.start_replication(slot_name="s", decode=False, options={"proto_version": "1", "publication_names": "p"})
+        received: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(received) < count and time.monotonic() < deadline:
+            message = cur.read_message()
+            if message is None:
+                time.sleep(0.05)
+                continue
+            received.append(bytes(message.payload))
+        return received
+    finally:
+        conn.close()
+
+
 def test_serve_plays_a_capture_file_to_a_libpq_client(tmp_path):
     path = tmp_path / "tiny.rwcap"
     expected = write_capture(path)
@@ -44,22 +63,7 @@ def test_serve_plays_a_capture_file_to_a_libpq_client(tmp_path):
         assert "server_version 16.4, protocol versions 1 to 4" in first
         conninfo = process.stdout.readline().removeprefix("connect with: ").strip()
         assert re.fullmatch(r"host=127\.0\.0\.1 port=\d+ dbname=replwire user=replwire replication=database", conninfo)
-        conn = psycopg2.connect(conninfo, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        try:
-            cur = conn.cursor()
-            cur.start_replication(slot_name="s", decode=False, options={"proto_version": "1",
-                                                                          "publication_names": "p"})
-            received: list[bytes] = []
-            deadline = time.monotonic() + 20
-            while len(received) < len(expected) and time.monotonic() < deadline:
-                message = cur.read_message()
-                if message is None:
-                    time.sleep(0.05)
-                    continue
-                received.append(bytes(message.payload))
-        finally:
-            conn.close()
-        assert received == expected
+        assert receive(conninfo, len(expected)) == expected
     finally:
         process.terminate()
         process.wait(10)
@@ -82,22 +86,7 @@ def serve_and_receive(args: list[str], count: int) -> list[bytes]:
         first = process.stdout.readline()
         assert first.startswith("serving"), first + process.stderr.read()
         conninfo = process.stdout.readline().removeprefix("connect with: ").strip()
-        conn = psycopg2.connect(conninfo, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        try:
-            cur = conn.cursor()
-            cur.start_replication(slot_name="s", decode=False, options={"proto_version": "1",
-                                                                          "publication_names": "p"})
-            received: list[bytes] = []
-            deadline = time.monotonic() + 20
-            while len(received) < count and time.monotonic() < deadline:
-                message = cur.read_message()
-                if message is None:
-                    time.sleep(0.05)
-                    continue
-                received.append(bytes(message.payload))
-            return received
-        finally:
-            conn.close()
+        return receive(conninfo, count)
     finally:
         process.terminate()
         process.wait(10)

@@ -77,16 +77,22 @@ def test_a_subscriber_applies_generated_transactions_as_the_assembler_commits_th
     source = Source.from_messages(stream.messages, proto_version=stream.proto_version, options=stream.options)
     name = f"sub_generated_{major}"
     with Server(source, settings=ServeSettings(server_version)) as server:
-        dsn = workload.create_database(subscriber, name)
-        workload.run(dsn, DDL)
-        workload.run(dsn, [f"CREATE SUBSCRIPTION sub_{name} CONNECTION '{server.address.conninfo(dbname='gen')}' "
-                           f"PUBLICATION pub WITH (create_slot = false, copy_data = false, streaming = on, "
-                           f"slot_name = 'generated')"])
+        dsn = _subscribe(subscriber, name, server)
         try:
-            rows = _wait(dsn, expected)
+            rows = workload.wait_equal(dsn, expected, read=_read)
         finally:
             workload.unsubscribe(dsn, name)
     assert rows == expected
+
+
+def _subscribe(subscriber, name: str, server: Server) -> str:
+    """A subscriber database ``name`` with the generated tables, subscribed to ``server``."""
+    dsn = workload.create_database(subscriber, name)
+    workload.run(dsn, DDL)
+    workload.run(dsn, [f"CREATE SUBSCRIPTION sub_{name} CONNECTION '{server.address.conninfo(dbname='gen')}' "
+                       f"PUBLICATION pub WITH (create_slot = false, copy_data = false, streaming = on, "
+                       f"slot_name = 'generated')"])
+    return dsn
 
 
 def _read(dsn: str) -> dict[str, dict[int, tuple]]:
@@ -96,17 +102,6 @@ def _read(dsn: str) -> dict[str, dict[int, tuple]]:
         a = {row[0]: (row[0], row[1], row[2], row[3]) for row in conn.execute("SELECT * FROM gen_a")}
         b = {row[0]: (row[0], row[1], row[2]) for row in conn.execute("SELECT * FROM gen_b")}
     return {"gen_a": a, "gen_b": b}
-
-
-def _wait(dsn: str, expected, timeout: float = 90.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    rows = _read(dsn)
-    while rows != expected and time.monotonic() < deadline:
-        time.sleep(0.5)
-        rows = _read(dsn)
-    return rows
 
 
 
@@ -160,14 +155,11 @@ def test_a_subscriber_applies_a_change_after_a_rolled_back_relation(pg18):
     pairs, relations = _rolled_back_relation_stream()
     source = Source.from_messages(_with_relations(pairs, relations), proto_version=4, options={"streaming": "on"})
     name = "sub_rolled_back_relation"
+    expected = {"gen_a": {1: (1, "a", Decimal("1.5"), "p")}, "gen_b": {8: (8, "kept", False)}}
     with Server(source, settings=ServeSettings(180000)) as server:
-        dsn = workload.create_database(pg18, name)
-        workload.run(dsn, DDL)
-        workload.run(dsn, [f"CREATE SUBSCRIPTION sub_{name} CONNECTION '{server.address.conninfo(dbname='gen')}' "
-                           f"PUBLICATION pub WITH (create_slot = false, copy_data = false, streaming = on, "
-                           f"slot_name = 'generated')"])
+        dsn = _subscribe(pg18, name, server)
         try:
-            rows = _wait(dsn, {"gen_a": {1: (1, "a", Decimal("1.5"), "p")}, "gen_b": {8: (8, "kept", False)}})
+            rows = workload.wait_equal(dsn, expected, read=_read)
         finally:
             workload.unsubscribe(dsn, name)
-    assert rows == {"gen_a": {1: (1, "a", Decimal("1.5"), "p")}, "gen_b": {8: (8, "kept", False)}}
+    assert rows == expected

@@ -12,6 +12,7 @@ FULL (``events``); TRUNCATE (``scratch``); a prepared transaction committed and 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +128,12 @@ def unsubscribe(dsn: str, name: str) -> None:
               f"DROP SUBSCRIPTION sub_{name}"])
 
 
-def wait_equal(dsn: str, expected: dict[str, list[tuple[Any, ...]]], timeout: float = 90.0
-               ) -> dict[str, list[tuple[Any, ...]]]:
-    """Poll the subscriber's tables until they equal ``expected`` (or the time runs out); the last read."""
+def wait_equal(dsn: str, expected: Any, timeout: float = 90.0, read: Callable[[str], Any] = table_rows) -> Any:
+    """Poll the subscriber's tables (as ``read`` reads them) until they equal ``expected`` (or the time runs
+    out); the last read."""
     deadline = time.monotonic() + timeout
-    rows = table_rows(dsn)
+    rows = read(dsn)
     while rows != expected and time.monotonic() < deadline:
         time.sleep(0.5)
-        rows = table_rows(dsn)
+        rows = read(dsn)
     return rows

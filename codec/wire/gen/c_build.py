@@ -36,19 +36,12 @@ from ...walker import (
     When,
     Zero,
 )
-from .c_common import C_INT, Names, Scope, condition, int_literal
-from .c_parse import class_var, slot
-from .common import CLASSES, Lines, record_class, value_fields
+from .c_common import C_INT, CGen, Scope, condition, int_literal
+from .common import CLASSES, record_class, value_fields
 
 
-class CBuildGen:
+class CBuildGen(CGen):
     """The C build function of one message (see the module docstring)."""
-
-    def __init__(self, layout: walker.Layout) -> None:
-        self.layout = layout
-        self.out = Lines()
-        self.names = Names()
-        self.classes: dict[type, set[str]] = {}
 
     def function(self) -> str:
         spec = self.layout.spec
@@ -67,13 +60,6 @@ class CBuildGen:
         out.dedent()
         out("}")
         return out.text()
-
-    def use(self, cls: type, name: str | None = None) -> str:
-        names = self.classes.setdefault(cls, set())
-        if name is not None:
-            names.add(name)
-            return slot(cls, name)
-        return class_var(cls)
 
     def record(self, record: Record, cls: type, obj: str) -> None:
         values: dict[str, str] = {}

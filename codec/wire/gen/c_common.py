@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ... import walker
 from ...walker import AnyOf, Int, Ref
+from .common import Lines
 
 #: C type, maximum and minimum of each ``struct`` integer format.
 C_INT = {
@@ -88,3 +89,32 @@ class Names:
     def __call__(self, prefix: str) -> str:
         self.count += 1
         return f"{prefix}{self.count}"
+
+
+def slot(cls: type, name: str) -> str:
+    """The C variable holding the offset of ``cls``'s slot ``name``."""
+    return f"O_{c_ident(cls.__name__)}_{c_ident(name)}"
+
+
+def class_var(cls: type) -> str:
+    """The C variable holding the type object of ``cls``."""
+    return f"K_{c_ident(cls.__name__)}"
+
+
+class CGen:
+    """What a C generator of one message's function keeps: its output, its local names, and the classes and
+    slots it uses (which the module declares)."""
+
+    def __init__(self, layout: walker.Layout) -> None:
+        self.layout = layout
+        self.out = Lines()
+        self.names = Names()
+        self.classes: dict[type, set[str]] = {}
+
+    def use(self, cls: type, name: str | None = None) -> str:
+        """The C variable of ``cls``'s slot ``name`` (of ``cls`` itself without a name), noted as used."""
+        names = self.classes.setdefault(cls, set())
+        if name is not None:
+            names.add(name)
+            return slot(cls, name)
+        return class_var(cls)

@@ -28,7 +28,8 @@ from .... import schema
 from ....schema.core import UTF8, MessageSpec
 from ... import walker
 from .c_build import CBuildGen
-from .c_parse import CParseGen, class_var, slot
+from .c_common import class_var, slot
+from .c_parse import CParseGen
 from .common import CLASSES
 from .entry import HOT, SIGNATURES
 from .fingerprint import fingerprint
@@ -208,6 +209,19 @@ static int set_slot(PyTypeObject *cls, const char *name, Py_ssize_t *out)
 
 typedef PyObject *(*parse_fn)(const unsigned char *, Py_ssize_t, int, int);
 typedef int (*build_fn)(PyObject *, int, int, Buf *);
+
+/* the bytes the build function fn makes of m, or NULL: not the common case */
+static PyObject *run_build(build_fn fn, PyObject *m, int pv, int ins)
+{
+    Buf b;
+    b.p = b.small;
+    b.len = 0;
+    b.cap = sizeof b.small;
+    int failed = fn(m, pv, ins, &b);
+    PyObject *result = failed ? NULL : PyBytes_FromStringAndSize(b.p, b.len);
+    if (b.p != b.small) PyMem_Free(b.p);
+    return result;
+}
 """
 
 ENTRIES = r"""
@@ -274,13 +288,7 @@ static PyObject *c_build(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (logical_context(nargs, args, kwnames, &pv, &ins) == 0) {
         build_fn fn = build_logical(Py_TYPE(args[0]));
         if (fn != NULL) {
-            Buf b;
-            b.p = b.small;
-            b.len = 0;
-            b.cap = sizeof b.small;
-            int failed = fn(args[0], pv, ins, &b);
-            PyObject *result = failed ? NULL : PyBytes_FromStringAndSize(b.p, b.len);
-            if (b.p != b.small) PyMem_Free(b.p);
+            PyObject *result = run_build(fn, args[0], pv, ins);
             if (result != NULL) return result;
             PyErr_Clear();
         }
@@ -318,13 +326,7 @@ static PyObject *c_build_envelope(PyObject *self, PyObject *const *args, size_t 
     if (READY && nargs == 1 && kwnames == NULL) {
         build_fn fn = build_envelope(Py_TYPE(args[0]));
         if (fn != NULL) {
-            Buf b;
-            b.p = b.small;
-            b.len = 0;
-            b.cap = sizeof b.small;
-            int failed = fn(args[0], 0, 0, &b);
-            PyObject *result = failed ? NULL : PyBytes_FromStringAndSize(b.p, b.len);
-            if (b.p != b.small) PyMem_Free(b.p);
+            PyObject *result = run_build(fn, args[0], 0, 0);
             if (result != NULL) return result;
             PyErr_Clear();
         }

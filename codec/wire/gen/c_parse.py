@@ -44,17 +44,8 @@ from ...walker import (
     When,
     Zero,
 )
-from .c_common import Names, Scope, c_ident, condition, read_int
-from .common import CLASSES, Lines, record_class
-
-
-def slot(cls: type, name: str) -> str:
-    """The C variable holding the offset of ``cls``'s slot ``name``."""
-    return f"O_{c_ident(cls.__name__)}_{c_ident(name)}"
-
-
-def class_var(cls: type) -> str:
-    return f"K_{c_ident(cls.__name__)}"
+from .c_common import CGen, Scope, c_ident, condition, read_int
+from .common import CLASSES, record_class
 
 
 def make_value(kind: str, cvar: str, n: Int) -> str:
@@ -66,14 +57,8 @@ def make_value(kind: str, cvar: str, n: Int) -> str:
     return f"PyLong_FromLongLong({cvar})" if n.signed else f"PyLong_FromUnsignedLongLong({cvar})"
 
 
-class CParseGen:
+class CParseGen(CGen):
     """The C parse function of one message (see the module docstring)."""
-
-    def __init__(self, layout: walker.Layout) -> None:
-        self.layout = layout
-        self.out = Lines()
-        self.names = Names()
-        self.classes: dict[type, set[str]] = {}
 
     def function(self) -> str:
         spec = self.layout.spec
@@ -101,13 +86,6 @@ class CParseGen:
         out("}")
         return out.text()
 
-    def use(self, cls: type, name: str | None = None) -> str:
-        names = self.classes.setdefault(cls, set())
-        if name is not None:
-            names.add(name)
-            return slot(cls, name)
-        return class_var(cls)
-
     def record(self, record: Record, cls: type, obj: str) -> bool:
         """Emit the fields of ``record`` into the object ``obj`` of class ``cls``; whether the input is
         used up (a Rest field came last)."""
@@ -122,6 +100,14 @@ class CParseGen:
             return
         self.out(f"SET({obj}, {self.use(cls, f.name)}, {value});")
 
+    def read_int(self, i: Int, prefix: str) -> str:
+        """Emit the bounds-checked read of the integer ``i`` at ``p`` into a new C variable; its name."""
+        var = self.names(prefix)
+        self.out(f"NEED({i.size});")
+        self.out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
+        self.out(f"p += {i.size};")
+        return var
+
     def field(self, f: FieldNode, n: walker.Node, cls: type, obj: str, scope: Scope) -> bool:
         """Emit one node of the field ``f``; whether it reads to the end of the input."""
         out, name = self.out, f.name
@@ -129,19 +115,14 @@ class CParseGen:
             return False
         if isinstance(n, (Int, Zero, DerivedCount)):
             i = n if isinstance(n, Int) else n.int
-            var = self.names("i")
-            out(f"NEED({i.size});")
-            out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
-            out(f"p += {i.size};")
+            var = self.read_int(i, "i")
             scope.ints[name] = var
             if i.signed:
                 scope.signed.add(name)
             scope.present[name] = "1"
             if isinstance(n, Zero):
                 out(f"if ({var} != 0) goto fail;")
-                self.set(f, cls, obj, make_value(f.meta.value, var, i))
-            else:
-                self.set(f, cls, obj, make_value(f.meta.value, var, i))
+            self.set(f, cls, obj, make_value(f.meta.value, var, i))
             return False
         if isinstance(n, CharOf):
             var = self.names("c")
@@ -162,11 +143,8 @@ class CParseGen:
             scope.present[name] = "1"
             return False
         if isinstance(n, LengthPrefixed):
-            var = self.names("n")
             i = n.length
-            out(f"NEED({i.size});")
-            out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
-            out(f"p += {i.size};")
+            var = self.read_int(i, "n")
             if i.signed:
                 out(f"if ({var} < 0) goto fail;")
             out(f"if ({var} > (uint64_t)(n - p)) goto fail;")
@@ -213,11 +191,8 @@ class CParseGen:
             out("p += 1;")
             return self.field(f, n.node, cls, obj, scope)
         if isinstance(n, CountedArray):
-            var = self.names("k")
             i = n.count
-            out(f"NEED({i.size});")
-            out(f"{'int64_t' if i.signed else 'uint64_t'} {var} = {read_int(i, 'd + p')};")
-            out(f"p += {i.size};")
+            var = self.read_int(i, "k")
             if i.signed:
                 out(f"if ({var} < 0) goto fail;")
             self.array(f, n.item, var, cls, obj)
@@ -245,10 +220,7 @@ class CParseGen:
         out(f"for (Py_ssize_t {idx} = 0; {idx} < (Py_ssize_t){count}; {idx}++) {{")
         out.indent()
         if isinstance(item, Int):
-            var = self.names("i")
-            out(f"NEED({item.size});")
-            out(f"{'int64_t' if item.signed else 'uint64_t'} {var} = {read_int(item, 'd + p')};")
-            out(f"p += {item.size};")
+            var = self.read_int(item, "i")
             value = self.names("v")
             out(f"PyObject *{value} = {make_value('', var, item)};")
             out(f"if ({value} == NULL) goto fail;")
