@@ -1,8 +1,8 @@
-"""The server: sockets and threads around :class:`~replwire.codec.serve.session.Session`, with limits and
-fault injection, and :func:`serving`, the context manager tests use.
+"""The server: sockets and threads around ``Session``, with limits and
+fault injection, and ``serving``, the context manager tests use.
 
 Strategy: one thread accepts; each connection gets a thread running its session: it sends what the session
-has, fills the socket with XLogData frames (in batches of about :data:`BATCH` bytes, or one at a time with a
+has, fills the socket with XLogData frames (in batches of about ``BATCH`` bytes, or one at a time with a
 per-message delay), waits for the client's bytes until the session's next deadline, and ticks it.  Limits
 keep one client from harming the others: at most ``max_connections`` sessions (one more is told "too many
 clients" and closed at once), every read bounded by the session's reader, every write bounded by the reply
@@ -10,7 +10,7 @@ timeout (a client that stops reading is dropped like one that stops answering). 
 that connection only, and is logged.  Serving recorded data, the server listens on loopback unless given a
 password, which clients must then prove with SCRAM-SHA-256.
 
-Fault injection (:class:`Faults`): drop the connection once, after ``disconnect_after`` XLogData frames
+Fault injection (``Faults``): drop the connection once, after ``disconnect_after`` XLogData frames
 (counted over all connections), or every connection after each ``disconnect_every`` frames; delay every
 frame by ``delay`` seconds.  A dropped connection is closed without a word, as a crashed server's would be.
 """
@@ -59,7 +59,7 @@ class Faults:
 
 @dataclass(frozen=True)
 class ServerAddress:
-    """Where a server listens; :meth:`conninfo` is a libpq connection string for a replication client."""
+    """Where a server listens; ``conninfo`` is a libpq connection string for a replication client."""
 
     host: str
     port: int
@@ -83,8 +83,8 @@ def _is_loopback(host: str) -> bool:
 
 
 class Server:
-    """Serve ``source`` on ``host:port`` (port 0: any free port; see :attr:`address`).  Start with
-    :meth:`start` (a background thread) or :meth:`serve_forever`; :meth:`close` stops it and its
+    """Serve ``source`` on ``host:port`` (port 0: any free port; see ``address``).  Start with
+    ``start`` (a background thread) or ``serve_forever``; ``close`` stops it and its
     connections.  ``log`` receives one line per event worth telling (connections, errors, faults)."""
 
     def __init__(self, source: Source, *, host: str = "127.0.0.1", port: int = 0,
@@ -286,7 +286,7 @@ class Server:
 
 def source_of(stream: Source | str | os.PathLike[str] | Sequence[Any], *, proto_version: int = 4,
               server_version: int | None = None) -> Source:
-    """A :class:`~replwire.codec.serve.source.Source` from what a user has: one, capture file paths, or built
+    """A ``Source`` from what a user has: one, capture file paths, or built
     messages (encoded with ``proto_version``)."""
     if isinstance(stream, Source):
         return stream
@@ -307,12 +307,13 @@ def serving(stream: Source | str | os.PathLike[str] | Iterable[Any], *, host: st
             keepalive_interval: float = 10.0, reply_timeout: float = 60.0, faults: Faults | None = None,
             max_connections: int = 64, log: Callable[[str], None] | None = None) -> Iterator[ServerAddress]:
     """Serve ``stream`` -- capture file paths (one, or several in the order they were written), a
-    :class:`~replwire.codec.serve.source.Source`, or built pgoutput messages -- over the replication
-    protocol for the ``with`` block; the block gets the :class:`ServerAddress`.
+    ``Source`` (from ``replwire.codec.serve.source``), or built pgoutput messages -- over the replication
+    protocol for the ``with`` block; the block gets the [ServerAddress][replwire.codec.serve.server.ServerAddress].
 
-    >>> from replwire.codec import serving
-    >>> with serving("app.rwcap") as address:  # doctest: +SKIP
-    ...     psycopg2.connect(address.conninfo(), connection_factory=LogicalReplicationConnection)
+    Examples:
+        >>> from replwire.codec import serving
+        >>> with serving("app.rwcap") as address:  # doctest: +SKIP
+        ...     psycopg2.connect(address.conninfo(), connection_factory=LogicalReplicationConnection)
     """
     items: Any = stream if isinstance(stream, (Source, str, os.PathLike)) else list(stream)
     source = source_of(items, proto_version=proto_version, server_version=server_version)

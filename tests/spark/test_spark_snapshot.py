@@ -73,7 +73,9 @@ def test_apply_of_a_snapshot_capture_equals_select_on_the_server(spark, pg_serve
                                                *(["--binary"] if binary else [])),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        wait_for(lambda: conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] > 0
+        # this test's slot: other tests' slots on the same cluster say nothing of this capture
+        wait_for(lambda: conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                                      (slot_of(dsn),)).fetchone()[0] > 0
                  or capture.poll() is not None, what="the slot")
     worker = threading.Thread(target=writes, args=(dsn,))
     worker.start()
