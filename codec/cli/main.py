@@ -195,12 +195,13 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
     from ..collector import fewer_collections
     from ..io.capture_file import CaptureFileError, TailProblem
-    from ..split import RecordError, committed
+    from ..split import RecordError, Written, committed
     from ..stream import jsonl
     from ..stream.assembler import Change, Transaction
 
     inputs = _decode_inputs(files, proto_version, encoding)
     table = _ChangeTable() if output_format == "table" else None
+    writer: jsonl.JsonLines | None = None  # the compiled row path writes plain transactions as it does
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
 
@@ -210,6 +211,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             return map(jsonl.ENCODE, events(item))
     else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
         lines = jsonl.JsonLines(inputs[0].encoding)
+        if output_format == "jsonl":
+            writer = lines
     # stdout written in batches of lines, not one write per line; flushed before anything goes to stderr, so
     # the two stay in order on a terminal.
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
@@ -220,12 +223,15 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
     pending: list[str] = []
 
-    def flush() -> None:
+    def flush_pending() -> None:
         if pending:
             counts["changes"] += len(pending)
             pending.append("")
             stdout.write("\n".join(pending))
             pending.clear()
+
+    def flush() -> None:
+        flush_pending()
         stdout.flush()
 
     def warn(path: str, problem: TailProblem) -> None:
@@ -242,7 +248,16 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
         try:
             for item in committed(inputs, tail=warn, repeated=repeated, warn=note,
-                                  rows=output_format != "jsonl"):
+                                  rows=output_format != "jsonl", lines=writer):
+                if item.__class__ is Written:  # lines the compiled row path wrote
+                    assert isinstance(item, Written)
+                    flush_pending()
+                    stdout.write(item.text)
+                    counts["transactions"] += item.transactions
+                    counts["changes"] += item.changes
+                    counts["duplicates"] += item.repeated
+                    continue
+                assert not isinstance(item, Written)
                 counts["transactions"] += isinstance(item, Transaction)
                 if table is not None:
                     for obj in jsonl.objects(item):
