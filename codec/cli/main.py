@@ -19,7 +19,6 @@ import click
 from ...schema.core import text_codec
 from ..errors import DecodeError
 from ..wire.reference import parse, parse_envelope
-from .serve import serve_command
 
 
 def _count(n: int, noun: str) -> str:
@@ -36,9 +35,10 @@ def _version() -> str:
 
 class _Commands(click.Group):
     """The command group, with ``spark`` loaded from :mod:`replwire.spark.cli` only when it is asked for
-    (the codec does not depend on the Spark layer, which needs PySpark)."""
+    (the codec does not depend on the Spark layer, which needs PySpark), and ``serve`` from
+    :mod:`replwire.codec.cli.serve` (a command that serves nothing does not load the server)."""
 
-    LAZY = {"spark": ("replwire.spark.cli", "spark")}
+    LAZY = {"spark": ("replwire.spark.cli", "spark"), "serve": ("replwire.codec.cli.serve", "serve_command")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.LAZY])
@@ -51,6 +51,8 @@ class _Commands(click.Group):
             try:
                 return getattr(importlib.import_module(module), attribute)
             except ImportError as error:
+                if name != "spark":
+                    raise
                 raise click.ClickException(f"'replwire {name}' needs PySpark: pip install 'replwire[spark]' "
                                            f"({error})") from error
         return super().get_command(ctx, name)
@@ -477,8 +479,6 @@ def demo_command() -> None:
     console.print(f"it is kept in a temporary directory of its own; remove it when done with: "
                   f"rm -r {os.path.dirname(summary.capture_path)}", highlight=False, soft_wrap=True)
 
-
-main.add_command(serve_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
