@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...schema.core import UTF8
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
-from ..io.capture_file import TailProblem
+from ..io.capture_file import TailProblem, record_frame
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
@@ -121,7 +121,7 @@ class RecordError(ReplwireError, ValueError):
 
 @dataclass(slots=True)
 class Written:
-    """JSON lines the compiled row path wrote for a run of plain transactions of a COPY-CSV input (what
+    """JSON lines the compiled row path wrote for a run of plain transactions of an input (what
     :class:`~replwire.codec.stream.jsonl.JsonLines` writes for them, each line ending in a newline): the
     ``records`` they were, the ``transactions`` and ``changes`` printed, and the transactions a resume sent
     again (``repeated``, not printed)."""
@@ -133,23 +133,26 @@ class Written:
     repeated: int
 
 
-#: How much of a COPY-CSV input the compiled row path reads at a time, and the most input one transaction
+#: How much of an input the compiled row path reads at a time, and the most input one transaction
 #: may take in it (a bigger one goes to the Assembler, which spills it to a file).
 _CHUNK = 1 << 20
 _MOST = 64 << 20
 
 
 class _RowPath:
-    """The records of one COPY-CSV input for :func:`committed`, with every run of plain transactions the
-    compiled row path takes (``rows_run``) given as one :class:`Written` instead of its records.  It runs
-    only between transactions (the Assembler idle), with a plan for every relation the decoder knows, and
-    stops at the start of anything else; the records from there go to the Assembler until it is idle again.
-    """
+    """The records of one input for :func:`committed`, with every run of plain transactions the compiled
+    row path takes (``rows_run``) given as one :class:`Written` instead of its records.  It runs only
+    between transactions (the Assembler idle), with a plan for every relation the decoder knows, and stops
+    at the start of anything else; the records from there go to the Assembler until it is idle again.  A
+    torn or corrupt capture file tail is read by the Python reader, which reports it (``tail``)."""
 
     def __init__(self, source: Input, assembler: Assembler, lines: JsonLines, rows: Any) -> None:
         self.source, self.assembler, self.lines, self.rows = source, assembler, lines, rows
         self.last_end = -1
         self.tail: TailProblem | None = None
+        self.frame = record_frame() if source.form == "capture" else None
+        # a capture file is read up to its size when the inputs were opened, as its Python reader does
+        self.size = source.size if source.form == "capture" else None
         self._plans: dict[int, Any] = {}
         self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
 
@@ -183,13 +186,19 @@ class _RowPath:
         with open(source.path, "rb") as handle:
             handle.seek(at)
             buffer, eof = b"", False
+
+            def read() -> tuple[bytes, bool]:
+                want = _CHUNK if self.size is None else min(_CHUNK, self.size - at - len(buffer))
+                more = handle.read(want) if want > 0 else b""
+                return buffer + more, not more
+
             while True:
                 if self._idle():
                     if not eof and len(buffer) < _CHUNK:
-                        more = handle.read(_CHUNK)
-                        buffer, eof = buffer + more, not more
+                        buffer, eof = read()
                     consumed, text, records, transactions, changes, repeated, self.last_end, declined = (
-                        self.rows.rows_run(buffer, eof, self._refresh(), decoder.proto_version, self.last_end))
+                        self.rows.rows_run(buffer, eof, self._refresh(), decoder.proto_version, self.last_end,
+                                           self.frame))
                     if records:
                         decoder.skip(records)
                         yield Written(text, records, transactions, changes, repeated)
@@ -198,8 +207,7 @@ class _RowPath:
                         return
                     if not declined and (not eof and len(buffer) < _MOST):
                         if consumed == 0:  # a transaction longer than the buffer: read on
-                            more = handle.read(_CHUNK)
-                            buffer, eof = buffer + more, not more
+                            buffer, eof = read()
                         continue
                 # the Assembler's part: from the record at ``at`` until it is idle again
                 reading = read_records(source, at, raw=True)
@@ -209,6 +217,7 @@ class _RowPath:
                         if self._idle():
                             break
                     else:
+                        self.tail = reading.tail
                         return
                 finally:
                     reading.close()
@@ -233,7 +242,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
 
     With ``lines`` (the :class:`~replwire.codec.stream.jsonl.JsonLines` the caller writes the items with),
     the compiled row path, where the compiled codec is in use, writes the plain transactions of UTF-8
-    COPY-CSV inputs itself: they come as :class:`Written` JSON lines (the same text), not as items."""
+    inputs itself: they come as :class:`Written` JSON lines (the same text), not as items."""
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed
@@ -243,7 +252,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if source.index:
             assembler.resume()
         path: _RowPath | None = None
-        if lines is not None and ROWS is not None and source.form == "copy-csv" and source.encoding == UTF8:
+        if lines is not None and ROWS is not None and source.encoding == UTF8:
             path = _RowPath(source, assembler, lines, ROWS)
             path.last_end = last_end
         reading: Any = path if path is not None else read_records(source, raw=True)

@@ -6,7 +6,9 @@ to the typed objects (:mod:`tests.stream.test_json_lines`); here the real stream
 
 from __future__ import annotations
 
+import pathlib
 import string
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,12 +17,16 @@ from hypothesis import strategies as st
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Delete, Insert, Relation, RelationColumn, Timestamp, TupleColumn, Update
 from replwire.codec import build as build_message
+from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.split import Written, committed, open_inputs
 from replwire.codec.stream import jsonl
 from replwire.codec.stream.assembler import Assembler, Transaction
 from replwire.codec.wire import fast
 
 COMPILED = fast.ROWS is not None
+
+
+FORMS = ["copy-csv", "capture"]
 
 
 def write_csv(path, rows) -> None:
@@ -30,19 +36,34 @@ def write_csv(path, rows) -> None:
             out.write(f"{LSN(lsn)},{xid},\\x{data.hex()}\n")
 
 
+def write_stream(path, rows, form, proto_version):
+    """``(lsn, xid, data)`` rows as a file of ``form``; its path."""
+    if form == "copy-csv":
+        write_csv(path, rows)
+    else:
+        with CaptureWriter(path, CaptureHeader(proto_version=proto_version, server_version=180000)) as writer:
+            for lsn, xid, data in rows:
+                writer.append(lsn, xid, data)
+    return path
+
+
 def decode(paths, proto_version, *, row_path):
     """What ``replwire decode`` prints for ``paths`` (JSON lines), its counts (transactions, changes, repeated,
-    lines written by the row path) and the error it stops with, if any (class and text)."""
-    inputs = open_inputs(paths, proto_version)
-    writer = jsonl.JsonLines(inputs[0].encoding)
+    lines written by the row path, torn tails) and the error it stops with, if any (class and text)."""
     out: list[str] = []
-    counts = {"transactions": 0, "changes": 0, "repeated": 0, "written": 0}
+    counts = {"transactions": 0, "changes": 0, "repeated": 0, "written": 0, "tails": []}
 
     def repeated(item) -> None:
         counts["repeated"] += 1
 
+    def tail(path, problem) -> None:
+        counts["tails"].append((path, str(problem)))
+
     try:
-        for item in committed(inputs, rows=False, repeated=repeated, lines=writer if row_path else None):
+        inputs = open_inputs(paths, None if str(paths[0]).endswith(".rwc") else proto_version)
+        writer = jsonl.JsonLines(inputs[0].encoding)
+        for item in committed(inputs, rows=False, repeated=repeated, tail=tail,
+                              lines=writer if row_path else None):
             if isinstance(item, Written):
                 out.append(item.text)
                 counts["transactions"] += item.transactions
@@ -80,11 +101,13 @@ def typed_lines(messages, proto_version):
 
 
 @pytest.mark.server
-def test_real_streams(pg_captures, tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_real_streams(pg_captures, tmp_path, form):
     written = 0
     for n, capture in enumerate(pg_captures.captures):
-        path = tmp_path / f"{n}.csv"
-        write_csv(path, [(int(LSN(lsn)), xid, data) for lsn, xid, data in capture.rows])
+        path = write_stream(tmp_path / f"{n}.{SUFFIX[form]}", [(int(LSN(lsn)), xid, data)
+                                                               for lsn, xid, data in capture.rows],
+                            form, capture.proto_version)
         text, counts, error = same([path], capture.proto_version)
         assert error is None, capture.config
         messages = [(data, int(LSN(lsn)) or None) for lsn, _, data in capture.rows]
@@ -97,10 +120,10 @@ def synthetic_rows(count: int):
     return [(0x1_6000_0000 + 40 * i, 1000 + i, item.data) for i, item in enumerate(corpus.synthetic(count).items)]
 
 
-def test_synthetic_stream(tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_synthetic_stream(tmp_path, form):
     rows = synthetic_rows(20_000)
-    path = tmp_path / "stream.csv"
-    write_csv(path, rows)
+    path = write_stream(tmp_path / f"stream.{SUFFIX[form]}", rows, form, 1)
     text, counts, error = same([path], 1)
     assert error is None
     assert text == typed_lines([(data, lsn) for lsn, _, data in rows], 1)
@@ -109,20 +132,20 @@ def test_synthetic_stream(tmp_path):
         assert counts["written"] > 0.9 * counts["changes"]
 
 
-def test_a_resume_prints_a_transaction_once(tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_a_resume_prints_a_transaction_once(tmp_path, form):
     rows = synthetic_rows(3_000)
-    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
-    write_csv(first, rows[:2_000])
     again = next(i for i in range(1_000, 2_000) if rows[i][2][:1] == b"B")
-    write_csv(second, rows[again:])  # sent again from a Begin before the first file's end
+    first = write_stream(tmp_path / f"a.{SUFFIX[form]}", rows[:2_000], form, 1)
+    second = write_stream(tmp_path / f"b.{SUFFIX[form]}", rows[again:], form, 1)  # sent again from a Begin before
     text, counts, error = same([first, second], 1)
     assert error is None and counts["repeated"] > 50
-    whole = tmp_path / "whole.csv"
-    write_csv(whole, rows)
+    whole = write_stream(tmp_path / f"whole.{SUFFIX[form]}", rows, form, 1)
     assert text == decode([whole], 1, row_path=True)[0]
 
 
-def test_a_transaction_longer_than_a_read(tmp_path):
+@pytest.mark.parametrize("form", FORMS)
+def test_a_transaction_longer_than_a_read(tmp_path, form):
     """A transaction of more than one read (1 MiB) of the input."""
     begin = Begin(final_lsn=LSN(0x5000), commit_time=Timestamp(1), xid=7)
     relation = Relation(relation_id=9, namespace="public", name="t", replica_identity="d",
@@ -132,8 +155,8 @@ def test_a_transaction_longer_than_a_read(tmp_path):
             Begin(final_lsn=LSN(0x6000), commit_time=Timestamp(2), xid=8)]
     rows += [Insert(relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x" * 2000)]) for i in range(800)]
     rows += [Commit(flags=0, commit_lsn=LSN(0x6000), end_lsn=LSN(0x6010), commit_time=Timestamp(2))]
-    path = tmp_path / "long.csv"
-    write_csv(path, [(0x100 + i, 7, build_message(m, proto_version=1)) for i, m in enumerate(rows)])
+    path = write_stream(tmp_path / f"long.{SUFFIX[form]}",
+                        [(0x100 + i, 7, build_message(m, proto_version=1)) for i, m in enumerate(rows)], form, 1)
     text, counts, error = same([path], 1)
     assert error is None and counts["changes"] == 800
     assert counts["written"] == (800 if COMPILED else 0)
@@ -228,11 +251,9 @@ def streams(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(rows=streams())
-def test_drawn_values(tmp_path_factory, rows):
-    path = tmp_path_factory.mktemp("drawn") / "stream.csv"
-    write_csv(path, rows)
-    same([path], 1)
+@given(rows=streams(), form=st.sampled_from(FORMS))
+def test_drawn_values(tmp_path_factory, rows, form):
+    same([write_stream(tmp_path_factory.mktemp("drawn") / f"stream.{SUFFIX[form]}", rows, form, 1)], 1)
 
 
 def test_every_value_form(tmp_path):
@@ -266,11 +287,17 @@ def test_every_value_form(tmp_path):
                                                                    HealthCheck.too_slow])
 @given(data=st.data())
 def test_corrupted_streams(tmp_path_factory, data):
-    """A synthetic stream with bytes changed, put in or cut out, anywhere in the CSV: the same lines, then
-    the same error."""
-    text = bytearray(CORRUPTIBLE)
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(text) - 1))
+    """A synthetic stream with bytes changed, put in or cut out, anywhere in the CSV or the capture file's
+    records, or the capture file cut short: the same lines, then the same error or torn tail."""
+    form = data.draw(st.sampled_from(FORMS))
+    text = bytearray(CORRUPTIBLE[form])
+    if form == "capture" and data.draw(st.booleans()):
+        del text[data.draw(st.integers(HEADER_END + 1, len(text) - 1)):]
+    for _ in range(data.draw(st.integers(0 if form == "capture" else 1, 3))):
+        low = 0 if form == "copy-csv" else HEADER_END
+        if len(text) <= low:
+            break
+        at = data.draw(st.integers(low, len(text) - 1))
         edit = data.draw(st.sampled_from(["set", "insert", "cut"]))
         byte = data.draw(st.sampled_from(list(b"0123456789abcdefABCDEF,\\x/\n\r g")))
         if edit == "set":
@@ -279,14 +306,21 @@ def test_corrupted_streams(tmp_path_factory, data):
             text.insert(at, byte)
         else:
             del text[at]
-    path = tmp_path_factory.mktemp("corrupt") / "stream.csv"
+    path = tmp_path_factory.mktemp("corrupt") / f"stream.{SUFFIX[form]}"
     path.write_bytes(bytes(text))
     same([path], 1)
 
 
-def _corruptible() -> bytes:
-    rows = synthetic_rows(400)
-    return b"".join(f"{LSN(lsn)},{xid},\\x{data.hex()}\n".encode() for lsn, xid, data in rows)
+def _corruptible(form) -> tuple[bytes, int]:
+    """The synthetic stream's file in ``form``, and where its records start."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = write_stream(pathlib.Path(scratch) / f"stream.{SUFFIX[form]}", synthetic_rows(400), form, 1)
+        if form == "copy-csv":
+            return path.read_bytes(), 0
+        with read_capture(path) as reader:
+            return path.read_bytes(), reader.header_end
 
 
-CORRUPTIBLE = _corruptible()
+SUFFIX = {"copy-csv": "csv", "capture": "rwc"}
+CORRUPTIBLE = {form: _corruptible(form)[0] for form in FORMS}
+HEADER_END = _corruptible("capture")[1]

@@ -1,16 +1,17 @@
-/* The compiled row path: COPY-CSV rows of a pgoutput stream to the JSON lines of ``replwire decode``.
+/* The compiled row path: COPY-CSV rows or capture file records of a pgoutput stream to the JSON lines of
+ * ``replwire decode``.
  *
  * Hand-written C, appended to the compiled codec's generated source by replwire.codec.wire.gen.c_module.
  * It knows no message layout: every message is read by the scan functions generated from the declarations
  * (s_Begin, s_Commit, s_Insert, s_Update, s_Delete and r_TupleColumn, see c_scan.py); what is written here
- * is the CSV row form, the order of a plain transaction (Begin, row changes, Commit), the checks the
- * decoder makes of those, and how a text value becomes JSON.
+ * is the CSV row form, a capture record's framing as its plan says, the order of a plain transaction
+ * (Begin, row changes, Commit), the checks the decoder makes of those, and how a text value becomes JSON.
  *
  * rows_run takes whole transactions only: from a Begin to its Commit, every message one of those, every
  * relation known (a plan from rows_plan), every tuple as wide as its relation, every value in text format
  * and of a form it writes exactly as the Python writer does.  At anything else -- a Relation, an Origin, a
- * streamed block, a binary value, a row that is not (lsn, xid, data), bytes that do not scan, text that is
- * not UTF-8 -- it stops at the start of that transaction (or row) and says so; the caller hands that
+ * streamed block, a binary value, a row that is not (lsn, xid, data), a capture record that is torn or
+ * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that transaction (or row) and says so; the caller hands that
  * input to the Python path, which gives the exact result or the exact error.  Every read is bounds-checked
  * (the scans, and the CSV reads below); the only memory it takes is the decoded row (at most half the input
  * row) and the output (proportional to the input). */
@@ -369,6 +370,57 @@ static int csv_row(const unsigned char *s, Py_ssize_t k, uint64_t *lsn, unsigned
     return 1;
 }
 
+/* -- capture file records ----------------------------------------------------------------------------- */
+
+/* Where a capture record's parts lie, as replwire.codec.io.capture_file's plan derives them from the
+ * declaration (schema/capture.py) and hands them over: the head's size, the offset and size of its LSN
+ * and of the data's length in it, then the data, then the CRC-32 (zlib's) of head and data. */
+typedef struct {
+    Py_ssize_t head, lsn_at, lsn_size, len_at, len_size, crc_size;
+} Frame;
+
+static uint32_t CRC_TABLE[256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        CRC_TABLE[i] = c;
+    }
+}
+
+static uint32_t crc32_of(const unsigned char *s, Py_ssize_t k)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < k; i++) c = CRC_TABLE[(c ^ s[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static uint64_t rd_be(const unsigned char *s, Py_ssize_t size)
+{
+    uint64_t v = 0;
+    for (Py_ssize_t i = 0; i < size; i++) v = (v << 8) | s[i];
+    return v;
+}
+
+/* the capture record at s[0:k]: 1 (its LSN, data and size set), 0 a record the row path does not take
+ * (corrupt: the Python reader reports it), 2 more input is needed to tell */
+static int capture_record(const Frame *f, const unsigned char *s, Py_ssize_t k, uint64_t *lsn,
+                          const unsigned char **data, Py_ssize_t *n, Py_ssize_t *size)
+{
+    if (k < f->head + f->crc_size) return 2;
+    uint64_t length = rd_be(s + f->len_at, f->len_size);
+    if (length > (uint64_t)(k - f->head - f->crc_size)) return 2;
+    Py_ssize_t end = f->head + (Py_ssize_t)length;
+    if (crc32_of(s, end) != (uint32_t)rd_be(s + end, f->crc_size)) return 0;
+    *lsn = rd_be(s + f->lsn_at, f->lsn_size);
+    *data = s + f->head;
+    *n = (Py_ssize_t)length;
+    *size = end + f->crc_size;
+    return 1;
+}
+
 /* -- a transaction ------------------------------------------------------------------------------------ */
 
 /* One change buffered until its Commit: its line up to the "lsn" value in tx[begin:split], the rest from
@@ -471,8 +523,9 @@ nomem:
     return -1;
 }
 
-/* rows_run(data, final, plans, proto_version, last_end) -> (consumed, text, records, transactions, changes,
- * repeated, last_end, declined): the whole transactions of the COPY-CSV rows in data (``final``: data ends
+/* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, text, records, transactions,
+ * changes, repeated, last_end, declined): the whole transactions of the records in data -- COPY-CSV rows, or
+ * capture file records laid out as ``frame`` says (a tuple of the Frame's fields) -- (``final``: data ends
  * at the end of the input, so a last row without a line end is whole), their JSON lines in text; consumed
  * is where the rows not taken start, declined whether the row there is one for the Python path (else more
  * input is needed).  last_end is the end LSN of the last transaction printed (-1: none); a transaction
@@ -481,9 +534,22 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     int final, pv;
-    PyObject *plans;
+    PyObject *plans, *framing;
     long long last_in;
-    if (!PyArg_ParseTuple(args, "y*pO!iL:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in)) return NULL;
+    Frame frame = {0};
+    if (!PyArg_ParseTuple(args, "y*pO!iLO:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing))
+        return NULL;
+    int capture = framing != Py_None;
+    if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:rows_run frame", &frame.head, &frame.lsn_at, &frame.lsn_size,
+                                      &frame.len_at, &frame.len_size, &frame.crc_size)
+                    || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
+                    || frame.crc_size != 4 || frame.lsn_at < 0 || frame.len_at < 0
+                    || frame.lsn_at + frame.lsn_size > frame.head || frame.len_at + frame.len_size > frame.head)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_run: not a record frame");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (capture && CRC_TABLE[1] == 0) crc_init();
     const unsigned char *s = view.buf;
     Py_ssize_t size = view.len, pos = 0, row_cap = 0;
     Py_ssize_t records = 0, transactions = 0, changes = 0, repeated = 0;
@@ -502,31 +568,46 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         w.npending = 0;
         for (;;) {
             if (at >= size) goto more;
-            const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
-            if (nl == NULL && !final) goto more;
-            Py_ssize_t end = nl ? nl - s + 1 : size, k = end - at;
-            while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
             uint64_t lsn;
-            Py_ssize_t n;
-            int r = csv_row(s + at, k, &lsn, &row, &row_cap, &n);
-            if (r < 0) goto nomem;
-            if (r == 0) goto decline;
+            Py_ssize_t n, end;
+            const unsigned char *d;
+            int r;
+            if (capture) {
+                Py_ssize_t k;
+                r = capture_record(&frame, s + at, size - at, &lsn, &d, &n, &k);
+                if (r == 2) {
+                    if (final) goto decline;  /* a torn tail: the Python reader reports it */
+                    goto more;
+                }
+                if (r == 0 || n == 0) goto decline;
+                end = at + k;
+            } else {
+                const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
+                if (nl == NULL && !final) goto more;
+                end = nl ? nl - s + 1 : size;
+                Py_ssize_t k = end - at;
+                while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
+                r = csv_row(s + at, k, &lsn, &row, &row_cap, &n);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                d = row;
+            }
             Field F[4];
             taken++;
             at = end;
             if (state == 0) {
-                if (row[0] != 'B' || !s_Begin(row, n, pv, 0, F)) goto decline;
+                if (d[0] != 'B' || !s_Begin(d, n, pv, 0, F)) goto decline;
                 xid = F[F_Begin_xid].v;
                 state = 1;
                 continue;
             }
-            if (row[0] == 'I' || row[0] == 'U' || row[0] == 'D') {
-                r = change(&w, plans, pv, row, n, xid, lsn);
+            if (d[0] == 'I' || d[0] == 'U' || d[0] == 'D') {
+                r = change(&w, plans, pv, d, n, xid, lsn);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 continue;
             }
-            if (row[0] != 'C' || !s_Commit(row, n, pv, 0, F)) goto decline;
+            if (d[0] != 'C' || !s_Commit(d, n, pv, 0, F)) goto decline;
             /* the Commit: print the transaction, unless a resume sent it again */
             uint64_t end_lsn = F[F_Commit_end_lsn].v;
             if (end_lsn > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
