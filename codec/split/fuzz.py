@@ -33,8 +33,8 @@ def _plans() -> dict[int, Any]:
         return {}
     starts = tuple(f'{{"op":"{op}","schema":"public","table":"t","xid":'.encode() for op in ("insert", "update",
                                                                                              "delete"))
-    columns = ((b'"id":', 2, True, None), (b'"name":', 1, False, None), (b'"ok":', 3, False, None),
-               (b'"n":', 4, False, lambda data: json.dumps(data.decode("latin-1"))))
+    columns = ((b'"id":', 2, True, None, "id"), (b'"name":', 1, False, None, "name"), (b'"ok":', 3, False, None, "ok"),
+               (b'"n":', 4, False, lambda data: json.dumps(data.decode("latin-1")), "n"))
     return {_RELATION: ROWS.rows_plan(starts, columns)}
 
 

@@ -25,8 +25,10 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ...schema.core import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
+from ..wire.fast import ROWS
 from .assembler import Change, ChangeMaker, Transaction
 from .values import UNCHANGED_TOAST, Infinite, RawValue, RowSchema, ValueLoader
 
@@ -164,17 +166,37 @@ class RowJson:
     name, integer and bool columns in text format skip the typed value (the text is the value: a JSON
     string, the integer, true or false); float, numeric, uuid, date, time, timestamp(tz), bytea and json(b)
     text go through one conversion each that gives the same JSON text where the text has the server's usual
-    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.
+    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.  Where the compiled codec is
+    in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the same per-column
+    plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.loader = loader or ValueLoader()
         self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
+        # the compiled row path's writer (``rows_row``), for UTF-8 text, and its plan per schema
+        self._compiled = ROWS if ROWS is not None and self.loader.encoding == UTF8 else None
+        self._plans: dict[int, tuple[RowSchema, Any]] = {}
 
     def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False,
                  toasted: list[str] | None = None) -> str:
         """The JSON object of ``columns`` (a tuple's wire columns); ``only_keys`` keeps the key columns.
         The names of the columns whose unchanged TOASTed value was not sent are appended to ``toasted``."""
+        compiled = self._compiled
+        if compiled is not None:  # the compiled writer takes the common case, else says None
+            made = self._plans.get(id(schema))
+            if made is None or made[0] is not schema:
+                if len(self._plans) > 4096:
+                    self._plans.clear()
+                try:
+                    plan = compiled.rows_plan((b"", b"", b""), self.plan_columns(schema))
+                except UnicodeEncodeError:  # a name in no Unicode: the Python writer's
+                    plan = None
+                made = self._plans[id(schema)] = (schema, plan)
+            if made[1] is not None:
+                text = compiled.rows_row(made[1], columns, only_keys, toasted)
+                if text is not None:
+                    return text
         cached = self._writers.get((id(schema), only_keys))
         if cached is None or cached[0] is not schema:
             if len(self._writers) > 4096:
@@ -188,6 +210,13 @@ class RowJson:
         ``bool``: true or false; ``call``: what the function, given the bytes, returns), whether it is a
         key column, and that function (the typed value's JSON where a conversion cannot say it exactly)."""
         return self._columns(schema)[0]
+
+    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str], ...]:
+        """:meth:`columns` as the compiled row path's plans take them (``rows_plan``): the key in UTF-8, the
+        way as a number (1 string, 2 integer, 3 bool, 4 through the function), whether a key column, the
+        function, and the column's name."""
+        return tuple((key.encode(), _WAYS[way], is_key, call, meta.name) for meta, (key, way, is_key, call)
+                     in zip(schema.relation.columns, self.columns(schema)))
 
     def _columns(self, schema: RowSchema) -> tuple[list[tuple[str, str, bool, Callable[[bytes], str]]],
                                                     Callable[..., str]]:
@@ -369,14 +398,12 @@ class JsonLines:
             yield "".join(parts)
 
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any], ...]]:
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str], ...]]:
         """What the compiled row path writes the changes of ``schema``'s relation with (its arguments of
-        ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, and per
-        column its key, how its text values are written (1 string, 2 integer, 3 bool, 4 through the
-        function), whether it is a key column and the function; all as :meth:`__call__` writes them."""
+        ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, and the
+        columns (:meth:`RowJson.plan_columns`); all as :meth:`__call__` writes them."""
         starts = tuple(_start(schema, op).encode() for op in ("insert", "update", "delete"))
-        return starts, tuple((key.encode(), _WAYS[way], is_key, call) for key, way, is_key, call
-                             in self.rows.columns(schema))
+        return starts, self.rows.plan_columns(schema)
 
 
 def _start(schema: RowSchema, op: str) -> str:

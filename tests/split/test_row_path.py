@@ -21,6 +21,7 @@ from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_ca
 from replwire.codec.split import Written, committed, open_inputs
 from replwire.codec.stream import jsonl
 from replwire.codec.stream.assembler import Assembler, Transaction
+from replwire.codec.stream.values import RowSchema
 from replwire.codec.wire import fast
 
 COMPILED = fast.ROWS is not None
@@ -254,6 +255,34 @@ def streams(draw):
 @given(rows=streams(), form=st.sampled_from(FORMS))
 def test_drawn_values(tmp_path_factory, rows, form):
     same([write_stream(tmp_path_factory.mktemp("drawn") / f"stream.{SUFFIX[form]}", rows, form, 1)], 1)
+
+
+def row_json_outcome(row_json, schema, columns, only_keys):
+    toasted: list[str] = []
+    try:
+        return row_json(schema, columns, only_keys=only_keys, toasted=toasted), toasted
+    except Exception as error:  # noqa: BLE001 - compared between the two writers
+        return (type(error), str(error)), toasted
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_row_json_writes_what_its_python_writer_writes(data):
+    """RowJson (what the Spark source's rows use) through the compiled writer and through its Python writer:
+    the same text, the same unchanged TOAST names, the same error."""
+    types = data.draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=6))
+    relation = Relation(relation_id=1, namespace="public", name="t", replica_identity="d",
+                        columns=[RelationColumn(flags=data.draw(st.sampled_from([0, 1])), name=f"c{i}é\"",
+                                                type_id=type_id, type_modifier=-1) for i, type_id in enumerate(types)])
+    schema = RowSchema(relation, (None,) * len(types))
+    columns = [data.draw(column_value(type_id)) for type_id in types]
+    columns = columns[:data.draw(st.integers(0, len(columns)))] if data.draw(st.booleans()) else columns
+    compiled, python = jsonl.RowJson(), jsonl.RowJson()
+    python._compiled = None
+    assert (compiled._compiled is not None) == COMPILED
+    for only_keys in (False, True):
+        assert row_json_outcome(compiled, schema, columns, only_keys) == row_json_outcome(python, schema, columns,
+                                                                                          only_keys)
 
 
 def test_every_value_form(tmp_path):

@@ -453,7 +453,8 @@ static PyMethodDef MODULE_METHODS[] = {{
     {{"_init", c_init, METH_VARARGS, "Hand the module the message classes and the Python entry points."}},
     {{"rows_plan", c_rows_plan, METH_VARARGS, "A relation's plan for rows_run (see c_rows.c)."}},
     {{"rows_run", c_rows_run, METH_VARARGS,
-      "JSON lines of the plain transactions of COPY-CSV rows (see c_rows.c)."}},
+      "JSON lines of the plain transactions of COPY-CSV rows or capture records (see c_rows.c)."}},
+    {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see c_rows.c)."}},
     {{"_forwarded", c_forwarded, METH_NOARGS,
       "How many calls of parse, build, parse_envelope, build_envelope went to the Python codec."}},
     {{NULL, NULL, 0, NULL}}

@@ -20,7 +20,8 @@ typedef struct {
     PyObject *key;   /* bytes: the column's name as a JSON string and ':' */
     int kind;        /* ROW_* */
     int is_key;      /* part of the replica identity key */
-    PyObject *call;  /* ROW_CALL: the text's JSON (str) from its bytes, or None to decline */
+    PyObject *call;  /* ROW_CALL: the text's JSON (str) from its bytes */
+    PyObject *name;  /* str: the column's name (for unchanged_toast lists) */
 } PlanColumn;
 
 typedef struct {
@@ -41,11 +42,12 @@ static void plan_free(PyObject *capsule)
     for (Py_ssize_t i = 0; i < plan->ncols; i++) {
         Py_XDECREF(plan->cols[i].key);
         Py_XDECREF(plan->cols[i].call);
+        Py_XDECREF(plan->cols[i].name);
     }
     PyMem_Free(plan);
 }
 
-/* rows_plan(starts, columns): starts a tuple of 3 bytes, columns a tuple of (key, kind, is_key, call) */
+/* rows_plan(starts, columns): starts a tuple of 3 bytes, columns a tuple of (key, kind, is_key, call, name) */
 static PyObject *c_rows_plan(PyObject *self, PyObject *args)
 {
     PyObject *starts, *columns;
@@ -69,15 +71,16 @@ static PyObject *c_rows_plan(PyObject *self, PyObject *args)
         plan->start[i] = Py_NewRef(s);
     }
     for (Py_ssize_t i = 0; i < ncols; i++) {
-        PyObject *key, *call;
+        PyObject *key, *call, *name;
         int kind, is_key;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipO:rows_plan column", &PyBytes_Type, &key, &kind,
-                              &is_key, &call)) goto fail;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU:rows_plan column", &PyBytes_Type, &key, &kind,
+                              &is_key, &call, &name)) goto fail;
         if (kind < ROW_STRING || kind > ROW_CALL || (kind == ROW_CALL && !PyCallable_Check(call))) goto bad;
         plan->cols[i].key = Py_NewRef(key);
         plan->cols[i].kind = kind;
         plan->cols[i].is_key = is_key;
         plan->cols[i].call = Py_NewRef(call);
+        plan->cols[i].name = Py_NewRef(name);
         plan->ncols = i + 1;
     }
     return capsule;
@@ -662,5 +665,73 @@ done:
     PyMem_Free(w.pending);
     PyMem_Free(w.toasted);
     PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- one row image from parsed columns (RowJson) --------------------------------------------------------- */
+
+/* rows_row(plan, columns, only_keys, toasted) -> str or None: the JSON object of a row image given as the
+ * list of TupleColumn objects the codec parsed (RowJson's call), the names of its unchanged TOASTed
+ * columns appended to the list toasted (unless None); None where the row path does not take it (a binary
+ * value, a value of a form it does not write, anything not exactly as the parse makes it): RowJson's
+ * Python writer then writes it, or raises its error. */
+static PyObject *c_rows_row(PyObject *self, PyObject *args)
+{
+    PyObject *capsule, *columns, *toasted;
+    int only_keys;
+    if (!PyArg_ParseTuple(args, "OOpO:rows_row", &capsule, &columns, &only_keys, &toasted)) return NULL;
+    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
+    if (plan == NULL) return NULL;
+    if (!READY || !PyList_CheckExact(columns) || (toasted != Py_None && !PyList_CheckExact(toasted)))
+        Py_RETURN_NONE;
+    Py_ssize_t count = PyList_GET_SIZE(columns), ntoasted = 0;
+    if (count > plan->ncols) count = plan->ncols;
+    Py_ssize_t *marks = PyMem_Malloc((size_t)(count > 0 ? count : 1) * sizeof(Py_ssize_t));
+    Buf b = {0};
+    PyObject *result = NULL;
+    int first = 1;
+    if (marks == NULL || out_init(&b, 256)) goto nomem;
+    PUTS(&b, "{");
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *column = PyList_GET_ITEM(columns, i);
+        if (Py_TYPE(column) != K_TupleColumn) goto decline;
+        const PlanColumn *c = &plan->cols[i];
+        if (only_keys && !c->is_key) continue;
+        PyObject *kind = SLOT(column, O_TupleColumn_kind), *data = SLOT(column, O_TupleColumn_data);
+        if (kind == NULL || !PyUnicode_Check(kind) || PyUnicode_GET_LENGTH(kind) != 1) goto decline;
+        Py_UCS4 k = PyUnicode_READ_CHAR(kind, 0);
+        if (k == 'u') {
+            if (toasted != Py_None) marks[ntoasted++] = i;
+            continue;
+        }
+        if (k != 'n' && (k != 't' || data == NULL || !PyBytes_CheckExact(data))) goto decline;
+        if (!first) PUTS(&b, ",");
+        first = 0;
+        PUTO(&b, c->key);
+        if (k == 'n') {
+            PUTS(&b, "null");
+            continue;
+        }
+        int r = put_value(&b, c, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        if (r < 0) goto nomem;
+        if (r == 0) goto decline;
+    }
+    PUTS(&b, "}");
+    result = PyUnicode_DecodeUTF8(b.p, b.len, NULL);
+    if (result == NULL) goto done;
+    for (Py_ssize_t i = 0; i < ntoasted; i++)
+        if (PyList_Append(toasted, plan->cols[marks[i]].name) < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+    goto done;
+decline:
+    result = Py_NewRef(Py_None);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    PyMem_Free(marks);
+    out_free(&b);
     return result;
 }
