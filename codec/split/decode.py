@@ -136,7 +136,7 @@ class Written:
 #: How much of an input the compiled row path reads at a time, and the most input one transaction
 #: may take in it (a bigger one goes to the Assembler, which spills it to a file).
 _CHUNK = 1 << 20
-_MOST = 64 << 20
+_MOST = 16 << 20
 
 
 class _RowPath:

@@ -163,6 +163,27 @@ def test_a_transaction_longer_than_a_read(tmp_path, form):
     assert counts["written"] == (800 if COMPILED else 0)
 
 
+@pytest.mark.parametrize("form", FORMS)
+def test_a_transaction_longer_than_the_row_path_takes(tmp_path, form, monkeypatch):
+    """A transaction of more input than the row path holds at once goes to the Assembler (which spills a big
+    one to a file), the transactions around it to the row path."""
+    from replwire.codec.split import decode as split_decode
+
+    monkeypatch.setattr(split_decode, "_CHUNK", 1 << 14)
+    monkeypatch.setattr(split_decode, "_MOST", 1 << 16)
+    rows = synthetic_rows(2_000)
+    relation_end = max(i for i, (_, _, data) in enumerate(rows[:200]) if data[:1] == b"R")
+    start = next(i for i in range(relation_end, 2_000) if rows[i][2][:1] == b"B")
+    commit = next(i for i in range(start, 2_000) if rows[i][2][:1] == b"C")
+    big = [rows[start + 1]] * 600  # one insert, many times: about 100 KiB of input
+    rows = rows[:start + 1] + big + rows[commit:]
+    path = write_stream(tmp_path / f"big.{SUFFIX[form]}", rows, form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None and '"op":"insert"' in text
+    if COMPILED:
+        assert 0 < counts["written"] <= counts["changes"] - 600
+
+
 # -- every value form: drawn streams over columns of many types -----------------------------------------------
 
 #: column types by OID: text, varchar, name, int2/4/8, bool, numeric, float8, date, timestamptz, uuid, bytea,
