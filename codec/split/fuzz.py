@@ -6,9 +6,10 @@ AddressSanitizer and UndefinedBehaviorSanitizer, so a read out of bounds is a fi
 it was given, counts as many records as it took, and what it writes is JSON lines, each an object with the
 keys a change's line has.  An input is one flags byte, then the records: bit 0 reads them as capture
 records (else COPY-CSV rows), bit 1 says they end the input, bits 2-3 give the protocol version.  One
-relation (16384) is known, with a column of each way a value is written (text, integer, bool, and through
-a function); the seeds are a few plain transactions over it in both forms, so that the fuzzer starts inside
-the row path.  Run by ``python -m replwire.codec.split.fuzz DIR`` (the seeds) and ``replwire fuzz --target
+relation (16384) is known, with a column of each way a value is written (text, integer, bool, through a
+function, and the types written in C: numeric, uuid, bytea, date, time, timestamp(tz)); the seeds are a
+few plain transactions over it in both forms, so that the fuzzer starts inside the row path.  Run by
+``python -m replwire.codec.split.fuzz DIR`` (the seeds) and ``replwire fuzz --target
 replwire.codec.split.fuzz:fuzz_rows --corpus DIR`` (``make fuzz-compiled`` does both, on the compiled codec).
 """
 
@@ -25,6 +26,11 @@ from ..wire.fast import ROWS, build
 __all__ = ["SEEDS", "fuzz_rows", "write_seeds"]
 
 _RELATION = 16384
+#: The relation's columns: a name and a way of writing for each way there is (jsonl._WAYS), and a text value.
+_COLUMNS = (("id", 2), ("name", 1), ("ok", 3), ("n", 4), ("num", 5), ("u", 6), ("b", 7), ("d", 8), ("t", 9),
+            ("ts", 10), ("tz", 11))
+_VALUES = ("1", "x\n\"1é", "t", "1.5", "-12.50", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "\\x00Ff", "2024-02-29",
+           "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00")
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 
@@ -33,8 +39,10 @@ def _plans() -> dict[int, Any]:
         return {}
     starts = tuple(f'{{"op":"{op}","schema":"public","table":"t","xid":'.encode() for op in ("insert", "update",
                                                                                              "delete"))
-    columns = ((b'"id":', 2, True, None, "id"), (b'"name":', 1, False, None, "name"), (b'"ok":', 3, False, None, "ok"),
-               (b'"n":', 4, False, lambda data: json.dumps(data.decode("latin-1")), "n"))
+    def call(data: bytes) -> str:
+        return json.dumps(data.decode("latin-1"))
+
+    columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name) for name, way in _COLUMNS)
     return {_RELATION: ROWS.rows_plan(starts, columns)}
 
 
@@ -43,14 +51,13 @@ _PLANS = _plans()
 
 def _transactions() -> list[tuple[int, bytes]]:
     def row(i: int) -> list[TupleColumn]:
-        return [TupleColumn.text(str(i)), TupleColumn.text(f"x\n\"{i}é"), TupleColumn.text("t"),
-                TupleColumn.text("1.5")]
+        return [TupleColumn.text(str(i)), *(TupleColumn.text(value) for value in _VALUES[1:])]
 
     stamp = Timestamp(800_000_000_000_000)
     messages = [Begin(final_lsn=LSN(0x1000), commit_time=stamp, xid=700),
                 Insert(relation_id=_RELATION, new=row(1)),
-                Update(relation_id=_RELATION, key=None, new=[*row(2)[:3], TupleColumn.unchanged_toast()]),
-                Delete(relation_id=_RELATION, key=[TupleColumn.text("1"), *[TupleColumn.null()] * 3]),
+                Update(relation_id=_RELATION, key=None, new=[*row(2)[:3], TupleColumn.unchanged_toast(), *row(2)[4:]]),
+                Delete(relation_id=_RELATION, key=[TupleColumn.text("1"), *[TupleColumn.null()] * (len(_COLUMNS) - 1)]),
                 Commit(flags=0, commit_lsn=LSN(0x1000), end_lsn=LSN(0x1010), commit_time=stamp)]
     return [(0x1000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
 

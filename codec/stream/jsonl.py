@@ -155,6 +155,10 @@ _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     3802: _json_text,
 }
 _BOOL = 16
+#: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
+#: the server prints; others through the conversion), by OID: how the plan names them (:data:`_WAYS`).
+_COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
+                         1184: "timestamptz"}
 
 
 class RowJson:
@@ -207,8 +211,10 @@ class RowJson:
     def columns(self, schema: RowSchema) -> list[tuple[str, str, bool, Callable[[bytes], str]]]:
         """How each column of ``schema`` is written: its JSON key (the name as a JSON string and ``:``), the
         way its text-format values go (``string``: a JSON string of the text; ``int``: the integer's text;
-        ``bool``: true or false; ``call``: what the function, given the bytes, returns), whether it is a
-        key column, and that function (the typed value's JSON where a conversion cannot say it exactly)."""
+        ``bool``: true or false; ``call``: what the function, given the bytes, returns; or one of
+        :data:`_COMPILED_CONVERSIONS`, which the compiled writer does itself where the text has the server's
+        form and the Python writer does as ``call``), whether it is a key column, and that function (the
+        typed value's JSON where a conversion cannot say it exactly)."""
         return self._columns(schema)[0]
 
     def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str], ...]:
@@ -241,7 +247,7 @@ class RowJson:
         for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
             oid = loader.resolve(meta.type_id, type_message)
             way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
-                   else "call")
+                   else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
             call = converter(oid, i) if oid in _TEXT_CONVERSIONS else functools.partial(typed, "t", i=i)
             out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
         return out, typed
@@ -414,6 +420,7 @@ def _start(schema: RowSchema, op: str) -> str:
 
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
-_WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4}
+_WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4, "numeric": 5, "uuid": 6, "bytea": 7, "date": 8, "time": 9,
+         "timestamp": 10, "timestamptz": 11}
 
 __all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "json_value", "objects"]

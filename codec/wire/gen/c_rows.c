@@ -30,7 +30,13 @@ typedef struct {
     PlanColumn cols[1];
 } Plan;
 
-enum { ROW_STRING = 1, ROW_INT = 2, ROW_BOOL = 3, ROW_CALL = 4 };
+/* How a column's text values are written: as a JSON string, an integer, a bool, through the plan's Python
+ * function; or, for the types below, in C where the text has the form the server prints (what the Python
+ * conversion of replwire.codec.stream.jsonl gives exactly), else through the function. */
+enum {
+    ROW_STRING = 1, ROW_INT = 2, ROW_BOOL = 3, ROW_CALL = 4, ROW_NUMERIC = 5, ROW_UUID = 6, ROW_BYTEA = 7,
+    ROW_DATE = 8, ROW_TIME = 9, ROW_TIMESTAMP = 10, ROW_TIMESTAMPTZ = 11, ROW_LAST = 11
+};
 
 static const char *PLAN_NAME = "replwire.rows.plan";
 
@@ -75,7 +81,7 @@ static PyObject *c_rows_plan(PyObject *self, PyObject *args)
         int kind, is_key;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU:rows_plan column", &PyBytes_Type, &key, &kind,
                               &is_key, &call, &name)) goto fail;
-        if (kind < ROW_STRING || kind > ROW_CALL || (kind == ROW_CALL && !PyCallable_Check(call))) goto bad;
+        if (kind < ROW_STRING || kind > ROW_LAST || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
         plan->cols[i].key = Py_NewRef(key);
         plan->cols[i].kind = kind;
         plan->cols[i].is_key = is_key;
@@ -246,9 +252,147 @@ static int plain_integer(const unsigned char *s, Py_ssize_t k)
     return 1;
 }
 
+static inline int hexval(unsigned c);
+
+static inline int digits(const unsigned char *s, Py_ssize_t k)
+{
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+static inline int number(const unsigned char *s, Py_ssize_t k)
+{
+    int v = 0;
+    for (Py_ssize_t i = 0; i < k; i++) v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+/* numeric text -?(0|[1-9][0-9]*)(.[0-9]+)? that str(Decimal(text)) writes back as it is (no exponent form:
+ * the adjusted exponent at least -6) */
+static int plain_numeric(const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t i = s[0] == '-' && k > 1, dot = -1;
+    if (k > 1000) return 0;
+    for (Py_ssize_t j = i; j < k; j++) {
+        if (s[j] == '.' && dot < 0) dot = j;
+        else if (s[j] < '0' || s[j] > '9') return 0;
+    }
+    Py_ssize_t whole = (dot < 0 ? k : dot) - i;
+    if (whole < 1 || (whole > 1 && s[i] == '0') || dot == k - 1) return 0;
+    if (dot < 0) return 1;
+    Py_ssize_t fraction = k - dot - 1, first = i;  /* the coefficient: the digits without leading zeros */
+    while (first < k && (s[first] == '0' || s[first] == '.')) first++;
+    Py_ssize_t coefficient = 0;
+    for (Py_ssize_t j = first; j < k; j++) coefficient += s[j] != '.';
+    if (coefficient == 0) coefficient = 1;
+    return -fraction + coefficient - 1 >= -6;
+}
+
+static int days_in(int year, int month)
+{
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (month == 2 && (year % 4 == 0 && (year % 100 != 0 || year % 400 == 0))) return 29;
+    return days[month - 1];
+}
+
+/* YYYY-MM-DD, a date datetime.date takes (years 1-9999) */
+static int valid_date(const unsigned char *s)
+{
+    if (!digits(s, 4) || s[4] != '-' || !digits(s + 5, 2) || s[7] != '-' || !digits(s + 8, 2)) return 0;
+    int year = number(s, 4), month = number(s + 5, 2), day = number(s + 8, 2);
+    return year >= 1 && month >= 1 && month <= 12 && day >= 1 && day <= days_in(year, month);
+}
+
+/* HH:MM:SS[.f{1,6}] at s[0:k] as time.isoformat() writes it (the fraction to six digits, left out when it
+ * is zero): 1 written, 0 another form */
+static int put_clock(Buf *b, const unsigned char *s, Py_ssize_t k)
+{
+    if (k < 8 || !digits(s, 2) || s[2] != ':' || !digits(s + 3, 2) || s[5] != ':' || !digits(s + 6, 2)) return 0;
+    if (number(s, 2) > 23 || number(s + 3, 2) > 59 || number(s + 6, 2) > 59) return 0;
+    char fraction[8] = ".000000";
+    int nonzero = 0;
+    if (k > 8) {
+        if (s[8] != '.' || k - 9 < 1 || k - 9 > 6 || !digits(s + 9, k - 9)) return 0;
+        for (Py_ssize_t i = 9; i < k; i++) {
+            fraction[i - 8] = (char)s[i];
+            nonzero |= s[i] != '0';
+        }
+    }
+    if (put_bytes(b, (const char *)s, 8)) return -1;
+    if (nonzero && put_bytes(b, fraction, 7)) return -1;
+    return 1;
+}
+
+/* a value of one of the types written in C where its text has the server's form: 1 written, 0 another
+ * form (the plan's function writes it), -1 no memory */
+static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t mark = b->len;
+    int r = 0;
+    switch (kind) {
+    case ROW_NUMERIC:
+        if (!plain_numeric(s, k)) return 0;
+        r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_UUID:
+        if (k != 36) return 0;
+        for (Py_ssize_t i = 0; i < 36; i++) {
+            int hyphen = i == 8 || i == 13 || i == 18 || i == 23;
+            if (hyphen ? s[i] != '-' : !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+        }
+        r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_BYTEA:
+        if (k < 2 || s[0] != '\\' || s[1] != 'x' || (k - 2) % 2) return 0;
+        if (put_bytes(b, "\"\\\\x", 4)) return -1;
+        for (Py_ssize_t i = 2; i < k; i++) {
+            if (hexval(s[i]) < 0) {
+                b->len = mark;
+                return 0;
+            }
+            char lower = (char)(s[i] >= 'A' && s[i] <= 'F' ? s[i] + 32 : s[i]);
+            if (put_bytes(b, &lower, 1)) return -1;
+        }
+        r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_DATE:
+        if (k != 10 || !valid_date(s)) return 0;
+        r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_TIME:
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_clock(b, s, k);
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_TIMESTAMP:
+    case ROW_TIMESTAMPTZ: {
+        Py_ssize_t end = k;
+        if (kind == ROW_TIMESTAMPTZ) {  /* only UTC (+00, +00:00, +00:00:00): another offset moves the time */
+            if (k >= 3 && memcmp(s + k - 3, "+00", 3) == 0) end = k - 3;
+            else if (k >= 6 && memcmp(s + k - 6, "+00:00", 6) == 0) end = k - 6;
+            else if (k >= 9 && memcmp(s + k - 9, "+00:00:00", 9) == 0) end = k - 9;
+            else return 0;
+        }
+        if (end < 19 || s[10] != ' ' || !valid_date(s)) return 0;
+        if (put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, 10) || put_bytes(b, "T", 1)) return -1;
+        r = put_clock(b, s + 11, end - 11);
+        if (r == 1 && kind == ROW_TIMESTAMPTZ) r = put_bytes(b, "+00:00", 6) ? -1 : 1;
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    }
+    if (r == 0) b->len = mark;
+    return r;
+}
+
 /* one text value of column c: 1 written, 0 declined, -1 an error */
 static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssize_t k)
 {
+    if (c->kind > ROW_CALL) {
+        int r = put_typed(b, c->kind, s, k);
+        if (r != 0) return r;
+    }
     switch (c->kind) {
     case ROW_STRING:
         return put_string(b, s, k);
