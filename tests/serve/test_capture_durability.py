@@ -153,3 +153,25 @@ def test_a_real_walsenders_positions_are_served_again(pg_captures, tmp_path):
         assert all(lsn == 0 for lsn, data in served + frames if data[:1] in (b"R", b"Y"))
         assert [(lsn, data) for lsn, data in served if data[:1] not in b"RY"] == \
             [(lsn, data) for lsn, data in frames if data[:1] not in b"RY"]
+
+
+@pytest.mark.server
+def test_reassembled_frames_follow_the_walsenders_rule(pg_captures, tmp_path):
+    """Reassembled for a protocol 1 client (no streaming, no two-phase), every Relation and Type, and every
+    Begin an Origin follows, has no position; every other frame has one."""
+    live = pg_captures.walsender[0]
+    path = tmp_path / "live.rwcap"
+    header = CaptureHeader(proto_version=live.proto_version, server_version=live.version_num,
+                           options={k: v for k, v in live.options.items() if k != "proto_version"})
+    with CaptureWriter(path, header) as writer:
+        for frame in live.frames:
+            if frame[:1] == b"w":
+                writer.append(int.from_bytes(frame[1:9], "big"), 0, frame[25:])
+    request = Request.from_options({"proto_version": "1", "publication_names": live.options["publication_names"],
+                                    "binary": "true"}, server_version=live.version_num)
+    served = list(Replay(Source.from_captures([path]), request).messages())
+    tags = [data[:1] for _, data in served]
+    assert b"O" in tags and b"R" in tags and b"S" not in tags
+    for i, (lsn, data) in enumerate(served):
+        before_origin = data[:1] == b"B" and i + 1 < len(served) and served[i + 1][1][:1] == b"O"
+        assert (lsn == 0) == (data[:1] in (b"R", b"Y") or before_origin), (i, lsn, data[:1])
