@@ -2,10 +2,11 @@
 durably on disk.
 
 Strategy: a thin adapter around psycopg2's ``LogicalReplicationConnection`` (it answers the server's
-keepalives itself).  Every XLogData payload is appended to a :class:`~replwire.codec.io.capture_file.
-CaptureWriter` as it arrives, and read by a :class:`~replwire.codec.io.positions.PositionTracker` only for
-the position it completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a
-non-transactional message -- and whether anything is left in flight.
+keepalives itself).  Every XLogData payload is read by a :class:`~replwire.codec.io.positions.
+PositionTracker` as it arrives, only for the position it completes -- the end LSN of a commit, a prepare or
+a rollback, or the LSN of a non-transactional message -- and whether anything is left in flight; the
+payloads go to a :class:`~replwire.codec.io.capture_file.CaptureWriter` a burst at a time (everything
+already received, up to a thousand messages).
 At most every ``sync_interval`` seconds the file is fsynced, and only then is the highest such position
 reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
 When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
@@ -265,7 +266,7 @@ class LiveCapture:
             if self.on_progress:
                 self.on_progress(progress)
 
-        read, append, feed = cur.read_message, writer.append, tracker.feed
+        read, feed = cur.read_message, tracker.feed
         try:
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
@@ -278,19 +279,16 @@ class LiveCapture:
                     select.select([cur], [], [], min(self.sync_interval, 0.2))
                     continue
                 # A burst: every message already received, up to a thousand, with no per-message bookkeeping
-                # beyond the file and the tracker; the counters are published after it.
-                count = size = completed = 0
-                current = int(progress.current_lsn)
+                # beyond the tracker; the records go to the file, and the counters are published, after it.
+                burst: list[tuple[int, int, bytes]] = []
+                add = burst.append
+                completed = 0
                 durable_now = False
                 try:
                     while message is not None:
                         data = message.payload
                         start = message.data_start
-                        append(start, 0, data)
-                        count += 1
-                        size += len(data)
-                        if start > current:
-                            current = start
+                        add((start, 0, data))
                         position = feed(data)
                         if position is not None:
                             completed += 1
@@ -303,14 +301,17 @@ class LiveCapture:
                             # before it is made durable before anything more is read.
                             durable_now = True
                             break
-                        if count == 1000:
+                        if len(burst) == 1000:
                             break
                         message = read()
                 finally:
-                    progress.messages += count
-                    progress.bytes += size
+                    writer.extend(burst)  # first: whatever is acknowledged after this must be in the file
+                    progress.messages += len(burst)
+                    progress.bytes += sum(len(record[2]) for record in burst)
                     progress.transactions += completed
-                    progress.current_lsn = LSN(current)
+                    current = max((record[0] for record in burst), default=0)  # (0: a message without a position)
+                    if current > progress.current_lsn:
+                        progress.current_lsn = LSN(current)
                 last_activity = time.monotonic()
                 sync_and_ack(force=durable_now)
         except KeyboardInterrupt:

@@ -140,6 +140,14 @@ def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
     return out
 
 
+def _plain(steps: dict[str, dict[int, _Step]]) -> dict[str, dict[int, int]]:
+    """For each state, the messages that change nothing the tracker follows (the state stays, no position, no
+    xid, not a Message) -- the row changes inside a transaction, mostly -- with the bytes each needs."""
+    return {state: {tag: step[0] for tag, step in here.items()
+                    if step[1] == state and step[2] is None and step[3] is None and step[5] is None}
+            for state, here in steps.items()}
+
+
 class PositionTracker:
     """Follows a pgoutput stream by its bytes just enough to know what each message completes and whether
     anything is in flight (see the module's docstring).  ``idle``: no transaction open and no streamed
@@ -148,8 +156,10 @@ class PositionTracker:
     def __init__(self, proto_version: int, encoding: str = "UTF8") -> None:
         self.proto_version, self.encoding = proto_version, encoding
         self._steps = _steps(proto_version)
+        self._plains = _plain(self._steps)
         self._state = IDLE
         self._here = self._steps[IDLE]
+        self._plain = self._plains[IDLE]
         self.open_streams: set[int] = set()
         self.index = 0
 
@@ -160,6 +170,10 @@ class PositionTracker:
     def feed(self, data: bytes) -> int | None:
         """The position ``data`` (one pgoutput message) completes, as an ``int``, or ``None``."""
         if not data:  # PostgreSQL 10 to 14 can send an empty payload
+            return None
+        size = self._plain.get(data[0])
+        if size is not None and len(data) >= size:  # (a shorter one fails below, with its error)
+            self.index += 1
             return None
         step = self._here.get(data[0])
         if step is None or len(data) < step[0]:
@@ -174,6 +188,7 @@ class PositionTracker:
         if following != self._state:
             self._state = following  # type: ignore[assignment]
             self._here = self._steps[following]  # type: ignore[index]
+            self._plain = self._plains[following]  # type: ignore[index]
         if xid is not None:
             number = _XID(data, xid)[0]
             if opens:
