@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...schema.core import UTF8
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
-from ..io.capture_file import TailProblem, record_frame
+from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
@@ -137,6 +137,11 @@ class Written:
 #: may take in it (a bigger one goes to the Assembler, which spills it to a file).
 _CHUNK = 1 << 20
 _MOST = 16 << 20
+#: After this many tries of the row path in a row that took nothing, the Assembler takes at least
+#: ``_PATIENCE`` records before the next, twice as many after each further such try, up to the most.
+_TRIES = 4
+_PATIENCE = 16
+_MOST_PATIENCE = 1 << 16
 
 
 class _RowPath:
@@ -155,9 +160,23 @@ class _RowPath:
         self.size = source.size if source.form == "capture" else None
         self._plans: dict[int, Any] = {}
         self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
+        # records the Assembler takes before the row path is tried again: none at first, more after each of
+        # a run of tries that took nothing (a stream of what the row path does not take costs it little)
+        self._patience = self._fruitless = 0
+        self._reader: CaptureReader | None = None  # a capture file's Python reader, opened once
 
     def close(self) -> None:
-        pass
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _python_records(self, at: int) -> Reading:
+        """The Python reader's records from offset ``at``."""
+        if self.source.form != "capture":
+            return read_records(self.source, at, raw=True)
+        if self._reader is None:
+            self._reader = read_capture(self.source.path)
+        return self._reader.records(at, raw=True)
 
     def _idle(self) -> bool:
         decoder = self.assembler.decoder
@@ -199,6 +218,9 @@ class _RowPath:
                     consumed, text, records, transactions, changes, repeated, self.last_end, declined = (
                         self.rows.rows_run(buffer, eof, self._refresh(), decoder.proto_version, self.last_end,
                                            self.frame))
+                    self._fruitless = 0 if records else self._fruitless + 1
+                    self._patience = (0 if self._fruitless < _TRIES
+                                      else min(_PATIENCE << (self._fruitless - _TRIES), _MOST_PATIENCE))
                     if records:
                         decoder.skip(records)
                         yield Written(text, records, transactions, changes, repeated)
@@ -210,11 +232,13 @@ class _RowPath:
                             buffer, eof = read()
                         continue
                 # the Assembler's part: from the record at ``at`` until it is idle again
-                reading = read_records(source, at, raw=True)
+                reading = self._python_records(at)
+                taken = 0
                 try:
                     for record in reading:
                         yield record
-                        if self._idle():
+                        taken += 1
+                        if taken >= self._patience and self._idle():
                             break
                     else:
                         self.tail = reading.tail

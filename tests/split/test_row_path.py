@@ -400,3 +400,23 @@ def test_the_fuzz_target_starts_inside_the_row_path():
         if COMPILED and seed[0] & 2:  # whole input: every transaction written
             result = fast.ROWS.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
             assert result[4] == 3 and result[7] == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_stream_the_row_path_mostly_declines(tmp_path, form):
+    """Transactions with an Origin (which the row path leaves to the Assembler), with a plain one now and
+    then: after a run of tries that took nothing the row path is tried less often, and the output is the
+    same."""
+    from replwire.codec import Origin
+
+    origin = build_message(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
+    rows, begins = [], 0
+    for lsn, xid, data in synthetic_rows(6_000):
+        rows.append((lsn, xid, data))
+        if data[:1] == b"B":
+            begins += 1
+            if begins % 40:
+                rows.append((lsn, xid, origin))
+    path = write_stream(tmp_path / f"origins.{SUFFIX[form]}", rows, form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None and '"origin":"o"' in text and counts["changes"] > 3_000
