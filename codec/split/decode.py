@@ -11,7 +11,7 @@ transaction.  :func:`committed` is what one :class:`~replwire.codec.Assembler` g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -164,8 +164,17 @@ class _RowPath:
         # a run of tries that took nothing (a stream of what the row path does not take costs it little)
         self._patience = self._fruitless = 0
         self._reader: CaptureReader | None = None  # a capture file's Python reader, opened once
+        self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
+        self._running: Generator[Any, None, None] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        self._running = self._records()
+        return self._running
 
     def close(self) -> None:
+        """Stop reading: the file and the capture file's Python reader are closed."""
+        if self._running is not None:
+            self._running.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -185,7 +194,7 @@ class _RowPath:
     def _refresh(self) -> dict[int, Any]:
         """A plan for every relation the decoder knows now (made again when its Relation or the types
         changed); a relation that cannot have one gets none, and its changes go to the Assembler."""
-        decoder, maker = self.assembler.decoder, self.assembler._maker
+        decoder, maker = self.assembler.decoder, self._maker
         for relation_id, relation in decoder.relations.items():
             made = self._planned.get(relation_id)
             if made is not None and made[0] is relation and made[1] == decoder.types_version:
@@ -199,7 +208,7 @@ class _RowPath:
                 pass
         return self._plans
 
-    def __iter__(self) -> Iterator[Any]:
+    def _records(self) -> Generator[Any, None, None]:
         source, decoder = self.source, self.assembler.decoder
         at = source.first  # where the records not yet taken start
         with open(source.path, "rb") as handle:
