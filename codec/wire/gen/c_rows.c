@@ -254,6 +254,14 @@ static int plain_integer(const unsigned char *s, Py_ssize_t k)
 
 static inline int hexval(unsigned c);
 
+static inline int hexval_of(unsigned c)
+{
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    return -1;
+}
+
 static inline int digits(const unsigned char *s, Py_ssize_t k)
 {
     for (Py_ssize_t i = 0; i < k; i++)
@@ -456,13 +464,15 @@ static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t 
 
 /* -- the CSV rows ------------------------------------------------------------------------------------- */
 
-static inline int hexval(unsigned c)
+/* each byte's value as a hex digit, 16 for a byte that is none */
+static unsigned char HEX[256];
+
+static void hex_init(void)
 {
-    if (c >= '0' && c <= '9') return (int)(c - '0');
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
-    return -1;
+    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval_of((unsigned)c) < 0 ? 16 : hexval_of((unsigned)c));
 }
+
+static inline int hexval(unsigned c) { return hexval_of(c); }
 
 /* the hex digits s[0:k] of 1 to 8 characters as a number, or -1 */
 static int64_t hex_number(const unsigned char *s, Py_ssize_t k)
@@ -507,11 +517,13 @@ static int csv_row(const unsigned char *s, Py_ssize_t k, uint64_t *lsn, unsigned
         *row = grown;
         *cap = bytes;
     }
-    for (Py_ssize_t i = 0; i < bytes; i++) {
-        int a = hexval(hex[2 * i]), z = hexval(hex[2 * i + 1]);
-        if (a < 0 || z < 0) return 0;
-        (*row)[i] = (unsigned char)((a << 4) | z);
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < bytes; i++) {  /* (the digits' values from a table; any non-digit marks bad) */
+        int a = HEX[hex[2 * i]], z = HEX[hex[2 * i + 1]];
+        bad |= a | z;
+        (*row)[i] = (unsigned char)((a << 4) | (z & 15));
     }
+    if (bad & 16) return 0;
     *lsn = ((uint64_t)hi << 32) | (uint64_t)lo;
     *size = bytes;
     return 1;
@@ -526,21 +538,32 @@ typedef struct {
     Py_ssize_t head, lsn_at, lsn_size, len_at, len_size, crc_size;
 } Frame;
 
-static uint32_t CRC_TABLE[256];
+/* CRC-32 (zlib's: the reflected polynomial 0xEDB88320), four bytes a step: CRC_TABLE[0] is the byte-wise
+ * table, CRC_TABLE[j] that of a byte followed by j zero bytes */
+static uint32_t CRC_TABLE[4][256];
 
 static void crc_init(void)
 {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        CRC_TABLE[i] = c;
+        CRC_TABLE[0][i] = c;
     }
+    for (int j = 1; j < 4; j++)
+        for (int i = 0; i < 256; i++)
+            CRC_TABLE[j][i] = (CRC_TABLE[j - 1][i] >> 8) ^ CRC_TABLE[0][CRC_TABLE[j - 1][i] & 0xFF];
 }
 
 static uint32_t crc32_of(const unsigned char *s, Py_ssize_t k)
 {
     uint32_t c = 0xFFFFFFFFu;
-    for (Py_ssize_t i = 0; i < k; i++) c = CRC_TABLE[(c ^ s[i]) & 0xFF] ^ (c >> 8);
+    Py_ssize_t i = 0;
+    for (; i + 4 <= k; i += 4) {
+        c ^= (uint32_t)s[i] | (uint32_t)s[i + 1] << 8 | (uint32_t)s[i + 2] << 16 | (uint32_t)s[i + 3] << 24;
+        c = CRC_TABLE[3][c & 0xFF] ^ CRC_TABLE[2][(c >> 8) & 0xFF] ^ CRC_TABLE[1][(c >> 16) & 0xFF]
+            ^ CRC_TABLE[0][c >> 24];
+    }
+    for (; i < k; i++) c = CRC_TABLE[0][(c ^ s[i]) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
 }
 
@@ -696,7 +719,8 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
-    if (capture && CRC_TABLE[1] == 0) crc_init();
+    if (capture && CRC_TABLE[0][1] == 0) crc_init();
+    if (HEX['f'] != 15) hex_init();
     const unsigned char *s = view.buf;
     Py_ssize_t size = view.len, pos = 0, row_cap = 0;
     Py_ssize_t records = 0, transactions = 0, changes = 0, repeated = 0;
