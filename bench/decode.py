@@ -11,7 +11,8 @@ output to a file: ``replwire decode STREAM --proto-version 1`` on the COPY-CSV, 
 ``REPLWIRE_IMPL=python`` (the pure-Python path, no compiled codec), ``replwire decode`` on the capture
 file, and ``python bench/naive_decode.py STREAM`` (:mod:`bench.naive_decode`); it keeps each one's best
 wall-clock and CPU times (the CPU time is the steadier on a shared machine); events/s counts the JSON lines
-each printed, which must be the same for all.  The results go to ``--out`` (default
+each printed, which must be the same for all.  The runs keep their compiled modules (``__pycache__``), as
+an installed package does, whatever ``PYTHONDONTWRITEBYTECODE`` says here.  The results go to ``--out`` (default
 ``bench/results/decode.json``, a generic results file the docs' benchmark page renders).  ``--profile``
 then prints a profile of ``replwire decode`` on the same stream (its CLI entry point under cProfile, in this
 process).
@@ -72,14 +73,22 @@ def run(command: list[str], out: pathlib.Path, env: dict[str, str] | None = None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with out.open("w") as sink:
         started = time.perf_counter()
-        subprocess.run(command, stdout=sink, stderr=subprocess.DEVNULL, check=True,
-                       env={**os.environ, **(env or {})})
+        subprocess.run(command, stdout=sink, stderr=subprocess.DEVNULL, check=True, env=environment(env))
         seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     with out.open("rb") as printed:
         lines = sum(chunk.count(b"\n") for chunk in iter(lambda: printed.read(1 << 20), b""))
     return seconds, cpu, lines
+
+
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The runs' environment: this one with ``extra``, less ``PYTHONDONTWRITEBYTECODE``, so that Python keeps
+    the modules it compiled as an installed package has them (else every run compiles replwire's modules
+    from source again; the best of the rounds is then a run with them cached)."""
+    out = {**os.environ, **(extra or {})}
+    out.pop("PYTHONDONTWRITEBYTECODE", None)
+    return out
 
 
 #: The runs, by name: the command's arguments after the interpreter, and its environment.
