@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
@@ -27,10 +26,18 @@ def _count(n: int, noun: str) -> str:
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # (not at start-up: --version and debezium)
+
     try:
         return version("replwire")
     except PackageNotFoundError:  # running from a source tree that is not installed
         return "unknown"
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"replwire, version {_version()}")
+        ctx.exit()
 
 
 class _Commands(click.Group):
@@ -59,7 +66,8 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), prog_name="replwire")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 def main() -> None:
     """replwire: the PostgreSQL logical replication wire format (pgoutput v1-v4), parsed and built."""
 
