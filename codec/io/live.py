@@ -46,11 +46,10 @@ from ..scalars import LSN
 from ..stream import snapshot
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from .positions import PositionTracker, completed_position
+from .positions import PositionTracker
 from .slot import quote_identifier
 
-__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "completed_position",
-           "resume_point"]
+__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "resume_point"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -134,7 +133,7 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
             count += 1
             position: int | None
             if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
-                position = snapshot.completed_position(data)
+                position = snapshot.record_completes(data)
             else:
                 position = tracker.feed(data)
             if position is not None and position <= confirmed:

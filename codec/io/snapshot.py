@@ -118,7 +118,7 @@ def section_state(path: str) -> SectionState:
                     if not data or data[0] != records.BEGIN:
                         return SectionState("stream")
                     found = SectionState("interrupted", records.parse_record(data).slot)
-                elif not records.is_snapshot(data):
+                elif not data or data[0] not in records.KINDS:
                     break
                 elif data[0] == records.SLOT:
                     found.lsn = LSN(lsn)

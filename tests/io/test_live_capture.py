@@ -9,7 +9,8 @@ import pytest
 
 from replwire.codec import LSN, Assembler, Transaction, parse
 from replwire.codec.io.capture_file import read_capture
-from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture, completed_position
+from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture
+from replwire.codec.io.positions import message_completes
 
 pytestmark = pytest.mark.server
 
@@ -72,7 +73,7 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
     # acknowledged: at least the end of the last transaction, never beyond what the server has flushed.  (The
     # server goes on writing WAL of its own after the last statement -- a standby snapshot, a prune of a page
     # read -- and an idle capture acknowledges it too, so the bound is the WAL flushed after the capture ended.)
-    last_complete = max(p for p in (completed_position(parse(d, proto_version=reader.header.proto_version))
+    last_complete = max(p for p in (message_completes(parse(d, proto_version=reader.header.proto_version))
                                     for _, d in expected) if p is not None)
     assert end <= wal_flushed
     assert last_complete <= confirmed <= wal_flushed
@@ -99,7 +100,7 @@ def test_the_slot_holds_the_final_acknowledgement_when_run_returns(major, reques
                                              "WHERE slot_name = %s", (slot,)).fetchone()
             with read_capture(out) as reader:
                 data = [r.data for r in reader.records()]
-                ends = [completed_position(parse(d, proto_version=reader.header.proto_version)) for d in data]
+                ends = [message_completes(parse(d, proto_version=reader.header.proto_version)) for d in data]
             last_commit = max(p for p in ends if p is not None)
             assert "".join(chr(d[0]) for d in data if d[:1] != b"R") == "BIC" * 3 * (round_ + 1)
             assert not active, f"round {round_}: the walsender still holds the slot"
@@ -180,7 +181,7 @@ def confirmed_lsn(conn, slot):
 def completed_in_file(path, proto):
     """The completed positions of the records in the file as it is now (no streaming: no Stream blocks)."""
     with read_capture(path) as reader:
-        return {completed_position(parse(r.data, proto_version=proto)) for r in reader.records()} - {None}
+        return {message_completes(parse(r.data, proto_version=proto)) for r in reader.records()} - {None}
 
 
 @pytest.mark.parametrize("major", [15, 18])
@@ -255,7 +256,7 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
     assert len(decoded) == 40 + 4 + 4 + 2 and not any(c.new and c.new["id"] == "-1" for *_, cs in decoded for c in cs)
     # the slot moved past everything (and past no WAL the server had not flushed when the capture ended: see
     # above), and at no moment past a transaction that was not in the file
-    completed = sorted({p for p in (completed_position(parse(d, proto_version=proto)) for _, d in expected) if p})
+    completed = sorted({p for p in (message_completes(parse(d, proto_version=proto)) for _, d in expected) if p})
     assert end <= wal_flushed
     assert completed[-1] <= confirmed <= wal_flushed
     assert len({position for position, _ in seen}) > 10

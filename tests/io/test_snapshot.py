@@ -318,8 +318,8 @@ def test_snapshot_records_are_laid_out_as_declared():
     assert end == b"\x06" + bytes.fromhex("0000000000000010" "00000001" "0000000000000007")
     parsed = records.parse_record(records.rows_record(16385, False, 1, b"x\n"))
     assert (parsed.relation_id, parsed.binary, parsed.rows, parsed.data) == (16385, 0, 1, b"x\n")
-    assert records.completed_position(records.end_record(LSN(0x10), 1, 7)) == 0x10
-    assert records.completed_position(records.begin_record("s", False)) is None
+    assert records.record_completes(records.end_record(LSN(0x10), 1, 7)) == 0x10
+    assert records.record_completes(records.begin_record("s", False)) is None
     with pytest.raises(records.SnapshotError, match="SnapshotEnd"):
         records.parse_record(b"\x06\x00")
     with pytest.raises(records.SnapshotError, match="not a snapshot record"):
