@@ -109,10 +109,19 @@ def test_the_slot_holds_the_final_acknowledgement_when_run_returns(major, reques
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
-def test_unknown_publication_is_a_clear_error(pg18, tmp_path):
+def test_set_up_failures_are_clear_errors(pg18, tmp_path):
     settings = CaptureSettings(slot="nope_slot", publication="no_such_publication")
-    with pytest.raises(CaptureError, match="publication 'no_such_publication' does not exist"):
+    with pytest.raises(CaptureError, match=r"^publication 'no_such_publication' does not exist \(create it with "
+                       r"CREATE PUBLICATION, or pass --create-publication, create_publication=True, to create it "
+                       r"FOR ALL TABLES\)$"):
         LiveCapture(pg18.dsn, tmp_path / "x.rwcap", settings).run(idle_exit=0.1)
+    # no server listens there: the server's own words, on one line, and what to check
+    nowhere = f"host={tmp_path} port=1 dbname=postgres"
+    with pytest.raises(CaptureError, match=r"^cannot connect to the server: .*No such file or directory.* \(check "
+                       r"the DSN\)$") as raised:
+        LiveCapture(nowhere, tmp_path / "y.rwcap", settings).run(idle_exit=0.1)
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "x.rwcap").exists() and not (tmp_path / "y.rwcap").exists()
 
 
 @pytest.mark.parametrize("major", [15, 18])

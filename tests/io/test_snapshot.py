@@ -229,6 +229,11 @@ def test_errors_are_clear(pg18, tmp_path):
         return result.stderr
 
     assert "publication 'empty_pub' publishes no tables" in fails("s1", "empty_pub")
+    # the set-up's errors read as live capture's (one set-up serves both)
+    assert ("publication 'no_pub' does not exist (create it with CREATE PUBLICATION, or pass --create-publication, "
+            "create_publication=True, to create it FOR ALL TABLES)") in fails("s1", "no_pub")
+    nowhere = fails("s1", "pub", user_dsn=f"host={tmp_path} port=1 dbname=postgres")
+    assert "cannot connect to the server: " in nowhere and "(check the DSN)" in nowhere
     assert "slot 'taken' already exists: a snapshot needs a new slot" in fails("taken", "pub")
     assert "cannot be used with --via sql" in fails("s2", "pub", "--via", "sql", code=2)
     assert "cannot be used with --no-create-slot" in fails("s2", "pub", "--no-create-slot", code=2)
