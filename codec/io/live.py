@@ -162,8 +162,8 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False,
             if snapshot:
                 cur.execute("SELECT pg_is_in_recovery()")
                 if cur.fetchone()[0]:
-                    raise CaptureError("the server is a standby, which cannot export a snapshot for a new slot: "
-                                       "take the snapshot from the primary")
+                    raise CaptureError("the server is a standby (in recovery): take the snapshot from the primary, "
+                                       "with --dsn naming it")
             slot.check_publication(cur, publication, create=create_publication,
                                    hint="(create it with CREATE PUBLICATION, or pass --create-publication, "
                                         "create_publication=True, to create it FOR ALL TABLES)")
