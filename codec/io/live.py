@@ -146,9 +146,9 @@ class Server:
 
 @contextmanager
 def set_up(dsn: str, publication: str, *, create_publication: bool = False,
-           snapshot: bool = False) -> Iterator[Server]:
+           for_snapshot: bool = False) -> Iterator[Server]:
     """The set-up every capture starts with, over an ordinary connection that is closed on leaving: connect,
-    read the server's version, refuse a standby when a ``snapshot`` is to be taken, and check the publication
+    read the server's version, refuse a standby when the set-up is ``for_snapshot``, and check the publication
     (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a :class:`CaptureError` naming
     what failed and what to do."""
     import psycopg2
@@ -159,7 +159,7 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False,
         cur = conn.cursor()
         try:
             version = slot.server_version(cur)
-            if snapshot:
+            if for_snapshot:
                 cur.execute("SELECT pg_is_in_recovery()")
                 if cur.fetchone()[0]:
                     raise CaptureError("the server is a standby (in recovery): take the snapshot from the primary, "

@@ -261,7 +261,7 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
     import psycopg2
 
     path = os.fspath(out)
-    with set_up(dsn, settings.publication, create_publication=create_publication, snapshot=True) as server:
+    with set_up(dsn, settings.publication, create_publication=create_publication, for_snapshot=True) as server:
         conn, cur, version = server.conn, server.cur, server.version
         header = CaptureHeader(proto_version=settings.protocol(version), server_version=version,
                                options=settings.options(version), client_encoding=server.client_encoding)

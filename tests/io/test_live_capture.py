@@ -122,6 +122,26 @@ def test_set_up_failures_are_clear_errors(pg18, tmp_path):
         LiveCapture(nowhere, tmp_path / "y.rwcap", settings).run(idle_exit=0.1)
     assert "\n" not in str(raised.value)
     assert not (tmp_path / "x.rwcap").exists() and not (tmp_path / "y.rwcap").exists()
+    # a user without the REPLICATION attribute: the slot cannot be created, nor read over replication
+    with pg18.connect() as conn:
+        conn.execute("DROP ROLE IF EXISTS no_repl")
+        conn.execute("CREATE ROLE no_repl LOGIN")
+        conn.execute("CREATE PUBLICATION no_repl_pub")
+        conn.execute("SELECT pg_create_logical_replication_slot('no_repl_slot', 'pgoutput')")
+    try:
+        plain = f"{pg18.dsn} user=no_repl"
+        missing = CaptureSettings(slot="no_repl_new", publication="no_repl_pub")
+        with pytest.raises(CaptureError, match=r"^cannot check or create slot 'no_repl_new': .*replication"):
+            LiveCapture(plain, tmp_path / "z.rwcap", missing).run(idle_exit=0.1)
+        existing = CaptureSettings(slot="no_repl_slot", publication="no_repl_pub")
+        with pytest.raises(CaptureError, match=r"^cannot open a replication connection: .* \(it needs a user with "
+                           r"the REPLICATION attribute and a free walsender, max_wal_senders\)$"):
+            LiveCapture(plain, tmp_path / "z.rwcap", existing, create_slot=False).run(idle_exit=0.1)
+    finally:
+        with pg18.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot('no_repl_slot')")
+            conn.execute("DROP PUBLICATION no_repl_pub")
+            conn.execute("DROP ROLE no_repl")
 
 
 @pytest.mark.parametrize("major", [15, 18])
