@@ -8,7 +8,7 @@ Decoder` feed) costs more than storing it, so :class:`PositionTracker` reads onl
 and, for Stream messages, the xid -- at offsets derived once from the walker's layouts of the declarations
 (the fixed-size fields before them, with the streamed Xid counted where its condition holds) -- and follows
 the stream state with the decoder's own :data:`~replwire.codec.stream.decoder.TRANSITIONS` table.  Which
-field a message completes is :data:`COMPLETES`, by message name; :func:`completed_position` reads the same
+field a message completes is :data:`COMPLETES`, by message name; :func:`message_completes` reads the same
 fields from parsed messages.  A message the plan cannot read (unknown tag, too short, out of order) is
 parsed after all, so its error is the parser's own, or a :class:`~replwire.codec.stream.decoder.
 StreamStateError` naming it.
@@ -27,7 +27,7 @@ from ..scalars import LSN
 from ..stream.decoder import IDLE, STATES, STREAM, TRANSITIONS, StreamStateError
 from ..wire.fast import parse
 
-__all__ = ["COMPLETES", "PositionTracker", "completed_position"]
+__all__ = ["COMPLETES", "PositionTracker", "message_completes"]
 
 #: The field holding the position each message completes, by message name (a Message only when it is not
 #: transactional).
@@ -40,7 +40,7 @@ _OPENS, _CLOSES = "StreamStart", ("StreamCommit", "StreamPrepare", "StreamAbort"
 _TRANSACTIONAL = 1
 
 
-def completed_position(message: WireMessage) -> LSN | None:
+def message_completes(message: WireMessage) -> LSN | None:
     """The position a parsed message completes: once it is durable, the server may forget everything
     before it."""
     name = COMPLETES.get(type(message).__name__)
