@@ -138,6 +138,20 @@ _PLAN = record_plan(layout.RECORD)
 if (*_PLAN.names, _PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-1]:  # all but offset
     raise walker.UnknownConstruct(f"the record fields {_PLAN.names + (_PLAN.data,)} are not CaptureRecord's")
 
+def record_frame() -> tuple[int, int, int, int, int, int]:
+    """Where a record's parts lie, from its plan, for readers of the records' bytes in C (the compiled row
+    path): the head's size, the offset and size of the LSN in it, those of the data's length, then the
+    size of the CRC-32 that follows the data."""
+    codes = _PLAN.head.format.lstrip(">")
+    lsn = _PLAN.names.index("lsn")
+
+    def at(i: int) -> int:
+        return struct.calcsize(">" + codes[:i])
+
+    return (_PLAN.head.size, at(lsn), at(lsn + 1) - at(lsn), at(len(codes) - 1), _PLAN.head.size - at(len(codes) - 1),
+            _PLAN.crc.size)
+
+
 #: How much of the file is read at a time (a record larger than this is read whole, up to the file's size).
 CHUNK = 1 << 20
 #: How much of the file's start the header is first parsed from.
