@@ -18,6 +18,14 @@ alike); this module only decides *which* OID to load a column as, and what to do
   ``Decimal`` values (psycopg's own), floats are ``float``.
 * A value psycopg raises on for another reason (a date before year 1 or after 9999, ...) is kept whole as
   a :class:`RawValue` (kind, bytes, the reason) -- never dropped, never ``None``.
+* A binary (``'b'``) value is checked against its type's layout before any loader sees it, because
+  psycopg's compiled binary loaders read their type's width without looking at the value's length (a
+  4-byte ``float8`` would be read past its end).  A fixed-width type (:data:`BINARY_WIDTHS`: the bytes
+  PostgreSQL's send function writes) must have exactly that length; a ``numeric`` its 8-byte header and
+  as many digits as the header counts; an array of a built-in type (``array_send``) a header, dimensions
+  and elements that fit the value, the element type of its column, and elements of their type's width.
+  A value that does not fit is kept whole as a :class:`RawValue` whose reason names the type and the
+  lengths.
 
 Text is in the connection's client encoding (the ``encoding`` of :class:`ValueLoader`, :func:`text_value`
 and :func:`untyped_row`; UTF-8 by default, as for the Strings of the messages): the server's text of a
@@ -44,8 +52,8 @@ from ...schema.core import UTF8, text_codec
 from ..errors import ReplwireError
 
 __all__ = [
-    "INFINITY", "NEG_INFINITY", "UNCHANGED_TOAST", "Infinite", "RawValue", "RowSchema", "TypedValuesUnavailable",
-    "UnchangedToast", "ValueLoader", "text_value",
+    "BINARY_WIDTHS", "INFINITY", "NEG_INFINITY", "UNCHANGED_TOAST", "Infinite", "RawValue", "RowSchema",
+    "TypedValuesUnavailable", "UnchangedToast", "ValueLoader", "text_value",
 ]
 
 
@@ -157,6 +165,83 @@ _INFINITE_BINARY = {
     _TIMESTAMP: {(2**63 - 1).to_bytes(8, "big"): INFINITY, (-(2**63)).to_bytes(8, "big", signed=True): NEG_INFINITY},
 }
 _INFINITE_BINARY[_TIMESTAMPTZ] = _INFINITE_BINARY[_TIMESTAMP]
+
+
+#: The exact length of the binary form of the fixed-width built-in types, by OID: the bytes PostgreSQL's
+#: send function writes (src/backend/utils/adt/): boolsend 1 (bool.c); int2send 2, int4send 4 (int.c);
+#: int8send 8 (int8.c); oidsend 4 (oid.c); float4send 4, float8send 8 (float.c); date_send 4, time_send 8,
+#: timetz_send 12 (date.c); timestamp_send 8, timestamptz_send 8, interval_send 16 (timestamp.c);
+#: uuid_send 16 (uuid.c).
+BINARY_WIDTHS: dict[int, int] = {16: 1, 21: 2, 23: 4, 20: 8, 26: 4, 700: 4, 701: 8, 1082: 4, 1083: 8, 1266: 12,
+                                 1114: 8, 1184: 8, 1186: 16, 2950: 16}
+_NUMERIC = 1700
+_MAXDIM = 6  # MAXDIM of PostgreSQL's arrays (utils/array.h)
+_NAMES = {16: "bool", 21: "int2", 23: "int4", 20: "int8", 26: "oid", 700: "float4", 701: "float8", 1082: "date",
+          1083: "time", 1266: "timetz", 1114: "timestamp", 1184: "timestamptz", 1186: "interval", 2950: "uuid",
+          _NUMERIC: "numeric"}
+
+
+def _binary_fault(oid: int, data: bytes, element: int | None) -> str | None:
+    """Why the binary value ``data`` of type ``oid`` does not fit its type's layout, or ``None`` if it fits
+    (see the module docstring); ``element`` is the element type's OID when ``oid`` is an array type."""
+    size = len(data)
+    width = BINARY_WIDTHS.get(oid)
+    if width is not None:
+        if size != width:
+            return f"a binary {_NAMES[oid]} is {width} bytes, this value is {size}"
+        return None
+    if oid == _NUMERIC:  # numeric_send: ndigits, weight, sign, dscale (int16 each), then ndigits int16 digits
+        if size < 8:
+            return f"a binary numeric has an 8-byte header, this value is {size} bytes"
+        expected = 8 + 2 * int.from_bytes(data[:2], "big")
+        if size != expected:
+            return f"a binary numeric with this header is {expected} bytes, this value is {size}"
+        return None
+    if element is None:
+        return None
+    # array_send: ndim, has-nulls flag, element OID (int32 each), per dimension its length and lower bound
+    # (int32 each), then each element as an int32 length (-1 for NULL) and that many bytes.
+    if size < 12:
+        return f"a binary array has a 12-byte header, this value is {size} bytes"
+    ndim = int.from_bytes(data[:4], "big", signed=True)
+    if not 0 <= ndim <= _MAXDIM:
+        return f"a binary array has 0 to {_MAXDIM} dimensions, this value says {ndim}"
+    if ndim == 0:
+        return None if size == 12 else f"an empty binary array is 12 bytes, this value is {size}"
+    stated = int.from_bytes(data[8:12], "big")
+    if stated != element:
+        return f"a binary array of element type {element} says its elements are of type {stated}"
+    at = 12 + 8 * ndim
+    if size < at:
+        return f"a binary array of {ndim} dimensions has a {at}-byte header, this value is {size} bytes"
+    count = 1
+    for i in range(ndim):
+        length = int.from_bytes(data[12 + 8 * i:16 + 8 * i], "big", signed=True)
+        if length < 0:
+            return f"dimension {i + 1} of a binary array has length {length}"
+        count *= length
+    if count * 4 > size - at:  # every element takes at least its 4-byte length
+        return f"a binary array of {count} elements cannot be {size} bytes"
+    width = BINARY_WIDTHS.get(element)
+    for n in range(count):
+        if at + 4 > size:
+            return f"element {n + 1} of a binary array starts past its end ({size} bytes)"
+        length = int.from_bytes(data[at:at + 4], "big", signed=True)
+        at += 4
+        if length == -1:
+            continue
+        if length < 0 or at + length > size:
+            return f"element {n + 1} of a binary array has length {length}, past its end ({size} bytes)"
+        if width is not None and length != width:
+            return f"element {n + 1} of a binary array: a binary {_NAMES[element]} is {width} bytes, not {length}"
+        if element == _NUMERIC:
+            fault = _binary_fault(_NUMERIC, data[at:at + length], None)
+            if fault is not None:
+                return f"element {n + 1} of a binary array: {fault}"
+        at += length
+    if at != size:
+        return f"a binary array of {count} elements ends at byte {at}, this value is {size} bytes"
+    return None
 
 
 #: The text types, by OID: text, varchar, bpchar, name.
@@ -277,6 +362,7 @@ class ValueLoader:
         self._text_fast = _text_fast(self.encoding)
         self._loaders: dict[tuple[int | None, str], Any] = {}
         self._resolved: dict[tuple[int, tuple[str, str] | None], int | None] = {}
+        self._elements: dict[int, int | None] = {}  # array type OID: its element's (None: not an array)
         self._psycopg: tuple[Any, Any, Any] | None = None  # registry, transformer, formats: imported when needed
 
     def _ready(self) -> tuple[Any, Any, Any]:
@@ -319,6 +405,15 @@ class ValueLoader:
         self._resolved[key] = oid
         return oid
 
+    def _element(self, oid: int) -> int | None:
+        """The element type OID of the built-in array type ``oid``, or ``None`` if it is not one."""
+        if oid in BINARY_WIDTHS or oid in _BUILTIN:
+            return None
+        if oid not in self._elements:
+            info = self._registry.get(oid)
+            self._elements[oid] = info.oid if info is not None and info.array_oid == oid else None
+        return self._elements[oid]
+
     def _loader(self, oid: int | None, kind: str) -> Any:
         loader = self._loaders.get((oid, kind))
         if loader is None:
@@ -346,6 +441,10 @@ class ValueLoader:
             special = _INFINITE_TEXT.get(data) if kind == "t" else _INFINITE_BINARY[oid].get(bytes(data))
             if special is not None:
                 return special
+        if kind == "b":
+            fault = _binary_fault(oid, data, self._element(oid))
+            if fault is not None:
+                return RawValue(type_id, kind, bytes(data), f"wrong length: {fault}")
         try:
             return self._loader(oid, kind).load(data)
         except Exception as error:  # noqa: BLE001 - psycopg's DataError and friends: keep the value whole

@@ -1,0 +1,114 @@
+"""Binary values of the wrong length never reach psycopg's loaders: psycopg's compiled binary loaders read
+their type's width whatever the value's length, so a short value would be read past its end.  The widths
+are checked against a real server's send functions (``pg_type.typsend``: ``float8send`` ...), and each wrong
+length must give the same :class:`RawValue` on every load, the bytes kept whole."""
+
+from __future__ import annotations
+
+import struct
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from replwire.codec import RawValue
+from replwire.codec.stream.values import BINARY_WIDTHS, ValueLoader
+
+#: Each fixed-width type, by name, with an SQL value for the server's send function.
+SAMPLES = {"bool": "true", "int2": "1", "int4": "1", "int8": "1", "oid": "1", "float4": "1.5", "float8": "1.5",
+           "date": "'2024-01-02'", "time": "'01:02:03'", "timetz": "'01:02:03+04'",
+           "timestamp": "'2024-01-02 03:04:05'", "timestamptz": "'2024-01-02 03:04:05+00'",
+           "interval": "'1 day 2 hours'", "uuid": "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'"}
+OIDS = {"bool": 16, "int2": 21, "int4": 23, "int8": 20, "oid": 26, "float4": 700, "float8": 701, "date": 1082,
+        "time": 1083, "timetz": 1266, "timestamp": 1114, "timestamptz": 1184, "interval": 1186, "uuid": 2950}
+
+
+@pytest.fixture(scope="module")
+def loader():
+    return ValueLoader()
+
+
+def test_widths_are_what_the_server_sends(pg15):
+    assert set(BINARY_WIDTHS) == set(OIDS.values())
+    with psycopg.connect(pg15.dsn, autocommit=True) as conn:
+        for name, sql in SAMPLES.items():
+            send = conn.execute("SELECT typsend::text FROM pg_type WHERE oid = %s", (OIDS[name],)).fetchone()[0]
+            sent = conn.execute(f"SELECT {send}({sql}::{name})").fetchone()[0]
+            assert BINARY_WIDTHS[OIDS[name]] == len(sent), name
+
+
+def wrong_lengths(width: int) -> list[bytes]:
+    # fresh objects of varied contents, each one byte short, empty, or one byte long
+    return [bytes(range(1, width)), b"", bytes(range(7, 7 + width + 1)), b"\xff" * (width + 8)]
+
+
+@pytest.mark.parametrize("name", sorted(OIDS))
+def test_wrong_width_is_kept_raw_on_every_load(loader, name):
+    oid, width = OIDS[name], BINARY_WIDTHS[OIDS[name]]
+    for data in wrong_lengths(width):
+        for _ in range(20):
+            value = loader.load("b", bytearray(data), oid)
+            assert value == RawValue(oid, "b", data, f"wrong length: a binary {name} is {width} bytes, "
+                                                     f"this value is {len(data)}"), (name, data)
+
+
+def test_right_width_still_loads(loader):
+    assert loader.load("b", struct.pack(">d", 1.5), 701) == 1.5
+    assert loader.load("b", struct.pack(">q", -7), 20) == -7
+    assert loader.load("b", b"\x01", 16) is True
+
+
+def numeric(ndigits: int, *digits: int) -> bytes:  # numeric_send: ndigits, weight, sign, dscale, digits
+    return struct.pack(">hhHh", ndigits, 0, 0, 0) + b"".join(struct.pack(">h", d) for d in digits)
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"", "a binary numeric has an 8-byte header, this value is 0 bytes"),
+    (b"\x00\x01", "a binary numeric has an 8-byte header, this value is 2 bytes"),
+    (numeric(2, 12), "a binary numeric with this header is 12 bytes, this value is 10"),
+    (numeric(1, 12, 34), "a binary numeric with this header is 10 bytes, this value is 12"),
+])
+def test_numeric_of_the_wrong_length(loader, data, reason):
+    assert loader.load("b", data, 1700) == RawValue(1700, "b", data, f"wrong length: {reason}")
+    assert loader.load("b", numeric(1, 12), 1700) == Decimal(12)
+
+
+def array(element: int, *items: bytes | None, dims: tuple[int, ...] | None = None) -> bytes:
+    """array_send's layout: ndim, has-nulls, element OID, (length, lower bound) per dimension, elements."""
+    dims = (len(items),) if dims is None else dims
+    head = struct.pack(">iiI", len(dims), int(None in items), element)
+    head += b"".join(struct.pack(">ii", d, 1) for d in dims)
+    return head + b"".join(struct.pack(">i", -1) if i is None else struct.pack(">i", len(i)) + i for i in items)
+
+
+def test_arrays_that_fit_load(loader):
+    assert loader.load("b", array(701, struct.pack(">d", 2.5), None), 1022) == [2.5, None]
+    assert loader.load("b", array(23, *(struct.pack(">i", i) for i in range(4)), dims=(2, 2)), 1007) \
+        == [[0, 1], [2, 3]]
+    assert loader.load("b", struct.pack(">iiI", 0, 0, 23), 1007) == []
+
+
+@pytest.mark.parametrize(("oid", "data", "reason"), [
+    (1022, array(701, b"\x00" * 4), "element 1 of a binary array: a binary float8 is 8 bytes, not 4"),
+    (1007, array(23, b"\x00" * 4, b"\x00" * 8), "element 2 of a binary array: a binary int4 is 4 bytes, not 8"),
+    (1016, array(20, b"\x00" * 8)[:-1], "element 1 of a binary array has length 8, past its end (31 bytes)"),
+    (1007, array(23, b"\x00" * 4) + b"\x00", "a binary array of 1 elements ends at byte 28, this value is 29 bytes"),
+    (1007, array(20, b"\x00" * 8), "a binary array of element type 23 says its elements are of type 20"),
+    (1007, array(23, dims=(1000,)), "a binary array of 1000 elements cannot be 20 bytes"),
+    (1007, array(23, dims=(-1,)), "dimension 1 of a binary array has length -1"),
+    (1007, array(23, dims=(1,) * 7), "a binary array has 0 to 6 dimensions, this value says 7"),
+    (1007, struct.pack(">ii", 1, 0), "a binary array has a 12-byte header, this value is 8 bytes"),
+    (1007, struct.pack(">iiI", 1, 0, 23),
+     "a binary array of 1 dimensions has a 20-byte header, this value is 12 bytes"),
+    (1007, struct.pack(">iiI", 0, 0, 23) + b"\x00", "an empty binary array is 12 bytes, this value is 13"),
+])
+def test_arrays_that_do_not_fit_are_kept_raw(loader, oid, data, reason):
+    for _ in range(5):
+        assert loader.load("b", data, oid) == RawValue(oid, "b", data, f"wrong length: {reason}")
+
+
+def test_numeric_array_elements_are_checked(loader):
+    data = array(1700, numeric(2, 12))
+    assert loader.load("b", data, 1231) == RawValue(
+        1231, "b", data, "wrong length: element 1 of a binary array: a binary numeric with this header is 12 "
+                         "bytes, this value is 10")
