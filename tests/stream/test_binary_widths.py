@@ -112,3 +112,30 @@ def test_numeric_array_elements_are_checked(loader):
     assert loader.load("b", data, 1231) == RawValue(
         1231, "b", data, "wrong length: element 1 of a binary array: a binary numeric with this header is 12 "
                          "bytes, this value is 10")
+
+
+def test_through_the_assembler_and_json_lines():
+    """A short float8 and an int4[] claiming more elements than it holds, in a decoded Insert: the row keeps
+    its other values, the two are RawValues, and a JSON line writes their bytes in hex."""
+    from replwire.codec import LSN, Assembler, Begin, Commit, Insert, Relation, RelationColumn, TupleColumn, build
+    from replwire.codec.stream.jsonl import RowJson
+    from replwire.codec.stream.values import RowSchema
+
+    columns = [RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1),
+               RelationColumn(flags=0, name="f", type_id=701, type_modifier=-1),
+               RelationColumn(flags=0, name="a", type_id=1007, type_modifier=-1)]
+    relation = Relation(relation_id=16385, namespace="public", name="t", replica_identity="d", columns=columns)
+    short, claims = b"\x3f\xf8\x00\x00", array(23, dims=(1000,))
+    new = [TupleColumn.binary(struct.pack(">i", 7)), TupleColumn.binary(short), TupleColumn.binary(claims)]
+    sequence = [Begin(final_lsn=LSN(0x1000), commit_time=1, xid=1), relation, Insert(relation_id=16385, new=new),
+                Commit(commit_lsn=LSN(0x1000), end_lsn=LSN(0x1030), commit_time=1)]
+    for _ in range(5):
+        asm = Assembler(proto_version=1)
+        out = [item for position, message in enumerate(sequence)
+               for item in asm.feed(build(message, proto_version=1), lsn=0x100 + position)]
+        assert out[0].changes[0].new == {
+            "id": 7,
+            "f": RawValue(701, "b", short, "wrong length: a binary float8 is 8 bytes, this value is 4"),
+            "a": RawValue(1007, "b", claims, "wrong length: a binary array of 1000 elements cannot be 20 bytes")}
+        line = RowJson()(RowSchema(relation, (None, None, None)), new)
+        assert line == f'{{"id":7,"f":"{short.hex()}","a":"{claims.hex()}"}}'
