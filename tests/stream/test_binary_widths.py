@@ -89,9 +89,10 @@ def test_arrays_that_fit_load(loader):
 
 
 @pytest.mark.parametrize(("oid", "data", "reason"), [
-    (1022, array(701, b"\x00" * 4), "element 1 of a binary array: a binary float8 is 8 bytes, not 4"),
-    (1007, array(23, b"\x00" * 4, b"\x00" * 8), "element 2 of a binary array: a binary int4 is 4 bytes, not 8"),
-    (1016, array(20, b"\x00" * 8)[:-1], "element 1 of a binary array has length 8, past its end (31 bytes)"),
+    (1022, array(701, b"\x00" * 4), "element 1 of a binary array: a binary float8 is 8 bytes, this value is 4"),
+    (1007, array(23, b"\x00" * 4, b"\x00" * 8),
+     "element 2 of a binary array: a binary int4 is 4 bytes, this value is 8"),
+    (1016, array(20, b"\x00" * 8)[:-1], "element 1 of a binary array has length 8, past the end (31 bytes)"),
     (1007, array(23, b"\x00" * 4) + b"\x00", "a binary array of 1 elements ends at byte 28, this value is 29 bytes"),
     (1007, array(20, b"\x00" * 8), "a binary array of element type 23 says its elements are of type 20"),
     (1007, array(23, dims=(1000,)), "a binary array of 1000 elements cannot be 20 bytes"),
@@ -139,3 +140,67 @@ def test_through_the_assembler_and_json_lines():
             "a": RawValue(1007, "b", claims, "wrong length: a binary array of 1000 elements cannot be 20 bytes")}
         line = RowJson()(RowSchema(relation, (None, None, None)), new)
         assert line == f'{{"id":7,"f":"{short.hex()}","a":"{claims.hex()}"}}'
+
+
+def part(data: bytes | None) -> bytes:  # an int32 length (-1 for NULL), then the bytes
+    return struct.pack(">i", -1) if data is None else struct.pack(">i", len(data)) + data
+
+
+def int4(value: int) -> bytes:
+    return struct.pack(">i", value)
+
+
+def record(*fields: tuple[int, bytes | None]) -> bytes:  # record_send: count, then (OID, part) per field
+    return struct.pack(">i", len(fields)) + b"".join(struct.pack(">I", oid) + part(data) for oid, data in fields)
+
+
+def test_ranges_multiranges_and_records_that_fit_load(loader):
+    from psycopg.types.multirange import Multirange
+    from psycopg.types.range import Range
+
+    int4range = b"\x02" + part(int4(1)) + part(int4(5))  # range_send: flags (lower inclusive), the bounds
+    assert loader.load("b", int4range, 3904) == Range(1, 5, "[)")
+    assert loader.load("b", b"\x01", 3904) == Range(empty=True)
+    assert loader.load("b", b"\x18", 3904) == Range(None, None, "()")  # both bounds infinite
+    assert loader.load("b", int4(1) + part(int4range), 4451) == Multirange([Range(1, 5, "[)")])
+    assert loader.load("b", record((23, int4(7)), (25, b"x"), (701, None)), 2249) == (7, "x", None)
+
+
+@pytest.mark.parametrize(("oid", "data", "reason"), [
+    (3904, b"\x02" + part(b"\x01") + part(int4(5)),
+     "the lower bound of a binary range: a binary int4 is 4 bytes, this value is 1"),
+    (3904, b"\x12" + part(int4(1) + b"\x00"),
+     "the lower bound of a binary range: a binary int4 is 4 bytes, this value is 5"),
+    (3912, b"\x08" + part(b"\x00" * 3), "the upper bound of a binary range: a binary date is 4 bytes, this value is 3"),
+    (3904, b"\x02" + part(int4(1)) + struct.pack(">i", 40),
+     "the upper bound of a binary range has length 40, past the end (13 bytes)"),
+    (3904, b"\x02" + part(int4(1)), "the upper bound of a binary range starts past the end (9 bytes)"),
+    (3904, b"\x01\x00", "a binary range ends at byte 1, this value is 2 bytes"),
+    (3904, b"", "a binary range has a flags byte, this value is empty"),
+    (4451, int4(1) + part(b"\x18\x00"), "range 1 of a binary multirange: a binary range ends at byte 1, this "
+                                         "value is 2 bytes"),
+    (4451, int4(1) + part(b"\x10" + part(b"\x01")),
+     "range 1 of a binary multirange: the lower bound of a binary range: a binary int4 is 4 bytes, this value is 1"),
+    (4451, int4(9), "a binary multirange of 9 ranges cannot be 4 bytes"),
+    (4451, b"\x00", "a binary multirange has a 4-byte count, this value is 1 bytes"),
+    (2249, record((701, int4(1))), "field 1 of a binary record: a binary float8 is 8 bytes, this value is 4"),
+    (2249, record((23, int4(1))) + b"\x00", "a binary record ends at byte 16, this value is 17 bytes"),
+    (2249, int4(100) + int4(23), "a binary record of 100 fields cannot be 8 bytes"),
+    (2249, record((1007, b"\x00" * 4)),
+     "field 1 of a binary record: a binary array has a 12-byte header, this value is 4 bytes"),
+    (3905, array(3904, b"\x02" + part(b"\x01") + part(int4(5))),
+     "element 1 of a binary array: the lower bound of a binary range: a binary int4 is 4 bytes, this value is 1"),
+])
+def test_ranges_multiranges_and_records_that_do_not_fit_are_kept_raw(loader, oid, data, reason):
+    for _ in range(5):
+        assert loader.load("b", data, oid) == RawValue(oid, "b", data, f"wrong length: {reason}")
+
+
+def test_nesting_is_bounded(loader):
+    nested = record()  # 16 records, one in another
+    for _ in range(15):
+        nested = record((2249, nested))
+    assert isinstance(loader.load("b", nested, 2249), tuple)
+    deeper = record((2249, nested))
+    value = loader.load("b", deeper, 2249)
+    assert isinstance(value, RawValue) and value.reason.endswith("a binary value nested more than 16 deep")
