@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -186,6 +187,8 @@ _RECORD = 2249
 _NESTING = 16  # deepest nesting of arrays, ranges and records checked (each level takes bytes of the value)
 # range_send's flags (utils/rangetypes.h): RANGE_EMPTY, RANGE_LB_INF, RANGE_UB_INF
 _RANGE_EMPTY, _RANGE_LB_INF, _RANGE_UB_INF = 0x01, 0x08, 0x10
+_ARRAY_HEAD = struct.Struct(">iiI")  # array_send's ndim, has-nulls flag, element OID
+_ARRAY_DIMS = [struct.Struct(f">{2 * n}i") for n in range(_MAXDIM + 1)]  # (length, lower bound) per dimension
 
 
 def _int32(data: bytes, at: int) -> int:
@@ -248,26 +251,38 @@ class _Layout:
         size = len(data)
         if size < 12:
             return f"a binary array has a 12-byte header, this value is {size} bytes"
-        ndim = _int32(data, 0)
+        ndim, _, stated = _ARRAY_HEAD.unpack_from(data)
         if not 0 <= ndim <= _MAXDIM:
             return f"a binary array has 0 to {_MAXDIM} dimensions, this value says {ndim}"
         if ndim == 0:
             return None if size == 12 else f"an empty binary array is 12 bytes, this value is {size}"
-        stated = int.from_bytes(data[8:12], "big")
         if stated != element:
             return f"a binary array of element type {element} says its elements are of type {stated}"
         at = 12 + 8 * ndim
         if size < at:
             return f"a binary array of {ndim} dimensions has a {at}-byte header, this value is {size} bytes"
         count = 1
-        for i in range(ndim):
-            length = _int32(data, 12 + 8 * i)
+        for i, length in enumerate(_ARRAY_DIMS[ndim].unpack_from(data, 12)[::2]):
             if length < 0:
                 return f"dimension {i + 1} of a binary array has length {length}"
             count *= length
         if count * 4 > size - at:  # every element takes at least its 4-byte length
             return f"a binary array of {count} elements cannot be {size} bytes"
+        width = BINARY_WIDTHS.get(element)
+        if width is not None and size == at + count * (4 + width):
+            # no NULLs: every element's length is the width (below 256: bytes 0, 0, 0, width) if each byte
+            # of the lengths, taken a stride apart, is that byte (compared whole, not element by element)
+            step, zeros = 4 + width, bytes(count)
+            if (data[at:size:step] == zeros and data[at + 1:size:step] == zeros and data[at + 2:size:step] == zeros
+                    and data[at + 3:size:step] == bytes((width,)) * count):
+                return None
+        simple = width is None and element not in (_NUMERIC, _RECORD) and self.kinds(element) is None
         for n in range(count):
+            if simple:  # a type of any length: only the lengths need checking
+                length = _int32(data, at) if at + 4 <= size else -2
+                if length >= -1 and at + 4 + max(length, 0) <= size:
+                    at += 4 + max(length, 0)
+                    continue
             at, fault = self._part(element, data, at, depth, f"element {n + 1} of a binary array")
             if fault is not None:
                 return fault

@@ -86,10 +86,15 @@ def test_arrays_that_fit_load(loader):
     assert loader.load("b", array(23, *(struct.pack(">i", i) for i in range(4)), dims=(2, 2)), 1007) \
         == [[0, 1], [2, 3]]
     assert loader.load("b", struct.pack(">iiI", 0, 0, 23), 1007) == []
+    assert loader.load("b", array(25, b"ab", None, b""), 1009) == ["ab", None, ""]
+    assert loader.load("b", array(16, b"\x01", b"\x00"), 1000) == [True, False]
 
 
 @pytest.mark.parametrize(("oid", "data", "reason"), [
     (1022, array(701, b"\x00" * 4), "element 1 of a binary array: a binary float8 is 8 bytes, this value is 4"),
+    (1007, array(23, b"\x00" * 3, b"\x00" * 5),  # as long as two int4s, not two int4s
+     "element 1 of a binary array: a binary int4 is 4 bytes, this value is 3"),
+    (1009, array(25, b"ab", b"cd")[:-1], "element 2 of a binary array has length 2, past the end (31 bytes)"),
     (1007, array(23, b"\x00" * 4, b"\x00" * 8),
      "element 2 of a binary array: a binary int4 is 4 bytes, this value is 8"),
     (1016, array(20, b"\x00" * 8)[:-1], "element 1 of a binary array has length 8, past the end (31 bytes)"),
