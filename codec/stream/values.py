@@ -545,7 +545,7 @@ class ValueLoader:
         if kind == "b":
             fault = self._layout.fault(oid, bytes(data))
             if fault is not None:
-                return RawValue(type_id, kind, bytes(data), f"wrong length: {fault}")
+                return RawValue(type_id, kind, bytes(data), f"malformed binary value: {fault}")
         try:
             return self._loader(oid, kind).load(data)
         except Exception as error:  # noqa: BLE001 - psycopg's DataError and friends: keep the value whole

@@ -48,7 +48,7 @@ def test_wrong_width_is_kept_raw_on_every_load(loader, name):
     for data in wrong_lengths(width):
         for _ in range(20):
             value = loader.load("b", bytearray(data), oid)
-            assert value == RawValue(oid, "b", data, f"wrong length: a binary {name} is {width} bytes, "
+            assert value == RawValue(oid, "b", data, f"malformed binary value: a binary {name} is {width} bytes, "
                                                      f"this value is {len(data)}"), (name, data)
 
 
@@ -69,7 +69,7 @@ def numeric(ndigits: int, *digits: int) -> bytes:  # numeric_send: ndigits, weig
     (numeric(1, 12, 34), "a binary numeric with this header is 10 bytes, this value is 12"),
 ])
 def test_numeric_of_the_wrong_length(loader, data, reason):
-    assert loader.load("b", data, 1700) == RawValue(1700, "b", data, f"wrong length: {reason}")
+    assert loader.load("b", data, 1700) == RawValue(1700, "b", data, f"malformed binary value: {reason}")
     assert loader.load("b", numeric(1, 12), 1700) == Decimal(12)
 
 
@@ -110,13 +110,13 @@ def test_arrays_that_fit_load(loader):
 ])
 def test_arrays_that_do_not_fit_are_kept_raw(loader, oid, data, reason):
     for _ in range(5):
-        assert loader.load("b", data, oid) == RawValue(oid, "b", data, f"wrong length: {reason}")
+        assert loader.load("b", data, oid) == RawValue(oid, "b", data, f"malformed binary value: {reason}")
 
 
 def test_numeric_array_elements_are_checked(loader):
     data = array(1700, numeric(2, 12))
     assert loader.load("b", data, 1231) == RawValue(
-        1231, "b", data, "wrong length: element 1 of a binary array: a binary numeric with this header is 12 "
+        1231, "b", data, "malformed binary value: element 1 of a binary array: a binary numeric with this header is 12 "
                          "bytes, this value is 10")
 
 
@@ -141,8 +141,9 @@ def test_through_the_assembler_and_json_lines():
                for item in asm.feed(build(message, proto_version=1), lsn=0x100 + position)]
         assert out[0].changes[0].new == {
             "id": 7,
-            "f": RawValue(701, "b", short, "wrong length: a binary float8 is 8 bytes, this value is 4"),
-            "a": RawValue(1007, "b", claims, "wrong length: a binary array of 1000 elements cannot be 20 bytes")}
+            "f": RawValue(701, "b", short, "malformed binary value: a binary float8 is 8 bytes, this value is 4"),
+            "a": RawValue(1007, "b", claims,
+                          "malformed binary value: a binary array of 1000 elements cannot be 20 bytes")}
         line = RowJson()(RowSchema(relation, (None, None, None)), new)
         assert line == f'{{"id":7,"f":"{short.hex()}","a":"{claims.hex()}"}}'
 
@@ -198,7 +199,7 @@ def test_ranges_multiranges_and_records_that_fit_load(loader):
 ])
 def test_ranges_multiranges_and_records_that_do_not_fit_are_kept_raw(loader, oid, data, reason):
     for _ in range(5):
-        assert loader.load("b", data, oid) == RawValue(oid, "b", data, f"wrong length: {reason}")
+        assert loader.load("b", data, oid) == RawValue(oid, "b", data, f"malformed binary value: {reason}")
 
 
 def test_nesting_is_bounded(loader):
