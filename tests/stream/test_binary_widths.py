@@ -37,6 +37,28 @@ def test_widths_are_what_the_server_sends(pg15):
             assert BINARY_WIDTHS[OIDS[name]] == len(sent), name
 
 
+#: Values with arrays, ranges, multiranges and records, as the server sends them (``pg_type.typsend``).
+LAYOUTS = ["ARRAY[[1, 2], [3, NULL]]::int4[]", "ARRAY[1.5, NULL, '-Infinity']::float8[]", "ARRAY[true, false]",
+           "ARRAY[1, -2]::int2[]", "ARRAY['1 day', NULL]::interval[]", "ARRAY['01:02+03']::timetz[]",
+           "ARRAY['a', NULL, '']::text[]", "ARRAY[1.25, 'NaN', -7]::numeric[]", "'{}'::int8[]",
+           "'[1,5)'::int4range", "'empty'::int4range", "'[2024-01-01,)'::daterange", "'(,1.5]'::numrange",
+           "'[1,2]'::numrange",
+           "'[2024-01-01 00:00+00,2024-01-02 00:00+00)'::tstzrange", "'{[1,3), [5,7)}'::int4multirange",
+           "'{}'::nummultirange", "ARRAY['[1,2)'::int8range, 'empty']", "ROW(1, 'x', 1.5::float8, NULL, ARRAY[1, 2])",
+           "ROW(ROW(1, 2.5::numeric), '[1,2)'::int4range)"]
+
+
+def test_server_sent_layouts_load_as_psycopg_loads_them(pg15, loader):
+    with psycopg.connect(pg15.dsn, autocommit=True) as conn:
+        for sql in LAYOUTS:
+            oid, send = conn.execute(f"SELECT t.oid::int, t.typsend::text FROM pg_type t "
+                                     f"WHERE t.oid = pg_typeof({sql})").fetchone()
+            sent = bytes(conn.execute(f"SELECT {send}({sql})").fetchone()[0])
+            selected = conn.cursor(binary=True).execute(f"SELECT {sql}").fetchone()[0]
+            value = loader.load("b", sent, oid)
+            assert not isinstance(value, RawValue) and value == selected, (sql, value, selected)
+
+
 def wrong_lengths(width: int) -> list[bytes]:
     # fresh objects of varied contents, each one byte short, empty, or one byte long
     return [bytes(range(1, width)), b"", bytes(range(7, 7 + width + 1)), b"\xff" * (width + 8)]
