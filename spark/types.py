@@ -45,7 +45,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from replwire.codec.stream.jsonl import json_value
-from replwire.codec.stream.values import Infinite, RawValue, ValueLoader
+from replwire.codec.stream.values import BINARY_WIDTHS, Infinite, RawValue, ValueLoader
 
 __all__ = ["ColumnType", "Unrepresentable", "column_type", "numeric_precision_scale"]
 
@@ -151,7 +151,7 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
 
 
 def _int_value(oid: int, loader: ValueLoader) -> Callable[[str, bytes], Any]:
-    size = {21: 2, 23: 4, 20: 8}[oid]
+    size = BINARY_WIDTHS[oid]
 
     def value(kind: str, data: bytes) -> int:
         if kind == "t":
