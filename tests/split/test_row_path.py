@@ -388,18 +388,22 @@ HEADER_END = _corruptible("capture")[1]
 
 
 def test_the_fuzz_target_starts_inside_the_row_path():
-    """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms;
-    the target holds its invariants on them and on inputs cut anywhere."""
+    """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms,
+    and rows ending in an empty value of each way; the target holds its invariants on them and on inputs cut
+    anywhere."""
     from replwire.codec.split import fuzz
 
-    assert len(fuzz.SEEDS) == 4
-    for seed in fuzz.SEEDS:
+    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS)
+    for n, seed in enumerate(fuzz.SEEDS):
         for cut in range(0, len(seed), 7):
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
-        if COMPILED and seed[0] & 2:  # whole input: every transaction written
+        if COMPILED and seed[0] & 2:  # whole input
             result = fast.ROWS.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
-            assert result[4] == 3 and result[7] == 0
+            if n < 4:  # every transaction written
+                assert result[4] == 3 and result[7] == 0
+            elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
+                assert result[:5] == (0, "", 0, 0, 0) and result[7] == 1
 
 
 @pytest.mark.parametrize("form", FORMS)

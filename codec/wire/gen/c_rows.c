@@ -243,7 +243,7 @@ static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
 /* an integer's text as str(int(text)) writes it, where that is the text itself: 1, or 0 for another form */
 static int plain_integer(const unsigned char *s, Py_ssize_t k)
 {
-    Py_ssize_t i = s[0] == '-' && k > 1;
+    Py_ssize_t i = k > 1 && s[0] == '-';  /* (an empty text has no s[0]) */
     if (k - i < 1 || k > 20) return 0;
     if (s[i] == '0' && k - i > 1) return 0;
     if (s[i] == '0' && i) return 0;  /* -0 */
@@ -280,7 +280,7 @@ static inline int number(const unsigned char *s, Py_ssize_t k)
  * the adjusted exponent at least -6) */
 static int plain_numeric(const unsigned char *s, Py_ssize_t k)
 {
-    Py_ssize_t i = s[0] == '-' && k > 1, dot = -1;
+    Py_ssize_t i = k > 1 && s[0] == '-', dot = -1;
     if (k > 1000) return 0;
     for (Py_ssize_t j = i; j < k; j++) {
         if (s[j] == '.' && dot < 0) dot = j;
