@@ -40,6 +40,8 @@ enum {
 
 static const char *PLAN_NAME = "replwire.rows.plan";
 
+#define MOST(a, b) ((a) > (b) ? (a) : (b))
+
 static void plan_free(PyObject *capsule)
 {
     Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
@@ -435,7 +437,7 @@ static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssi
 static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at,
                    Py_ssize_t count, int only_keys, Py_ssize_t *toasted, Py_ssize_t *ntoasted)
 {
-    Field col[2];
+    Field col[N_TupleColumn];
     int first = 1;
     if (put_bytes(b, "{", 1)) return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -607,18 +609,18 @@ typedef struct {
     Py_ssize_t toasted_cap;
 } Scratch;
 
-/* one row change (d[0:n], its tag 'I', 'U' or 'D') of a transaction with xid, at lsn: 1 buffered, 0
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at lsn: 1 buffered, 0
  * declined, -1 an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
                   uint64_t lsn)
 {
-    Field F[5];
+    Field F[MOST(N_Insert, MOST(N_Update, N_Delete))];
     int op;
     Py_ssize_t relation, key, old, new_;
-    if (d[0] == 'I') {
+    if (d[0] == TAG_Insert) {
         if (!s_Insert(d, n, pv, 0, F)) return 0;
         op = 0; relation = F_Insert_relation_id; key = old = -1; new_ = F_Insert_new;
-    } else if (d[0] == 'U') {
+    } else if (d[0] == TAG_Update) {
         if (!s_Update(d, n, pv, 0, F)) return 0;
         op = 1; relation = F_Update_relation_id; key = F_Update_key; old = F_Update_old; new_ = F_Update_new;
     } else {
@@ -763,22 +765,22 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 if (r == 0) goto decline;
                 d = row;
             }
-            Field F[4];
+            Field F[MOST(N_Begin, N_Commit)];
             taken++;
             at = end;
             if (state == 0) {
-                if (d[0] != 'B' || !s_Begin(d, n, pv, 0, F)) goto decline;
+                if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
                 xid = F[F_Begin_xid].v;
                 state = 1;
                 continue;
             }
-            if (d[0] == 'I' || d[0] == 'U' || d[0] == 'D') {
+            if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
                 r = change(&w, plans, pv, d, n, xid, lsn);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 continue;
             }
-            if (d[0] != 'C' || !s_Commit(d, n, pv, 0, F)) goto decline;
+            if (d[0] != TAG_Commit || !s_Commit(d, n, pv, 0, F)) goto decline;
             /* the Commit: print the transaction, unless a resume sent it again */
             uint64_t end_lsn = F[F_Commit_end_lsn].v;
             if (end_lsn > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
