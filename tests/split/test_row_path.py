@@ -424,3 +424,26 @@ def test_a_stream_the_row_path_mostly_declines(tmp_path, form):
     path = write_stream(tmp_path / f"origins.{SUFFIX[form]}", rows, form, 1)
     text, counts, error = same([path], 1)
     assert error is None and '"origin":"o"' in text and counts["changes"] > 3_000
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled row path is not built")
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, ValueError])
+def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
+    """A value written through the plan's Python function: an error of the value (an Exception) leaves the
+    transaction to the Python path, which raises it in its place; a KeyboardInterrupt stops the row path."""
+    def call(data: bytes) -> str:
+        raise raised("stop")
+
+    starts = (b'{"op":"insert","xid":', b'{"op":"update","xid":', b'{"op":"delete","xid":')
+    plans = {16_400: fast.ROWS.rows_plan(starts, ((b'"v":', 4, True, call, "v"),))}
+    when = Timestamp(0)
+    messages = [Begin(final_lsn=LSN(0x100), commit_time=when, xid=1),
+                Insert(relation_id=16_400, new=[TupleColumn(kind="t", data=b"1")]),
+                Commit(flags=0, commit_lsn=LSN(0x100), end_lsn=LSN(0x108), commit_time=when)]
+    rows = b"".join(f"{LSN(0x100 + i)},1,\\x{build_message(m, proto_version=1).hex()}\n".encode()
+                    for i, m in enumerate(messages))
+    if raised is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt, match="stop"):
+            fast.ROWS.rows_run(rows, True, plans, 1, -1, None)
+    else:
+        assert fast.ROWS.rows_run(rows, True, plans, 1, -1, None) == (0, "", 0, 0, 0, 0, -1, 1)

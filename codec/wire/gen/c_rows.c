@@ -418,6 +418,7 @@ static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssi
         PyObject *text = PyObject_CallOneArg(c->call, data);
         Py_DECREF(data);
         if (text == NULL) {  /* the Python path raises it again, in its place */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;  /* (KeyboardInterrupt: now) */
             PyErr_Clear();
             return 0;
         }
