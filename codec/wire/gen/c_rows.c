@@ -11,8 +11,9 @@
  * relation known (a plan from rows_plan), every tuple as wide as its relation, every value in text format
  * and of a form it writes exactly as the Python writer does.  At anything else -- a Relation, an Origin, a
  * streamed block, a binary value, a row that is not (lsn, xid, data), a capture record that is torn or
- * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that transaction (or row) and says so; the caller hands that
- * input to the Python path, which gives the exact result or the exact error.  Every read is bounds-checked
+ * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that
+ * transaction (or row) and says so; the caller hands that input to the Python path, which gives the exact
+ * result or the exact error.  Every read is bounds-checked
  * (the scans, and the CSV reads below); the only memory it takes is the decoded row (at most half the input
  * row) and the output (proportional to the input). */
 
@@ -254,9 +255,8 @@ static int plain_integer(const unsigned char *s, Py_ssize_t k)
     return 1;
 }
 
-static inline int hexval(unsigned c);
-
-static inline int hexval_of(unsigned c)
+/* a hex digit's value, or -1 */
+static inline int hexval(unsigned c)
 {
     if (c >= '0' && c <= '9') return (int)(c - '0');
     c |= 0x20;
@@ -472,10 +472,9 @@ static unsigned char HEX[256];
 
 static void hex_init(void)
 {
-    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval_of((unsigned)c) < 0 ? 16 : hexval_of((unsigned)c));
+    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval((unsigned)c) < 0 ? 16 : hexval((unsigned)c));
 }
 
-static inline int hexval(unsigned c) { return hexval_of(c); }
 
 /* the hex digits s[0:k] of 1 to 8 characters as a number, or -1 */
 static int64_t hex_number(const unsigned char *s, Py_ssize_t k)
@@ -610,8 +609,8 @@ typedef struct {
     Py_ssize_t toasted_cap;
 } Scratch;
 
-/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at lsn: 1 buffered, 0
- * declined, -1 an error */
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at
+ * lsn: 1 buffered, 0 declined, -1 an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
                   uint64_t lsn)
 {
