@@ -31,6 +31,9 @@ _COLUMNS = (("id", 2), ("name", 1), ("ok", 3), ("n", 4), ("num", 5), ("u", 6), (
             ("ts", 10), ("tz", 11))
 _VALUES = ("1", "x\n\"1é", "t", "1.5", "-12.50", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "\\x00Ff", "2024-02-29",
            "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00")
+#: The ways of the two-column relations ``_RELATION + way`` (a text, then a column of the way), whose
+#: seeds end a row in an empty value: a read past the value is a read past the row.
+_LAST_WAYS = range(2, 12)
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 
@@ -43,7 +46,11 @@ def _plans() -> dict[int, Any]:
         return json.dumps(data.decode("latin-1"))
 
     columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name) for name, way in _COLUMNS)
-    return {_RELATION: ROWS.rows_plan(starts, columns)}
+    plans = {_RELATION: ROWS.rows_plan(starts, columns)}
+    for way in _LAST_WAYS:  # a text column, then one of the way
+        plans[_RELATION + way] = ROWS.rows_plan(starts, ((b'"s":', 1, True, call, "s"), (b'"v":', way, False, call,
+                                                                                         "v")))
+    return plans
 
 
 _PLANS = _plans()
@@ -62,14 +69,29 @@ def _transactions() -> list[tuple[int, bytes]]:
     return [(0x1000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
 
 
+def _ending_empty(way: int) -> list[tuple[int, bytes]]:
+    """A transaction inserting a row of relation ``_RELATION + way`` that ends in an empty text (the row
+    longer than the Begin, so that the buffer it is decoded into ends where it ends)."""
+    stamp = Timestamp(0)
+    messages = [Begin(final_lsn=LSN(0x2000), commit_time=stamp, xid=701),
+                Insert(relation_id=_RELATION + way, new=[TupleColumn.text("x" * 24), TupleColumn.text("")]),
+                Commit(flags=0, commit_lsn=LSN(0x2000), end_lsn=LSN(0x2010), commit_time=stamp)]
+    return [(0x2000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
+
+
 def _seeds() -> list[bytes]:
+    def csv(records: list[tuple[int, bytes]]) -> bytes:
+        return b"".join(f"{LSN(lsn)},700,\\x{data.hex()}\n".encode() for lsn, data in records)
+
+    def capture(records: list[tuple[int, bytes]]) -> bytes:
+        return b"".join(encode_record(lsn, 700, data) for lsn, data in records)
+
     records = _transactions()
-    csv = b"".join(f"{LSN(lsn)},700,\\x{data.hex()}\n".encode() for lsn, data in records)
-    capture = b"".join(encode_record(lsn, 700, data) for lsn, data in records)
-    return [b"\x02" + csv, b"\x00" + csv * 2, b"\x03" + capture, b"\x01" + capture * 2]
+    return [b"\x02" + csv(records), b"\x00" + csv(records) * 2, b"\x03" + capture(records),
+            b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS)]
 
 
-#: Inputs to start from: plain transactions in both forms, whole and not.
+#: Inputs to start from: plain transactions in both forms, whole and not, and rows ending in an empty value.
 SEEDS = _seeds()
 _FRAME = record_frame()
 

@@ -388,18 +388,22 @@ HEADER_END = _corruptible("capture")[1]
 
 
 def test_the_fuzz_target_starts_inside_the_row_path():
-    """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms;
-    the target holds its invariants on them and on inputs cut anywhere."""
+    """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms,
+    and rows ending in an empty value of each way; the target holds its invariants on them and on inputs cut
+    anywhere."""
     from replwire.codec.split import fuzz
 
-    assert len(fuzz.SEEDS) == 4
-    for seed in fuzz.SEEDS:
+    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS)
+    for n, seed in enumerate(fuzz.SEEDS):
         for cut in range(0, len(seed), 7):
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
-        if COMPILED and seed[0] & 2:  # whole input: every transaction written
+        if COMPILED and seed[0] & 2:  # whole input
             result = fast.ROWS.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
-            assert result[4] == 3 and result[7] == 0
+            if n < 4:  # every transaction written
+                assert result[4] == 3 and result[7] == 0
+            elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
+                assert result[:5] == (0, "", 0, 0, 0) and result[7] == 1
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -420,3 +424,26 @@ def test_a_stream_the_row_path_mostly_declines(tmp_path, form):
     path = write_stream(tmp_path / f"origins.{SUFFIX[form]}", rows, form, 1)
     text, counts, error = same([path], 1)
     assert error is None and '"origin":"o"' in text and counts["changes"] > 3_000
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled row path is not built")
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, ValueError])
+def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
+    """A value written through the plan's Python function: an error of the value (an Exception) leaves the
+    transaction to the Python path, which raises it in its place; a KeyboardInterrupt stops the row path."""
+    def call(data: bytes) -> str:
+        raise raised("stop")
+
+    starts = (b'{"op":"insert","xid":', b'{"op":"update","xid":', b'{"op":"delete","xid":')
+    plans = {16_400: fast.ROWS.rows_plan(starts, ((b'"v":', 4, True, call, "v"),))}
+    when = Timestamp(0)
+    messages = [Begin(final_lsn=LSN(0x100), commit_time=when, xid=1),
+                Insert(relation_id=16_400, new=[TupleColumn(kind="t", data=b"1")]),
+                Commit(flags=0, commit_lsn=LSN(0x100), end_lsn=LSN(0x108), commit_time=when)]
+    rows = b"".join(f"{LSN(0x100 + i)},1,\\x{build_message(m, proto_version=1).hex()}\n".encode()
+                    for i, m in enumerate(messages))
+    if raised is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt, match="stop"):
+            fast.ROWS.rows_run(rows, True, plans, 1, -1, None)
+    else:
+        assert fast.ROWS.rows_run(rows, True, plans, 1, -1, None) == (0, "", 0, 0, 0, 0, -1, 1)

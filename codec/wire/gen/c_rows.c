@@ -11,8 +11,9 @@
  * relation known (a plan from rows_plan), every tuple as wide as its relation, every value in text format
  * and of a form it writes exactly as the Python writer does.  At anything else -- a Relation, an Origin, a
  * streamed block, a binary value, a row that is not (lsn, xid, data), a capture record that is torn or
- * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that transaction (or row) and says so; the caller hands that
- * input to the Python path, which gives the exact result or the exact error.  Every read is bounds-checked
+ * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that
+ * transaction (or row) and says so; the caller hands that input to the Python path, which gives the exact
+ * result or the exact error.  Every read is bounds-checked
  * (the scans, and the CSV reads below); the only memory it takes is the decoded row (at most half the input
  * row) and the output (proportional to the input). */
 
@@ -39,6 +40,8 @@ enum {
 };
 
 static const char *PLAN_NAME = "replwire.rows.plan";
+
+#define MOST(a, b) ((a) > (b) ? (a) : (b))
 
 static void plan_free(PyObject *capsule)
 {
@@ -243,7 +246,7 @@ static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
 /* an integer's text as str(int(text)) writes it, where that is the text itself: 1, or 0 for another form */
 static int plain_integer(const unsigned char *s, Py_ssize_t k)
 {
-    Py_ssize_t i = s[0] == '-' && k > 1;
+    Py_ssize_t i = k > 1 && s[0] == '-';  /* (an empty text has no s[0]) */
     if (k - i < 1 || k > 20) return 0;
     if (s[i] == '0' && k - i > 1) return 0;
     if (s[i] == '0' && i) return 0;  /* -0 */
@@ -252,9 +255,8 @@ static int plain_integer(const unsigned char *s, Py_ssize_t k)
     return 1;
 }
 
-static inline int hexval(unsigned c);
-
-static inline int hexval_of(unsigned c)
+/* a hex digit's value, or -1 */
+static inline int hexval(unsigned c)
 {
     if (c >= '0' && c <= '9') return (int)(c - '0');
     c |= 0x20;
@@ -280,7 +282,7 @@ static inline int number(const unsigned char *s, Py_ssize_t k)
  * the adjusted exponent at least -6) */
 static int plain_numeric(const unsigned char *s, Py_ssize_t k)
 {
-    Py_ssize_t i = s[0] == '-' && k > 1, dot = -1;
+    Py_ssize_t i = k > 1 && s[0] == '-', dot = -1;
     if (k > 1000) return 0;
     for (Py_ssize_t j = i; j < k; j++) {
         if (s[j] == '.' && dot < 0) dot = j;
@@ -416,6 +418,7 @@ static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssi
         PyObject *text = PyObject_CallOneArg(c->call, data);
         Py_DECREF(data);
         if (text == NULL) {  /* the Python path raises it again, in its place */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;  /* (KeyboardInterrupt: now) */
             PyErr_Clear();
             return 0;
         }
@@ -435,7 +438,7 @@ static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssi
 static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at,
                    Py_ssize_t count, int only_keys, Py_ssize_t *toasted, Py_ssize_t *ntoasted)
 {
-    Field col[2];
+    Field col[N_TupleColumn];
     int first = 1;
     if (put_bytes(b, "{", 1)) return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -469,10 +472,9 @@ static unsigned char HEX[256];
 
 static void hex_init(void)
 {
-    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval_of((unsigned)c) < 0 ? 16 : hexval_of((unsigned)c));
+    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval((unsigned)c) < 0 ? 16 : hexval((unsigned)c));
 }
 
-static inline int hexval(unsigned c) { return hexval_of(c); }
 
 /* the hex digits s[0:k] of 1 to 8 characters as a number, or -1 */
 static int64_t hex_number(const unsigned char *s, Py_ssize_t k)
@@ -607,18 +609,18 @@ typedef struct {
     Py_ssize_t toasted_cap;
 } Scratch;
 
-/* one row change (d[0:n], its tag 'I', 'U' or 'D') of a transaction with xid, at lsn: 1 buffered, 0
- * declined, -1 an error */
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at
+ * lsn: 1 buffered, 0 declined, -1 an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
                   uint64_t lsn)
 {
-    Field F[5];
+    Field F[MOST(N_Insert, MOST(N_Update, N_Delete))];
     int op;
     Py_ssize_t relation, key, old, new_;
-    if (d[0] == 'I') {
+    if (d[0] == TAG_Insert) {
         if (!s_Insert(d, n, pv, 0, F)) return 0;
         op = 0; relation = F_Insert_relation_id; key = old = -1; new_ = F_Insert_new;
-    } else if (d[0] == 'U') {
+    } else if (d[0] == TAG_Update) {
         if (!s_Update(d, n, pv, 0, F)) return 0;
         op = 1; relation = F_Update_relation_id; key = F_Update_key; old = F_Update_old; new_ = F_Update_new;
     } else {
@@ -763,22 +765,22 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 if (r == 0) goto decline;
                 d = row;
             }
-            Field F[4];
+            Field F[MOST(N_Begin, N_Commit)];
             taken++;
             at = end;
             if (state == 0) {
-                if (d[0] != 'B' || !s_Begin(d, n, pv, 0, F)) goto decline;
+                if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
                 xid = F[F_Begin_xid].v;
                 state = 1;
                 continue;
             }
-            if (d[0] == 'I' || d[0] == 'U' || d[0] == 'D') {
+            if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
                 r = change(&w, plans, pv, d, n, xid, lsn);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 continue;
             }
-            if (d[0] != 'C' || !s_Commit(d, n, pv, 0, F)) goto decline;
+            if (d[0] != TAG_Commit || !s_Commit(d, n, pv, 0, F)) goto decline;
             /* the Commit: print the transaction, unless a resume sent it again */
             uint64_t end_lsn = F[F_Commit_end_lsn].v;
             if (end_lsn > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */

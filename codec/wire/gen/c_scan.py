@@ -2,14 +2,14 @@
 fields' places noted in a C array instead of made into Python objects.
 
 Strategy: the same walk as :mod:`replwire.codec.wire.gen.c_parse` (it is its subclass: only where the values
-go differs).  A scan function fills one :c:type:`Field` per field of the message, indexed by the
-``F_<Class>_<field>`` constants: ``v`` an integer's value, a character's byte or an array's count; ``at``
-and ``len`` where a byte string (or an array's first item) is in the input; ``present`` whether an optional
-field is there.  An array of records is checked item by item with the record's own scan function
-(``r_<Record>``), which the reader of the array calls again to walk its items; so the layout of every
-message and record a scan reads comes from the declarations, and no C outside the generated code knows an
-offset.  A scan function returns 1 for exactly the input its message's parse function accepts, else 0,
-and allocates nothing::
+go differs).  A scan function fills one :c:type:`Field` per field of the message (``N_<Class>`` of them),
+indexed by the ``F_<Class>_<field>`` constants: ``v`` an integer's value, a character's byte or an array's
+count; ``at`` and ``len`` where a byte string (or an array's first item) is in the input; ``present``
+whether an optional field is there.  ``TAG_<Class>`` is a message's tag byte.  An array of records is
+checked item by item with the record's own scan function (``r_<Record>``), which the reader of the array
+calls again to walk its items; so the layout of every message and record a scan reads comes from the
+declarations, and no C outside the generated code knows an offset.  A scan function returns 1 for exactly
+the input its message's parse function accepts, else 0, and allocates nothing::
 
     static int s_Insert(const unsigned char *d, Py_ssize_t n, int pv, int ins, Field *F)
     static Py_ssize_t r_TupleColumn(const unsigned char *d, Py_ssize_t n, Py_ssize_t p, Field *F)
@@ -41,6 +41,7 @@ class CScanGen(CParseGen):
     def __init__(self, layout: walker.Layout | None, records: dict[str, str] | None = None) -> None:
         super().__init__(layout)  # type: ignore[arg-type]  # None for a record's scan (see record_function)
         self.indices: dict[type, list[str]] = {}
+        self.tags: dict[type, str] = {}
         self.records = records if records is not None else {}  # record scan functions by name, made once
 
     def function(self) -> str:
@@ -49,6 +50,7 @@ class CScanGen(CParseGen):
         cls = CLASSES[id(spec)]
         tag = self.layout.fields[0].node
         assert isinstance(tag, TagByte)
+        self.tags[cls] = tag.tag
         count = self.index_of(cls, self.layout.record)
         out(f"static int s_{c_ident(spec.name)}(const unsigned char *d, Py_ssize_t n, int pv, int ins, Field *F)")
         out("{")
@@ -92,9 +94,13 @@ class CScanGen(CParseGen):
         return len(names)
 
     def defines(self) -> list[str]:
-        """The ``F_<Class>_<field>`` constants of the functions made."""
-        return [f"#define {field_index(cls, name)} {i}" for cls, names in self.indices.items()
-                for i, name in enumerate(names)]
+        """The constants of the functions made: ``F_<Class>_<field>``, ``N_<Class>`` (the size of the Field
+        array a scan fills) and a message's ``TAG_<Class>`` (its tag byte)."""
+        out = [f"#define {field_index(cls, name)} {i}" for cls, names in self.indices.items()
+               for i, name in enumerate(names)]
+        out += [f"#define N_{c_ident(cls.__name__)} {len(names)}" for cls, names in self.indices.items()]
+        return out + [f"#define TAG_{c_ident(cls.__name__)} {ord(tag)}  /* {tag!r} */"
+                      for cls, tag in self.tags.items()]
 
     # -- where the values go: the Field array
 
