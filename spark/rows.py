@@ -34,7 +34,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from replwire.codec.messages import Delete, Insert
 from replwire.codec.split import Decoded, RelationVersion
+from replwire.codec.stream.assembler import Change
 from replwire.codec.stream.jsonl import RowJson
 from replwire.codec.stream.outcome import Outcome
 from replwire.codec.stream.values import ValueLoader
@@ -95,6 +97,14 @@ def _record_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBa
                                       schema=schema)
 
 
+def _facts(outcome: Outcome) -> _Facts:
+    return (outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
+            outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
+
+
+_NONE = object()  # no outcome seen yet (None is a lone logical message's)
+
+
 class _OutcomeValues:
     """The row values of an :class:`~replwire.codec.stream.outcome.Outcome` -- xid, commit_lsn, end_lsn,
     commit_time, origin name, gid, streamed -- worked out once per transaction (changes arrive transaction
@@ -107,9 +117,7 @@ class _OutcomeValues:
     def of(self, outcome: Outcome | None) -> _Facts:
         if outcome is not self._outcome:
             self._outcome = outcome
-            self._facts = _NO_TRANSACTION if outcome is None else (
-                outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
-                outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
+            self._facts = _NO_TRANSACTION if outcome is None else _facts(outcome)
         return self._facts
 
 
@@ -117,50 +125,121 @@ class ChangeRows:
     """Collects :class:`~replwire.codec.split.Decoded` changes into :data:`CHANGES` batches.
 
     Feed it the changes of ``decode_part(..., rows=False)`` (or of an Assembler): the row images are written
-    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.stream.jsonl.RowJson`, with
-    ``change.row_schema``), the same text ``replwire decode`` prints.
-    Rows are kept as tuples in :data:`CHANGES` order and turned into columns once per batch; the transaction
-    facts are worked out once per transaction.
+    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.stream.jsonl.RowJson`,
+    with ``change.row_schema``), the same text ``replwire decode`` prints.
+
+    Strategy: only what differs from change to change is kept per row, each in a list of its own (the
+    change's shape, its transaction, ``subxid``, ``lsn``, ``position``, the three row images and
+    ``unchanged_toast``).
+    ``op``, ``schema``, ``table`` and ``relation_id`` are kept once per shape (table and operation) and the
+    transaction's facts once per transaction, each as a small Arrow array that the rows' indices ``take``
+    from; the columns only a truncate or a logical message fills are all null but for those few rows.  So a
+    batch's columns are built by Arrow from a few lists, not from a Python value per row and column.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.json = RowJson(loader)
-        self.rows: list[tuple[Any, ...]] = []
-        self._transaction = _OutcomeValues()
+        #: shape index, transaction index, subxid, lsn, position, new, old, key, unchanged_toast
+        self._columns: list[list[Any]] = [[] for _ in range(9)]
+        self._append = tuple(column.append for column in self._columns)
+        #: row index -> (truncated, cascade, restart_identity, prefix, content, transactional): truncates and
+        #: logical messages, the only rows with values in those columns
+        self._rare: dict[int, tuple[Any, ...]] = {}
+        self._shapes: list[tuple[str, str | None, str | None, int | None]] = []
+        self._shape_of: dict[Any, tuple[Any, int]] = {}  # (id(row schema), op) -> (row schema, shape index)
+        self._facts: list[_Facts] = []  # of the transactions of the rows collected
+        self._outcome: Any = _NONE  # the outcome of the last row, whose facts are _facts[-1]
+        self._transaction = -1  # the index of those facts
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._columns[0])
+
+    def _shape(self, change: Change) -> int:
+        self._shapes.append((change.op, change.schema, change.table, change.relation_id))
+        return len(self._shapes) - 1
 
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
-        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction.of(decoded.outcome)
+        outcome = decoded.outcome
+        if outcome is not self._outcome:
+            self._outcome = outcome
+            self._facts.append(_NO_TRANSACTION if outcome is None else _facts(outcome))
+            self._transaction = len(self._facts) - 1
+        op = change.op
         new = old = key = None
         toasted: list[str] | None = None
-        if change.op in _OPS:
-            message, schema, row_json = change.message, change.row_schema, self.json
-            columns = getattr(message, "new", None)
-            if columns is not None:
+        if op in _OPS:
+            schema = change.row_schema
+            cached = self._shape_of.get((id(schema), op))
+            if cached is None or cached[0] is not schema:
+                cached = self._shape_of[(id(schema), op)] = (schema, self._shape(change))
+            shape = cached[1]
+            message: Any = change.message
+            row_json, kind = self.json, message.__class__
+            if kind is not Delete:  # an Insert (a snapshot row's too) or an Update: a new row
                 toasted = []
-                new = row_json(schema, columns, toasted=toasted)
-            key_columns, old_columns = getattr(message, "key", None), getattr(message, "old", None)
-            if key_columns is not None:
-                key = row_json(schema, key_columns, only_keys=True)
-            elif old_columns is not None:
-                old = row_json(schema, old_columns)
-                key = row_json(schema, old_columns, only_keys=True)
-        lsn, relations = change.lsn, change.relations
-        # in _CHANGE_COLUMNS order
-        self.rows.append((
-            change.op, change.schema, change.table, xid, change.subxid,
-            int(lsn) if lsn is not None else None, commit_lsn, end_lsn, commit_time, decoded.position,
-            change.relation_id, new, old, key, toasted,
-            [f"{s}.{t}" for s, t in relations] if relations is not None else None,
-            change.cascade, change.restart_identity, change.prefix, change.content, change.transactional,
-            origin, gid, streamed))
+                new = row_json(schema, message.new, toasted=toasted)
+            if kind is not Insert:  # an Update or a Delete: the old key, or the old row
+                key_columns, old_columns = message.key, message.old
+                if key_columns is not None:
+                    key = row_json(schema, key_columns, only_keys=True)
+                elif old_columns is not None:
+                    old = row_json(schema, old_columns)
+                    key = row_json(schema, old_columns, only_keys=True)
+        else:
+            shape = self._shape(change)
+            relations = change.relations
+            self._rare[len(self._columns[0])] = (
+                [f"{s}.{t}" for s, t in relations] if relations is not None else None, change.cascade,
+                change.restart_identity, change.prefix, change.content, change.transactional)
+        append = self._append
+        append[0](shape)
+        append[1](self._transaction)
+        append[2](change.subxid)
+        append[3](change.lsn)
+        append[4](decoded.position)
+        append[5](new)
+        append[6](old)
+        append[7](key)
+        append[8](toasted)
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        out, self.rows = _record_batch(self.rows, _CHANGES_ARROW), []
+        rare, facts = self._rare, self._facts
+        shape, transaction, subxid, lsn, position, new, old, key, toasted = self._columns
+        count = len(shape)
+        by_shape = pa.array(shape, pa.int32())
+        by_transaction = pa.array(transaction, pa.int32())
+        shapes = list(zip(*self._shapes)) or [(), (), (), ()]
+        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = zip(*facts) if facts else [()] * 7
+        types = _CHANGES_ARROW.types
+
+        def of(values: Sequence[Any], index: pa.Array, at: int) -> pa.Array:
+            return pa.array(values, types[at]).take(index)
+
+        def sparse(at: int, item: int) -> pa.Array:
+            if not rare:
+                return pa.nulls(count, types[at])
+            values: list[Any] = [None] * count
+            for row, extra in rare.items():
+                values[row] = extra[item]
+            return pa.array(values, types[at])
+
+        # in _CHANGE_COLUMNS order
+        columns = [of(shapes[0], by_shape, 0), of(shapes[1], by_shape, 1), of(shapes[2], by_shape, 2),
+                   of(xid, by_transaction, 3), pa.array(subxid, types[4]), pa.array(lsn, types[5]),
+                   of(commit_lsn, by_transaction, 6), of(end_lsn, by_transaction, 7),
+                   of(commit_time, by_transaction, 8), pa.array(position, types[9]), of(shapes[3], by_shape, 10),
+                   pa.array(new, types[11]), pa.array(old, types[12]), pa.array(key, types[13]),
+                   pa.array(toasted, types[14]), sparse(15, 0), sparse(16, 1), sparse(17, 2), sparse(18, 3),
+                   sparse(19, 4), sparse(20, 5), of(origin, by_transaction, 21), of(gid, by_transaction, 22),
+                   of(streamed, by_transaction, 23)]
+        out = pa.RecordBatch.from_arrays(columns, schema=_CHANGES_ARROW)
+        # the next batch starts with the current transaction's facts at index 0, and no shapes
+        self._columns = [[] for _ in range(9)]
+        self._append = tuple(column.append for column in self._columns)
+        self._rare, self._facts, self._shapes, self._shape_of = {}, facts[-1:], [], {}
+        self._transaction = 0
         return out
 
 
@@ -280,15 +359,19 @@ class TableRows:
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        out, self.rows = _record_batch(self.rows, self.arrow), []
+        out = _record_batch(self.rows, self.arrow)
+        self.rows = []
         return out
 
 
 def batches(rows: ChangeRows | TableRows, decoded: Iterable[Decoded], size: int = 8192) -> Iterator[pa.RecordBatch]:
     """Feed ``decoded`` to ``rows`` and yield a batch every ``size`` rows (and the rest at the end)."""
+    add, count = rows.add, 0
     for item in decoded:
-        rows.add(item)
-        if len(rows) >= size:
+        add(item)
+        count += 1
+        if count == size:
             yield rows.batch()
+            count = 0
     if len(rows):
         yield rows.batch()
