@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from replwire.codec.messages import Delete, Insert
@@ -85,16 +86,9 @@ def _time(outcome: Outcome) -> Any:
 
 
 _OPS = frozenset(("insert", "update", "delete", "snapshot"))
-#: What :class:`_OutcomeValues` gives: xid, commit_lsn, end_lsn, commit_time, origin name, gid, streamed.
+#: A transaction's facts in the rows: xid, commit_lsn, end_lsn, commit_time, origin name, gid, streamed.
 _Facts = tuple[int | None, int | None, int | None, Any, str | None, str | None, bool | None]
 _NO_TRANSACTION: _Facts = (None,) * 7
-
-
-def _record_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    """Rows (tuples in ``schema``'s column order) as one Arrow batch, turned into columns at once."""
-    columns = list(zip(*rows)) if rows else [()] * len(schema)
-    return pa.RecordBatch.from_arrays([pa.array(values, type=f.type) for values, f in zip(columns, schema)],
-                                      schema=schema)
 
 
 def _facts(outcome: Outcome) -> _Facts:
@@ -102,23 +96,8 @@ def _facts(outcome: Outcome) -> _Facts:
             outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
 
 
+_TEXT_OR_NOTHING = frozenset("tnu")  # tuple column kinds a column's texts() reads alone
 _NONE = object()  # no outcome seen yet (None is a lone logical message's)
-
-
-class _OutcomeValues:
-    """The row values of an :class:`~replwire.codec.stream.outcome.Outcome` -- xid, commit_lsn, end_lsn,
-    commit_time, origin name, gid, streamed -- worked out once per transaction (changes arrive transaction
-    by transaction)."""
-
-    def __init__(self) -> None:
-        self._outcome: Outcome | None = None
-        self._facts = _NO_TRANSACTION
-
-    def of(self, outcome: Outcome | None) -> _Facts:
-        if outcome is not self._outcome:
-            self._outcome = outcome
-            self._facts = _NO_TRANSACTION if outcome is None else _facts(outcome)
-        return self._facts
 
 
 class ChangeRows:
@@ -290,6 +269,11 @@ class TableRows:
 
     Feed it the :class:`Decoded` changes of that shape (from ``decode_part(..., rows=False)``; the values
     are read from the wire columns here) -- inserts, updates, deletes, and truncates naming the table.
+
+    Strategy: a row keeps its wire tuples until the batch is made; then each column is read for all the
+    batch's rows at once (:meth:`ColumnType.values`: text columns are decoded by Arrow, integers in one
+    list), the old tuples' first (``_before``), then the new ones'; a delete's row is its old tuple's values
+    (``if_else`` in Arrow).  The transaction facts are kept once per transaction, as in :class:`ChangeRows`.
     """
 
     def __init__(self, version: RelationVersion, loader: ValueLoader | None = None) -> None:
@@ -307,60 +291,117 @@ class TableRows:
             pa.field(meta["_before_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field(meta["_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field(meta["_unrepresentable"], _UNREPRESENTABLE, True)])
-        self.rows: list[tuple[Any, ...]] = []
-        self._transaction = _OutcomeValues()
+        #: op, transaction index, subxid, lsn, position, new tuple, old tuple (the key or the old row)
+        self._columns: list[list[Any]] = [[] for _ in range(7)]
+        self._append = tuple(column.append for column in self._columns)
+        self._facts: list[_Facts] = []
+        self._outcome: Any = _NONE
+        self._transaction = -1
 
     def __len__(self) -> int:
-        return len(self.rows)
-
-    def _row(self, columns: Sequence[Any], odd: list[tuple[str, str]], toasted: list[str] | None) -> list[Any]:
-        out: list[Any] = []
-        for name, kind_type, column in zip(self.names, self.types, columns):
-            kind = column.kind
-            if kind == "n":
-                out.append(None)
-            elif kind == "u":
-                out.append(None)
-                if toasted is not None:
-                    toasted.append(name)
-            else:
-                try:
-                    out.append(kind_type.value(kind, column.data))
-                except Unrepresentable as error:
-                    out.append(None)
-                    odd.append((name, column.data.decode(self.encoding, "replace") if kind == "t" else str(error)))
-        return out
+        return len(self._columns[0])
 
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
-        xid, commit_lsn, _, commit_time, _, gid, streamed = self._transaction.of(decoded.outcome)
-        lsn = change.lsn
-        odd: list[tuple[str, str]] = []
-        toasted: list[str] = []
-        before_toasted: list[str] = []
-        before = None
-        if change.op == "truncate":
-            row: list[Any] = [None] * len(self.names)
-        else:
-            message = change.message
-            new = getattr(message, "new", None)
-            old = getattr(message, "key", None) or getattr(message, "old", None)
-            if old is not None:
-                before = dict(zip(self.names, self._row(old, odd, before_toasted)))
-            if new is not None:
-                row = self._row(new, odd, toasted)
-            else:
-                assert before is not None  # no new tuple: a Delete, which carries its key or old tuple
-                row = list(before.values())
-        # in the order of self.arrow: META, the table's columns, then the four trailing columns
-        self.rows.append((change.op, self.version.schema, self.version.table, xid, change.subxid,
-                          int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position, gid,
-                          *row, before, before_toasted or None, toasted or None, odd or None))
+        outcome = decoded.outcome
+        if outcome is not self._outcome:
+            self._outcome = outcome
+            self._facts.append(_NO_TRANSACTION if outcome is None else _facts(outcome))
+            self._transaction = len(self._facts) - 1
+        new = old = None
+        if change.op != "truncate":
+            message: Any = change.message
+            kind = message.__class__
+            if kind is not Delete:
+                new = message.new
+            if kind is not Insert:
+                old = message.key or message.old
+        append = self._append
+        append[0](change.op)
+        append[1](self._transaction)
+        append[2](change.subxid)
+        append[3](change.lsn)
+        append[4](decoded.position)
+        append[5](new)
+        append[6](old)
+
+    def _read(self, tuples: list[Any], toasted: dict[int, list[str]],
+              odd: dict[int, list[tuple[str, str]]]) -> list[pa.Array]:
+        """Each column's values in ``tuples`` (``None`` where a row has no tuple), naming a row's unchanged
+        TOASTed columns in ``toasted`` and its unrepresentable values in ``odd`` (by row index)."""
+        out = []
+        for i, (name, kind_type) in enumerate(zip(self.names, self.types)):
+            column = [t[i] if t is not None else None for t in tuples]
+            kinds = {c.kind for c in column if c is not None}
+            if "u" in kinds:
+                for row, c in enumerate(column):
+                    if c is not None and c.kind == "u":
+                        toasted.setdefault(row, []).append(name)
+            if kind_type.texts is not None and kinds <= _TEXT_OR_NOTHING:
+                out.append(kind_type.texts([c.data if c is not None and c.kind == "t" else None for c in column]))
+                continue
+            values: list[Any] = []
+            value = kind_type.value
+            for row, c in enumerate(column):
+                if c is None or c.kind in "nu":
+                    values.append(None)
+                    continue
+                try:
+                    values.append(value(c.kind, c.data))
+                except Unrepresentable as error:
+                    values.append(None)
+                    odd.setdefault(row, []).append(
+                        (name, c.data.decode(self.encoding, "replace") if c.kind == "t" else str(error)))
+            out.append(pa.array(values, kind_type.arrow))
+        return out
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        out = _record_batch(self.rows, self.arrow)
-        self.rows = []
+        ops, transaction, subxid, lsn, position, new, old = self._columns
+        count = len(ops)
+        facts = self._facts
+        by_transaction = pa.array(transaction, pa.int32())
+        xid, commit_lsn, _, commit_time, _, gid, _ = zip(*facts) if facts else [()] * 7
+        types = [f.type for f in self.arrow]
+        before_toasted: dict[int, list[str]] = {}
+        toasted: dict[int, list[str]] = {}
+        odd: dict[int, list[tuple[str, str]]] = {}
+        has_old = any(t is not None for t in old)
+        if has_old:
+            before_columns = self._read(old, before_toasted, odd)
+            before = pa.StructArray.from_arrays(before_columns, fields=list(self._struct),
+                                                mask=pa.array([t is None for t in old], pa.bool_()))
+        else:
+            before_columns = [pa.nulls(count, t.arrow) for t in self.types]
+            before = pa.nulls(count, self._struct)
+        row = self._read(new, toasted, odd)
+        if has_old:  # a delete's row is its old tuple's values
+            is_new = pa.array([t is not None for t in new], pa.bool_())
+            row = [pc.if_else(is_new, n, b) for n, b in zip(row, before_columns)]
+        def sparse(values: dict[int, Any], at: int) -> pa.Array:
+            if not values:
+                return pa.nulls(count, types[at])
+            out: list[Any] = [None] * count
+            for index, value in values.items():
+                out[index] = value
+            return pa.array(out, types[at])
+
+        def of(values: Sequence[Any], at: int) -> pa.Array:
+            return pa.array(values, types[at]).take(by_transaction)
+
+        width = len(self.names)
+        version = self.version
+        # in the order of self.arrow: META, the table's columns, then the four trailing columns
+        columns = [pa.array(ops, types[0]), pa.repeat(pa.scalar(version.schema, pa.string()), count),
+                   pa.repeat(pa.scalar(version.table, pa.string()), count), of(xid, 3), pa.array(subxid, types[4]),
+                   pa.array(lsn, types[5]), of(commit_lsn, 6), of(commit_time, 7), pa.array(position, types[8]),
+                   of(gid, 9), *row, before, sparse(before_toasted, 10 + width + 1),
+                   sparse(toasted, 10 + width + 2), sparse(odd, 10 + width + 3)]
+        out = pa.RecordBatch.from_arrays(columns, schema=self.arrow)
+        self._columns = [[] for _ in range(7)]
+        self._append = tuple(column.append for column in self._columns)
+        self._facts = facts[-1:]
+        self._transaction = 0
         return out
 
 
