@@ -1,5 +1,6 @@
 """``python -m bench``: run the benchmark (see :mod:`bench.run`); ``python -m bench decode``: ``replwire
-decode`` against the naive script (see :mod:`bench.decode`)."""
+decode`` against the naive script (see :mod:`bench.decode`); ``python -m bench endtoend``: live capture and
+decode under a write load (see :mod:`bench.endtoend`)."""
 
 import sys
 
@@ -7,6 +8,10 @@ if sys.argv[1:2] == ["decode"]:
     from .decode import main as decode
 
     sys.exit(decode(sys.argv[2:]))
+if sys.argv[1:2] == ["endtoend"]:
+    from .endtoend import main as endtoend
+
+    sys.exit(endtoend(sys.argv[2:]))
 
 from .run import main
 

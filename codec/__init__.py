@@ -16,6 +16,8 @@ Examples:
     0/169E5A8 2022 787
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import DecodeError, EncodeError, ReplwireError
 from .messages import (
     Begin,
@@ -46,11 +48,13 @@ from .messages import (
     XLogData,
 )
 from .scalars import LSN, Timestamp
-from .serve import Faults, ServerAddress, serving
 from .stream.assembler import Assembler, Change, Changes, Transaction
 from .stream.decoder import Decoder, StreamStateError
 from .stream.values import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, TypedValuesUnavailable
 from .wire.fast import build, build_envelope, parse, parse_envelope  # the generated fast codec; see .reference
+
+if TYPE_CHECKING:
+    from .serve import Faults, ServerAddress, serving
 
 __all__ = [
     "LSN", "Begin", "BeginPrepare", "Commit", "CommitPrepared", "DecodeError", "Delete", "EncodeError",
@@ -61,3 +65,13 @@ __all__ = [
     "Assembler", "Change", "Changes", "Decoder", "INFINITY", "NEG_INFINITY", "RawValue", "StreamStateError",
     "Transaction", "TypedValuesUnavailable", "UNCHANGED_TOAST", "Faults", "ServerAddress", "serving",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``Faults``, ``ServerAddress`` and ``serving`` (:mod:`replwire.codec.serve`), imported when first asked
+    for: a command that serves nothing does not load the server."""
+    if name in ("Faults", "ServerAddress", "serving"):
+        from . import serve
+
+        return getattr(serve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,8 @@
 # is the codec in use.  Python is not built with the sanitizers, so their runtime is preloaded: one shared
 # library holding ASan (with UBSan's handlers) and libFuzzer, linked from clang's runtime archives, so that
 # libFuzzer also sees the C code's coverage (atheris then uses that libFuzzer instead of its own).  The
-# harness is `replwire fuzz`'s: every input parsed and built by the codec in use and by the reference.
+# harness is `replwire fuzz`'s: every input parsed and built by the codec in use and by the reference;
+# then the compiled row path's (replwire.codec.split.fuzz: any bytes as COPY-CSV rows or capture records).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +21,7 @@ RUNTIME=$(clang -print-resource-dir)/lib/linux
 rm -rf "$BUILD"
 mkdir -p "$BUILD/replwire"
 cp -r schema codec spark "$BUILD/replwire/"
-find "$BUILD" \( -name '*.so' -o -name '*.c' \) -delete
+find "$BUILD" \( -name '*.so' -o -name '_compiled.c' \) -delete
 find "$BUILD" -name __pycache__ -prune -exec rm -rf {} +
 
 REPLWIRE_IMPL=python PYTHONPATH=namespace "$PY" -m replwire.codec.wire.gen.c_module "$BUILD/_compiled.c" >/dev/null
@@ -45,4 +46,7 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:symbolize=1:quarantine_size_
 from replwire.codec.wire import fast
 assert fast.IMPL == 'c' and fast._COMPILED.__file__.startswith('$PWD/$BUILD/'), fast._COMPILED
 print('fuzz-compiled: fuzzing', fast._COMPILED.__file__)"
-exec "$PY" -m replwire.codec.cli fuzz --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled
+"$PY" -m replwire.codec.cli fuzz --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled
+"$PY" -m replwire.codec.split.fuzz "$BUILD/rows-corpus"
+exec "$PY" -m replwire.codec.cli fuzz --target replwire.codec.split.fuzz:fuzz_rows --corpus "$BUILD/rows-corpus" \
+    --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-rows

@@ -336,7 +336,7 @@ def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,
     """Peek at the slot (up to ``upto``, about ``rows`` rows): the row number and position of each row that
     completes a position, and the number of rows."""
     from replwire.codec import parse
-    from replwire.codec.io.live import completed_position
+    from replwire.codec.io.positions import message_completes
 
     marks: list[tuple[int, LSN]] = []
     total = 0
@@ -344,7 +344,7 @@ def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,
     for n, total, data in rows_read:  # noqa: B007 - the last row's total is returned
         data = bytes(data)
         if data[:1] in (b"C", b"M"):
-            position = completed_position(parse(data, proto_version=proto, encoding=encoding))
+            position = message_completes(parse(data, proto_version=proto, encoding=encoding))
             if position is not None:
                 marks.append((n, position))
     return marks, total

@@ -12,14 +12,12 @@ import json
 import os
 import pathlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
 from ...schema.core import text_codec
 from ..errors import DecodeError
 from ..wire.reference import parse, parse_envelope
-from .serve import serve_command
 
 
 def _count(n: int, noun: str) -> str:
@@ -28,17 +26,26 @@ def _count(n: int, noun: str) -> str:
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # (not at start-up: --version and debezium)
+
     try:
         return version("replwire")
     except PackageNotFoundError:  # running from a source tree that is not installed
         return "unknown"
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"replwire, version {_version()}")
+        ctx.exit()
+
+
 class _Commands(click.Group):
     """The command group, with ``spark`` loaded from :mod:`replwire.spark.cli` only when it is asked for
-    (the codec does not depend on the Spark layer, which needs PySpark)."""
+    (the codec does not depend on the Spark layer, which needs PySpark), and ``serve`` from
+    :mod:`replwire.codec.cli.serve` (a command that serves nothing does not load the server)."""
 
-    LAZY = {"spark": ("replwire.spark.cli", "spark")}
+    LAZY = {"spark": ("replwire.spark.cli", "spark"), "serve": ("replwire.codec.cli.serve", "serve_command")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.LAZY])
@@ -51,13 +58,16 @@ class _Commands(click.Group):
             try:
                 return getattr(importlib.import_module(module), attribute)
             except ImportError as error:
+                if name != "spark":
+                    raise
                 raise click.ClickException(f"'replwire {name}' needs PySpark: pip install 'replwire[spark]' "
                                            f"({error})") from error
         return super().get_command(ctx, name)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), prog_name="replwire")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 def main() -> None:
     """replwire: the PostgreSQL logical replication wire format (pgoutput v1-v4), parsed and built."""
 
@@ -195,12 +205,13 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
     from ..collector import fewer_collections
     from ..io.capture_file import CaptureFileError, TailProblem
-    from ..split import RecordError, committed
+    from ..split import RecordError, Written, committed
     from ..stream import jsonl
     from ..stream.assembler import Change, Transaction
 
     inputs = _decode_inputs(files, proto_version, encoding)
     table = _ChangeTable() if output_format == "table" else None
+    writer: jsonl.JsonLines | None = None  # the compiled row path writes plain transactions as it does
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
 
@@ -210,6 +221,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             return map(jsonl.ENCODE, events(item))
     else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
         lines = jsonl.JsonLines(inputs[0].encoding)
+        if output_format == "jsonl":
+            writer = lines
     # stdout written in batches of lines, not one write per line; flushed before anything goes to stderr, so
     # the two stay in order on a terminal.
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
@@ -220,12 +233,15 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     counts = {"transactions": 0, "changes": 0, "duplicates": 0}
     pending: list[str] = []
 
-    def flush() -> None:
+    def flush_pending() -> None:
         if pending:
             counts["changes"] += len(pending)
             pending.append("")
             stdout.write("\n".join(pending))
             pending.clear()
+
+    def flush() -> None:
+        flush_pending()
         stdout.flush()
 
     def warn(path: str, problem: TailProblem) -> None:
@@ -242,7 +258,16 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
         try:
             for item in committed(inputs, tail=warn, repeated=repeated, warn=note,
-                                  rows=output_format != "jsonl"):
+                                  rows=output_format != "jsonl", lines=writer):
+                if item.__class__ is Written:  # lines the compiled row path wrote
+                    assert isinstance(item, Written)
+                    flush_pending()
+                    stdout.write(item.text)
+                    counts["transactions"] += item.transactions
+                    counts["changes"] += item.changes
+                    counts["duplicates"] += item.repeated
+                    continue
+                assert not isinstance(item, Written)
                 counts["transactions"] += isinstance(item, Transaction)
                 if table is not None:
                     for obj in jsonl.objects(item):
@@ -462,8 +487,6 @@ def demo_command() -> None:
     console.print(f"it is kept in a temporary directory of its own; remove it when done with: "
                   f"rm -r {os.path.dirname(summary.capture_path)}", highlight=False, soft_wrap=True)
 
-
-main.add_command(serve_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

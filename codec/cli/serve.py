@@ -58,6 +58,9 @@ def _server_version(value: int | None) -> int | None:
               help="Drop every connection after each N XLogData messages it was sent.")
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long before each XLogData message.")
+@click.option("--keepalive-after-unpositioned", is_flag=True,
+              help="Send a keepalive asking for a reply right after every XLogData message without a position "
+                   "(data_start 0: a Relation, a Type, a Begin before its Origin), as a busy walsender may.")
 @click.option("--keepalive-interval", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
               metavar="SECONDS", help="Send a keepalive asking for a reply this often while streaming.")
 @click.option("--reply-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, metavar="SECONDS",
@@ -73,7 +76,8 @@ def _server_version(value: int | None) -> int | None:
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of --generate.")
 def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: int | None, password: str | None,
                   disconnect_after: int | None, disconnect_every: int | None, delay: float,
-                  keepalive_interval: float, reply_timeout: float, max_connections: int,
+                  keepalive_after_unpositioned: bool, keepalive_interval: float, reply_timeout: float,
+                  max_connections: int,
                   proto_version: int | None, encoding: str, generate_count: int | None, seed: int) -> None:
     """Serve capture FILES (several: the files of one resumed capture, in order; or the COPY-CSV of the SQL
     interface, with --proto-version) to logical replication
@@ -93,7 +97,8 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
                                           proto_version=proto_version, client_encoding=encoding)
         settings = ServeSettings(server_version=source.server_version, password=password,
                                  keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
-        faults = Faults(disconnect_after=disconnect_after, disconnect_every=disconnect_every, delay=delay)
+        faults = Faults(disconnect_after=disconnect_after, disconnect_every=disconnect_every, delay=delay,
+                        keepalive_after_unpositioned=keepalive_after_unpositioned)
         server = Server(source, host=host, port=port, settings=settings, faults=faults,
                         max_connections=max_connections, log=lambda line: click.echo(line, err=True))
     except (SourceError, ServeError) as error:

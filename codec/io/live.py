@@ -2,10 +2,11 @@
 durably on disk.
 
 Strategy: a thin adapter around psycopg2's ``LogicalReplicationConnection`` (it answers the server's
-keepalives itself).  Every XLogData payload is appended to a :class:`~replwire.codec.io.capture_file.
-CaptureWriter` as it arrives, and read by a :class:`~replwire.codec.io.positions.PositionTracker` only for
-the position it completes -- the end LSN of a commit, a prepare or a rollback, or the LSN of a
-non-transactional message -- and whether anything is left in flight.
+keepalives itself).  Every XLogData payload is read by a :class:`~replwire.codec.io.positions.
+PositionTracker` as it arrives, only for the position it completes -- the end LSN of a commit, a prepare or
+a rollback, or the LSN of a non-transactional message -- and whether anything is left in flight; the
+payloads go to a :class:`~replwire.codec.io.capture_file.CaptureWriter` a burst at a time (everything
+already received, up to a thousand messages).
 At most every ``sync_interval`` seconds the file is fsynced, and only then is the highest such position
 reported to the server as flushed, so the slot's confirmed position never passes data that is not on disk.
 When nothing is in flight, the server's own WAL end is acknowledged too, so an idle slot does not hold WAL.
@@ -23,6 +24,11 @@ refused in this mode: every call decodes again from the confirmed position, so a
 in progress would be sent -- and stored -- again by every call (without it the server spills a large
 transaction to disk and sends it once, at its commit).
 
+Every capture -- this one and the initial snapshot's (:mod:`~replwire.codec.io.snapshot`) -- starts with
+:func:`set_up` over an ordinary connection: connect, read the server's version, check the publication (and,
+for a snapshot, that the server is not a standby); :func:`connect` opens every connection, so a failure to
+connect reads the same wherever it happens.
+
 Restarting on an existing file resumes from the slot's confirmed position: records after the last one
 the server has confirmed are cut off first (the server sends them again), so the file ends up holding
 every message exactly once.  A streamed transaction whose early blocks were kept is sent again from its
@@ -36,8 +42,10 @@ import select
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...schema import highest_proto_version
 from ..errors import ReplwireError
@@ -45,11 +53,11 @@ from ..scalars import LSN
 from ..stream import snapshot
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from .positions import PositionTracker, completed_position
+from .positions import PositionTracker
 from .slot import quote_identifier
 
-__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "completed_position",
-           "resume_point"]
+__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "Server", "connect", "resume_point",
+           "server_error", "set_up"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -103,6 +111,71 @@ class CaptureSettings:
         return self.proto_version
 
 
+def server_error(error: Exception) -> str:
+    """A driver's error as one line: the server's message with its detail and hint lines, if any."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+
+
+def connect(dsn: str, *, replication: bool = False) -> Any:
+    """A psycopg2 connection to ``dsn`` -- a logical replication connection with ``replication`` -- or a
+    :class:`CaptureError` that says which could not be opened, why, and what it needs."""
+    import psycopg2
+    import psycopg2.extras
+
+    try:
+        if replication:
+            return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        return psycopg2.connect(dsn)
+    except psycopg2.Error as error:
+        if replication:
+            raise CaptureError(f"cannot open a replication connection: {server_error(error)} (it needs a user with "
+                               "the REPLICATION attribute and a free walsender, max_wal_senders)") from None
+        raise CaptureError(f"cannot connect to the server: {server_error(error)} (check the DSN)") from None
+
+
+@dataclass(frozen=True)
+class Server:
+    """The server as :func:`set_up` found it: the ordinary connection (autocommit) and a cursor of it, its
+    ``server_version_num`` and the connection's client encoding (what the file's header records)."""
+
+    conn: Any
+    cur: Any
+    version: int
+    client_encoding: str
+
+
+@contextmanager
+def set_up(dsn: str, publication: str, *, create_publication: bool = False,
+           for_snapshot: bool = False) -> Iterator[Server]:
+    """The set-up every capture starts with, over an ordinary connection that is closed on leaving: connect,
+    read the server's version, refuse a standby when the set-up is ``for_snapshot``, and check the publication
+    (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a :class:`CaptureError` naming
+    what failed and what to do."""
+    import psycopg2
+
+    conn = connect(dsn)
+    try:
+        conn.autocommit = True
+        cur = conn.cursor()
+        try:
+            version = slot.server_version(cur)
+            if for_snapshot:
+                cur.execute("SELECT pg_is_in_recovery()")
+                if cur.fetchone()[0]:
+                    raise CaptureError("the server is a standby (in recovery): take the snapshot from the primary, "
+                                       "with --dsn naming it")
+            slot.check_publication(cur, publication, create=create_publication,
+                                   hint="(create it with CREATE PUBLICATION, or pass --create-publication, "
+                                        "create_publication=True, to create it FOR ALL TABLES)")
+        except slot.SlotError as error:
+            raise CaptureError(str(error)) from None
+        except psycopg2.Error as error:
+            raise CaptureError(f"cannot set up the capture: {server_error(error)}") from None
+        yield Server(conn, cur, version, conn.get_parameter_status("client_encoding"))
+    finally:
+        conn.close()
+
+
 @dataclass
 class Progress:
     """What a running capture has done so far."""
@@ -133,7 +206,7 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
             count += 1
             position: int | None
             if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
-                position = snapshot.completed_position(data)
+                position = snapshot.record_completes(data)
             else:
                 position = tracker.feed(data)
             if position is not None and position <= confirmed:
@@ -172,23 +245,16 @@ class LiveCapture:
     def _prepare_server(self) -> tuple[int, LSN, str]:
         import psycopg2
 
-        try:
-            conn = psycopg2.connect(self.dsn)
-        except psycopg2.Error as error:
-            raise CaptureError(f"cannot connect: {str(error).strip()}") from None
-        conn.autocommit = True
-        try:
-            cur = conn.cursor()
-            version = slot.server_version(cur)
-            slot.check_publication(cur, self.settings.publication, create=self.create_publication,
-                                   hint="(create it, or pass create_publication / --create-publication)")
-            confirmed = slot.check_slot(cur, self.settings.slot, two_phase=self.settings.two_phase or None,
-                                        create=self.create_slot)
-            return version, confirmed, conn.get_parameter_status("client_encoding")
-        except slot.SlotError as error:
-            raise CaptureError(str(error)) from None
-        finally:
-            conn.close()
+        with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication) as server:
+            try:
+                confirmed = slot.check_slot(server.cur, self.settings.slot,
+                                            two_phase=self.settings.two_phase or None, create=self.create_slot)
+            except slot.SlotError as error:
+                raise CaptureError(str(error)) from None
+            except psycopg2.Error as error:
+                raise CaptureError(f"cannot check or create slot {self.settings.slot!r}: "
+                                   f"{server_error(error)}") from None
+            return server.version, confirmed, server.client_encoding
 
     def _open_file(self, server_version: int, confirmed: LSN, options: dict[str, str],
                    client_encoding: str) -> CaptureWriter:
@@ -228,16 +294,13 @@ class LiveCapture:
 
     def _run_replication(self, writer: CaptureWriter, proto: int, options: dict[str, str],
                          stop: threading.Event | None, idle_exit: float | None) -> Progress:
-        import psycopg2
-        import psycopg2.extras
-
         tracker = PositionTracker(proto, writer.header.client_encoding)
         progress = self.progress
         try:
-            conn = psycopg2.connect(self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        except psycopg2.Error as error:
+            conn = connect(self.dsn, replication=True)
+        except CaptureError:
             writer.close()
-            raise CaptureError(f"cannot open a replication connection: {str(error).strip()}") from None
+            raise
         _check_encoding(conn, writer)
         cur = conn.cursor()
         pending = 0  # the highest position completed since the last acknowledgement (0: none)
@@ -265,7 +328,7 @@ class LiveCapture:
             if self.on_progress:
                 self.on_progress(progress)
 
-        read, append, feed = cur.read_message, writer.append, tracker.feed
+        read, feed = cur.read_message, tracker.feed
         try:
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
@@ -278,19 +341,16 @@ class LiveCapture:
                     select.select([cur], [], [], min(self.sync_interval, 0.2))
                     continue
                 # A burst: every message already received, up to a thousand, with no per-message bookkeeping
-                # beyond the file and the tracker; the counters are published after it.
-                count = size = completed = 0
-                current = int(progress.current_lsn)
+                # beyond the tracker; the records go to the file, and the counters are published, after it.
+                burst: list[tuple[int, int, bytes]] = []
+                add = burst.append
+                completed = 0
                 durable_now = False
                 try:
                     while message is not None:
                         data = message.payload
                         start = message.data_start
-                        append(start, 0, data)
-                        count += 1
-                        size += len(data)
-                        if start > current:
-                            current = start
+                        add((start, 0, data))
                         position = feed(data)
                         if position is not None:
                             completed += 1
@@ -303,14 +363,17 @@ class LiveCapture:
                             # before it is made durable before anything more is read.
                             durable_now = True
                             break
-                        if count == 1000:
+                        if len(burst) == 1000:
                             break
                         message = read()
                 finally:
-                    progress.messages += count
-                    progress.bytes += size
+                    writer.extend(burst)  # first: whatever is acknowledged after this must be in the file
+                    progress.messages += len(burst)
+                    progress.bytes += sum(len(record[2]) for record in burst)
                     progress.transactions += completed
-                    progress.current_lsn = LSN(current)
+                    current = max((record[0] for record in burst), default=0)  # (0: a message without a position)
+                    if current > progress.current_lsn:
+                        progress.current_lsn = LSN(current)
                 last_activity = time.monotonic()
                 sync_and_ack(force=durable_now)
         except KeyboardInterrupt:
@@ -368,10 +431,10 @@ class LiveCapture:
 
         progress = self.progress
         try:
-            conn = psycopg2.connect(self.dsn)
-        except psycopg2.Error as error:
+            conn = connect(self.dsn)
+        except CaptureError:
             writer.close()
-            raise CaptureError(f"cannot connect: {str(error).strip()}") from None
+            raise
         _check_encoding(conn, writer)
         batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
                           + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
@@ -413,7 +476,7 @@ class LiveCapture:
             except KeyboardInterrupt:
                 pass
             except psycopg2.Error as error:
-                failure = str(error).strip()
+                failure = server_error(error)
         finally:
             try:
                 batch.settle()
@@ -421,7 +484,7 @@ class LiveCapture:
                     conn.rollback()  # an interrupted call: what it read after batch.kept is sent again next time
                     advance(batch.done)
             except psycopg2.Error as error:
-                failure = failure or str(error).strip()
+                failure = failure or server_error(error)
             finally:
                 writer.close()
                 conn.close()

@@ -8,7 +8,7 @@ Decoder` feed) costs more than storing it, so :class:`PositionTracker` reads onl
 and, for Stream messages, the xid -- at offsets derived once from the walker's layouts of the declarations
 (the fixed-size fields before them, with the streamed Xid counted where its condition holds) -- and follows
 the stream state with the decoder's own :data:`~replwire.codec.stream.decoder.TRANSITIONS` table.  Which
-field a message completes is :data:`COMPLETES`, by message name; :func:`completed_position` reads the same
+field a message completes is :data:`COMPLETES`, by message name; :func:`message_completes` reads the same
 fields from parsed messages.  A message the plan cannot read (unknown tag, too short, out of order) is
 parsed after all, so its error is the parser's own, or a :class:`~replwire.codec.stream.decoder.
 StreamStateError` naming it.
@@ -27,7 +27,7 @@ from ..scalars import LSN
 from ..stream.decoder import IDLE, STATES, STREAM, TRANSITIONS, StreamStateError
 from ..wire.fast import parse
 
-__all__ = ["COMPLETES", "PositionTracker", "completed_position"]
+__all__ = ["COMPLETES", "PositionTracker", "message_completes"]
 
 #: The field holding the position each message completes, by message name (a Message only when it is not
 #: transactional).
@@ -40,7 +40,7 @@ _OPENS, _CLOSES = "StreamStart", ("StreamCommit", "StreamPrepare", "StreamAbort"
 _TRANSACTIONAL = 1
 
 
-def completed_position(message: WireMessage) -> LSN | None:
+def message_completes(message: WireMessage) -> LSN | None:
     """The position a parsed message completes: once it is durable, the server may forget everything
     before it."""
     name = COMPLETES.get(type(message).__name__)
@@ -140,6 +140,14 @@ def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
     return out
 
 
+def _plain(steps: dict[str, dict[int, _Step]]) -> dict[str, dict[int, int]]:
+    """For each state, the messages that change nothing the tracker follows (the state stays, no position, no
+    xid, not a Message) -- the row changes inside a transaction, mostly -- with the bytes each needs."""
+    return {state: {tag: step[0] for tag, step in here.items()
+                    if step[1] == state and step[2] is None and step[3] is None and step[5] is None}
+            for state, here in steps.items()}
+
+
 class PositionTracker:
     """Follows a pgoutput stream by its bytes just enough to know what each message completes and whether
     anything is in flight (see the module's docstring).  ``idle``: no transaction open and no streamed
@@ -148,8 +156,10 @@ class PositionTracker:
     def __init__(self, proto_version: int, encoding: str = "UTF8") -> None:
         self.proto_version, self.encoding = proto_version, encoding
         self._steps = _steps(proto_version)
+        self._plains = _plain(self._steps)
         self._state = IDLE
         self._here = self._steps[IDLE]
+        self._plain = self._plains[IDLE]
         self.open_streams: set[int] = set()
         self.index = 0
 
@@ -160,6 +170,10 @@ class PositionTracker:
     def feed(self, data: bytes) -> int | None:
         """The position ``data`` (one pgoutput message) completes, as an ``int``, or ``None``."""
         if not data:  # PostgreSQL 10 to 14 can send an empty payload
+            return None
+        size = self._plain.get(data[0])
+        if size is not None and len(data) >= size:  # (a shorter one fails below, with its error)
+            self.index += 1
             return None
         step = self._here.get(data[0])
         if step is None or len(data) < step[0]:
@@ -174,6 +188,7 @@ class PositionTracker:
         if following != self._state:
             self._state = following  # type: ignore[assignment]
             self._here = self._steps[following]  # type: ignore[index]
+            self._plain = self._plains[following]  # type: ignore[index]
         if xid is not None:
             number = _XID(data, xid)[0]
             if opens:

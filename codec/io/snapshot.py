@@ -31,9 +31,8 @@ from typing import Any
 from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
-from . import slot as slots
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from .live import CaptureError, CaptureSettings
+from .live import CaptureError, CaptureSettings, connect, server_error, set_up
 from .slot import quote_identifier
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
@@ -118,7 +117,7 @@ def section_state(path: str) -> SectionState:
                     if not data or data[0] != records.BEGIN:
                         return SectionState("stream")
                     found = SectionState("interrupted", records.parse_record(data).slot)
-                elif not records.is_snapshot(data):
+                elif not data or data[0] not in records.KINDS:
                     break
                 elif data[0] == records.SLOT:
                     found.lsn = LSN(lsn)
@@ -252,10 +251,6 @@ class _Rows:
         self.parts, self.size = [], 0
 
 
-def _server_error(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
 def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *,
                   create_publication: bool = False, progress: Callable[[TableProgress], None] | None = None,
                   chunk: int = CHUNK) -> SnapshotResult:
@@ -264,29 +259,12 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
     :class:`~replwire.codec.io.live.LiveCapture` goes on from the slot.  ``progress`` hears of each table
     about once a second and when it is done."""
     import psycopg2
-    import psycopg2.extras
 
     path = os.fspath(out)
-    try:
-        conn = psycopg2.connect(dsn)
-    except psycopg2.Error as error:
-        raise CaptureError(f"cannot connect: {_server_error(error)}") from None
-    conn.autocommit = True
-    try:
-        cur = conn.cursor()
-        version = slots.server_version(cur)
-        cur.execute("SELECT pg_is_in_recovery()")
-        if cur.fetchone()[0]:
-            raise CaptureError("the server is a standby, which cannot export a snapshot for a new slot: take the "
-                               "snapshot from the primary")
-        try:
-            slots.check_publication(cur, settings.publication, create=create_publication,
-                                    hint="(create it, or pass --create-publication)")
-        except slots.SlotError as error:
-            raise CaptureError(str(error)) from None
-        encoding = conn.get_parameter_status("client_encoding")
+    with set_up(dsn, settings.publication, create_publication=create_publication, for_snapshot=True) as server:
+        conn, cur, version = server.conn, server.cur, server.version
         header = CaptureHeader(proto_version=settings.protocol(version), server_version=version,
-                               options=settings.options(version), client_encoding=encoding)
+                               options=settings.options(version), client_encoding=server.client_encoding)
         try:
             state = section_state(path)
         except CaptureFileError as error:
@@ -318,7 +296,7 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                     cur.execute("SELECT pg_drop_replication_slot(%s)", (settings.slot,))
                 except psycopg2.Error as error:
                     raise CaptureError(f"cannot drop the interrupted snapshot's slot {settings.slot!r}: "
-                                       f"{_server_error(error)}") from None
+                                       f"{server_error(error)}") from None
             with read_capture(path) as reader:
                 start = reader.header_end
             with open(path, "r+b") as handle:
@@ -342,22 +320,16 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
             return _copy(dsn, writer, settings, version, tables, conn, progress, chunk, retaken)
         finally:
             writer.close()
-    finally:
-        conn.close()
 
 
 def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: int, tables: list[Table], conn: Any,
           progress: Callable[[TableProgress], None] | None, chunk: int, retaken: bool) -> SnapshotResult:
     import psycopg2
-    import psycopg2.extras
 
     binary = settings.binary
     writer.append(0, 0, records.begin_record(settings.slot, binary))
     writer.sync()  # the slot is this section's before it exists
-    try:
-        replication = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-    except psycopg2.Error as error:
-        raise CaptureError(f"cannot open a replication connection: {_server_error(error)}") from None
+    replication = connect(dsn, replication=True)
     try:
         rcur = replication.cursor()
         name = quote_identifier(settings.slot)
@@ -371,7 +343,7 @@ def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: i
             _, point, snapshot_name, _ = rcur.fetchone()
         except psycopg2.Error as error:
             raise CaptureError(f"cannot create slot {settings.slot!r} with an exported snapshot: "
-                               f"{_server_error(error)}") from None
+                               f"{server_error(error)}") from None
         lsn = LSN(point)
         writer.append(lsn, 0, records.slot_record(lsn, snapshot_name))
         writer.sync()
@@ -399,5 +371,5 @@ def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: i
         writer.sync()
         cur.execute("COMMIT")
     except psycopg2.Error as error:
-        raise CaptureError(f"the snapshot failed: {_server_error(error)}") from None
+        raise CaptureError(f"the snapshot failed: {server_error(error)}") from None
     return SnapshotResult(lsn, len(tables), total, retaken=retaken)

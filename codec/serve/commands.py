@@ -4,8 +4,9 @@ Strategy: a small tokenizer (identifiers, quoted identifiers, string literals, L
 punctuation) and one reader per replication command of the walsender's grammar: ``IDENTIFY_SYSTEM``,
 ``START_REPLICATION SLOT s LOGICAL X/Y (options)``, ``CREATE_REPLICATION_SLOT``,
 ``DROP_REPLICATION_SLOT``, ``ALTER_REPLICATION_SLOT``, ``SHOW``.  Plain SQL is recognised only in the
-forms a PostgreSQL subscriber, ``pg_recvlogical`` and psycopg send while they set up (the secure
-``search_path``, the publication's tables, the publications that exist): :func:`read_query` says which,
+forms a PostgreSQL subscriber, ``pg_recvlogical``, psycopg and ``replwire capture`` send while they set up
+(the secure ``search_path``, the publication's tables, the publications that exist, a setting, one slot's
+row of ``pg_replication_slots``): :func:`read_query` says which,
 with the select list's width, and anything else is :class:`UnknownCommand`.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "AlterSlot", "CreateSlot", "DropSlot", "IdentifySystem", "PublicationNames", "PublicationTables",
-    "SetConfig", "Show", "StartReplication", "UnknownCommand", "read_query",
+    "SetConfig", "Setting", "Show", "SlotRow", "StartReplication", "UnknownCommand", "read_query",
 ]
 
 
@@ -83,8 +84,26 @@ class PublicationNames:
     names: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Setting:
+    """``SELECT current_setting('name')``: one row, the setting's value."""
+
+    name: str
+    column: str
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    """A query of ``pg_replication_slots`` for one slot (``WHERE slot_name = '...'``): one row, an item per
+    entry of ``fields`` (each item's first word: ``plugin``, ``confirmed_flush_lsn``, ...)."""
+
+    slot: str
+    columns: tuple[str, ...]
+    fields: tuple[str, ...]
+
+
 Command = (IdentifySystem | StartReplication | CreateSlot | DropSlot | AlterSlot | Show | SetConfig
-           | PublicationTables | PublicationNames)
+           | PublicationTables | PublicationNames | Setting | SlotRow)
 
 _TOKEN = re.compile(r"""
     (?P<space>\s+)
@@ -93,7 +112,8 @@ _TOKEN = re.compile(r"""
   | (?P<quoted>"(?:[^"]|"")*")
   | (?P<string>[Ee]?'(?:[^']|'')*')
   | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
-  | (?P<punct>[(),;.=*:\[\]])
+  | (?P<operator>->>?|[<>!]=|<>)
+  | (?P<punct>[(),;.=*:\[\]<>])
 """, re.VERBOSE)
 
 
@@ -274,6 +294,16 @@ def _select(text: str, tokens: list[_Token]) -> Command:
         return SetConfig(strings[1] if len(strings) >= 2 else "")
     if "pg_publication_tables" in words or "pg_get_publication_tables" in words:
         return PublicationTables(columns)
+    if "current_setting" in words and len(items) == 1:
+        strings = [t.value for t in tokens if t.kind == "string"]
+        if strings:
+            return Setting(strings[0], columns[0])
+    if "pg_replication_slots" in words:
+        for i, token in enumerate(tokens[:-2]):
+            if (token.kind == "word" and token.value == "slot_name" and tokens[i + 1].text == "="
+                    and tokens[i + 2].kind == "string"):
+                fields = tuple(next((t.value for t in item if t.kind == "word"), "?column?") for item in items)
+                return SlotRow(tokens[i + 2].value, columns, fields)
     if "pg_publication" in words and len(items) == 1:
         return PublicationNames(columns[0], tuple(t.value for t in tokens if t.kind == "string"))
     raise UnknownCommand(f"this server answers only the queries a logical replication client sends while it "

@@ -23,7 +23,8 @@ the first change that needs it -- rather than copied: what the client holds is t
 Relation sent inside a streamed transaction counts only once that transaction commits, and is forgotten
 with a subtransaction that is rolled back (the subscriber discards what it spooled for it).  Logical
 messages go only to a client that asked for ``messages``; transactions with an origin not to one that asked
-for ``origin 'none'``.
+for ``origin 'none'``.  Every frame carries the position a walsender gives it: a Relation, a Type, and a
+Begin, Begin Prepare or Stream Start followed by an Origin carry none (0).
 """
 
 from __future__ import annotations
@@ -145,9 +146,39 @@ class Request:
                                "binary = true", "0A000")
 
 
+#: The tags of the messages pgoutput writes as a change's first, not last, write (``last_write`` false): a
+#: Relation and a Type always, since the change they describe follows them.
+_NOT_LAST = frozenset(b"RY")
+#: The tags of the messages that are not their change's last write when an Origin follows them: Begin, Begin
+#: Prepare and Stream Start.
+_BEFORE_ORIGIN = frozenset(b"BbS")
+_ORIGIN = ord("O")
+
+
+def _walsender_positions(frames: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+    """``frames`` with the positions a walsender gives them: 0 (``InvalidXLogRecPtr``) for a write that is
+    not the last of its change.  The walsender's ``WalSndPrepareWrite`` sends the LSN as ``data_start`` only
+    for a change's last write; pgoutput writes a Relation and a Type, and a Begin, Begin Prepare or Stream
+    Start that an Origin follows, as not the last.  A client must not take such a frame's position for one
+    (psycopg2, for one, treats a frame at or below what it confirmed as confirmed)."""
+    held: tuple[int, bytes] | None = None  # a Begin-like frame, until the next frame tells whether an Origin follows
+    for lsn, data in frames:
+        tag = data[0]
+        if held is not None:
+            yield (0 if tag == _ORIGIN else held[0]), held[1]
+            held = None
+        if tag in _BEFORE_ORIGIN:
+            held = lsn, data
+        else:
+            yield (0 if tag in _NOT_LAST else lsn), data
+    if held is not None:
+        yield held
+
+
 class Replay:
     """The messages for one client, lazily: iterate :meth:`messages` for ``(lsn, message bytes)``, ``lsn``
-    the position of the frame (its XLogData ``data_start``).  ``position`` is the highest position every
+    the position of the frame (its XLogData ``data_start``: 0 for a frame that is not the last write of its
+    change, as a walsender sends it).  ``position`` is the highest position every
     frame before which has been taken: what the client may be told the server's WAL end is (never the middle
     of a transaction it has not received in whole)."""
 
@@ -169,6 +200,9 @@ class Replay:
         return (streams and self.request.streaming == "off") or (two_phase and not self.request.two_phase)
 
     def messages(self) -> Iterator[tuple[int, bytes]]:
+        return _walsender_positions(self._frames())
+
+    def _frames(self) -> Iterator[tuple[int, bytes]]:
         decoder: Decoder | None = None
         for number, segment in enumerate(self.source.segments):
             decoder = resumed_decoder(segment, decoder)

@@ -12,7 +12,8 @@ password, which clients must then prove with SCRAM-SHA-256.
 
 Fault injection (``Faults``): drop the connection once, after ``disconnect_after`` XLogData frames
 (counted over all connections), or every connection after each ``disconnect_every`` frames; delay every
-frame by ``delay`` seconds.  A dropped connection is closed without a word, as a crashed server's would be.
+frame by ``delay`` seconds; send a keepalive right after every frame without a position
+(``keepalive_after_unpositioned``).  A dropped connection is closed without a word, as a crashed server's would be.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Faults:
     disconnect_after: int | None = None
     disconnect_every: int | None = None
     delay: float = 0.0
+    #: Send a keepalive asking for a reply right after every frame without a position (a Relation, a Type, a
+    #: Begin before its Origin), as a walsender may when it waits for its socket there.
+    keepalive_after_unpositioned: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,9 @@ class Server:
                         if frame is None:
                             break
                         out += frame
+                        if self.faults.keepalive_after_unpositioned and session.last_lsn == 0:
+                            session.keepalive(now, reply=True)
+                            out += session.output()
                         dropped = self._fault(session, session.sent_frames)
                         if dropped is not None:
                             break

@@ -103,6 +103,7 @@ class Session:
         self.replay: Replay | None = None
         self.slot: str | None = None
         self.sent_frames = 0
+        self.last_lsn = 0  # the data_start of the last frame sent
         self._out = bytearray()
         self._messages: Iterator[tuple[int, bytes]] | None = None
         self._scram: ScramExchange | None = None
@@ -160,8 +161,10 @@ class Session:
             return None
         self.sent_frames += 1
         assert self.replay is not None
-        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(max(self.replay.position, lsn)), send_time=_now(now),
-                         data=data)
+        self.last_lsn = lsn
+        # (a frame without a position has no WAL end either: the walsender writes the same LSN into both)
+        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(max(self.replay.position, lsn) if lsn else 0),
+                         send_time=_now(now), data=data)
         return frontend.build_copy_data(build_envelope(frame))
 
     def tick(self, now: float) -> None:
@@ -175,7 +178,7 @@ class Session:
             if silent > self.settings.reply_timeout:
                 self._fatal("terminating walsender process due to replication timeout", "08006")
             elif now - self._last_keepalive >= self.settings.keepalive_interval:
-                self._keepalive(now, reply=True)
+                self.keepalive(now, reply=True)
         elif self.state == "ready" and silent > self.settings.reply_timeout:
             self._fatal("terminating connection: the client sent nothing for "
                         f"{self.settings.reply_timeout:g} seconds", "08006")
@@ -317,10 +320,7 @@ class Session:
                                                                           position, self._database]],
                        [25, 23, 25, 25], "IDENTIFY_SYSTEM")
         elif isinstance(command, commands.Show):
-            value = {"server_version": version_text(self.settings.server_version), "integer_datetimes": "on",
-                     "wal_segment_size": "16MB", "server_encoding": self.source.client_encoding,
-                     "client_encoding": self.source.client_encoding,
-                     "max_replication_slots": "10", "data_directory_mode": "0700"}.get(command.name)
+            value = self._settings().get(command.name)
             if value is None:
                 self._error(f'unrecognized configuration parameter "{command.name}"', "42704")
             else:
@@ -334,6 +334,14 @@ class Session:
                        f"SELECT {len(rows)}")
         elif isinstance(command, commands.PublicationNames):
             self._rows([command.column], [[name] for name in command.names], None, f"SELECT {len(command.names)}")
+        elif isinstance(command, commands.Setting):
+            value = self._settings().get(command.name)
+            if value is None:
+                self._error(f'unrecognized configuration parameter "{command.name}"', "42704")
+            else:
+                self._rows([command.column], [[value]], None, "SELECT 1")
+        elif isinstance(command, commands.SlotRow):
+            self._slot_row(command)
         elif isinstance(command, commands.CreateSlot):
             if command.plugin is None:
                 self._error("physical replication slots are not served", "0A000")
@@ -349,6 +357,30 @@ class Session:
         else:
             assert isinstance(command, commands.StartReplication)
             self._start(command, now)
+
+    def _settings(self) -> dict[str, str]:
+        """The settings ``SHOW`` and ``current_setting()`` tell."""
+        return {"server_version": version_text(self.settings.server_version),
+                "server_version_num": str(self.settings.server_version), "integer_datetimes": "on",
+                "wal_segment_size": "16MB", "server_encoding": self.source.client_encoding,
+                "client_encoding": self.source.client_encoding,
+                "max_replication_slots": "10", "data_directory_mode": "0700"}
+
+    def _slot_row(self, command: commands.SlotRow) -> None:
+        """One slot's row of ``pg_replication_slots``: every slot name exists, decodes with pgoutput without
+        two-phase, in the client's database, at the position clients confirmed, and is not in use."""
+        confirmed = str(LSN(self.slots.get(command.slot)))
+        values: dict[str, tuple[str | None, int]] = {
+            "slot_name": (command.slot, 25), "plugin": ("pgoutput", 25), "slot_type": ("logical", 25),
+            "database": (self._database, 25), "current_database": (self._database, 25),
+            "temporary": ("f", 16), "two_phase": ("f", 16), "to_jsonb": ("f", 16), "active": ("f", 16),
+            "active_pid": (None, 23), "confirmed_flush_lsn": (confirmed, 25), "restart_lsn": (confirmed, 25)}
+        unknown = [field for field in command.fields if field not in values]
+        if unknown:
+            self._error(f"pg_replication_slots column {unknown[0]} is not served", "0A000")
+            return
+        row = [values[field][0] for field in command.fields]
+        self._rows(list(command.columns), [row], [values[field][1] for field in command.fields], "SELECT 1")
 
     @property
     def _database(self) -> str:
@@ -390,11 +422,12 @@ class Session:
             if self.slot is not None and frame.flush_lsn:
                 self.slots.confirm(self.slot, int(frame.flush_lsn))
             if frame.reply_requested:
-                self._keepalive(now, reply=False)
+                self.keepalive(now, reply=False)
         elif not isinstance(frame, HotStandbyFeedback):  # pragma: no cover - the client side has two kinds
             raise ProtocolViolation(f"unexpected standby message {type(frame).__name__}")
 
-    def _keepalive(self, now: float, *, reply: bool) -> None:
+    def keepalive(self, now: float, *, reply: bool) -> None:
+        """Send a keepalive, asking for a reply if ``reply``; its WAL end is the replay's position."""
         position = self.replay.position if self.replay is not None else 0
         keepalive = PrimaryKeepalive(wal_end=LSN(position), send_time=_now(now), reply_requested=int(reply))
         self._out += frontend.build_copy_data(build_envelope(keepalive))

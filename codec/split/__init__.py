@@ -9,9 +9,9 @@ stream state, the fate of its transactions); ``decode`` decodes a part, or the w
 """
 
 from ..stream.outcome import Outcome
-from .decode import Decoded, RecordError, committed, decode_part
+from .decode import Decoded, RecordError, Written, committed, decode_part
 from .first_pass import Part, Plan, RelationVersion, Shapes, plan
 from .inputs import Input, open_inputs, read_records, text_encoding
 
-__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RecordError", "RelationVersion", "Shapes", "committed",
-           "decode_part", "open_inputs", "plan", "read_records", "text_encoding"]
+__all__ = ["Decoded", "Input", "Outcome", "Part", "Plan", "RecordError", "RelationVersion", "Shapes", "Written",
+           "committed", "decode_part", "open_inputs", "plan", "read_records", "text_encoding"]

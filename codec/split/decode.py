@@ -11,23 +11,28 @@ transaction.  :func:`committed` is what one :class:`~replwire.codec.Assembler` g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...schema.core import UTF8
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
-from ..io.capture_file import TailProblem
+from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
-from ..stream.decoder import Decoder, StreamStateError
+from ..stream.decoder import IDLE, Decoder, StreamStateError
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
+from ..wire.fast import ROWS
 from .first_pass import Part
 from .inputs import Input, read_records
 
-__all__ = ["Decoded", "RecordError", "committed", "decode_part"]
+if TYPE_CHECKING:
+    from ..stream.jsonl import JsonLines
+
+__all__ = ["Decoded", "RecordError", "Written", "committed", "decode_part"]
 
 
 @dataclass(slots=True)
@@ -114,10 +119,151 @@ class RecordError(ReplwireError, ValueError):
         return (RecordError, (self.path, self.record, self.error))
 
 
+@dataclass(slots=True)
+class Written:
+    """JSON lines the compiled row path wrote for a run of plain transactions of an input (what
+    :class:`~replwire.codec.stream.jsonl.JsonLines` writes for them, each line ending in a newline): the
+    ``records`` they were, the ``transactions`` and ``changes`` printed, and the transactions a resume sent
+    again (``repeated``, not printed)."""
+
+    text: str
+    records: int
+    transactions: int
+    changes: int
+    repeated: int
+
+
+#: How much of an input the compiled row path reads at a time, and the most input one transaction
+#: may take in it (a bigger one goes to the Assembler, which spills it to a file).
+_CHUNK = 1 << 20
+_MOST = 16 << 20
+#: After this many tries of the row path in a row that took nothing, the Assembler takes at least
+#: ``_PATIENCE`` records before the next, twice as many after each further such try, up to the most.
+_TRIES = 4
+_PATIENCE = 16
+_MOST_PATIENCE = 1 << 16
+
+
+class _RowPath:
+    """The records of one input for :func:`committed`, with every run of plain transactions the compiled
+    row path takes (``rows_run``) given as one :class:`Written` instead of its records.  It runs only
+    between transactions (the Assembler idle), with a plan for every relation the decoder knows, and stops
+    at the start of anything else; the records from there go to the Assembler until it is idle again.  A
+    torn or corrupt capture file tail is read by the Python reader, which reports it (``tail``)."""
+
+    def __init__(self, source: Input, assembler: Assembler, lines: JsonLines, rows: Any) -> None:
+        self.source, self.assembler, self.lines, self.rows = source, assembler, lines, rows
+        self.last_end = -1
+        self.tail: TailProblem | None = None
+        self.frame = record_frame() if source.form == "capture" else None
+        # a capture file is read up to its size when the inputs were opened, as its Python reader does
+        self.size = source.size if source.form == "capture" else None
+        self._plans: dict[int, Any] = {}
+        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
+        # records the Assembler takes before the row path is tried again: none at first, more after each of
+        # a run of tries that took nothing (a stream of what the row path does not take costs it little)
+        self._patience = self._fruitless = 0
+        self._reader: CaptureReader | None = None  # a capture file's Python reader, opened once
+        self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
+        self._running: Generator[Any, None, None] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        self._running = self._records()
+        return self._running
+
+    def close(self) -> None:
+        """Stop reading: the file and the capture file's Python reader are closed."""
+        if self._running is not None:
+            self._running.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _python_records(self, at: int) -> Reading:
+        """The Python reader's records from offset ``at``."""
+        if self.source.form != "capture":
+            return read_records(self.source, at, raw=True)
+        if self._reader is None:
+            self._reader = read_capture(self.source.path)
+        return self._reader.records(at, raw=True)
+
+    def _idle(self) -> bool:
+        decoder = self.assembler.decoder
+        return decoder.state == IDLE and not self.assembler.open_transactions and self.last_end < 1 << 63
+
+    def _refresh(self) -> dict[int, Any]:
+        """A plan for every relation the decoder knows now (made again when its Relation or the types
+        changed); a relation that cannot have one gets none, and its changes go to the Assembler."""
+        decoder, maker = self.assembler.decoder, self._maker
+        for relation_id, relation in decoder.relations.items():
+            made = self._planned.get(relation_id)
+            if made is not None and made[0] is relation and made[1] == decoder.types_version:
+                continue
+            self._planned[relation_id] = (relation, decoder.types_version)
+            self._plans.pop(relation_id, None)
+            try:
+                self._plans[relation_id] = self.rows.rows_plan(*self.lines.plan(maker.row_schema(decoder,
+                                                                                                 relation_id)))
+            except UnicodeEncodeError:  # a name in no Unicode: written by the Python path
+                pass
+        return self._plans
+
+    def _records(self) -> Generator[Any, None, None]:
+        source, decoder = self.source, self.assembler.decoder
+        at = source.first  # where the records not yet taken start
+        with open(source.path, "rb") as handle:
+            handle.seek(at)
+            buffer, eof = b"", False
+
+            def read() -> tuple[bytes, bool]:
+                want = _CHUNK if self.size is None else min(_CHUNK, self.size - at - len(buffer))
+                more = handle.read(want) if want > 0 else b""
+                return buffer + more, not more
+
+            while True:
+                if self._idle():
+                    if not eof and len(buffer) < _CHUNK:
+                        buffer, eof = read()
+                    consumed, text, records, transactions, changes, repeated, self.last_end, declined = (
+                        self.rows.rows_run(buffer, eof, self._refresh(), decoder.proto_version, self.last_end,
+                                           self.frame))
+                    self._fruitless = 0 if records else self._fruitless + 1
+                    self._patience = (0 if self._fruitless < _TRIES
+                                      else min(_PATIENCE << (self._fruitless - _TRIES), _MOST_PATIENCE))
+                    if records:
+                        decoder.skip(records)
+                        yield Written(text, records, transactions, changes, repeated)
+                    buffer, at = buffer[consumed:], at + consumed
+                    if not buffer and eof:
+                        return
+                    if not declined and (not eof and len(buffer) < _MOST):
+                        if consumed == 0:  # a transaction longer than the buffer: read on
+                            buffer, eof = read()
+                        continue
+                # the Assembler's part: from the record at ``at`` until it is idle again
+                reading = self._python_records(at)
+                taken = 0
+                try:
+                    for record in reading:
+                        yield record
+                        taken += 1
+                        if taken >= self._patience and self._idle():
+                            break
+                    else:
+                        self.tail = reading.tail
+                        return
+                finally:
+                    reading.close()
+                at = reading.end
+                handle.seek(at)
+                buffer, eof = b"", False
+
+
 def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
               repeated: Callable[[Transaction | Change], None] | None = None,
-              warn: Callable[[str, str], None] | None = None) -> Iterator[Transaction | Change]:
+              warn: Callable[[str, str], None] | None = None,
+              lines: JsonLines | None = None) -> Iterator[Transaction | Change | Written]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
@@ -125,7 +271,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     (:mod:`replwire.codec.stream.snapshot`); a section an earlier input already held is skipped, and
     ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
     capture file tail once the records before it are done.  A record that does not decode raises
-    :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`)."""
+    :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`).
+
+    With ``lines`` (the :class:`~replwire.codec.stream.jsonl.JsonLines` the caller writes the items with),
+    the compiled row path, where the compiled codec is in use, writes the plain transactions of UTF-8
+    inputs itself: they come as :class:`Written` JSON lines (the same text), not as items."""
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed
@@ -134,10 +284,22 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     for source in inputs:
         if source.index:
             assembler.resume()
-        reading = read_records(source, raw=True)
+        path: _RowPath | None = None
+        if lines is not None and ROWS is not None and source.encoding == UTF8:
+            path = _RowPath(source, assembler, lines, ROWS)
+            path.last_end = last_end
+        reading: Any = path if path is not None else read_records(source, raw=True)
         number = 0
         try:
-            for number, (_, lsn, _, data) in enumerate(reading):  # noqa: B007 - named in the error
+            for record in reading:
+                if record.__class__ is Written:
+                    number += record.records
+                    if path is not None:
+                        last_end = path.last_end
+                    yield record
+                    continue
+                _, lsn, _, data = record
+                number += 1
                 if data and data[0] in snapshot.KINDS:
                     yield from sections.feed(data, lsn)
                     continue
@@ -149,9 +311,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         continue
                     if end is not None:
                         last_end = end
+                        if path is not None:
+                            path.last_end = end
                     yield item
         except (DecodeError, StreamStateError, snapshot.SnapshotError) as error:
-            raise RecordError(source.path, number, error) from error
+            raise RecordError(source.path, number - 1, error) from error
         finally:
             reading.close()
         if reading.tail is not None and tail is not None:

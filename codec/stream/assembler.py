@@ -500,7 +500,11 @@ class ChangeMaker:
                 return None
             assert isinstance(message, Truncate)  # the change messages: Insert, Update, Delete, Truncate, Message
             return tuple(decoder.relations[r] for r in message.relation_ids)
-        relation = decoder.relations[message.relation_id]
+        return self.row_schema(decoder, message.relation_id)
+
+    def row_schema(self, decoder: Decoder, relation_id: int) -> RowSchema:
+        """The :class:`RowSchema` of the relation ``relation_id`` from ``decoder``'s caches now."""
+        relation = decoder.relations[relation_id]
         key = (id(relation), decoder.types_version)
         schema = self._schemas.get(key)
         if schema is None or schema.relation is not relation:

@@ -86,7 +86,7 @@ class DebeziumEvents:
             total = 0
             per_table: dict[tuple[str, str], int] = {}
             for change in item.changes:
-                for event, table in self._change_events(change, item.xid, commit):
+                for event, table in self._change_events(change, commit):
                     total += 1
                     per_table[table] = per_table.get(table, 0) + 1
                     event["transaction"] = {"id": tx_id, "total_order": total,
@@ -94,10 +94,10 @@ class DebeziumEvents:
                     yield event
             self._last_commit = str(int(item.commit_lsn))
         else:
-            for event, _ in self._change_events(item, None, None):
+            for event, _ in self._change_events(item, None):
                 yield event
 
-    def _change_events(self, change: Change, xid: int | None,
+    def _change_events(self, change: Change,
                        commit: dict[str, int] | None) -> Iterator[tuple[dict[str, Any], tuple[str, str]]]:
         """The events of one change, each with the (schema, table) it counts under for
         ``data_collection_order``; ``commit`` is the commit time's fields, ``None`` outside a transaction."""
@@ -105,29 +105,28 @@ class DebeziumEvents:
         if op == "t":
             assert change.relations is not None  # a truncate change names its tables
             for schema, table in change.relations:
-                yield self._event(change, xid, commit, op, schema, table), (schema, table)
+                yield self._event(change, commit, op, schema, table), (schema, table)
             return
         if op == "m":
             assert change.content is not None  # a message change has its content
-            event = self._event(change, xid, commit, op, "", "")
+            event = self._event(change, commit, op, "", "")
             event["message"] = {"prefix": change.prefix, "content": base64.b64encode(change.content).decode("ascii")}
             yield event, ("", "")
             return
         schema, table = change.schema or "", change.table or ""
         event = {"before": _row(change.old if change.old is not None else change.key), "after": _row(change.new),
-                 **self._event(change, xid, commit, op, schema, table)}
+                 **self._event(change, commit, op, schema, table)}
         toasted = change.unchanged_toast
         if toasted:
             event["unchanged_toast"] = toasted
         yield event, (schema, table)
 
-    def _event(self, change: Change, xid: int | None, commit: dict[str, int] | None, op: str, schema: str,
-               table: str) -> dict[str, Any]:
+    def _event(self, change: Change, commit: dict[str, int] | None, op: str, schema: str, table: str) -> dict[str, Any]:
         now = _times(time.time_ns() // 1000)
         lsn = None if change.lsn is None else int(change.lsn)
         source = {"version": self.version, "connector": "postgresql", "name": self.name,
                   **(commit if commit is not None else now), "snapshot": "true" if op == "r" else "false", "db": "",
                   "sequence": json.dumps([self._last_commit, None if lsn is None else str(lsn)],
                                          separators=(",", ":")),
-                  "schema": schema, "table": table, "txId": xid, "lsn": lsn, "xmin": None}
+                  "schema": schema, "table": table, "txId": change.xid, "lsn": lsn, "xmin": None}
         return {"source": source, "op": op, **now}

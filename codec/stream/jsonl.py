@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import ipaddress
 import json
 import math
@@ -24,8 +25,10 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ...schema.core import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
+from ..wire.fast import ROWS
 from .assembler import Change, ChangeMaker, Transaction
 from .values import UNCHANGED_TOAST, Infinite, RawValue, RowSchema, ValueLoader
 
@@ -152,6 +155,10 @@ _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     3802: _json_text,
 }
 _BOOL = 16
+#: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
+#: the server prints; others through the conversion), by OID: how the plan names them (:data:`_WAYS`).
+_COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
+                         1184: "timestamptz"}
 
 
 class RowJson:
@@ -163,17 +170,37 @@ class RowJson:
     name, integer and bool columns in text format skip the typed value (the text is the value: a JSON
     string, the integer, true or false); float, numeric, uuid, date, time, timestamp(tz), bytea and json(b)
     text go through one conversion each that gives the same JSON text where the text has the server's usual
-    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.
+    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.  Where the compiled codec is
+    in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the same per-column
+    plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.loader = loader or ValueLoader()
         self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
+        # the compiled row path's writer (``rows_row``), for UTF-8 text, and its plan per schema
+        self._compiled = ROWS if ROWS is not None and self.loader.encoding == UTF8 else None
+        self._plans: dict[int, tuple[RowSchema, Any]] = {}
 
     def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False,
                  toasted: list[str] | None = None) -> str:
         """The JSON object of ``columns`` (a tuple's wire columns); ``only_keys`` keeps the key columns.
         The names of the columns whose unchanged TOASTed value was not sent are appended to ``toasted``."""
+        compiled = self._compiled
+        if compiled is not None:  # the compiled writer takes the common case, else says None
+            made = self._plans.get(id(schema))
+            if made is None or made[0] is not schema:
+                if len(self._plans) > 4096:
+                    self._plans.clear()
+                try:
+                    plan = compiled.rows_plan((b"", b"", b""), self.plan_columns(schema))
+                except UnicodeEncodeError:  # a name in no Unicode: the Python writer's
+                    plan = None
+                made = self._plans[id(schema)] = (schema, plan)
+            if made[1] is not None:
+                text = compiled.rows_row(made[1], columns, only_keys, toasted)
+                if text is not None:
+                    return text
         cached = self._writers.get((id(schema), only_keys))
         if cached is None or cached[0] is not schema:
             if len(self._writers) > 4096:
@@ -181,46 +208,75 @@ class RowJson:
             cached = self._writers[(id(schema), only_keys)] = (schema, self._writer(schema, only_keys))
         return cached[1](columns, toasted)
 
-    def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
+    def columns(self, schema: RowSchema) -> list[tuple[str, str, bool, Callable[[bytes], str]]]:
+        """How each column of ``schema`` is written: its JSON key (the name as a JSON string and ``:``), the
+        way its text-format values go (``string``: a JSON string of the text; ``int``: the integer's text;
+        ``bool``: true or false; ``call``: what the function, given the bytes, returns; or one of
+        :data:`_COMPILED_CONVERSIONS`, which the compiled writer does itself where the text has the server's
+        form and the Python writer does as ``call``), whether it is a key column, and that function (the
+        typed value's JSON where a conversion cannot say it exactly)."""
+        return self._columns(schema)[0]
+
+    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str], ...]:
+        """:meth:`columns` as the compiled row path's plans take them (``rows_plan``): the key in UTF-8, the
+        way as a number (1 string, 2 integer, 3 bool, 4 through the function), whether a key column, the
+        function, and the column's name."""
+        return tuple((key.encode(), _WAYS[way], is_key, call, meta.name) for meta, (key, way, is_key, call)
+                     in zip(schema.relation.columns, self.columns(schema)))
+
+    def _columns(self, schema: RowSchema) -> tuple[list[tuple[str, str, bool, Callable[[bytes], str]]],
+                                                    Callable[..., str]]:
         loader = self.loader
-        lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
-        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
-            if only_keys and not meta.flags & 1:
-                continue
-            oid = loader.resolve(meta.type_id, type_message)
-            key = _STRING(meta.name) + ":"
-            lines += [f"    if n > {i}:",
-                      f"        column = columns[{i}]",
-                      "        kind = column.kind",
-                      f"        if kind == 'n': append({key + 'null'!r})"]
-            if oid in _STRING_OIDS:
-                decode = f"column.data.decode({loader.encoding!r})"
-                lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
-            elif oid in _INTEGER_OIDS:
-                lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
-            elif oid == _BOOL:
-                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else "
-                             f"'false'))")
-            elif oid in _TEXT_CONVERSIONS:
-                lines += ["        elif kind == 't':",
-                          f"            append({key!r} + _convert({oid}, column.data, {i}))"]
-            lines += ["        elif kind == 'u':",
-                      f"            if toasted is not None: toasted.append({meta.name!r})",
-                      f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
-        lines.append("    return '{' + ','.join(parts) + '}'")
         types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
 
         def typed(kind: str, data: bytes, i: int) -> str:
             return ENCODE(json_value(loader.load(kind, data, *types[i])))
 
-        def convert(oid: int, data: bytes, i: int) -> str:
-            try:
-                text = _TEXT_CONVERSIONS[oid](data)
-            except (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation):
-                text = None
-            return text if text is not None else typed("t", data, i)
+        def converter(oid: int, i: int) -> Callable[[bytes], str]:
+            conversion = _TEXT_CONVERSIONS[oid]
 
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_convert": convert}
+            def convert(data: bytes) -> str:
+                try:
+                    text = conversion(data)
+                except (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation):
+                    text = None
+                return text if text is not None else typed("t", data, i)
+            return convert
+
+        out = []
+        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
+            oid = loader.resolve(meta.type_id, type_message)
+            way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
+                   else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
+            call = converter(oid, i) if oid in _TEXT_CONVERSIONS else functools.partial(typed, "t", i=i)
+            out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
+        return out, typed
+
+    def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
+        lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
+        columns, typed = self._columns(schema)
+        for i, (meta, (key, way, is_key, _)) in enumerate(zip(schema.relation.columns, columns)):
+            if only_keys and not is_key:
+                continue
+            lines += [f"    if n > {i}:",
+                      f"        column = columns[{i}]",
+                      "        kind = column.kind",
+                      f"        if kind == 'n': append({key + 'null'!r})"]
+            if way == "string":
+                decode = f"column.data.decode({self.loader.encoding!r})"
+                lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
+            elif way == "int":
+                lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
+            elif way == "bool":
+                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else "
+                             f"'false'))")
+            else:
+                lines.append(f"        elif kind == 't': append({key!r} + _calls[{i}](column.data))")
+            lines += ["        elif kind == 'u':",
+                      f"            if toasted is not None: toasted.append({meta.name!r})",
+                      f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
+        lines.append("    return '{' + ','.join(parts) + '}'")
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_calls": [c[3] for c in columns]}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
         return namespace["write"]
 
@@ -323,14 +379,11 @@ class JsonLines:
                                            subxid if streamed else None)
                 yield ENCODE(_change_object(change, shared, streamed))
                 continue
-            relation = schema.relation
             cached = starts.get((id(schema), op))
             if cached is None or cached[0] is not schema:
                 if len(starts) > 4096:
                     starts.clear()
-                start = (f'{{"op":"{op}","schema":{_STRING(relation.namespace or "pg_catalog")},'
-                         f'"table":{_STRING(relation.name)},"xid":')
-                cached = starts[(id(schema), op)] = (schema, start)
+                cached = starts[(id(schema), op)] = (schema, _start(schema, op))
             parts = [cached[1], xid, ',"lsn":', f'"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else "null",
                      tail]
             if streamed:
@@ -351,6 +404,23 @@ class JsonLines:
             yield "".join(parts)
 
 
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str], ...]]:
+        """What the compiled row path writes the changes of ``schema``'s relation with (its arguments of
+        ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, and the
+        columns (:meth:`RowJson.plan_columns`); all as :meth:`__call__` writes them."""
+        starts = tuple(_start(schema, op).encode() for op in ("insert", "update", "delete"))
+        return starts, self.rows.plan_columns(schema)
+
+
+def _start(schema: RowSchema, op: str) -> str:
+    """The start of a change's line, up to ``"xid":``."""
+    relation = schema.relation
+    return (f'{{"op":"{op}","schema":{_STRING(relation.namespace or "pg_catalog")},'
+            f'"table":{_STRING(relation.name)},"xid":')
+
+
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
+_WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4, "numeric": 5, "uuid": 6, "bytea": 7, "date": 8, "time": 9,
+         "timestamp": 10, "timestamptz": 11}
 
 __all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "json_value", "objects"]

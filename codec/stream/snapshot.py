@@ -34,12 +34,13 @@ from .assembler import Change, ChangeMaker
 from .decoder import Decoder
 
 __all__ = ["BEGIN", "END", "KINDS", "ROWS", "SLOT", "TABLE", "TABLE_END", "SnapshotError", "SnapshotReader",
-           "begin_record", "binary_rows", "completed_position", "end_record", "is_snapshot", "kind", "parse_record",
-           "rows_record", "slot_record", "table_end_record", "table_record", "text_rows"]
+           "begin_record", "binary_rows", "end_record", "kind", "parse_record", "record_completes", "rows_record",
+           "slot_record", "table_end_record", "table_record", "text_rows"]
 
 #: The kinds' first bytes.
 BEGIN, SLOT, TABLE, ROWS, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
-#: Every snapshot record kind's first byte.
+#: Every snapshot record kind's first byte: a capture record's data is a snapshot record, not a pgoutput
+#: message, when ``data and data[0] in KINDS`` (written out where it is read: it runs once per record).
 KINDS = frozenset(ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
 _SPECS = {ord(spec.tag): spec for spec in layout.SNAPSHOT_RECORDS}
 #: The op of a snapshot row's change.
@@ -52,17 +53,12 @@ class SnapshotError(ReplwireError, ValueError):
     """A snapshot record that cannot be read: what is wrong, and where."""
 
 
-def is_snapshot(data: bytes) -> bool:
-    """Whether a capture record's data is a snapshot record (not a pgoutput message)."""
-    return bool(data) and data[0] in KINDS
-
-
 def kind(data: bytes) -> str:
     """The name of a snapshot record's kind (``SnapshotRows``, ...)."""
     return _SPECS[data[0]].name
 
 
-def completed_position(data: bytes) -> LSN | None:
+def record_completes(data: bytes) -> LSN | None:
     """The position a snapshot record completes: the consistent point for ``SnapshotEnd`` (the section is
     whole once it is durable), else ``None``."""
     return LSN(parse_record(data).lsn) if data[0] == END else None

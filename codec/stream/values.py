@@ -34,6 +34,7 @@ typed values without it raises :class:`TypedValuesUnavailable` saying what to in
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -242,6 +243,13 @@ def _adapters(codec: str) -> Any:
     return adapters
 
 
+#: Built-in types psycopg's registry has (a test checks it), resolved without importing psycopg: bool,
+#: bytea, name, int8, int2, int4, text, json, float4, float8, bpchar, varchar, date, time, timestamp,
+#: timestamptz, numeric, uuid, jsonb.
+_BUILTIN = frozenset({16, 17, 19, 20, 21, 23, 25, 114, 700, 701, 1042, 1043, 1082, 1083, 1114, 1184, 1700, 2950,
+                      3802})
+
+
 def _psycopg() -> tuple[Any, Any, Any]:
     try:
         from psycopg.adapt import Transformer
@@ -264,12 +272,26 @@ class ValueLoader:
 
     def __init__(self, encoding: str = UTF8) -> None:
         self.encoding = text_codec(encoding)
-        Transformer, self._registry, Format = _psycopg()
-        self._transformer = Transformer(_adapters(self.encoding))
+        if importlib.util.find_spec("psycopg") is None:
+            _psycopg()  # says what to install
         self._text_fast = _text_fast(self.encoding)
-        self._formats = {"t": Format.TEXT, "b": Format.BINARY}
         self._loaders: dict[tuple[int | None, str], Any] = {}
         self._resolved: dict[tuple[int, tuple[str, str] | None], int | None] = {}
+        self._psycopg: tuple[Any, Any, Any] | None = None  # registry, transformer, formats: imported when needed
+
+    def _ready(self) -> tuple[Any, Any, Any]:
+        """psycopg's type registry, a transformer with the loaders of :func:`_adapters` and the formats by
+        kind (psycopg is imported on first need: many streams have only the types :data:`_BUILTIN`)."""
+        if self._psycopg is None:
+            Transformer, registry, Format = _psycopg()
+            self._psycopg = (registry, Transformer(_adapters(self.encoding)),
+                             {"t": Format.TEXT, "b": Format.BINARY})
+        return self._psycopg
+
+    @property
+    def _registry(self) -> Any:
+        """psycopg's type registry."""
+        return self._ready()[0]
 
     def resolve(self, type_id: int, type_message: Any = None) -> int | None:
         """The built-in type OID a column of ``type_id`` loads as, or ``None`` to keep text/bytes.
@@ -280,15 +302,18 @@ class ValueLoader:
         if key in self._resolved:
             return self._resolved[key]
         oid: int | None = None
-        if type_id < 10000 and self._registry.get(type_id) is not None:
+        if type_id in _BUILTIN:
+            oid = type_id
+        elif type_id < 10000 and self._ready()[0].get(type_id) is not None:
             oid = type_id  # a built-in type (FirstGenbkiObjectId = 10000; built-ins never get a Type message)
         elif type_message is not None and type_message.namespace in ("", "pg_catalog"):
             name = type_message.name
-            info = self._registry.get(name)
+            registry = self._ready()[0]
+            info = registry.get(name)
             if info is not None:
                 oid = info.oid
             elif name.startswith("_"):  # an array of a built-in type, by its pg_type name
-                element = self._registry.get(name[1:])
+                element = registry.get(name[1:])
                 if element is not None and element.array_oid:
                     oid = element.array_oid
         self._resolved[key] = oid
@@ -297,7 +322,8 @@ class ValueLoader:
     def _loader(self, oid: int | None, kind: str) -> Any:
         loader = self._loaders.get((oid, kind))
         if loader is None:
-            loader = self._transformer.get_loader(oid if oid is not None else 0, self._formats[kind])
+            _, transformer, formats = self._ready()
+            loader = transformer.get_loader(oid if oid is not None else 0, formats[kind])
             self._loaders[(oid, kind)] = loader
         return loader
 

@@ -437,6 +437,33 @@ class PgServer:
             raise
         return srv
 
+    def start_standby(self) -> PgServer:
+        """A hot standby of this (running) server, in a fresh temporary directory: ``pg_basebackup -R`` over
+        the replication connection (it writes ``standby.signal`` and ``primary_conninfo``), then started with
+        its own socket and port; returns once it accepts read-only connections."""
+        run_as = self._run_as
+        base = Path(tempfile.mkdtemp(prefix=f"replwire-pg{self.major}-standby-{os.getpid()}-"))
+        os.chmod(base, 0o700)
+        run_as.chown(base)
+        port = self.port + 1 if self.port < 59999 else 40000
+        srv = type(self)(self.major, self.bindir, base, port, run_as)
+        try:
+            srv._run([str(self.bindir / "pg_basebackup"), "-D", str(srv.data_dir), "-d", self.dsn, "-R",
+                      "--checkpoint=fast", "--no-sync"], INITDB_TIMEOUT)
+            # the copied postgresql.conf names the primary's socket and port: the last setting wins
+            with open(srv.data_dir / "postgresql.conf", "a", encoding="utf-8") as f:
+                f.write(f"\n# replwire test standby\nunix_socket_directories = '{srv.socket_dir}'\n"
+                        f"port = {port}\nhot_standby = on\n")
+            srv._launch()
+            with srv.connect() as conn:
+                row = conn.execute("SHOW server_version_num").fetchone()
+                assert row is not None
+                srv.version_num = int(row[0])
+        except BaseException:
+            srv.stop()
+            raise
+        return srv
+
     def _run(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=self.base_dir,
                               env=_child_env(self.base_dir), **self._run_as.popen_kwargs())
@@ -488,7 +515,7 @@ class PgServer:
                 lines = pidfile.read_text(encoding="utf-8").splitlines()
             except (FileNotFoundError, UnicodeDecodeError):
                 lines = []
-            if len(lines) >= 8 and lines[7].strip() == "ready":
+            if len(lines) >= 8 and lines[7].strip() in ("ready", "standby"):  # (a hot standby's)
                 return
             if time.monotonic() > deadline:
                 raise PgServerError(f"postgres not ready after {START_TIMEOUT}s:\n{self.log_tail()}")

@@ -15,7 +15,7 @@ import pytest
 
 from replwire.codec import LSN, Assembler, parse
 from replwire.codec.io.capture_file import read_capture
-from replwire.codec.io.live import completed_position
+from replwire.codec.io.positions import message_completes
 
 pytestmark = pytest.mark.server
 
@@ -152,7 +152,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(pg18, tmp_path, via, stop)
                                      "WHERE slot_name = %s", (f"{name}_slot",)).fetchone()[0])
         thread.join(120)
         all_rows = peek(conn, f"{name}_peek", proto, publication_names=f"{name}_pub", **streaming)
-        must_have = {completed_position(parse(bytes(d), proto_version=proto, in_stream=False))
+        must_have = {message_completes(parse(bytes(d), proto_version=proto, in_stream=False))
                      for _, _, d in all_rows if bytes(d)[:1] in (b"C", b"c")}
         must_have = {p for p in must_have if p is not None and p <= confirmed}
         with read_capture(out) as reader:
@@ -160,8 +160,8 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(pg18, tmp_path, via, stop)
             for record in reader.records():
                 message = parse(record.data, proto_version=proto, in_stream=in_stream)
                 in_stream = {"S": True, "E": False}.get(message.tag, in_stream)
-                in_file.add(completed_position(message))
-                last = completed_position(message)
+                in_file.add(message_completes(message))
+                last = message_completes(message)
         assert must_have <= in_file, sorted(must_have - in_file)[:5]
         if via == "sql" and stop == signal.SIGTERM:  # a clean stop: the file ends with what the slot confirmed
             assert last is not None and last <= confirmed and not {p for p in in_file - {None} if p > confirmed}

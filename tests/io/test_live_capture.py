@@ -9,7 +9,8 @@ import pytest
 
 from replwire.codec import LSN, Assembler, Transaction, parse
 from replwire.codec.io.capture_file import read_capture
-from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture, completed_position
+from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture
+from replwire.codec.io.positions import message_completes
 
 pytestmark = pytest.mark.server
 
@@ -72,7 +73,7 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
     # acknowledged: at least the end of the last transaction, never beyond what the server has flushed.  (The
     # server goes on writing WAL of its own after the last statement -- a standby snapshot, a prune of a page
     # read -- and an idle capture acknowledges it too, so the bound is the WAL flushed after the capture ended.)
-    last_complete = max(p for p in (completed_position(parse(d, proto_version=reader.header.proto_version))
+    last_complete = max(p for p in (message_completes(parse(d, proto_version=reader.header.proto_version))
                                     for _, d in expected) if p is not None)
     assert end <= wal_flushed
     assert last_complete <= confirmed <= wal_flushed
@@ -99,7 +100,7 @@ def test_the_slot_holds_the_final_acknowledgement_when_run_returns(major, reques
                                              "WHERE slot_name = %s", (slot,)).fetchone()
             with read_capture(out) as reader:
                 data = [r.data for r in reader.records()]
-                ends = [completed_position(parse(d, proto_version=reader.header.proto_version)) for d in data]
+                ends = [message_completes(parse(d, proto_version=reader.header.proto_version)) for d in data]
             last_commit = max(p for p in ends if p is not None)
             assert "".join(chr(d[0]) for d in data if d[:1] != b"R") == "BIC" * 3 * (round_ + 1)
             assert not active, f"round {round_}: the walsender still holds the slot"
@@ -108,10 +109,39 @@ def test_the_slot_holds_the_final_acknowledgement_when_run_returns(major, reques
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
-def test_unknown_publication_is_a_clear_error(pg18, tmp_path):
+def test_set_up_failures_are_clear_errors(pg18, tmp_path):
     settings = CaptureSettings(slot="nope_slot", publication="no_such_publication")
-    with pytest.raises(CaptureError, match="publication 'no_such_publication' does not exist"):
+    with pytest.raises(CaptureError, match=r"^publication 'no_such_publication' does not exist \(create it with "
+                       r"CREATE PUBLICATION, or pass --create-publication, create_publication=True, to create it "
+                       r"FOR ALL TABLES\)$"):
         LiveCapture(pg18.dsn, tmp_path / "x.rwcap", settings).run(idle_exit=0.1)
+    # no server listens there: the server's own words, on one line, and what to check
+    nowhere = f"host={tmp_path} port=1 dbname=postgres"
+    with pytest.raises(CaptureError, match=r"^cannot connect to the server: .*No such file or directory.* \(check "
+                       r"the DSN\)$") as raised:
+        LiveCapture(nowhere, tmp_path / "y.rwcap", settings).run(idle_exit=0.1)
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "x.rwcap").exists() and not (tmp_path / "y.rwcap").exists()
+    # a user without the REPLICATION attribute: the slot cannot be created, nor read over replication
+    with pg18.connect() as conn:
+        conn.execute("DROP ROLE IF EXISTS no_repl")
+        conn.execute("CREATE ROLE no_repl LOGIN")
+        conn.execute("CREATE PUBLICATION no_repl_pub")
+        conn.execute("SELECT pg_create_logical_replication_slot('no_repl_slot', 'pgoutput')")
+    try:
+        plain = f"{pg18.dsn} user=no_repl"
+        missing = CaptureSettings(slot="no_repl_new", publication="no_repl_pub")
+        with pytest.raises(CaptureError, match=r"^cannot check or create slot 'no_repl_new': .*replication"):
+            LiveCapture(plain, tmp_path / "z.rwcap", missing).run(idle_exit=0.1)
+        existing = CaptureSettings(slot="no_repl_slot", publication="no_repl_pub")
+        with pytest.raises(CaptureError, match=r"^cannot open a replication connection: .* \(it needs a user with "
+                           r"the REPLICATION attribute and a free walsender, max_wal_senders\)$"):
+            LiveCapture(plain, tmp_path / "z.rwcap", existing, create_slot=False).run(idle_exit=0.1)
+    finally:
+        with pg18.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot('no_repl_slot')")
+            conn.execute("DROP PUBLICATION no_repl_pub")
+            conn.execute("DROP ROLE no_repl")
 
 
 @pytest.mark.parametrize("major", [15, 18])
@@ -180,7 +210,7 @@ def confirmed_lsn(conn, slot):
 def completed_in_file(path, proto):
     """The completed positions of the records in the file as it is now (no streaming: no Stream blocks)."""
     with read_capture(path) as reader:
-        return {completed_position(parse(r.data, proto_version=proto)) for r in reader.records()} - {None}
+        return {message_completes(parse(r.data, proto_version=proto)) for r in reader.records()} - {None}
 
 
 @pytest.mark.parametrize("major", [15, 18])
@@ -255,7 +285,7 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
     assert len(decoded) == 40 + 4 + 4 + 2 and not any(c.new and c.new["id"] == "-1" for *_, cs in decoded for c in cs)
     # the slot moved past everything (and past no WAL the server had not flushed when the capture ended: see
     # above), and at no moment past a transaction that was not in the file
-    completed = sorted({p for p in (completed_position(parse(d, proto_version=proto)) for _, d in expected) if p})
+    completed = sorted({p for p in (message_completes(parse(d, proto_version=proto)) for _, d in expected) if p})
     assert end <= wal_flushed
     assert completed[-1] <= confirmed <= wal_flushed
     assert len({position for position, _ in seen}) > 10

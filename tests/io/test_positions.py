@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from replwire.codec import DecodeError
-from replwire.codec.io.positions import PositionTracker, completed_position
+from replwire.codec.io.positions import PositionTracker, message_completes
 from replwire.codec.messages import StreamAbort, StreamCommit, StreamPrepare, StreamStart
 from replwire.codec.stream.decoder import IDLE, Decoder, StreamStateError
 
@@ -22,7 +22,7 @@ def reference(messages, proto_version):
         elif isinstance(message, (StreamCommit, StreamPrepare)) or (
                 isinstance(message, StreamAbort) and message.subxid == message.xid):
             open_streams.discard(message.xid)
-        out.append((completed_position(message), decoder.state == IDLE and not open_streams))
+        out.append((message_completes(message), decoder.state == IDLE and not open_streams))
     return out
 
 

@@ -229,6 +229,11 @@ def test_errors_are_clear(pg18, tmp_path):
         return result.stderr
 
     assert "publication 'empty_pub' publishes no tables" in fails("s1", "empty_pub")
+    # the set-up's errors read as live capture's (one set-up serves both)
+    assert ("publication 'no_pub' does not exist (create it with CREATE PUBLICATION, or pass --create-publication, "
+            "create_publication=True, to create it FOR ALL TABLES)") in fails("s1", "no_pub")
+    nowhere = fails("s1", "pub", user_dsn=f"host={tmp_path} port=1 dbname=postgres")
+    assert "cannot connect to the server: " in nowhere and "(check the DSN)" in nowhere
     assert "slot 'taken' already exists: a snapshot needs a new slot" in fails("taken", "pub")
     assert "cannot be used with --via sql" in fails("s2", "pub", "--via", "sql", code=2)
     assert "cannot be used with --no-create-slot" in fails("s2", "pub", "--no-create-slot", code=2)
@@ -318,8 +323,8 @@ def test_snapshot_records_are_laid_out_as_declared():
     assert end == b"\x06" + bytes.fromhex("0000000000000010" "00000001" "0000000000000007")
     parsed = records.parse_record(records.rows_record(16385, False, 1, b"x\n"))
     assert (parsed.relation_id, parsed.binary, parsed.rows, parsed.data) == (16385, 0, 1, b"x\n")
-    assert records.completed_position(records.end_record(LSN(0x10), 1, 7)) == 0x10
-    assert records.completed_position(records.begin_record("s", False)) is None
+    assert records.record_completes(records.end_record(LSN(0x10), 1, 7)) == 0x10
+    assert records.record_completes(records.begin_record("s", False)) is None
     with pytest.raises(records.SnapshotError, match="SnapshotEnd"):
         records.parse_record(b"\x06\x00")
     with pytest.raises(records.SnapshotError, match="not a snapshot record"):

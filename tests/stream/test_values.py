@@ -133,3 +133,33 @@ def test_codec_imports_without_psycopg_and_says_what_to_install():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "refused: typed values need psycopg 3: pip install 'replwire[values]'" in result.stdout
+
+
+def test_the_types_resolved_without_psycopg_are_psycopg_builtins():
+    """ValueLoader resolves these OIDs without importing psycopg: each is a type psycopg's registry has, by
+    that OID, so it resolves as it would through the registry."""
+    from psycopg.postgres import types as registry
+
+    from replwire.codec.stream.values import _BUILTIN
+
+    for oid in _BUILTIN:
+        info = registry.get(oid)
+        assert info is not None and info.oid == oid, oid
+
+
+def test_decoding_common_types_does_not_import_psycopg():
+    code = ("import sys\n"
+            "from replwire.codec import Assembler, build, Begin, Commit, Insert, Relation, RelationColumn, LSN, "
+            "Timestamp, TupleColumn\n"
+            "asm = Assembler(proto_version=1)\n"
+            "cols = [RelationColumn(flags=1, name='id', type_id=23, type_modifier=-1),"
+            " RelationColumn(flags=0, name='t', type_id=25, type_modifier=-1)]\n"
+            "for m in [Begin(final_lsn=LSN(1), commit_time=Timestamp(0), xid=1),"
+            " Relation(relation_id=1, namespace='s', name='t', replica_identity='d', columns=cols),"
+            " Insert(relation_id=1, new=[TupleColumn.text('1'), TupleColumn.text('x')]),"
+            " Commit(flags=0, commit_lsn=LSN(1), end_lsn=LSN(2), commit_time=Timestamp(0))]:\n"
+            "    for t in asm.feed(build(m, proto_version=1)):\n"
+            "        print(t.changes[0].new)\n"
+            "print('psycopg' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines() == ["{'id': 1, 't': 'x'}", "False"]

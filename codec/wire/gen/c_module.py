@@ -27,6 +27,7 @@ from pathlib import Path
 from .... import schema
 from ....schema.core import UTF8, MessageSpec
 from ... import walker
+from . import c_scan
 from .c_build import CBuildGen
 from .c_common import class_var, slot
 from .c_parse import CParseGen
@@ -38,6 +39,16 @@ from .fingerprint import fingerprint
 MODULE = "replwire.codec.wire._compiled"
 EXPORTED_BY = "replwire.codec.wire.fast"
 FAST = Path(__file__).resolve().parent.parent / "fast.py"
+#: The hand-written C of the compiled row path (value formatting and the order of a plain transaction; the
+#: layouts it reads come from the generated scan functions of :mod:`replwire.codec.wire.gen.c_scan`).
+ROWS = Path(__file__).resolve().parent / "c_rows.c"
+
+#: What a scan function notes of one field (see :mod:`replwire.codec.wire.gen.c_scan`).
+FIELD = """typedef struct {
+    uint64_t v;
+    Py_ssize_t at, len;
+    int present;
+} Field;"""
 
 PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -395,6 +406,8 @@ def generate() -> str:
         parts.append(f"static PyTypeObject *{class_var(cls)};")
         parts += [f"static Py_ssize_t {slot(cls, name)};" for name in sorted(slots[cls])]
     parts += functions
+    defines, scans = c_scan.generate()
+    parts += [FIELD, "\n".join(defines), *scans, ROWS.read_text(encoding="utf-8")]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
         parts.append(parse_table(f"PARSE_{sender.upper()}", group))
@@ -438,6 +451,10 @@ static PyMethodDef ENTRY_METHODS[] = {{
 
 static PyMethodDef MODULE_METHODS[] = {{
     {{"_init", c_init, METH_VARARGS, "Hand the module the message classes and the Python entry points."}},
+    {{"rows_plan", c_rows_plan, METH_VARARGS, "A relation's plan for rows_run (see c_rows.c)."}},
+    {{"rows_run", c_rows_run, METH_VARARGS,
+      "JSON lines of the plain transactions of COPY-CSV rows or capture records (see c_rows.c)."}},
+    {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see c_rows.c)."}},
     {{"_forwarded", c_forwarded, METH_NOARGS,
       "How many calls of parse, build, parse_envelope, build_envelope went to the Python codec."}},
     {{NULL, NULL, 0, NULL}}

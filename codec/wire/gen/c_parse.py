@@ -100,6 +100,28 @@ class CParseGen(CGen):
             return
         self.out(f"SET({obj}, {self.use(cls, f.name)}, {value});")
 
+    # -- where the values go: into the message object's slots (the scan generator stores them elsewhere)
+
+    def put_int(self, f: FieldNode, cls: type, obj: str, var: str, i: Int) -> None:
+        """Store the integer field ``f`` read into the C variable ``var``."""
+        self.set(f, cls, obj, make_value(f.meta.value, var, i))
+
+    def put_char(self, f: FieldNode, cls: type, obj: str, var: str) -> None:
+        """Store the one-character field ``f`` read into ``var``."""
+        self.set(f, cls, obj, f"PyUnicode_FromOrdinal({var})")
+
+    def put_text(self, f: FieldNode, cls: type, obj: str, end: str) -> None:
+        """Store the NUL-terminated text field ``f`` at ``p`` (its NUL at ``end``)."""
+        self.set(f, cls, obj, f"PyUnicode_DecodeUTF8((const char *)d + p, {end} - (d + p), NULL)")
+
+    def put_bytes(self, f: FieldNode, cls: type, obj: str, length: str) -> None:
+        """Store the ``length`` bytes at ``p`` of the field ``f``."""
+        self.set(f, cls, obj, f"PyBytes_FromStringAndSize((const char *)d + p, {length})")
+
+    def put_none(self, f: FieldNode, cls: type, obj: str) -> None:
+        """Store the absence of the optional field ``f``."""
+        self.set(f, cls, obj, "Py_NewRef(Py_None)")
+
     def read_int(self, i: Int, prefix: str) -> str:
         """Emit the bounds-checked read of the integer ``i`` at ``p`` into a new C variable; its name."""
         var = self.names(prefix)
@@ -122,7 +144,7 @@ class CParseGen(CGen):
             scope.present[name] = "1"
             if isinstance(n, Zero):
                 out(f"if ({var} != 0) goto fail;")
-            self.set(f, cls, obj, make_value(f.meta.value, var, i))
+            self.put_int(f, cls, obj, var, i)
             return False
         if isinstance(n, CharOf):
             var = self.names("c")
@@ -132,13 +154,13 @@ class CParseGen(CGen):
             out(f"if ({tests}) goto fail;")
             scope.chars[name] = var
             scope.present[name] = "1"
-            self.set(f, cls, obj, f"PyUnicode_FromOrdinal({var})")
+            self.put_char(f, cls, obj, var)
             return False
         if isinstance(n, Text):
             var = self.names("z")
             out(f"const unsigned char *{var} = p < n ? memchr(d + p, 0, (size_t)(n - p)) : NULL;")
             out(f"if ({var} == NULL) goto fail;")
-            self.set(f, cls, obj, f"PyUnicode_DecodeUTF8((const char *)d + p, {var} - (d + p), NULL)")
+            self.put_text(f, cls, obj, var)
             out(f"p = ({var} - d) + 1;")
             scope.present[name] = "1"
             return False
@@ -148,12 +170,12 @@ class CParseGen(CGen):
             if i.signed:
                 out(f"if ({var} < 0) goto fail;")
             out(f"if ({var} > (uint64_t)(n - p)) goto fail;")
-            self.set(f, cls, obj, f"PyBytes_FromStringAndSize((const char *)d + p, (Py_ssize_t){var})")
+            self.put_bytes(f, cls, obj, f"(Py_ssize_t){var}")
             out(f"p += (Py_ssize_t){var};")
             scope.present[name] = "1"
             return False
         if isinstance(n, Rest):
-            self.set(f, cls, obj, "PyBytes_FromStringAndSize((const char *)d + p, n - p)")
+            self.put_bytes(f, cls, obj, "n - p")
             out("p = n;")
             scope.present[name] = "1"
             return True
@@ -177,7 +199,7 @@ class CParseGen(CGen):
             out.dedent()
             out("} else {")
             out.indent()
-            self.set(f, cls, obj, "Py_NewRef(Py_None)")
+            self.put_none(f, cls, obj)
             out.dedent()
             out("}")
             out(f"(void){present};")

@@ -21,7 +21,7 @@ def sources() -> list[Path]:
     """The files the compiled codec is generated from, in a fixed order."""
     files = sorted((_PACKAGE / "schema").glob("*.py")) + [_CODEC / "walker.py", _CODEC / "messages.py",
                                                           _CODEC / "scalars.py"]
-    return files + sorted((_CODEC / "wire" / "gen").glob("*.py"))
+    return files + sorted((_CODEC / "wire" / "gen").glob("*.py")) + sorted((_CODEC / "wire" / "gen").glob("*.c"))
 
 
 def fingerprint() -> str:

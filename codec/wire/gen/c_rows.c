@@ -1,0 +1,905 @@
+/* The compiled row path: COPY-CSV rows or capture file records of a pgoutput stream to the JSON lines of
+ * ``replwire decode``.
+ *
+ * Hand-written C, appended to the compiled codec's generated source by replwire.codec.wire.gen.c_module.
+ * It knows no message layout: every message is read by the scan functions generated from the declarations
+ * (s_Begin, s_Commit, s_Insert, s_Update, s_Delete and r_TupleColumn, see c_scan.py); what is written here
+ * is the CSV row form, a capture record's framing as its plan says, the order of a plain transaction
+ * (Begin, row changes, Commit), the checks the decoder makes of those, and how a text value becomes JSON.
+ *
+ * rows_run takes whole transactions only: from a Begin to its Commit, every message one of those, every
+ * relation known (a plan from rows_plan), every tuple as wide as its relation, every value in text format
+ * and of a form it writes exactly as the Python writer does.  At anything else -- a Relation, an Origin, a
+ * streamed block, a binary value, a row that is not (lsn, xid, data), a capture record that is torn or
+ * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that transaction (or row) and says so; the caller hands that
+ * input to the Python path, which gives the exact result or the exact error.  Every read is bounds-checked
+ * (the scans, and the CSV reads below); the only memory it takes is the decoded row (at most half the input
+ * row) and the output (proportional to the input). */
+
+typedef struct {
+    PyObject *key;   /* bytes: the column's name as a JSON string and ':' */
+    int kind;        /* ROW_* */
+    int is_key;      /* part of the replica identity key */
+    PyObject *call;  /* ROW_CALL: the text's JSON (str) from its bytes */
+    PyObject *name;  /* str: the column's name (for unchanged_toast lists) */
+} PlanColumn;
+
+typedef struct {
+    Py_ssize_t ncols;
+    PyObject *start[3];  /* bytes: the start of a line, up to "xid": -- insert, update, delete */
+    PlanColumn cols[1];
+} Plan;
+
+/* How a column's text values are written: as a JSON string, an integer, a bool, through the plan's Python
+ * function; or, for the types below, in C where the text has the form the server prints (what the Python
+ * conversion of replwire.codec.stream.jsonl gives exactly), else through the function. */
+enum {
+    ROW_STRING = 1, ROW_INT = 2, ROW_BOOL = 3, ROW_CALL = 4, ROW_NUMERIC = 5, ROW_UUID = 6, ROW_BYTEA = 7,
+    ROW_DATE = 8, ROW_TIME = 9, ROW_TIMESTAMP = 10, ROW_TIMESTAMPTZ = 11, ROW_LAST = 11
+};
+
+static const char *PLAN_NAME = "replwire.rows.plan";
+
+static void plan_free(PyObject *capsule)
+{
+    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
+    if (plan == NULL) return;
+    for (int i = 0; i < 3; i++) Py_XDECREF(plan->start[i]);
+    for (Py_ssize_t i = 0; i < plan->ncols; i++) {
+        Py_XDECREF(plan->cols[i].key);
+        Py_XDECREF(plan->cols[i].call);
+        Py_XDECREF(plan->cols[i].name);
+    }
+    PyMem_Free(plan);
+}
+
+/* rows_plan(starts, columns): starts a tuple of 3 bytes, columns a tuple of (key, kind, is_key, call, name) */
+static PyObject *c_rows_plan(PyObject *self, PyObject *args)
+{
+    PyObject *starts, *columns;
+    if (!PyArg_ParseTuple(args, "O!O!:rows_plan", &PyTuple_Type, &starts, &PyTuple_Type, &columns)) return NULL;
+    if (PyTuple_GET_SIZE(starts) != 3) {
+        PyErr_SetString(PyExc_ValueError, "rows_plan: three line starts");
+        return NULL;
+    }
+    Py_ssize_t ncols = PyTuple_GET_SIZE(columns);
+    Plan *plan = PyMem_Calloc(1, sizeof(Plan) + (size_t)(ncols > 0 ? ncols : 1) * sizeof(PlanColumn));
+    if (plan == NULL) return PyErr_NoMemory();
+    plan->ncols = 0;
+    PyObject *capsule = PyCapsule_New(plan, PLAN_NAME, plan_free);
+    if (capsule == NULL) {
+        PyMem_Free(plan);
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        PyObject *s = PyTuple_GET_ITEM(starts, i);
+        if (!PyBytes_Check(s)) goto bad;
+        plan->start[i] = Py_NewRef(s);
+    }
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        PyObject *key, *call, *name;
+        int kind, is_key;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU:rows_plan column", &PyBytes_Type, &key, &kind,
+                              &is_key, &call, &name)) goto fail;
+        if (kind < ROW_STRING || kind > ROW_LAST || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
+        plan->cols[i].key = Py_NewRef(key);
+        plan->cols[i].kind = kind;
+        plan->cols[i].is_key = is_key;
+        plan->cols[i].call = Py_NewRef(call);
+        plan->cols[i].name = Py_NewRef(name);
+        plan->ncols = i + 1;
+    }
+    return capsule;
+bad:
+    PyErr_SetString(PyExc_ValueError, "rows_plan: not a row plan");
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+/* -- output ------------------------------------------------------------------------------------------ */
+
+static int out_init(Buf *b, Py_ssize_t cap)
+{
+    b->p = PyMem_Malloc((size_t)cap);
+    if (b->p == NULL) return -1;
+    b->len = 0;
+    b->cap = cap;
+    return 0;
+}
+
+static void out_free(Buf *b)
+{
+    if (b->p != b->small) PyMem_Free(b->p);
+    b->p = NULL;
+}
+
+#define PUT(b, s, k) do { if (put_bytes((b), (const char *)(s), (Py_ssize_t)(k))) goto nomem; } while (0)
+#define PUTS(b, s) PUT(b, s, sizeof(s) - 1)
+#define PUTO(b, o) PUT(b, PyBytes_AS_STRING(o), PyBytes_GET_SIZE(o))
+
+static int put_lsn(Buf *b, uint64_t v)
+{
+    char text[40];
+    int k = snprintf(text, sizeof text, "\"%X/%X\"", (unsigned)(v >> 32), (unsigned)(v & 0xFFFFFFFFu));
+    return put_bytes(b, text, k);
+}
+
+static int put_u64(Buf *b, uint64_t v)
+{
+    char text[24];
+    int k = snprintf(text, sizeof text, "%llu", (unsigned long long)v);
+    return put_bytes(b, text, k);
+}
+
+/* civil date of a day count from 1970-01-01 (H. Hinnant's days_from_civil, inverted) */
+static void civil(int64_t z, int64_t *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t year = (int64_t)yoe + era * 400;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = year + (*m <= 2);
+}
+
+/* a commit time (microseconds since 2000-01-01 UTC) as json_value writes it: the ISO 8601 string of the
+ * datetime in UTC, or the integer where datetime cannot hold it (years 1-9999) */
+static int put_time(Buf *b, int64_t us)
+{
+    char text[48];
+    int k;
+    const int64_t day = INT64_C(86400000000);
+    int64_t days = us / day, rest = us % day;
+    if (rest < 0) {
+        rest += day;
+        days -= 1;
+    }
+    int64_t y = 0;
+    unsigned m = 0, d = 0;
+    int in_range = days > -INT64_C(1000000) && days < INT64_C(3000000);
+    if (in_range) {
+        civil(days + 10957, &y, &m, &d);  /* 10957 days from 1970-01-01 to 2000-01-01 */
+        in_range = y >= 1 && y <= 9999;
+    }
+    if (!in_range) {
+        k = snprintf(text, sizeof text, "%lld", (long long)us);
+        return put_bytes(b, text, k);
+    }
+    int64_t secs = rest / 1000000, micro = rest % 1000000;
+    k = snprintf(text, sizeof text, "\"%04d-%02u-%02uT%02d:%02d:%02d", (int)y, m, d, (int)(secs / 3600),
+                 (int)(secs / 60 % 60), (int)(secs % 60));
+    if (micro) k += snprintf(text + k, sizeof text - (size_t)k, ".%06d", (int)micro);
+    k += snprintf(text + k, sizeof text - (size_t)k, "+00:00\"");
+    return put_bytes(b, text, k);
+}
+
+/* the length of the valid UTF-8 sequence at s (as Python's strict decoder takes it), or 0 */
+static inline Py_ssize_t utf8_length(const unsigned char *s, Py_ssize_t left)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return left >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (left < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && s[1] < 0xA0) return 0;   /* overlong */
+        if (c == 0xED && s[1] >= 0xA0) return 0;  /* a surrogate */
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (left < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+        if (c == 0xF0 && s[1] < 0x90) return 0;   /* overlong */
+        if (c == 0xF4 && s[1] >= 0x90) return 0;  /* beyond U+10FFFF */
+        return 4;
+    }
+    return 0;
+}
+
+/* text (UTF-8) as the JSON string json.encoder.encode_basestring writes (ensure_ascii=False): 1 written,
+ * 0 not valid UTF-8, -1 no memory */
+static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (put_bytes(b, "\"", 1)) return -1;
+    Py_ssize_t i = 0, run = 0;
+    while (i < k) {
+        unsigned c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0x80) {
+            Py_ssize_t u = utf8_length(s + i, k - i);
+            if (u == 0) return 0;
+            i += u;
+            continue;
+        }
+        if (put_bytes(b, (const char *)s + run, i - run)) return -1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        int e = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            esc[1] = 'u'; esc[2] = '0'; esc[3] = '0'; esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+            e = 6;
+        }
+        if (put_bytes(b, esc, e)) return -1;
+        run = ++i;
+    }
+    if (put_bytes(b, (const char *)s + run, k - run) || put_bytes(b, "\"", 1)) return -1;
+    return 1;
+}
+
+/* an integer's text as str(int(text)) writes it, where that is the text itself: 1, or 0 for another form */
+static int plain_integer(const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t i = s[0] == '-' && k > 1;
+    if (k - i < 1 || k > 20) return 0;
+    if (s[i] == '0' && k - i > 1) return 0;
+    if (s[i] == '0' && i) return 0;  /* -0 */
+    for (; i < k; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+static inline int hexval(unsigned c);
+
+static inline int hexval_of(unsigned c)
+{
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    return -1;
+}
+
+static inline int digits(const unsigned char *s, Py_ssize_t k)
+{
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+static inline int number(const unsigned char *s, Py_ssize_t k)
+{
+    int v = 0;
+    for (Py_ssize_t i = 0; i < k; i++) v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+/* numeric text -?(0|[1-9][0-9]*)(.[0-9]+)? that str(Decimal(text)) writes back as it is (no exponent form:
+ * the adjusted exponent at least -6) */
+static int plain_numeric(const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t i = s[0] == '-' && k > 1, dot = -1;
+    if (k > 1000) return 0;
+    for (Py_ssize_t j = i; j < k; j++) {
+        if (s[j] == '.' && dot < 0) dot = j;
+        else if (s[j] < '0' || s[j] > '9') return 0;
+    }
+    Py_ssize_t whole = (dot < 0 ? k : dot) - i;
+    if (whole < 1 || (whole > 1 && s[i] == '0') || dot == k - 1) return 0;
+    if (dot < 0) return 1;
+    Py_ssize_t fraction = k - dot - 1, first = i;  /* the coefficient: the digits without leading zeros */
+    while (first < k && (s[first] == '0' || s[first] == '.')) first++;
+    Py_ssize_t coefficient = 0;
+    for (Py_ssize_t j = first; j < k; j++) coefficient += s[j] != '.';
+    if (coefficient == 0) coefficient = 1;
+    return -fraction + coefficient - 1 >= -6;
+}
+
+static int days_in(int year, int month)
+{
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (month == 2 && (year % 4 == 0 && (year % 100 != 0 || year % 400 == 0))) return 29;
+    return days[month - 1];
+}
+
+/* YYYY-MM-DD, a date datetime.date takes (years 1-9999) */
+static int valid_date(const unsigned char *s)
+{
+    if (!digits(s, 4) || s[4] != '-' || !digits(s + 5, 2) || s[7] != '-' || !digits(s + 8, 2)) return 0;
+    int year = number(s, 4), month = number(s + 5, 2), day = number(s + 8, 2);
+    return year >= 1 && month >= 1 && month <= 12 && day >= 1 && day <= days_in(year, month);
+}
+
+/* HH:MM:SS[.f{1,6}] at s[0:k] as time.isoformat() writes it (the fraction to six digits, left out when it
+ * is zero): 1 written, 0 another form */
+static int put_clock(Buf *b, const unsigned char *s, Py_ssize_t k)
+{
+    if (k < 8 || !digits(s, 2) || s[2] != ':' || !digits(s + 3, 2) || s[5] != ':' || !digits(s + 6, 2)) return 0;
+    if (number(s, 2) > 23 || number(s + 3, 2) > 59 || number(s + 6, 2) > 59) return 0;
+    char fraction[8] = ".000000";
+    int nonzero = 0;
+    if (k > 8) {
+        if (s[8] != '.' || k - 9 < 1 || k - 9 > 6 || !digits(s + 9, k - 9)) return 0;
+        for (Py_ssize_t i = 9; i < k; i++) {
+            fraction[i - 8] = (char)s[i];
+            nonzero |= s[i] != '0';
+        }
+    }
+    if (put_bytes(b, (const char *)s, 8)) return -1;
+    if (nonzero && put_bytes(b, fraction, 7)) return -1;
+    return 1;
+}
+
+/* a value of one of the types written in C where its text has the server's form: 1 written, 0 another
+ * form (the plan's function writes it), -1 no memory */
+static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t mark = b->len;
+    int r = 0;
+    switch (kind) {
+    case ROW_NUMERIC:
+        if (!plain_numeric(s, k)) return 0;
+        r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_UUID:
+        if (k != 36) return 0;
+        for (Py_ssize_t i = 0; i < 36; i++) {
+            int hyphen = i == 8 || i == 13 || i == 18 || i == 23;
+            if (hyphen ? s[i] != '-' : !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+        }
+        r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_BYTEA:
+        if (k < 2 || s[0] != '\\' || s[1] != 'x' || (k - 2) % 2) return 0;
+        if (put_bytes(b, "\"\\\\x", 4)) return -1;
+        for (Py_ssize_t i = 2; i < k; i++) {
+            if (hexval(s[i]) < 0) {
+                b->len = mark;
+                return 0;
+            }
+            char lower = (char)(s[i] >= 'A' && s[i] <= 'F' ? s[i] + 32 : s[i]);
+            if (put_bytes(b, &lower, 1)) return -1;
+        }
+        r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_DATE:
+        if (k != 10 || !valid_date(s)) return 0;
+        r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_TIME:
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_clock(b, s, k);
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    case ROW_TIMESTAMP:
+    case ROW_TIMESTAMPTZ: {
+        Py_ssize_t end = k;
+        if (kind == ROW_TIMESTAMPTZ) {  /* only UTC (+00, +00:00, +00:00:00): another offset moves the time */
+            if (k >= 3 && memcmp(s + k - 3, "+00", 3) == 0) end = k - 3;
+            else if (k >= 6 && memcmp(s + k - 6, "+00:00", 6) == 0) end = k - 6;
+            else if (k >= 9 && memcmp(s + k - 9, "+00:00:00", 9) == 0) end = k - 9;
+            else return 0;
+        }
+        if (end < 19 || s[10] != ' ' || !valid_date(s)) return 0;
+        if (put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, 10) || put_bytes(b, "T", 1)) return -1;
+        r = put_clock(b, s + 11, end - 11);
+        if (r == 1 && kind == ROW_TIMESTAMPTZ) r = put_bytes(b, "+00:00", 6) ? -1 : 1;
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    }
+    if (r == 0) b->len = mark;
+    return r;
+}
+
+/* one text value of column c: 1 written, 0 declined, -1 an error */
+static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssize_t k)
+{
+    if (c->kind > ROW_CALL) {
+        int r = put_typed(b, c->kind, s, k);
+        if (r != 0) return r;
+    }
+    switch (c->kind) {
+    case ROW_STRING:
+        return put_string(b, s, k);
+    case ROW_INT:
+        if (!plain_integer(s, k)) return 0;
+        return put_bytes(b, (const char *)s, k) ? -1 : 1;
+    case ROW_BOOL:
+        if (k == 1 && s[0] == 't') return put_bytes(b, "true", 4) ? -1 : 1;
+        return put_bytes(b, "false", 5) ? -1 : 1;
+    default: {
+        PyObject *data = PyBytes_FromStringAndSize((const char *)s, k);
+        if (data == NULL) return -1;
+        PyObject *text = PyObject_CallOneArg(c->call, data);
+        Py_DECREF(data);
+        if (text == NULL) {  /* the Python path raises it again, in its place */
+            PyErr_Clear();
+            return 0;
+        }
+        Py_ssize_t size;
+        const char *utf8 = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
+        int result = 0;
+        if (utf8 != NULL) result = put_bytes(b, utf8, size) ? -1 : 1;
+        else PyErr_Clear();
+        Py_DECREF(text);
+        return result;
+    }
+    }
+}
+
+/* a row image (the TupleData whose items start at ``at``, count columns) as RowJson writes it: 1 written,
+ * 0 declined, -1 an error; unchanged TOASTed columns go to toasted (when not NULL) */
+static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at,
+                   Py_ssize_t count, int only_keys, Py_ssize_t *toasted, Py_ssize_t *ntoasted)
+{
+    Field col[2];
+    int first = 1;
+    if (put_bytes(b, "{", 1)) return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        at = r_TupleColumn(d, n, at, col);
+        if (at < 0) return 0;
+        const PlanColumn *c = &plan->cols[i];
+        if (only_keys && !c->is_key) continue;
+        int kind = (int)col[F_TupleColumn_kind].v;
+        if (kind == 'u') {
+            if (toasted != NULL) toasted[(*ntoasted)++] = i;
+            continue;
+        }
+        if (kind == 'b') return 0;
+        if ((!first && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(c->key), PyBytes_GET_SIZE(c->key)))
+            return -1;
+        first = 0;
+        if (kind == 'n') {
+            if (put_bytes(b, "null", 4)) return -1;
+            continue;
+        }
+        int r = put_value(b, c, d + col[F_TupleColumn_data].at, col[F_TupleColumn_data].len);
+        if (r != 1) return r;
+    }
+    return put_bytes(b, "}", 1) ? -1 : 1;
+}
+
+/* -- the CSV rows ------------------------------------------------------------------------------------- */
+
+/* each byte's value as a hex digit, 16 for a byte that is none */
+static unsigned char HEX[256];
+
+static void hex_init(void)
+{
+    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval_of((unsigned)c) < 0 ? 16 : hexval_of((unsigned)c));
+}
+
+static inline int hexval(unsigned c) { return hexval_of(c); }
+
+/* the hex digits s[0:k] of 1 to 8 characters as a number, or -1 */
+static int64_t hex_number(const unsigned char *s, Py_ssize_t k)
+{
+    if (k < 1 || k > 8) return -1;
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int h = hexval(s[i]);
+        if (h < 0) return -1;
+        v = (v << 4) | h;
+    }
+    return v;
+}
+
+/* one row ``lsn,xid,\x<hex>`` (s[0:k], its line end stripped) as _copy_csv_rows reads it: its LSN and its
+ * data decoded into *row (which grows to hold it); 1, or 0 for a row of another form, -1 no memory */
+static int csv_row(const unsigned char *s, Py_ssize_t k, uint64_t *lsn, unsigned char **row, Py_ssize_t *cap,
+                   Py_ssize_t *size)
+{
+    const unsigned char *c1 = memchr(s, ',', (size_t)k);
+    if (c1 == NULL) return 0;
+    const unsigned char *c2 = memchr(c1 + 1, ',', (size_t)(k - (c1 + 1 - s)));
+    if (c2 == NULL || memchr(c2 + 1, ',', (size_t)(k - (c2 + 1 - s))) != NULL) return 0;
+    const unsigned char *slash = memchr(s, '/', (size_t)(c1 - s));
+    if (slash == NULL) return 0;
+    int64_t hi = hex_number(s, slash - s), lo = hex_number(slash + 1, c1 - slash - 1);
+    if (hi < 0 || lo < 0) return 0;
+    Py_ssize_t xid = c2 - c1 - 1;
+    if (xid < 1 || xid > 10) return 0;
+    for (const unsigned char *x = c1 + 1; x < c2; x++)
+        if (*x < '0' || *x > '9') return 0;
+    const unsigned char *hex = c2 + 1;
+    Py_ssize_t digits = k - (hex - s);
+    if (digits < 2 || hex[0] != '\\' || hex[1] != 'x') return 0;
+    hex += 2;
+    digits -= 2;
+    if (digits % 2 || digits == 0) return 0;
+    Py_ssize_t bytes = digits / 2;
+    if (bytes > *cap) {
+        unsigned char *grown = PyMem_Realloc(*row, (size_t)bytes);
+        if (grown == NULL) return -1;
+        *row = grown;
+        *cap = bytes;
+    }
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < bytes; i++) {  /* (the digits' values from a table; any non-digit marks bad) */
+        int a = HEX[hex[2 * i]], z = HEX[hex[2 * i + 1]];
+        bad |= a | z;
+        (*row)[i] = (unsigned char)((a << 4) | (z & 15));
+    }
+    if (bad & 16) return 0;
+    *lsn = ((uint64_t)hi << 32) | (uint64_t)lo;
+    *size = bytes;
+    return 1;
+}
+
+/* -- capture file records ----------------------------------------------------------------------------- */
+
+/* Where a capture record's parts lie, as replwire.codec.io.capture_file's plan derives them from the
+ * declaration (schema/capture.py) and hands them over: the head's size, the offset and size of its LSN
+ * and of the data's length in it, then the data, then the CRC-32 (zlib's) of head and data. */
+typedef struct {
+    Py_ssize_t head, lsn_at, lsn_size, len_at, len_size, crc_size;
+} Frame;
+
+/* CRC-32 (zlib's: the reflected polynomial 0xEDB88320), four bytes a step: CRC_TABLE[0] is the byte-wise
+ * table, CRC_TABLE[j] that of a byte followed by j zero bytes */
+static uint32_t CRC_TABLE[4][256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        CRC_TABLE[0][i] = c;
+    }
+    for (int j = 1; j < 4; j++)
+        for (int i = 0; i < 256; i++)
+            CRC_TABLE[j][i] = (CRC_TABLE[j - 1][i] >> 8) ^ CRC_TABLE[0][CRC_TABLE[j - 1][i] & 0xFF];
+}
+
+static uint32_t crc32_of(const unsigned char *s, Py_ssize_t k)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    Py_ssize_t i = 0;
+    for (; i + 4 <= k; i += 4) {
+        c ^= (uint32_t)s[i] | (uint32_t)s[i + 1] << 8 | (uint32_t)s[i + 2] << 16 | (uint32_t)s[i + 3] << 24;
+        c = CRC_TABLE[3][c & 0xFF] ^ CRC_TABLE[2][(c >> 8) & 0xFF] ^ CRC_TABLE[1][(c >> 16) & 0xFF]
+            ^ CRC_TABLE[0][c >> 24];
+    }
+    for (; i < k; i++) c = CRC_TABLE[0][(c ^ s[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static uint64_t rd_be(const unsigned char *s, Py_ssize_t size)
+{
+    uint64_t v = 0;
+    for (Py_ssize_t i = 0; i < size; i++) v = (v << 8) | s[i];
+    return v;
+}
+
+/* the capture record at s[0:k]: 1 (its LSN, data and size set), 0 a record the row path does not take
+ * (corrupt: the Python reader reports it), 2 more input is needed to tell */
+static int capture_record(const Frame *f, const unsigned char *s, Py_ssize_t k, uint64_t *lsn,
+                          const unsigned char **data, Py_ssize_t *n, Py_ssize_t *size)
+{
+    if (k < f->head + f->crc_size) return 2;
+    uint64_t length = rd_be(s + f->len_at, f->len_size);
+    if (length > (uint64_t)(k - f->head - f->crc_size)) return 2;
+    Py_ssize_t end = f->head + (Py_ssize_t)length;
+    if (crc32_of(s, end) != (uint32_t)rd_be(s + end, f->crc_size)) return 0;
+    *lsn = rd_be(s + f->lsn_at, f->lsn_size);
+    *data = s + f->head;
+    *n = (Py_ssize_t)length;
+    *size = end + f->crc_size;
+    return 1;
+}
+
+/* -- a transaction ------------------------------------------------------------------------------------ */
+
+/* One change buffered until its Commit: its line up to the "lsn" value in tx[begin:split], the rest from
+ * its first row image on in tx[split:end]; the Commit's keys go between the two. */
+typedef struct {
+    Py_ssize_t begin, split, end;
+} Pending;
+
+typedef struct {
+    Buf tx;
+    Pending *pending;
+    Py_ssize_t npending, cap;
+    Py_ssize_t *toasted;
+    Py_ssize_t toasted_cap;
+} Scratch;
+
+/* one row change (d[0:n], its tag 'I', 'U' or 'D') of a transaction with xid, at lsn: 1 buffered, 0
+ * declined, -1 an error */
+static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
+                  uint64_t lsn)
+{
+    Field F[5];
+    int op;
+    Py_ssize_t relation, key, old, new_;
+    if (d[0] == 'I') {
+        if (!s_Insert(d, n, pv, 0, F)) return 0;
+        op = 0; relation = F_Insert_relation_id; key = old = -1; new_ = F_Insert_new;
+    } else if (d[0] == 'U') {
+        if (!s_Update(d, n, pv, 0, F)) return 0;
+        op = 1; relation = F_Update_relation_id; key = F_Update_key; old = F_Update_old; new_ = F_Update_new;
+    } else {
+        if (!s_Delete(d, n, pv, 0, F)) return 0;
+        op = 2; relation = F_Delete_relation_id; key = F_Delete_key; old = F_Delete_old; new_ = -1;
+    }
+    PyObject *oid = PyLong_FromUnsignedLongLong(F[relation].v);
+    if (oid == NULL) return -1;
+    PyObject *capsule = PyDict_GetItemWithError(plans, oid);
+    Py_DECREF(oid);
+    if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
+    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
+    if (plan == NULL) return -1;
+    Py_ssize_t images[3] = {new_, key, old};
+    for (int i = 0; i < 3; i++)  /* the decoder's check: every tuple as wide as its Relation */
+        if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != plan->ncols) return 0;
+    if (w->npending == w->cap) {
+        Py_ssize_t cap = w->cap ? w->cap * 2 : 64;
+        Pending *grown = PyMem_Realloc(w->pending, (size_t)cap * sizeof(Pending));
+        if (grown == NULL) return -1;
+        w->pending = grown;
+        w->cap = cap;
+    }
+    if (plan->ncols > w->toasted_cap) {
+        Py_ssize_t *grown = PyMem_Realloc(w->toasted, (size_t)plan->ncols * sizeof(Py_ssize_t));
+        if (grown == NULL) return -1;
+        w->toasted = grown;
+        w->toasted_cap = plan->ncols;
+    }
+    Buf *b = &w->tx;
+    Pending *line = &w->pending[w->npending];
+    line->begin = b->len;
+    PUTO(b, plan->start[op]);
+    if (put_u64(b, xid)) goto nomem;
+    PUTS(b, ",\"lsn\":");
+    if (lsn) {
+        if (put_lsn(b, lsn)) goto nomem;
+    } else PUTS(b, "null");
+    line->split = b->len;
+    Py_ssize_t ntoasted = 0;
+    int r = 1;
+    if (new_ >= 0) {
+        PUTS(b, ",\"new\":");
+        r = put_row(b, plan, d, n, F[new_].at, plan->ncols, 0, w->toasted, &ntoasted);
+    }
+    if (r == 1 && key >= 0 && F[key].present) {
+        PUTS(b, ",\"key\":");
+        r = put_row(b, plan, d, n, F[key].at, plan->ncols, 1, NULL, NULL);
+    } else if (r == 1 && old >= 0 && F[old].present) {
+        PUTS(b, ",\"old\":");
+        r = put_row(b, plan, d, n, F[old].at, plan->ncols, 0, NULL, NULL);
+        if (r == 1) {
+            PUTS(b, ",\"key\":");
+            r = put_row(b, plan, d, n, F[old].at, plan->ncols, 1, NULL, NULL);
+        }
+    }
+    if (r != 1) return r;
+    if (ntoasted) {
+        PUTS(b, ",\"unchanged_toast\":[");
+        for (Py_ssize_t i = 0; i < ntoasted; i++) {
+            PyObject *name = plan->cols[w->toasted[i]].key;
+            if (i) PUTS(b, ",");
+            PUT(b, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name) - 1);  /* the key without its ':' */
+        }
+        PUTS(b, "]");
+    }
+    PUTS(b, "}\n");
+    line->end = b->len;
+    w->npending++;
+    return 1;
+nomem:
+    return -1;
+}
+
+/* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, text, records, transactions,
+ * changes, repeated, last_end, declined): the whole transactions of the records in data -- COPY-CSV rows, or
+ * capture file records laid out as ``frame`` says (a tuple of the Frame's fields) -- (``final``: data ends
+ * at the end of the input, so a last row without a line end is whole), their JSON lines in text; consumed
+ * is where the rows not taken start, declined whether the row there is one for the Python path (else more
+ * input is needed).  last_end is the end LSN of the last transaction printed (-1: none); a transaction
+ * ending at or before it is counted in repeated, not printed. */
+static PyObject *c_rows_run(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int final, pv;
+    PyObject *plans, *framing;
+    long long last_in;
+    Frame frame = {0};
+    if (!PyArg_ParseTuple(args, "y*pO!iLO:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing))
+        return NULL;
+    int capture = framing != Py_None;
+    if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:rows_run frame", &frame.head, &frame.lsn_at, &frame.lsn_size,
+                                      &frame.len_at, &frame.len_size, &frame.crc_size)
+                    || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
+                    || frame.crc_size != 4 || frame.lsn_at < 0 || frame.len_at < 0
+                    || frame.lsn_at + frame.lsn_size > frame.head || frame.len_at + frame.len_size > frame.head)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_run: not a record frame");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (capture && CRC_TABLE[0][1] == 0) crc_init();
+    if (HEX['f'] != 15) hex_init();
+    const unsigned char *s = view.buf;
+    Py_ssize_t size = view.len, pos = 0, row_cap = 0;
+    Py_ssize_t records = 0, transactions = 0, changes = 0, repeated = 0;
+    int have_last = last_in >= 0, declined = 0;
+    uint64_t last_end = have_last ? (uint64_t)last_in : 0;
+    unsigned char *row = NULL;
+    Scratch w = {0};
+    Buf out = {0};
+    PyObject *result = NULL;
+    if (out_init(&out, size / 2 + 256) || out_init(&w.tx, 4096)) goto nomem;
+    while (pos < size) {
+        Py_ssize_t at = pos, taken = 0;
+        int state = 0;  /* 0 before the Begin, 1 inside */
+        uint64_t xid = 0;
+        w.tx.len = 0;
+        w.npending = 0;
+        for (;;) {
+            if (at >= size) goto more;
+            uint64_t lsn;
+            Py_ssize_t n, end;
+            const unsigned char *d;
+            int r;
+            if (capture) {
+                Py_ssize_t k;
+                r = capture_record(&frame, s + at, size - at, &lsn, &d, &n, &k);
+                if (r == 2) {
+                    if (final) goto decline;  /* a torn tail: the Python reader reports it */
+                    goto more;
+                }
+                if (r == 0 || n == 0) goto decline;
+                end = at + k;
+            } else {
+                const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
+                if (nl == NULL && !final) goto more;
+                end = nl ? nl - s + 1 : size;
+                Py_ssize_t k = end - at;
+                while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
+                r = csv_row(s + at, k, &lsn, &row, &row_cap, &n);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                d = row;
+            }
+            Field F[4];
+            taken++;
+            at = end;
+            if (state == 0) {
+                if (d[0] != 'B' || !s_Begin(d, n, pv, 0, F)) goto decline;
+                xid = F[F_Begin_xid].v;
+                state = 1;
+                continue;
+            }
+            if (d[0] == 'I' || d[0] == 'U' || d[0] == 'D') {
+                r = change(&w, plans, pv, d, n, xid, lsn);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                continue;
+            }
+            if (d[0] != 'C' || !s_Commit(d, n, pv, 0, F)) goto decline;
+            /* the Commit: print the transaction, unless a resume sent it again */
+            uint64_t end_lsn = F[F_Commit_end_lsn].v;
+            if (end_lsn > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
+            records += taken;
+            pos = at;
+            transactions++;
+            if (have_last && end_lsn <= last_end) {
+                repeated++;
+                break;
+            }
+            have_last = 1;
+            last_end = end_lsn;
+            Buf tail;
+            tail.p = tail.small;
+            tail.len = 0;
+            tail.cap = sizeof tail.small;
+            PUTS(&tail, ",\"commit_lsn\":");
+            if (put_lsn(&tail, F[F_Commit_commit_lsn].v)) goto nomem;
+            PUTS(&tail, ",\"commit_time\":");
+            if (put_time(&tail, (int64_t)F[F_Commit_commit_time].v)) goto nomem;
+            for (Py_ssize_t i = 0; i < w.npending; i++) {
+                Pending *line = &w.pending[i];
+                if (put_bytes(&out, w.tx.p + line->begin, line->split - line->begin)
+                    || put_bytes(&out, tail.p, tail.len)
+                    || put_bytes(&out, w.tx.p + line->split, line->end - line->split)) {
+                    out_free(&tail);
+                    goto nomem;
+                }
+            }
+            out_free(&tail);
+            changes += w.npending;
+            break;
+        }
+        continue;
+    decline:
+        declined = 1;
+    more:
+        break;
+    }
+    transactions -= repeated;
+    PyObject *text = PyUnicode_DecodeUTF8(out.p, out.len, NULL);
+    if (text == NULL) goto done;
+    result = Py_BuildValue("(nNnnnnLi)", pos, text, records, transactions, changes, repeated,
+                           have_last ? (long long)last_end : -1LL, declined);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    PyMem_Free(row);
+    out_free(&out);
+    out_free(&w.tx);
+    PyMem_Free(w.pending);
+    PyMem_Free(w.toasted);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* -- one row image from parsed columns (RowJson) --------------------------------------------------------- */
+
+/* rows_row(plan, columns, only_keys, toasted) -> str or None: the JSON object of a row image given as the
+ * list of TupleColumn objects the codec parsed (RowJson's call), the names of its unchanged TOASTed
+ * columns appended to the list toasted (unless None); None where the row path does not take it (a binary
+ * value, a value of a form it does not write, anything not exactly as the parse makes it): RowJson's
+ * Python writer then writes it, or raises its error. */
+static PyObject *c_rows_row(PyObject *self, PyObject *args)
+{
+    PyObject *capsule, *columns, *toasted;
+    int only_keys;
+    if (!PyArg_ParseTuple(args, "OOpO:rows_row", &capsule, &columns, &only_keys, &toasted)) return NULL;
+    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
+    if (plan == NULL) return NULL;
+    if (!READY || !PyList_CheckExact(columns) || (toasted != Py_None && !PyList_CheckExact(toasted)))
+        Py_RETURN_NONE;
+    Py_ssize_t count = PyList_GET_SIZE(columns), ntoasted = 0;
+    if (count > plan->ncols) count = plan->ncols;
+    Py_ssize_t *marks = PyMem_Malloc((size_t)(count > 0 ? count : 1) * sizeof(Py_ssize_t));
+    Buf b = {0};
+    PyObject *result = NULL;
+    int first = 1;
+    if (marks == NULL || out_init(&b, 256)) goto nomem;
+    PUTS(&b, "{");
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *column = PyList_GET_ITEM(columns, i);
+        if (Py_TYPE(column) != K_TupleColumn) goto decline;
+        const PlanColumn *c = &plan->cols[i];
+        if (only_keys && !c->is_key) continue;
+        PyObject *kind = SLOT(column, O_TupleColumn_kind), *data = SLOT(column, O_TupleColumn_data);
+        if (kind == NULL || !PyUnicode_Check(kind) || PyUnicode_GET_LENGTH(kind) != 1) goto decline;
+        Py_UCS4 k = PyUnicode_READ_CHAR(kind, 0);
+        if (k == 'u') {
+            if (toasted != Py_None) marks[ntoasted++] = i;
+            continue;
+        }
+        if (k != 'n' && (k != 't' || data == NULL || !PyBytes_CheckExact(data))) goto decline;
+        if (!first) PUTS(&b, ",");
+        first = 0;
+        PUTO(&b, c->key);
+        if (k == 'n') {
+            PUTS(&b, "null");
+            continue;
+        }
+        int r = put_value(&b, c, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        if (r < 0) goto nomem;
+        if (r == 0) goto decline;
+    }
+    PUTS(&b, "}");
+    result = PyUnicode_DecodeUTF8(b.p, b.len, NULL);
+    if (result == NULL) goto done;
+    for (Py_ssize_t i = 0; i < ntoasted; i++)
+        if (PyList_Append(toasted, plan->cols[marks[i]].name) < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+    goto done;
+decline:
+    result = Py_NewRef(Py_None);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    PyMem_Free(marks);
+    out_free(&b);
+    return result;
+}

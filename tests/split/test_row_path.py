@@ -1,0 +1,422 @@
+"""The compiled row path (``committed(..., lines=...)`` on COPY-CSV input: plain transactions written to JSON
+lines in C) prints what the Python path prints, byte for byte, and fails where and as it fails: on every
+stream real PostgreSQL 15 and 18 servers sent, on the benchmark's synthetic stream, on streams of every
+value form Hypothesis draws, on corrupted streams, and across a resume.  The Python path is itself held
+to the typed objects (:mod:`tests.stream.test_json_lines`); here the real streams are held to those too."""
+
+from __future__ import annotations
+
+import pathlib
+import string
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench import corpus
+from replwire.codec import LSN, Begin, Commit, Delete, Insert, Relation, RelationColumn, Timestamp, TupleColumn, Update
+from replwire.codec import build as build_message
+from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
+from replwire.codec.split import Written, committed, open_inputs
+from replwire.codec.stream import jsonl
+from replwire.codec.stream.assembler import Assembler, Transaction
+from replwire.codec.stream.values import RowSchema
+from replwire.codec.wire import fast
+
+COMPILED = fast.ROWS is not None
+
+
+FORMS = ["copy-csv", "capture"]
+
+
+def write_csv(path, rows) -> None:
+    """``(lsn, xid, data)`` rows as the COPY-CSV of pg_logical_slot_peek_binary_changes."""
+    with open(path, "w") as out:
+        for lsn, xid, data in rows:
+            out.write(f"{LSN(lsn)},{xid},\\x{data.hex()}\n")
+
+
+def write_stream(path, rows, form, proto_version):
+    """``(lsn, xid, data)`` rows as a file of ``form``; its path."""
+    if form == "copy-csv":
+        write_csv(path, rows)
+    else:
+        with CaptureWriter(path, CaptureHeader(proto_version=proto_version, server_version=180000)) as writer:
+            for lsn, xid, data in rows:
+                writer.append(lsn, xid, data)
+    return path
+
+
+def decode(paths, proto_version, *, row_path):
+    """What ``replwire decode`` prints for ``paths`` (JSON lines), its counts (transactions, changes, repeated,
+    lines written by the row path, torn tails) and the error it stops with, if any (class and text)."""
+    out: list[str] = []
+    counts = {"transactions": 0, "changes": 0, "repeated": 0, "written": 0, "tails": []}
+
+    def repeated(item) -> None:
+        counts["repeated"] += 1
+
+    def tail(path, problem) -> None:
+        counts["tails"].append((path, str(problem)))
+
+    try:
+        inputs = open_inputs(paths, None if str(paths[0]).endswith(".rwc") else proto_version)
+        writer = jsonl.JsonLines(inputs[0].encoding)
+        if not row_path:  # the Python path all through: RowJson's Python writer too
+            writer.rows._compiled = None
+        for item in committed(inputs, rows=False, repeated=repeated, tail=tail,
+                              lines=writer if row_path else None):
+            if isinstance(item, Written):
+                out.append(item.text)
+                counts["transactions"] += item.transactions
+                counts["changes"] += item.changes
+                counts["repeated"] += item.repeated
+                counts["written"] += item.changes
+                continue
+            counts["transactions"] += isinstance(item, Transaction)
+            for line in writer(item):
+                out.append(line + "\n")
+                counts["changes"] += 1
+    except Exception as error:  # noqa: BLE001 - compared between the two paths
+        return "".join(out), counts, (type(error), str(error))
+    return "".join(out), counts, None
+
+
+def same(paths, proto_version):
+    """Both paths on ``paths``: equal text, counts and error; returns the row path's."""
+    text, counts, error = decode(paths, proto_version, row_path=True)
+    expected_text, expected_counts, expected_error = decode(paths, proto_version, row_path=False)
+    assert error == expected_error
+    assert text.splitlines() == expected_text.splitlines()
+    assert text == expected_text
+    assert {k: v for k, v in counts.items() if k != "written"} == {k: v for k, v in expected_counts.items()
+                                                                    if k != "written"}
+    assert expected_counts["written"] == 0
+    return text, counts, error
+
+
+def typed_lines(messages, proto_version):
+    """The reference: the typed objects (values loaded by psycopg) as JSON."""
+    assembler = Assembler(proto_version=proto_version)
+    return "".join(jsonl.ENCODE(obj) + "\n" for data, lsn in messages for item in assembler.feed(data, lsn)
+                   for obj in jsonl.objects(item))
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("form", FORMS)
+def test_real_streams(pg_captures, tmp_path, form):
+    written = 0
+    for n, capture in enumerate(pg_captures.captures):
+        path = write_stream(tmp_path / f"{n}.{SUFFIX[form]}", [(int(LSN(lsn)), xid, data)
+                                                               for lsn, xid, data in capture.rows],
+                            form, capture.proto_version)
+        text, counts, error = same([path], capture.proto_version)
+        assert error is None, capture.config
+        messages = [(data, int(LSN(lsn)) or None) for lsn, _, data in capture.rows]
+        assert text == typed_lines(messages, capture.proto_version), capture.config
+        written += counts["written"]
+    assert written > 100 or not COMPILED
+
+
+def synthetic_rows(count: int):
+    return [(0x1_6000_0000 + 40 * i, 1000 + i, item.data) for i, item in enumerate(corpus.synthetic(count).items)]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_synthetic_stream(tmp_path, form):
+    rows = synthetic_rows(20_000)
+    path = write_stream(tmp_path / f"stream.{SUFFIX[form]}", rows, form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None
+    assert text == typed_lines([(data, lsn) for lsn, _, data in rows], 1)
+    assert counts["changes"] > 10_000
+    if COMPILED:  # the row path wrote nearly all: the Assembler took only the transactions with a Relation
+        assert counts["written"] > 0.9 * counts["changes"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_resume_prints_a_transaction_once(tmp_path, form):
+    rows = synthetic_rows(3_000)
+    again = next(i for i in range(1_000, 2_000) if rows[i][2][:1] == b"B")
+    first = write_stream(tmp_path / f"a.{SUFFIX[form]}", rows[:2_000], form, 1)
+    second = write_stream(tmp_path / f"b.{SUFFIX[form]}", rows[again:], form, 1)  # sent again from a Begin before
+    text, counts, error = same([first, second], 1)
+    assert error is None and counts["repeated"] > 50
+    whole = write_stream(tmp_path / f"whole.{SUFFIX[form]}", rows, form, 1)
+    assert text == decode([whole], 1, row_path=True)[0]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_transaction_longer_than_a_read(tmp_path, form):
+    """A transaction of more than one read (1 MiB) of the input."""
+    begin = Begin(final_lsn=LSN(0x5000), commit_time=Timestamp(1), xid=7)
+    relation = Relation(relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=[RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1),
+                                 RelationColumn(flags=0, name="v", type_id=25, type_modifier=-1)])
+    rows = [begin, relation, Commit(flags=0, commit_lsn=LSN(0x5000), end_lsn=LSN(0x5010), commit_time=Timestamp(1)),
+            Begin(final_lsn=LSN(0x6000), commit_time=Timestamp(2), xid=8)]
+    rows += [Insert(relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x" * 2000)]) for i in range(800)]
+    rows += [Commit(flags=0, commit_lsn=LSN(0x6000), end_lsn=LSN(0x6010), commit_time=Timestamp(2))]
+    path = write_stream(tmp_path / f"long.{SUFFIX[form]}",
+                        [(0x100 + i, 7, build_message(m, proto_version=1)) for i, m in enumerate(rows)], form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None and counts["changes"] == 800
+    assert counts["written"] == (800 if COMPILED else 0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_transaction_longer_than_the_row_path_takes(tmp_path, form, monkeypatch):
+    """A transaction of more input than the row path holds at once goes to the Assembler (which spills a big
+    one to a file), the transactions around it to the row path."""
+    from replwire.codec.split import decode as split_decode
+
+    monkeypatch.setattr(split_decode, "_CHUNK", 1 << 14)
+    monkeypatch.setattr(split_decode, "_MOST", 1 << 16)
+    rows = synthetic_rows(2_000)
+    relation_end = max(i for i, (_, _, data) in enumerate(rows[:200]) if data[:1] == b"R")
+    start = next(i for i in range(relation_end, 2_000) if rows[i][2][:1] == b"B")
+    commit = next(i for i in range(start, 2_000) if rows[i][2][:1] == b"C")
+    big = [rows[start + 1]] * 600  # one insert, many times: about 100 KiB of input
+    rows = rows[:start + 1] + big + rows[commit:]
+    path = write_stream(tmp_path / f"big.{SUFFIX[form]}", rows, form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None and '"op":"insert"' in text
+    if COMPILED:
+        assert 0 < counts["written"] <= counts["changes"] - 600
+
+
+# -- every value form: drawn streams over columns of many types -----------------------------------------------
+
+#: column types by OID: text, varchar, name, int2/4/8, bool, numeric, float8, date, timestamptz, uuid, bytea,
+#: jsonb, oid 999999 (unknown to the loaders: kept as text)
+TYPES = [25, 1043, 19, 21, 23, 20, 16, 1700, 701, 1082, 1083, 1114, 1184, 2950, 17, 3802, 999_999]
+SAMPLES = {
+    23: ["-0", "007", "+5", " 1", "1_0", "x", "-2147483648", "0", "12"],
+    20: ["9" * 25, "-", "0", "-9223372036854775808", "9223372036854775807"],
+    21: ["-32768", "00"],
+    16: ["t", "f", "x", "true"],
+    1700: ["1.50", "-0.000", "0.0000001", "0.000001", "0.00000000", "NaN", "12345678901234567890.5", "1e5", "abc",
+           "Infinity", "-Infinity", "-0", "0", "007", "5.", "-.5", "123.000000001", "0.00000100", "-", "1.2.3"],
+    701: ["1.5", "-0", "Infinity", "NaN", "1e308", "x", "0.1"],
+    1082: ["2024-02-29", "2023-02-29", "infinity", "0099-01-01 BC", "2024-13-01", "0000-01-01", "9999-12-31",
+           "2024-04-31", "2024-4-01"],
+    1083: ["12:00:00", "23:59:59.999999", "24:00:00", "12:00:00.5", "12:00:00.000", "12:00:60", "12:00", "1:00:00",
+           "12:00:00.1234567"],
+    1114: ["2024-02-29 12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.000000", "infinity",
+           "2024-02-29T12:00:00", "2024-02-30 12:00:00", "2024-02-29 12:00:00 BC", "10000-01-01 00:00:00"],
+    1184: ["2024-02-29 12:00:00.5+01", "2024-02-29 12:00:00+00", "infinity", "bad", "2024-02-29 12:00:00.25+00:00",
+           "2024-02-29 12:00:00+00:00:00", "2024-02-29 12:00:00-00", "2024-02-29 23:59:59.999999+00",
+           "2024-02-29 12:00:00+05:30", "0001-01-01 00:00:00+00", "2024-02-29 12:00:00+0000"],
+    2950: ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11", "x",
+           "a0eebc999c0b4ef8bb6d6bb9bd380a11", "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+           "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1g"],
+    17: ["\\x00ff", "\\xABCD", "\\x0", "plain", "\\x", "\\xzz", "\\X00"],
+    3802: ['{"a": [1, 2.5, "\\u00e9"]}', "[]", "nul", '"\\ud800"'],
+}
+VALUE_TEXT = {23: st.one_of(st.integers(-2**31, 2**31 - 1).map(str), st.sampled_from(SAMPLES[23])),
+              20: st.one_of(st.integers(-2**63, 2**63 - 1).map(str), st.sampled_from(SAMPLES[20])),
+              **{type_id: st.sampled_from(samples) for type_id, samples in SAMPLES.items() if type_id not in (23, 20)}}
+TEXT = st.one_of(st.text(alphabet=string.printable + "\x00\x01\x1f\x7f é€𝄞\u2028\"\\"),
+                 st.text()).map(lambda s: s.encode("utf-8", "surrogatepass"))
+RAW = st.binary(max_size=8)  # not always UTF-8
+
+
+def column_value(type_id):
+    text = VALUE_TEXT.get(type_id)
+    data = TEXT if text is None else st.one_of(text.map(str.encode), TEXT)
+    return st.one_of(
+        data.map(lambda b: TupleColumn(kind="t", data=b)),
+        RAW.map(lambda b: TupleColumn(kind="t", data=b)),
+        st.just(TupleColumn.null()), st.just(TupleColumn.unchanged_toast()),
+        # binary (the Python path's): a value of the type's width (psycopg's binary loaders read the width of
+        # their type whatever the length given)
+        st.just(TupleColumn(kind="b", data=b"\x00\x00\x00\x01")) if type_id in (23, 25) else st.nothing())
+
+
+@st.composite
+def streams(draw):
+    """A stream of plain transactions over two drawn tables, as (lsn, xid, data) rows."""
+    tables = {}
+    for relation_id in (16_400, 16_401):
+        types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=6))
+        names = draw(st.lists(st.text(alphabet="abcé\"\\\n", min_size=1, max_size=4), min_size=len(types),
+                              max_size=len(types), unique=True))
+        columns = [RelationColumn(flags=draw(st.sampled_from([0, 1])), name=name, type_id=type_id, type_modifier=-1)
+                   for name, type_id in zip(names, types)]
+        tables[relation_id] = Relation(relation_id=relation_id, namespace=draw(st.sampled_from(["", "public", "s\"é"])),
+                                       name=draw(st.sampled_from(["t", "ü\\n"])), replica_identity="d",
+                                       columns=columns)
+    lsn = draw(st.sampled_from([0x100, 0x1_0000_0000]))
+    when = draw(st.sampled_from([0, 1, -1, 848_561_712_500_000, -63_082_281_600_000_000, 2**63 - 1,
+                                 252_455_615_999_999_999, 252_455_616_000_000_000]))
+    # the Relations in a transaction of their own (what the Assembler takes), or with the first change
+    described: set[int] = set()
+    messages: list = []
+    if draw(st.booleans()):
+        described = set(tables)
+        messages += [Begin(final_lsn=LSN(lsn), commit_time=Timestamp(when), xid=99), *tables.values(),
+                     Commit(flags=0, commit_lsn=LSN(lsn), end_lsn=LSN(lsn + 8), commit_time=Timestamp(when))]
+    for xid in range(draw(st.integers(1, 6))):
+        messages.append(Begin(final_lsn=LSN(lsn), commit_time=Timestamp(when), xid=xid))
+        for _ in range(draw(st.integers(0, 3))):
+            relation_id = draw(st.sampled_from(sorted(tables)))
+            relation = tables[relation_id]
+            if relation_id not in described:
+                described.add(relation_id)
+                messages.append(relation)
+
+            def row():
+                return [draw(column_value(c.type_id)) for c in relation.columns]  # noqa: B023
+            kind = draw(st.sampled_from(["insert", "update", "update-key", "update-old", "delete", "delete-old"]))
+            if kind == "insert":
+                messages.append(Insert(relation_id=relation_id, new=row()))
+            elif kind.startswith("update"):
+                messages.append(Update(relation_id=relation_id, key=row() if kind == "update-key" else None,
+                                       old=row() if kind == "update-old" else None, new=row()))
+            else:
+                messages.append(Delete(relation_id=relation_id, key=None if kind == "delete-old" else row(),
+                                       old=row() if kind == "delete-old" else None))
+        lsn += 0x100
+        messages.append(Commit(flags=0, commit_lsn=LSN(lsn), end_lsn=LSN(lsn + 8), commit_time=Timestamp(when)))
+    return [(lsn + i, 5, build_message(m, proto_version=1)) for i, m in enumerate(messages)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=streams(), form=st.sampled_from(FORMS))
+def test_drawn_values(tmp_path_factory, rows, form):
+    same([write_stream(tmp_path_factory.mktemp("drawn") / f"stream.{SUFFIX[form]}", rows, form, 1)], 1)
+
+
+def row_json_outcome(row_json, schema, columns, only_keys):
+    toasted: list[str] = []
+    try:
+        return row_json(schema, columns, only_keys=only_keys, toasted=toasted), toasted
+    except Exception as error:  # noqa: BLE001 - compared between the two writers
+        return (type(error), str(error)), toasted
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_row_json_writes_what_its_python_writer_writes(data):
+    """RowJson (what the Spark source's rows use) through the compiled writer and through its Python writer:
+    the same text, the same unchanged TOAST names, the same error."""
+    types = data.draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=6))
+    relation = Relation(relation_id=1, namespace="public", name="t", replica_identity="d",
+                        columns=[RelationColumn(flags=data.draw(st.sampled_from([0, 1])), name=f"c{i}é\"",
+                                                type_id=type_id, type_modifier=-1) for i, type_id in enumerate(types)])
+    schema = RowSchema(relation, (None,) * len(types))
+    columns = [data.draw(column_value(type_id)) for type_id in types]
+    columns = columns[:data.draw(st.integers(0, len(columns)))] if data.draw(st.booleans()) else columns
+    compiled, python = jsonl.RowJson(), jsonl.RowJson()
+    python._compiled = None
+    assert (compiled._compiled is not None) == COMPILED
+    for only_keys in (False, True):
+        assert row_json_outcome(compiled, schema, columns, only_keys) == row_json_outcome(python, schema, columns,
+                                                                                          only_keys)
+
+
+def test_every_value_form(tmp_path):
+    """Each value form of :data:`SAMPLES` and some texts (valid UTF-8 or not) in every column type, each in
+    a stream of its own (a value the Python path fails on ends its stream)."""
+    columns = [RelationColumn(flags=1 if i == 0 else 0, name=f"c{type_id}", type_id=type_id, type_modifier=-1)
+               for i, type_id in enumerate(TYPES)]
+    relation = Relation(relation_id=16_400, namespace="public", name="t", replica_identity="d", columns=columns)
+    texts = ["", "plain", 'q"uote\\', "line\nbreak\ttab\r\b\f", "\x00\x01\x1f\x7f", "é€𝄞", "\u2028"]
+    values = [(type_id, text.encode()) for type_id in TYPES for text in [*texts, *SAMPLES.get(type_id, [])]]
+    values += [(25, b"\xff"), (25, b"\xed\xa0\x80"), (25, b"\xc0\x80"), (25, b"\xf4\x90\x80\x80"), (25, b"\xe2\x82")]
+    written = errors = 0
+    for n, (type_id, data) in enumerate(values):
+        row = [TupleColumn(kind="t", data=data) if c.type_id == type_id else TupleColumn.null() for c in columns]
+        when = Timestamp(n * 7_654_321_987)
+        messages = [Begin(final_lsn=LSN(0x100), commit_time=when, xid=1), relation,
+                    Commit(flags=0, commit_lsn=LSN(0x100), end_lsn=LSN(0x108), commit_time=when),
+                    Begin(final_lsn=LSN(0x200), commit_time=when, xid=2), Insert(relation_id=16_400, new=row),
+                    Commit(flags=0, commit_lsn=LSN(0x200), end_lsn=LSN(0x208), commit_time=when)]
+        path = tmp_path / f"{n}.csv"
+        write_csv(path, [(0x100 + i, 5, build_message(m, proto_version=1)) for i, m in enumerate(messages)])
+        _, counts, error = same([path], 1)
+        written += counts["written"]
+        errors += error is not None
+    assert errors < len(values) // 4
+    if COMPILED:
+        assert written > len(values) // 2
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(data=st.data())
+def test_corrupted_streams(tmp_path_factory, data):
+    """A synthetic stream with bytes changed, put in or cut out, anywhere in the CSV or the capture file's
+    records, or the capture file cut short: the same lines, then the same error or torn tail."""
+    form = data.draw(st.sampled_from(FORMS))
+    text = bytearray(CORRUPTIBLE[form])
+    if form == "capture" and data.draw(st.booleans()):
+        del text[data.draw(st.integers(HEADER_END + 1, len(text) - 1)):]
+    for _ in range(data.draw(st.integers(0 if form == "capture" else 1, 3))):
+        low = 0 if form == "copy-csv" else HEADER_END
+        if len(text) <= low:
+            break
+        at = data.draw(st.integers(low, len(text) - 1))
+        edit = data.draw(st.sampled_from(["set", "insert", "cut"]))
+        byte = data.draw(st.sampled_from(list(b"0123456789abcdefABCDEF,\\x/\n\r g")))
+        if edit == "set":
+            text[at] = byte
+        elif edit == "insert":
+            text.insert(at, byte)
+        else:
+            del text[at]
+    path = tmp_path_factory.mktemp("corrupt") / f"stream.{SUFFIX[form]}"
+    path.write_bytes(bytes(text))
+    same([path], 1)
+
+
+def _corruptible(form) -> tuple[bytes, int]:
+    """The synthetic stream's file in ``form``, and where its records start."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = write_stream(pathlib.Path(scratch) / f"stream.{SUFFIX[form]}", synthetic_rows(400), form, 1)
+        if form == "copy-csv":
+            return path.read_bytes(), 0
+        with read_capture(path) as reader:
+            return path.read_bytes(), reader.header_end
+
+
+SUFFIX = {"copy-csv": "csv", "capture": "rwc"}
+CORRUPTIBLE = {form: _corruptible(form)[0] for form in FORMS}
+HEADER_END = _corruptible("capture")[1]
+
+
+def test_the_fuzz_target_starts_inside_the_row_path():
+    """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms;
+    the target holds its invariants on them and on inputs cut anywhere."""
+    from replwire.codec.split import fuzz
+
+    assert len(fuzz.SEEDS) == 4
+    for seed in fuzz.SEEDS:
+        for cut in range(0, len(seed), 7):
+            fuzz.fuzz_rows(seed[:cut])
+        fuzz.fuzz_rows(seed)
+        if COMPILED and seed[0] & 2:  # whole input: every transaction written
+            result = fast.ROWS.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
+            assert result[4] == 3 and result[7] == 0
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_stream_the_row_path_mostly_declines(tmp_path, form):
+    """Transactions with an Origin (which the row path leaves to the Assembler), with a plain one now and
+    then: after a run of tries that took nothing the row path is tried less often, and the output is the
+    same."""
+    from replwire.codec import Origin
+
+    origin = build_message(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
+    rows, begins = [], 0
+    for lsn, xid, data in synthetic_rows(6_000):
+        rows.append((lsn, xid, data))
+        if data[:1] == b"B":
+            begins += 1
+            if begins % 40:
+                rows.append((lsn, xid, origin))
+    path = write_stream(tmp_path / f"origins.{SUFFIX[form]}", rows, form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None and '"origin":"o"' in text and counts["changes"] > 3_000
