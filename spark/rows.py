@@ -32,9 +32,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from replwire.codec.messages import Delete, Insert
 from replwire.codec.split import Decoded, RelationVersion
+from replwire.codec.stream.assembler import Change
 from replwire.codec.stream.jsonl import RowJson
 from replwire.codec.stream.outcome import Outcome
 from replwire.codec.stream.values import ValueLoader
@@ -83,84 +86,139 @@ def _time(outcome: Outcome) -> Any:
 
 
 _OPS = frozenset(("insert", "update", "delete", "snapshot"))
-#: What :class:`_OutcomeValues` gives: xid, commit_lsn, end_lsn, commit_time, origin name, gid, streamed.
+#: A transaction's facts in the rows: xid, commit_lsn, end_lsn, commit_time, origin name, gid, streamed.
 _Facts = tuple[int | None, int | None, int | None, Any, str | None, str | None, bool | None]
 _NO_TRANSACTION: _Facts = (None,) * 7
 
 
-def _record_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    """Rows (tuples in ``schema``'s column order) as one Arrow batch, turned into columns at once."""
-    columns = list(zip(*rows)) if rows else [()] * len(schema)
-    return pa.RecordBatch.from_arrays([pa.array(values, type=f.type) for values, f in zip(columns, schema)],
-                                      schema=schema)
+def _facts(outcome: Outcome) -> _Facts:
+    return (outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
+            outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
 
 
-class _OutcomeValues:
-    """The row values of an :class:`~replwire.codec.stream.outcome.Outcome` -- xid, commit_lsn, end_lsn,
-    commit_time, origin name, gid, streamed -- worked out once per transaction (changes arrive transaction
-    by transaction)."""
-
-    def __init__(self) -> None:
-        self._outcome: Outcome | None = None
-        self._facts = _NO_TRANSACTION
-
-    def of(self, outcome: Outcome | None) -> _Facts:
-        if outcome is not self._outcome:
-            self._outcome = outcome
-            self._facts = _NO_TRANSACTION if outcome is None else (
-                outcome.xid, int(outcome.commit_lsn), int(outcome.end_lsn), _time(outcome),
-                outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
-        return self._facts
+_TEXT_OR_NOTHING = frozenset("tnu")  # tuple column kinds a column's texts() reads alone
+_NONE = object()  # no outcome seen yet (None is a lone logical message's)
 
 
 class ChangeRows:
     """Collects :class:`~replwire.codec.split.Decoded` changes into :data:`CHANGES` batches.
 
     Feed it the changes of ``decode_part(..., rows=False)`` (or of an Assembler): the row images are written
-    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.stream.jsonl.RowJson`, with
-    ``change.row_schema``), the same text ``replwire decode`` prints.
-    Rows are kept as tuples in :data:`CHANGES` order and turned into columns once per batch; the transaction
-    facts are worked out once per transaction.
+    as JSON straight from the wire tuples of ``change.message`` (:class:`~replwire.codec.stream.jsonl.RowJson`,
+    with ``change.row_schema``), the same text ``replwire decode`` prints.
+
+    Strategy: only what differs from change to change is kept per row, each in a list of its own (the
+    change's shape, its transaction, ``subxid``, ``lsn``, ``position``, the three row images and
+    ``unchanged_toast``).
+    ``op``, ``schema``, ``table`` and ``relation_id`` are kept once per shape (table and operation) and the
+    transaction's facts once per transaction, each as a small Arrow array that the rows' indices ``take``
+    from; the columns only a truncate or a logical message fills are all null but for those few rows.  So a
+    batch's columns are built by Arrow from a few lists, not from a Python value per row and column.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.json = RowJson(loader)
-        self.rows: list[tuple[Any, ...]] = []
-        self._transaction = _OutcomeValues()
+        #: shape index, transaction index, subxid, lsn, position, new, old, key, unchanged_toast
+        self._columns: list[list[Any]] = [[] for _ in range(9)]
+        self._append = tuple(column.append for column in self._columns)
+        #: row index -> (truncated, cascade, restart_identity, prefix, content, transactional): truncates and
+        #: logical messages, the only rows with values in those columns
+        self._rare: dict[int, tuple[Any, ...]] = {}
+        self._shapes: list[tuple[str, str | None, str | None, int | None]] = []
+        self._shape_of: dict[Any, tuple[Any, int]] = {}  # (id(row schema), op) -> (row schema, shape index)
+        self._facts: list[_Facts] = []  # of the transactions of the rows collected
+        self._outcome: Any = _NONE  # the outcome of the last row, whose facts are _facts[-1]
+        self._transaction = -1  # the index of those facts
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._columns[0])
+
+    def _shape(self, change: Change) -> int:
+        self._shapes.append((change.op, change.schema, change.table, change.relation_id))
+        return len(self._shapes) - 1
 
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
-        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = self._transaction.of(decoded.outcome)
+        outcome = decoded.outcome
+        if outcome is not self._outcome:
+            self._outcome = outcome
+            self._facts.append(_NO_TRANSACTION if outcome is None else _facts(outcome))
+            self._transaction = len(self._facts) - 1
+        op = change.op
         new = old = key = None
         toasted: list[str] | None = None
-        if change.op in _OPS:
-            message, schema, row_json = change.message, change.row_schema, self.json
-            columns = getattr(message, "new", None)
-            if columns is not None:
+        if op in _OPS:
+            schema = change.row_schema
+            cached = self._shape_of.get((id(schema), op))
+            if cached is None or cached[0] is not schema:
+                cached = self._shape_of[(id(schema), op)] = (schema, self._shape(change))
+            shape = cached[1]
+            message: Any = change.message
+            row_json, kind = self.json, message.__class__
+            if kind is not Delete:  # an Insert (a snapshot row's too) or an Update: a new row
                 toasted = []
-                new = row_json(schema, columns, toasted=toasted)
-            key_columns, old_columns = getattr(message, "key", None), getattr(message, "old", None)
-            if key_columns is not None:
-                key = row_json(schema, key_columns, only_keys=True)
-            elif old_columns is not None:
-                old = row_json(schema, old_columns)
-                key = row_json(schema, old_columns, only_keys=True)
-        lsn, relations = change.lsn, change.relations
-        # in _CHANGE_COLUMNS order
-        self.rows.append((
-            change.op, change.schema, change.table, xid, change.subxid,
-            int(lsn) if lsn is not None else None, commit_lsn, end_lsn, commit_time, decoded.position,
-            change.relation_id, new, old, key, toasted,
-            [f"{s}.{t}" for s, t in relations] if relations is not None else None,
-            change.cascade, change.restart_identity, change.prefix, change.content, change.transactional,
-            origin, gid, streamed))
+                new = row_json(schema, message.new, toasted=toasted)
+            if kind is not Insert:  # an Update or a Delete: the old key, or the old row
+                key_columns, old_columns = message.key, message.old
+                if key_columns is not None:
+                    key = row_json(schema, key_columns, only_keys=True)
+                elif old_columns is not None:
+                    old = row_json(schema, old_columns)
+                    key = row_json(schema, old_columns, only_keys=True)
+        else:
+            shape = self._shape(change)
+            relations = change.relations
+            self._rare[len(self._columns[0])] = (
+                [f"{s}.{t}" for s, t in relations] if relations is not None else None, change.cascade,
+                change.restart_identity, change.prefix, change.content, change.transactional)
+        append = self._append
+        append[0](shape)
+        append[1](self._transaction)
+        append[2](change.subxid)
+        append[3](change.lsn)
+        append[4](decoded.position)
+        append[5](new)
+        append[6](old)
+        append[7](key)
+        append[8](toasted)
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        out, self.rows = _record_batch(self.rows, _CHANGES_ARROW), []
+        rare, facts = self._rare, self._facts
+        shape, transaction, subxid, lsn, position, new, old, key, toasted = self._columns
+        count = len(shape)
+        by_shape = pa.array(shape, pa.int32())
+        by_transaction = pa.array(transaction, pa.int32())
+        shapes = list(zip(*self._shapes)) or [(), (), (), ()]
+        xid, commit_lsn, end_lsn, commit_time, origin, gid, streamed = zip(*facts) if facts else [()] * 7
+        types = _CHANGES_ARROW.types
+
+        def of(values: Sequence[Any], index: pa.Array, at: int) -> pa.Array:
+            return pa.array(values, types[at]).take(index)
+
+        def sparse(at: int, item: int) -> pa.Array:
+            if not rare:
+                return pa.nulls(count, types[at])
+            values: list[Any] = [None] * count
+            for row, extra in rare.items():
+                values[row] = extra[item]
+            return pa.array(values, types[at])
+
+        # in _CHANGE_COLUMNS order
+        columns = [of(shapes[0], by_shape, 0), of(shapes[1], by_shape, 1), of(shapes[2], by_shape, 2),
+                   of(xid, by_transaction, 3), pa.array(subxid, types[4]), pa.array(lsn, types[5]),
+                   of(commit_lsn, by_transaction, 6), of(end_lsn, by_transaction, 7),
+                   of(commit_time, by_transaction, 8), pa.array(position, types[9]), of(shapes[3], by_shape, 10),
+                   pa.array(new, types[11]), pa.array(old, types[12]), pa.array(key, types[13]),
+                   pa.array(toasted, types[14]), sparse(15, 0), sparse(16, 1), sparse(17, 2), sparse(18, 3),
+                   sparse(19, 4), sparse(20, 5), of(origin, by_transaction, 21), of(gid, by_transaction, 22),
+                   of(streamed, by_transaction, 23)]
+        out = pa.RecordBatch.from_arrays(columns, schema=_CHANGES_ARROW)
+        # the next batch starts with the current transaction's facts at index 0, and no shapes
+        self._columns = [[] for _ in range(9)]
+        self._append = tuple(column.append for column in self._columns)
+        self._rare, self._facts, self._shapes, self._shape_of = {}, facts[-1:], [], {}
+        self._transaction = 0
         return out
 
 
@@ -211,6 +269,11 @@ class TableRows:
 
     Feed it the :class:`Decoded` changes of that shape (from ``decode_part(..., rows=False)``; the values
     are read from the wire columns here) -- inserts, updates, deletes, and truncates naming the table.
+
+    Strategy: a row keeps its wire tuples until the batch is made; then each column is read for all the
+    batch's rows at once (:meth:`ColumnType.values`: text columns are decoded by Arrow, integers in one
+    list), the old tuples' first (``_before``), then the new ones'; a delete's row is its old tuple's values
+    (``if_else`` in Arrow).  The transaction facts are kept once per transaction, as in :class:`ChangeRows`.
     """
 
     def __init__(self, version: RelationVersion, loader: ValueLoader | None = None) -> None:
@@ -228,67 +291,128 @@ class TableRows:
             pa.field(meta["_before_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field(meta["_unchanged_toast"], pa.list_(pa.field("element", pa.string(), False)), True),
             pa.field(meta["_unrepresentable"], _UNREPRESENTABLE, True)])
-        self.rows: list[tuple[Any, ...]] = []
-        self._transaction = _OutcomeValues()
+        #: op, transaction index, subxid, lsn, position, new tuple, old tuple (the key or the old row)
+        self._columns: list[list[Any]] = [[] for _ in range(7)]
+        self._append = tuple(column.append for column in self._columns)
+        self._facts: list[_Facts] = []
+        self._outcome: Any = _NONE
+        self._transaction = -1
 
     def __len__(self) -> int:
-        return len(self.rows)
-
-    def _row(self, columns: Sequence[Any], odd: list[tuple[str, str]], toasted: list[str] | None) -> list[Any]:
-        out: list[Any] = []
-        for name, kind_type, column in zip(self.names, self.types, columns):
-            kind = column.kind
-            if kind == "n":
-                out.append(None)
-            elif kind == "u":
-                out.append(None)
-                if toasted is not None:
-                    toasted.append(name)
-            else:
-                try:
-                    out.append(kind_type.value(kind, column.data))
-                except Unrepresentable as error:
-                    out.append(None)
-                    odd.append((name, column.data.decode(self.encoding, "replace") if kind == "t" else str(error)))
-        return out
+        return len(self._columns[0])
 
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
-        xid, commit_lsn, _, commit_time, _, gid, streamed = self._transaction.of(decoded.outcome)
-        lsn = change.lsn
-        odd: list[tuple[str, str]] = []
-        toasted: list[str] = []
-        before_toasted: list[str] = []
-        before = None
-        if change.op == "truncate":
-            row: list[Any] = [None] * len(self.names)
-        else:
-            message = change.message
-            new = getattr(message, "new", None)
-            old = getattr(message, "key", None) or getattr(message, "old", None)
-            if old is not None:
-                before = dict(zip(self.names, self._row(old, odd, before_toasted)))
-            if new is not None:
-                row = self._row(new, odd, toasted)
-            else:
-                assert before is not None  # no new tuple: a Delete, which carries its key or old tuple
-                row = list(before.values())
-        # in the order of self.arrow: META, the table's columns, then the four trailing columns
-        self.rows.append((change.op, self.version.schema, self.version.table, xid, change.subxid,
-                          int(lsn) if lsn is not None else None, commit_lsn, commit_time, decoded.position, gid,
-                          *row, before, before_toasted or None, toasted or None, odd or None))
+        outcome = decoded.outcome
+        if outcome is not self._outcome:
+            self._outcome = outcome
+            self._facts.append(_NO_TRANSACTION if outcome is None else _facts(outcome))
+            self._transaction = len(self._facts) - 1
+        new = old = None
+        if change.op != "truncate":
+            message: Any = change.message
+            kind = message.__class__
+            if kind is not Delete:
+                new = message.new
+            if kind is not Insert:
+                old = message.key or message.old
+        append = self._append
+        append[0](change.op)
+        append[1](self._transaction)
+        append[2](change.subxid)
+        append[3](change.lsn)
+        append[4](decoded.position)
+        append[5](new)
+        append[6](old)
+
+    def _read(self, tuples: list[Any], toasted: dict[int, list[str]],
+              odd: dict[int, list[tuple[str, str]]]) -> list[pa.Array]:
+        """Each column's values in ``tuples`` (``None`` where a row has no tuple), naming a row's unchanged
+        TOASTed columns in ``toasted`` and its unrepresentable values in ``odd`` (by row index)."""
+        out = []
+        for i, (name, kind_type) in enumerate(zip(self.names, self.types)):
+            column = [t[i] if t is not None else None for t in tuples]
+            kinds = {c.kind for c in column if c is not None}
+            if "u" in kinds:
+                for row, c in enumerate(column):
+                    if c is not None and c.kind == "u":
+                        toasted.setdefault(row, []).append(name)
+            if kind_type.texts is not None and kinds <= _TEXT_OR_NOTHING:
+                out.append(kind_type.texts([c.data if c is not None and c.kind == "t" else None for c in column]))
+                continue
+            values: list[Any] = []
+            value = kind_type.value
+            for row, c in enumerate(column):
+                if c is None or c.kind in "nu":
+                    values.append(None)
+                    continue
+                try:
+                    values.append(value(c.kind, c.data))
+                except Unrepresentable as error:
+                    values.append(None)
+                    odd.setdefault(row, []).append(
+                        (name, c.data.decode(self.encoding, "replace") if c.kind == "t" else str(error)))
+            out.append(pa.array(values, kind_type.arrow))
+        return out
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
-        out, self.rows = _record_batch(self.rows, self.arrow), []
+        ops, transaction, subxid, lsn, position, new, old = self._columns
+        count = len(ops)
+        facts = self._facts
+        by_transaction = pa.array(transaction, pa.int32())
+        xid, commit_lsn, _, commit_time, _, gid, _ = zip(*facts) if facts else [()] * 7
+        types = [f.type for f in self.arrow]
+        before_toasted: dict[int, list[str]] = {}
+        toasted: dict[int, list[str]] = {}
+        odd: dict[int, list[tuple[str, str]]] = {}
+        has_old = any(t is not None for t in old)
+        if has_old:
+            before_columns = self._read(old, before_toasted, odd)
+            before = pa.StructArray.from_arrays(before_columns, fields=list(self._struct),
+                                                mask=pa.array([t is None for t in old], pa.bool_()))
+        else:
+            before_columns = [pa.nulls(count, t.arrow) for t in self.types]
+            before = pa.nulls(count, self._struct)
+        row = self._read(new, toasted, odd)
+        if has_old:  # a delete's row is its old tuple's values
+            is_new = pa.array([t is not None for t in new], pa.bool_())
+            row = [pc.if_else(is_new, n, b) for n, b in zip(row, before_columns)]
+        def sparse(values: dict[int, Any], at: int) -> pa.Array:
+            if not values:
+                return pa.nulls(count, types[at])
+            out: list[Any] = [None] * count
+            for index, value in values.items():
+                out[index] = value
+            return pa.array(out, types[at])
+
+        def of(values: Sequence[Any], at: int) -> pa.Array:
+            return pa.array(values, types[at]).take(by_transaction)
+
+        width = len(self.names)
+        version = self.version
+        # in the order of self.arrow: META, the table's columns, then the four trailing columns
+        columns = [pa.array(ops, types[0]), pa.repeat(pa.scalar(version.schema, pa.string()), count),
+                   pa.repeat(pa.scalar(version.table, pa.string()), count), of(xid, 3), pa.array(subxid, types[4]),
+                   pa.array(lsn, types[5]), of(commit_lsn, 6), of(commit_time, 7), pa.array(position, types[8]),
+                   of(gid, 9), *row, before, sparse(before_toasted, 10 + width + 1),
+                   sparse(toasted, 10 + width + 2), sparse(odd, 10 + width + 3)]
+        out = pa.RecordBatch.from_arrays(columns, schema=self.arrow)
+        self._columns = [[] for _ in range(7)]
+        self._append = tuple(column.append for column in self._columns)
+        self._facts = facts[-1:]
+        self._transaction = 0
         return out
 
 
 def batches(rows: ChangeRows | TableRows, decoded: Iterable[Decoded], size: int = 8192) -> Iterator[pa.RecordBatch]:
     """Feed ``decoded`` to ``rows`` and yield a batch every ``size`` rows (and the rest at the end)."""
+    add, count = rows.add, 0
     for item in decoded:
-        rows.add(item)
-        if len(rows) >= size:
+        add(item)
+        count += 1
+        if count == size:
             yield rows.batch()
+            count = 0
     if len(rows):
         yield rows.batch()

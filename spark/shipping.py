@@ -7,6 +7,10 @@ zip with ``SparkContext.addPyFile``: Spark copies it to every executor and puts 
 Python's own packages, so every task runs the driver's code.  replwire's dependencies (construct, pyarrow,
 psycopg for typed values) are not shipped: the executors' Python must have them.  Local masters run the
 driver's installed package and need no zip.
+
+The compiled codec is not shipped either, so executors run the Python codec: Python's zip importer loads
+no extension module, and :mod:`replwire.codec.wire.fast` accepts the extension only after hashing the
+codec's source files (:mod:`replwire.codec.wire.gen.fingerprint`), which inside a zip are no files.
 """
 
 from __future__ import annotations

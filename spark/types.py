@@ -34,6 +34,7 @@ leading underscores in a table that has columns of those names (:func:`replwire.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import decimal
 import json
@@ -65,12 +66,15 @@ class Unrepresentable(Exception):
 @dataclass(frozen=True)
 class ColumnType:
     """How one PostgreSQL column becomes a Spark column: its Spark and Arrow types, and ``value(kind,
-    data)`` making the Arrow-ready value of a ``t``/``b`` tuple column (raising :class:`Unrepresentable`)."""
+    data)`` making the Arrow-ready value of a ``t``/``b`` tuple column (raising :class:`Unrepresentable`);
+    for a type whose text never is unrepresentable, ``texts(data)`` makes the Arrow array of many text
+    (``t``) values at once (``None`` for no value), equal to ``value`` of each."""
 
     spark: T.DataType
     arrow: pa.DataType
     value: Callable[[str, bytes], Any]
     oid: int | None
+    texts: Callable[[list[bytes | None]], pa.Array] | None = None
 
 
 def numeric_precision_scale(type_modifier: int) -> tuple[int, int] | None:
@@ -96,7 +100,23 @@ def column_type(type_id: int, type_modifier: int, type_message: Any, loader: Val
             scalar = _scalar(oid, type_modifier, loader)
             if scalar is not None:
                 return scalar
-    return ColumnType(T.StringType(), pa.string(), _text_value(type_id, type_message, loader), oid)
+    return ColumnType(T.StringType(), pa.string(), _text_value(type_id, type_message, loader), oid,
+                      _texts(loader.encoding))
+
+
+def _texts(encoding: str) -> Callable[[list[bytes | None]], pa.Array]:
+    """Many text values of a string column at once: decoded by Arrow (which checks UTF-8) when the client
+    encoding is UTF-8 -- else, and for bytes that are not UTF-8 (to raise the same error), one by one."""
+    utf8 = codecs.lookup(encoding).name == "utf-8"
+
+    def texts(data: list[bytes | None]) -> pa.Array:
+        if utf8:
+            try:
+                return pa.array(data, pa.binary()).cast(pa.string())
+            except pa.ArrowInvalid:
+                pass
+        return pa.array([d.decode(encoding) if d is not None else None for d in data], pa.string())
+    return texts
 
 
 def _element_of(oid: int, loader: ValueLoader) -> int | None:
@@ -122,7 +142,8 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
 
     if oid in _INT:
         spark, arrow = _INT[oid]
-        return ColumnType(spark, arrow, _int_value(oid, loader), oid)
+        return ColumnType(spark, arrow, _int_value(oid, loader), oid,
+                          lambda data: pa.array([int(d) if d is not None else None for d in data], arrow))
     if oid in _FLOAT:
         spark, arrow = _FLOAT[oid]
         return ColumnType(spark, arrow, typed(), oid)
