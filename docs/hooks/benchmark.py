@@ -35,54 +35,13 @@ ENDTOEND_RESULTS = ROOT / "bench" / "results" / "endtoend.json"
 ENDTOEND_MARKER = "<!-- replwire:endtoend-benchmark -->"
 
 
-def spark_section(path: pathlib.Path | None = None) -> str:
-    """The Spark pipeline's section, or ``""`` when its results file does not exist."""
-    path = path or SPARK_RESULTS
+def section(path: pathlib.Path, title: str, intro: str) -> str:
+    """The section of one optional results file: ``title``, ``intro`` and the file's table, or ``""`` when
+    the file does not exist."""
     if not path.exists():
         return ""
-    data = report.load_generic(path)
-    return ("## Spark pipeline\n\n"
-            f"The Spark pipeline benchmark's own results, from `bench/results/{path.name}`.\n\n"
-            + report.generic(data))
-
-
-def snapshot_section(path: pathlib.Path | None = None) -> str:
-    """The initial snapshot's section (``python -m bench.snapshot``), or ``""`` when its results file does
-    not exist."""
-    path = path or SNAPSHOT_RESULTS
-    if not path.exists():
-        return ""
-    data = report.load_generic(path)
-    return ("## Initial snapshot\n\n"
-            "`replwire capture --snapshot` against `COPY ... TO STDOUT` alone on the same table, side by side in "
-            f"one run (`python -m bench.snapshot`), from `bench/results/{path.name}`.\n\n" + report.generic(data))
-
-
-def decode_section(path: pathlib.Path | None = None) -> str:
-    """``replwire decode`` end to end (``python -m bench decode``), or ``""`` when its results file does not
-    exist."""
-    path = path or DECODE_RESULTS
-    if not path.exists():
-        return ""
-    data = report.load_generic(path)
-    return ("## replwire decode, end to end\n\n"
-            "`replwire decode` against `bench/naive_decode.py` — a decode-to-JSON script written by hand: `struct` "
-            "parsing, a relation cache, per-transaction buffering, values left as text, one `json.dumps` per "
-            "change, no checks — as whole processes on the same stream, side by side in one run (`python -m bench "
-            f"decode`), from `bench/results/{path.name}`.\n\n" + report.generic(data))
-
-
-def endtoend_section(path: pathlib.Path | None = None) -> str:
-    """The live end-to-end section (``python -m bench endtoend``), or ``""`` when its results file does not
-    exist."""
-    path = path or ENDTOEND_RESULTS
-    if not path.exists():
-        return ""
-    data = report.load_generic(path)
-    return ("## End to end from a live server\n\n"
-            "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "
-            "`pg_recvlogical` draining a second slot of the same changes at the same time (`python -m bench "
-            f"endtoend`), from `bench/results/{path.name}`.\n\n" + report.generic(data))
+    return (f"## {title}\n\n{intro}, from `bench/results/{path.name}`.\n\n"
+            + report.generic(report.load_generic(path)))
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
@@ -93,11 +52,27 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     try:
         results = report.load(RESULTS)
         body = report.markdown(results, chart=report.svg(results))
-        spark = spark_section()
-        snapshot = snapshot_section()
-        decode = decode_section()
-        endtoend = endtoend_section()
+        sections = {
+            SPARK_MARKER: section(SPARK_RESULTS, "Spark pipeline", "The Spark pipeline benchmark's own results"),
+            SNAPSHOT_MARKER: section(
+                SNAPSHOT_RESULTS, "Initial snapshot",
+                "`replwire capture --snapshot` against `COPY ... TO STDOUT` alone on the same table, side by side in "
+                "one run (`python -m bench.snapshot`)"),
+            DECODE_MARKER: section(
+                DECODE_RESULTS, "replwire decode, end to end",
+                "`replwire decode` against `bench/naive_decode.py` — a decode-to-JSON script written by hand: "
+                "`struct` parsing, a relation cache, per-transaction buffering, values left as text, one "
+                "`json.dumps` per change, no checks — as whole processes on the same stream, side by side in one "
+                "run (`python -m bench decode`)"),
+            ENDTOEND_MARKER: section(
+                ENDTOEND_RESULTS, "End to end from a live server",
+                "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "
+                "`pg_recvlogical` draining a second slot of the same changes at the same time (`python -m bench "
+                "endtoend`)"),
+        }
     except report.ResultsError as error:
         raise PluginError(f"replwire benchmark: {error}") from error
-    return (markdown.replace(MARKER, body).replace(SPARK_MARKER, spark).replace(SNAPSHOT_MARKER, snapshot)
-            .replace(DECODE_MARKER, decode).replace(ENDTOEND_MARKER, endtoend))
+    markdown = markdown.replace(MARKER, body)
+    for marker, text in sections.items():
+        markdown = markdown.replace(marker, text)
+    return markdown
