@@ -20,7 +20,7 @@ from typing import Any
 
 from ...schema.core import UTF8
 from ..collector import fewer_collections
-from ..io.capture_file import record_frame
+from ..io.capture_file import read_capture, record_frame
 from ..stream.assembler import _namespace
 from ..stream.decoder import IDLE
 from ..stream.jsonl import RowJson
@@ -58,8 +58,10 @@ _CHUNK = 1 << 20
 _MOST = 16 << 20
 #: The most text one run's row images may hold (its string buffers take int32 offsets).
 _MOST_TEXT = 256 << 20
-#: After this many tries of the column path in a row that took nothing, the Python path takes at least
-#: ``_PATIENCE`` records before the next, twice as many after each further such try, up to the most.
+#: After this many tries of the column path in a row that took nothing (fewer than ``_WORTH`` records),
+#: the Python path takes at least ``_PATIENCE`` records before the next, twice as many after each further
+#: such try, up to the most.
+_WORTH = 32
 _TRIES = 4
 _PATIENCE = 16
 _MOST_PATIENCE = 1 << 16
@@ -117,49 +119,63 @@ class _ColumnPath:
         source, stop = part.source, part.stop
         base = source.position(0)
         at = part.start  # where the records not yet taken start
-        with open(source.path, "rb") as handle:
-            handle.seek(at)
-            buffer, eof = b"", at >= stop
+        # the part's bytes from ``at`` on read so far: chunk[low:] (a view of it goes to the column path, so
+        # that a short run costs no copy of the rest); ``eof``: they reach the part's end
+        chunk, low, eof = b"", 0, at >= stop
+        reader = read_capture(source.path) if source.form == "capture" else None  # the Python path's, once
+        try:
+            with open(source.path, "rb") as handle:
 
-            def read() -> tuple[bytes, bool]:
-                want = min(_CHUNK, stop - at - len(buffer))
-                more = handle.read(want) if want > 0 else b""
-                return buffer + more, at + len(buffer) + len(more) >= stop or not more
+                def read() -> tuple[bytes, bool]:
+                    rest = chunk[low:]
+                    handle.seek(at + len(rest))
+                    want = min(_CHUNK, stop - at - len(rest))
+                    more = handle.read(want) if want > 0 else b""
+                    return rest + more, at + len(rest) + len(more) >= stop or not more
 
-            while True:
-                if decoder.state == IDLE:
-                    if not eof and len(buffer) < _CHUNK:
-                        buffer, eof = read()
-                    consumed, records, rows, declined, buffers = ROWS.rows_columns(
-                        buffer, eof, self._refresh(), decoder.proto_version, self.frame, base | at, self.outcomes,
-                        self.dropped, self.rows, _MOST_TEXT)
-                    self._fruitless = 0 if records else self._fruitless + 1
-                    self._patience = (0 if self._fruitless < _TRIES
-                                      else min(_PATIENCE << (self._fruitless - _TRIES), _MOST_PATIENCE))
-                    if records:
-                        decoder.skip(records)
-                    if rows:
-                        yield ColumnRun(rows, buffers, self.shapes)
-                    buffer, at = buffer[consumed:], at + consumed
-                    if not buffer and eof:
+                while True:
+                    if decoder.state == IDLE:
+                        if not eof and len(chunk) - low < _CHUNK // 4:
+                            (chunk, eof), low = read(), 0
+                        consumed, records, rows, declined, buffers = ROWS.rows_columns(
+                            memoryview(chunk)[low:], eof, self._refresh(), decoder.proto_version, self.frame,
+                            base | at, self.outcomes, self.dropped, self.rows, _MOST_TEXT)
+                        # a try that took little counts as one that took nothing: a stream of short runs
+                        # between what the column path declines costs less on the Python path alone
+                        self._fruitless = 0 if records >= _WORTH else self._fruitless + 1
+                        self._patience = (0 if self._fruitless < _TRIES
+                                          else min(_PATIENCE << (self._fruitless - _TRIES), _MOST_PATIENCE))
+                        if records:
+                            decoder.skip(records)
+                        if rows:
+                            yield ColumnRun(rows, buffers, self.shapes)
+                        low, at = low + consumed, at + consumed
+                        left = len(chunk) - low
+                        if not left and eof:
+                            return
+                        if not declined and not eof and left < _MOST:
+                            if consumed == 0:  # a transaction longer than what was read: read on
+                                (chunk, eof), low = read(), 0
+                            continue
+                        if not declined and consumed:  # a run reached its caps
+                            continue
+                    # the Python path's part: from the record at ``at`` until the decoder is idle again
+                    reading = (reader.records(at, stop, raw=True) if reader is not None
+                               else read_records(source, at, stop, raw=True))
+                    try:
+                        yield from self.decoding.decode(self._until_idle(reading))
+                    finally:
+                        reading.close()
+                    if reading.end >= stop or reading.tail is not None or self._done:
                         return
-                    if not declined and (not eof and len(buffer) < _MOST):
-                        if consumed == 0:  # a transaction longer than the buffer: read on
-                            buffer, eof = read()
-                        continue
-                    if not declined and consumed:  # a run reached its caps
-                        continue
-                # the Python path's part: from the record at ``at`` until the decoder is idle again
-                reading = read_records(source, at, stop, raw=True)
-                try:
-                    yield from self.decoding.decode(self._until_idle(reading))
-                finally:
-                    reading.close()
-                if reading.end >= stop or reading.tail is not None or self._done:
-                    return
-                at = reading.end
-                handle.seek(at)
-                buffer, eof = b"", False
+                    moved, at = reading.end - at, reading.end
+                    if moved <= len(chunk) - low:
+                        low += moved
+                    else:
+                        chunk, low, eof = b"", 0, False
+        finally:
+            if reader is not None:
+                reader.close()
 
     def _until_idle(self, reading: Any) -> Generator[Any, None, None]:
         """The records of ``reading`` until, after at least the patience's, the decoder is idle (each

@@ -76,6 +76,26 @@ def test_random_streams_of_every_kind_of_transaction(tmp_path, monkeypatch, seed
     assert written > 0 or not COMPILED
 
 
+@pytest.mark.parametrize("worth", [1, 32])
+def test_transactions_the_column_path_declines_between_those_it_takes(tmp_path, monkeypatch, worth):
+    """Every third transaction has an Origin (the Python path's): the column path takes the others where it
+    is tried -- at every chance (a try is worth it if it takes a record), or less often after tries that
+    took few records."""
+    from replwire.codec import Origin, build
+
+    monkeypatch.setattr(columns, "_WORTH", worth)
+    origin = build(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
+    rows, begins = [], 0
+    for lsn, xid, data in synthetic_rows(3_000):
+        rows.append((lsn, xid, data))
+        if data[:1] == b"B":
+            begins += 1
+            if begins % 3 == 0:
+                rows.append((lsn, xid, origin))
+    path = write_stream(tmp_path / "origins.rwc", rows, "capture", 1)
+    assert_same_rows(open_inputs([path]), (3_000, 1 << 30), compiled_share=0.5 if worth == 1 else 0.0)
+
+
 def test_a_resume_gives_a_transaction_once(tmp_path):
     """The second file starts again at transactions the first holds: they have no outcome in its parts,
     and give no rows."""
