@@ -30,22 +30,18 @@ from .decode import Decoded, PartDecoder, decode_part
 from .first_pass import Part
 from .inputs import read_records
 
-__all__ = ["BUFFERS", "ColumnRun", "part_changes"]
-
-#: The names of a :class:`ColumnRun`'s buffers, in order: the rows' shapes (int32: slot * 3 + 0 insert,
-#: 1 update, 2 delete), LSNs (int64) and their validity, positions, the transaction's xid, commit LSN, end
-#: LSN, commit time (int64 microseconds from 1970-01-01 UTC) and its validity; then new, old and key (each
-#: validity, int32 offsets, UTF-8 text); unchanged_toast's validity and int32 offsets into the names, whose
-#: int32 offsets and UTF-8 text come last.  A validity is a bitmap, ``None`` where every row is valid.
-BUFFERS = ("shape", "lsn", "lsn_valid", "position", "xid", "commit_lsn", "end_lsn", "commit_time",
-           "commit_time_valid", "new_valid", "new_offsets", "new", "old_valid", "old_offsets", "old", "key_valid",
-           "key_offsets", "key", "toast_valid", "toast_offsets", "name_offsets", "names")
+__all__ = ["ColumnRun", "part_changes"]
 
 
 @dataclass(slots=True)
 class ColumnRun:
-    """The change rows of a run of plain transactions as column buffers (:data:`BUFFERS`): ``rows`` of them,
-    each of the shape ``shapes[shape]`` (op, schema, table, relation id)."""
+    """The change rows of a run of plain transactions as column buffers in Arrow's layout: ``rows`` of them,
+    each of the shape ``shapes[shape]`` (op, schema, table, relation id).  ``buffers``, in order: the rows'
+    shapes (int32: slot * 3 + 0 insert, 1 update, 2 delete), LSNs (int64) and their validity, positions,
+    their transaction's xid, commit LSN, end LSN, commit time (int64 microseconds from 1970-01-01 UTC) and
+    its validity; then new, old and key (each a validity, int32 offsets, UTF-8 text); unchanged_toast's
+    validity and int32 offsets into the names, whose int32 offsets and UTF-8 text come last.  A validity
+    is a bitmap, ``None`` where every row is valid."""
 
     rows: int
     buffers: tuple[bytes | None, ...]
@@ -80,6 +76,8 @@ def part_changes(part: Part, rows: int = 8192) -> Iterator[Decoded | ColumnRun]:
 
 
 class _ColumnPath:
+    """The column path and the Python path over one part, in turn (see the module docstring)."""
+
     def __init__(self, part: Part, rows: int) -> None:
         self.part, self.rows = part, rows
         self.decoding = PartDecoder(part, rows=False)
