@@ -307,6 +307,9 @@ class CaptureReader:
                     buf = buf[i:] + file.read(min(max(ahead, total - len(buf) + i), size - base - len(buf)))
                     base, i = base + i, 0
                     view = memoryview(buf)
+                    if len(buf) < total:  # the file is shorter now than when it was opened (cut meanwhile)
+                        reading.tail = TailProblem(base, _CUT_SHORT, size)
+                        break
                 data_end = i + head_size + length
                 (stored,) = unpack_crc(buf, data_end)
                 computed = crc32(view[i:data_end])

@@ -8,16 +8,20 @@ repeated after a resume).  :func:`plan` reads the inputs once in order, runs the
 :class:`~replwire.codec.Decoder` and :class:`~replwire.codec.stream.routing.Router` on every message *except*
 the row changes (for those it reads only the tag byte and notes which transaction they belong to), and cuts
 the inputs into parts at record boundaries.  Its reading is split from its decoding: runs of about 4 MiB of
-records are each reduced to the records to decode and counts of the row changes between them (a plain
-Begin ... Commit transaction, the commonest case, arrives already parsed, as a few numbers), and the merge
-decodes only those.  Each part carries the router's state where it begins and the
-:class:`~replwire.codec.stream.outcome.Outcome` s of just the transactions that have changes inside it;
-:mod:`replwire.codec.split.decode` decodes it.
+records are each reduced to the records to decode and counts of the row changes between them (plain
+Begin ... Commit transactions, the commonest case, arrive already parsed, consecutive ones as one block of
+columns of numbers), and the merge decodes only those.  The compiled codec reads a run in C when it is
+built (``skim_run``, see ``codec/wire/gen/c_skim.c``), with the same result; the Python reading does what
+it declines (a torn or corrupt tail, a bad row).  Each part carries the router's state where it begins and
+the :class:`~replwire.codec.stream.outcome.Outcome` s of just the transactions that have changes inside it,
+packed into a few arrays (made into objects when the part is decoded); :mod:`replwire.codec.split.decode`
+decodes it.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,14 +31,14 @@ from typing import Any
 
 from ..collector import fewer_collections
 from ..errors import DecodeError
-from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv
+from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv, record_frame
 from ..messages import Begin, BeginPrepare, Commit, Relation, StreamStart, Type
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.decoder import IDLE, Decoder
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
-from ..wire.fast import parse
+from ..wire.fast import ROWS, parse
 from .inputs import Input
 
 __all__ = ["Part", "Plan", "RelationVersion", "Shapes", "plan"]
@@ -42,6 +46,7 @@ __all__ = ["Part", "Plan", "RelationVersion", "Shapes", "plan"]
 #: Tags of the messages the first pass does not parse (their transaction is all it needs), and the snapshot
 #: section's rows (they belong to no transaction).
 _ROW_TAGS = frozenset(b"IUDT") | {snapshot.ROWS}
+_ROW_TAG_BYTES = bytes(sorted(_ROW_TAGS))
 _NO_FACTS: dict[str, Any] = {}
 _PROGRESS_BYTES = 4 << 20  # the largest run of records the first pass reads; it reports progress after each
 
@@ -167,6 +172,12 @@ def _words(code: str, values: list[int]) -> array[int]:
     return out
 
 
+def _column(code: str, words: bytes) -> array[int]:
+    out = array(code)
+    out.frombytes(words)
+    return out
+
+
 def _unpack_outcomes(packed: tuple[Any, ...]) -> dict[int, Outcome]:
     keys, xids, commit_lsns, end_lsns, commit_times, rare = packed
     new = int.__new__  # the values were LSNs and Timestamps already: no need to check them again
@@ -222,11 +233,16 @@ class _Run:
     """What the first pass needs of a run of consecutive records of one input.
 
     ``controls`` holds the records it must decode -- everything but row changes -- as ``(offset, lsn,
-    data)``, except that a plain transaction (a Begin, row changes, its Commit, nothing else) comes as one
-    item, already parsed: ``(offset, lsn, data)`` of the Begin, the same of the Commit, then the number of
-    row changes inside, the xid, commit LSN, end LSN and commit time.  ``rows[0]`` counts the row changes
-    before the first item, ``rows[i + 1]`` those after item ``i``.  ``stop`` is where the next run starts
-    (the input's size after its last run); ``tail`` is a torn or corrupt record that ended the input."""
+    data)``, except that plain transactions (a Begin, row changes, its Commit, nothing else) come already
+    parsed, consecutive ones gathered into one item, a block: ``(offset, lsn, data)`` of the first Begin, the
+    number of transactions, the number of records in the block (row changes between its transactions
+    included), whether each end LSN is above the one before, the first and last end LSN, then their numbers
+    as columns of native 8-byte words (bytes): every transaction's Begin offset, row changes inside, xid,
+    commit LSN, end LSN and commit time (:data:`_COLUMNS`), and those of the transactions with row changes
+    inside, as a part's outcomes are packed: key, xid, commit LSN, end LSN and commit time
+    (:data:`_PACKED`).  ``rows[0]`` counts the row changes before the first item, ``rows[i + 1]`` those
+    after item ``i``.  ``stop`` is where the next run starts (the input's size after its last run); ``tail``
+    is a torn or corrupt record that ended the input."""
 
     source: Input
     start: int
@@ -237,12 +253,21 @@ class _Run:
     tail: TailProblem | None = None
 
 
+#: The type codes of a block's columns of every transaction: Begin offset, row changes inside, xid, commit
+#: LSN, end LSN, commit time.
+_COLUMNS = "qqQQQq"
+#: How far past a run's end a compiled read reads at first, for the record that starts before its end.
+_AHEAD = 1 << 16
+
+
 _BEGIN, _COMMIT = ord(Begin.tag), ord(Commit.tag)
 
 
 class _Skimmer:
-    """One input open for the first pass, read run by run: :meth:`skim` gives the records of a run that are
-    not row changes, each with the number of row changes just before it."""
+    """One input open for the first pass, read run by run: :meth:`run` gives a :class:`_Run`, read by the
+    compiled codec when it is there (and the file is as big as it was when the inputs were opened), else by
+    :meth:`skim` (the records of a run that are not row changes, each with the number of row changes just
+    before it) and :func:`_take_run`."""
 
     def __init__(self, source: Input) -> None:
         self.source = source
@@ -250,6 +275,46 @@ class _Skimmer:
         self._lines: Reading | None = None  # COPY-CSV: the lines from ``_next`` on, one read
         self._next = -1
         self._carried: Any = None
+        self._frame = record_frame() if source.form == "capture" else None
+        self._file = None
+        if ROWS is not None:
+            self._file = open(source.path, "rb")  # noqa: SIM115 -- closed by close()
+            if os.fstat(self._file.fileno()).st_size != source.size or (
+                    self.reader is not None and self.reader.size != source.size):
+                self._file.close()  # still being written: the Python path reads it as big as it was
+                self._file = None
+
+    def run(self, start: int, stop: int) -> _Run:
+        """The run of records from ``start`` (a record boundary) while one starts below ``stop`` (and below
+        the input's size as :func:`open_inputs` found it): read by the compiled codec where it takes it, else
+        by :meth:`skim` and :func:`_take_run`."""
+        if self._file is not None:
+            run = self._compiled(start, stop)
+            if run is not None:
+                return run
+        return _take_run(self.source, start, self.skim(start, stop))
+
+    def _compiled(self, start: int, stop: int) -> _Run | None:
+        """The run as the compiled codec reads it (``skim_run``), or ``None`` where it declines (a torn or
+        corrupt record, a row that is not (lsn, xid, data)) or the file is no longer as big as it was: the
+        Python path then reads it, and reports or raises what it finds."""
+        assert self._file is not None  # only with the compiled codec
+        source, fd = self.source, self._file.fileno()
+        limit = min(stop, source.size) - start
+        want = min(limit + _AHEAD, source.size - start)
+        while True:
+            data = os.pread(fd, want, start)
+            if len(data) != want:
+                return None
+            status, end, records, controls, rows = ROWS.skim_run(
+                data, start + want == source.size, self._frame, source.proto_version, _ROW_TAG_BYTES, start, limit,
+                source.position(0))
+            if status == 0:
+                return _Run(source, start, start + end, records, controls, rows)
+            more = min(max(end, 2 * want), source.size - start)  # a record goes on past what was read
+            if status == 1 or more <= want:
+                return None
+            want = more
 
     def skim(self, start: int, stop: int) -> _Skimmed:
         """The records from ``start`` (a record boundary) while one starts below ``stop`` (and below the input's
@@ -289,6 +354,8 @@ class _Skimmer:
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
+        if self._file is not None:
+            self._file.close()
         if self._lines is not None:
             self._lines.close()
 
@@ -324,34 +391,63 @@ def _take_run(source: Input, start: int, skimmed: _Skimmed) -> _Run:
     state there is not what a Begin needs (and so raises what the decoder raises)."""
     controls: list[tuple[Any, ...]] = []
     rows: list[int] = []
-    version, run = source.proto_version, 0
+    version, run, base = source.proto_version, 0, source.position(0)
     begin: tuple[Any, ...] | None = None  # (offset, lsn, data, xid, rows before) of a Begin not yet closed
+    block: list[tuple[int, ...]] = []  # the plain transactions of the block not yet closed
+    first: tuple[Any, ...] = ()  # (offset, lsn, data) of its first Begin
+    messages = 0  # its records
+
+    def close() -> None:
+        if block:
+            controls.append(_block(first, block, messages, base))
+            block.clear()
+
     for offset, lsn, _, data, before in skimmed.controls:
         run += before
         tag = data[0] if data else None
         if begin is not None:
             commit = _parsed(parse, data, version) if tag == _COMMIT else None
             if isinstance(commit, Commit):
-                rows.append(begin[4])
-                controls.append((*begin[:3], offset, lsn, data, run, begin[3], int(commit.commit_lsn),
-                                 int(commit.end_lsn), int(commit.commit_time)))
+                if block:
+                    messages += begin[4]
+                else:
+                    rows.append(begin[4])
+                    first, messages = begin[:3], 0
+                block.append((begin[0], run, begin[3], int(commit.commit_lsn), int(commit.end_lsn),
+                              int(commit.commit_time)))
+                messages += run + 2
                 run, begin = 0, None
                 continue
+            close()
             rows.append(begin[4])  # not a plain transaction: its Begin is decoded like the rest
             controls.append(begin[:3])
             begin = None
         if tag == _BEGIN and isinstance(opened := _parsed(parse, data, version), Begin):
             begin, run = (offset, lsn, data, opened.xid, run), 0
             continue
+        close()
         rows.append(run)
         run = 0
         controls.append((offset, lsn, data))
     run += skimmed.after
     if begin is not None:
+        close()
         rows.append(begin[4])
         controls.append(begin[:3])
+    close()
     rows.append(run)
     return _Run(source, start, skimmed.stop, skimmed.records, controls, rows, skimmed.tail)
+
+
+def _block(first: tuple[Any, ...], block: list[tuple[int, ...]], messages: int, base: int) -> tuple[Any, ...]:
+    """The item of a block of plain transactions (see :class:`_Run`): ``block`` holds each one's Begin
+    offset, row changes inside, xid, commit LSN, end LSN and commit time."""
+    ends = [t[4] for t in block]
+    with_rows = [(base | t[0], *t[2:]) for t in block if t[1]]
+    return (*first, len(block), messages, all(a < b for a, b in zip(ends, ends[1:])), ends[0], ends[-1],
+            tuple(_words(code, [t[i] for t in block]).tobytes() for i, code in enumerate(_COLUMNS)),
+            tuple(_words(code, [t[i] for t in with_rows]).tobytes()
+                  for i, (code, _) in enumerate((("q", "key"), *_PACKED))))
 
 
 def _parsed(parse: Callable[..., Any], data: bytes, version: int) -> Any:
@@ -369,7 +465,7 @@ def _runs_here(inputs: Sequence[Input], unit: int) -> Iterator[_Run]:
         with _Skimmer(source) as skimmer:
             start = source.first
             while True:
-                run = _take_run(source, start, skimmer.skim(start, start + unit))
+                run = skimmer.run(start, start + unit)
                 yield run
                 if run.tail is not None or run.stop >= source.size:
                     break
@@ -398,6 +494,8 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     done = 0  # bytes of the inputs before this one
     source: Input | None = None
     part, part_keys, cut = None, set(), 0
+    plain_outcomes: list[tuple[array[int], ...]] = []  # by part: its plain transactions' outcomes, packed
+    part_outcomes: tuple[array[int], ...] = ()
     skipped = 0  # messages the decoder has not counted yet (row changes, plain transactions)
     plain = 0  # plain transactions committed (not decoded one message at a time)
 
@@ -484,7 +582,6 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
             pending.pop(key, None)
             dropped.pop(key, None)
 
-    new = int.__new__  # the scan parsed these LSNs and times: no need to check them again
     for run in runs:
         if source is None or run.source.index != source.index:
             if source is not None:
@@ -507,6 +604,8 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
             part_keys = set()
             keys.append(part_keys)
             repeated_lone.append(set())
+            part_outcomes = tuple(array(code) for code, _ in (("q", "key"), *_PACKED))
+            plain_outcomes.append(part_outcomes)
         part.stop = source.size if run.tail is not None else run.stop
         part.records += run.records
         base = source.position(0)
@@ -515,28 +614,35 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
             skipped += run.rows[0]
             note_rows()
         for item, rows in zip(run.controls, after):
-            if len(item) != 3 and decoder.state == IDLE and router.current is None:
-                # A plain transaction where one may begin: what decoding its Begin, rows and Commit would do.
-                offset, _, _, _, _, _, inside, xid, commit_lsn, end_lsn, commit_time = item
-                skipped += inside + 2
-                key = base | offset
-                if inside:
-                    part_keys.add(key)
-                if end_lsn <= last_end:
-                    result.repeated += 1
-                else:
-                    last_end = end_lsn
-                    outcomes[key] = Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn),
-                                            new(Timestamp, commit_time), None, None, None, None, False)
-                    plain += 1
-            else:
+            if len(item) == 3:
                 decoder.skip(skipped)
                 skipped = 0
-                if len(item) == 3:
-                    control(source, *item)
-                else:  # a Begin where none may begin: decoding it raises the decoder's error
-                    control(source, *item[:3])
-                    raise AssertionError(f"the decoder accepted a Begin in state {decoder.state!r}")
+                control(source, *item)
+            elif decoder.state == IDLE and router.current is None:
+                # Plain transactions where one may begin: what decoding their Begins, rows and Commits would do.
+                skipped += item[4]
+                if item[5] and item[6] > last_end:  # none of them repeated
+                    last_end = item[7]
+                    plain += item[3]
+                    for column, words in zip(part_outcomes, item[9]):
+                        column.frombytes(words)
+                else:
+                    for offset, inside, xid, commit_lsn, end_lsn, commit_time in zip(
+                            *(_column(code, words) for code, words in zip(_COLUMNS, item[8]))):
+                        if end_lsn <= last_end:
+                            result.repeated += 1
+                            continue
+                        last_end = end_lsn
+                        plain += 1
+                        if inside:
+                            for column, value in zip(part_outcomes, (base | offset, xid, commit_lsn, end_lsn,
+                                                                     commit_time)):
+                                column.append(value)
+            else:  # a Begin where none may begin: decoding it raises the decoder's error
+                decoder.skip(skipped)
+                skipped = 0
+                control(source, *item[:3])
+                raise AssertionError(f"the decoder accepted a Begin in state {decoder.state!r}")
             if rows:
                 skipped += rows
                 note_rows()
@@ -547,8 +653,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     decoder.skip(skipped)
     result.transactions += plain
     result.records = sum(p.records for p in parts)
-    for part, part_keys, lone in zip(parts, keys, repeated_lone):
-        part.outcomes = {k: outcomes[k] for k in part_keys if k in outcomes}
+    for part, part_keys, lone, packed in zip(parts, keys, repeated_lone, plain_outcomes):
+        *others, rare = _pack_outcomes({k: outcomes[k] for k in part_keys if k in outcomes})
+        part.outcomes = _PackedOutcomes((*(a + b for a, b in zip(others, packed)), rare))
         if rolled_back:
             part.dropped_subxacts = {k: rolled_back[k] for k in part_keys if k in rolled_back}
         part.repeated_lone = frozenset(lone)

@@ -1,5 +1,5 @@
-"""The fuzz target of the compiled row path (``rows_run`` of the compiled codec): any bytes, read as COPY-CSV
-rows or as capture file records.
+"""The fuzz target of the compiled codec's readers of whole inputs -- the row path (``rows_run``) and the
+first pass of split decoding (``skim_run``): any bytes, read as COPY-CSV rows or as capture file records.
 
 The invariant: ``rows_run`` takes any input without a crash (``make fuzz-compiled`` runs it under
 AddressSanitizer and UndefinedBehaviorSanitizer, so a read out of bounds is a finding), takes no more than
@@ -8,7 +8,10 @@ keys a change's line has.  An input is one flags byte, then the records: bit 0 r
 records (else COPY-CSV rows), bit 1 says they end the input, bits 2-3 give the protocol version.  One
 relation (16384) is known, with a column of each way a value is written (text, integer, bool, through a
 function, and the types written in C: numeric, uuid, bytea, date, time, timestamp(tz)); the seeds are a
-few plain transactions over it in both forms, so that the fuzzer starts inside the row path.  Run by
+few plain transactions over it in both forms, so that the fuzzer starts inside the row path.  The same bytes
+then go to ``skim_run``: its counts add up and stay inside the input, and, written to a file (after a capture
+file header), every run it reads is the run the Python reading makes of it (bits 4-7 of the flags byte
+choose the run length), and it declines wherever the Python reading reports a tail or raises.  Run by
 ``python -m replwire.codec.split.fuzz DIR`` (the seeds) and ``replwire fuzz --target
 replwire.codec.split.fuzz:fuzz_rows --corpus DIR`` (``make fuzz-compiled`` does both, on the compiled codec).
 
@@ -24,7 +27,7 @@ import json
 from array import array
 from typing import Any
 
-from ..io.capture_file import encode_record, record_frame
+from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record, record_frame
 from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
 from ..wire.fast import ROWS, build
@@ -123,6 +126,7 @@ def fuzz_rows(data: bytes) -> None:
             raise AssertionError(f"not a change's line: {line}")
     _fuzz_columns(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, not flags & 16, consumed,
                   lines if not repeated else None)
+    _skim(flags, body)
 
 
 #: The plans as the column path takes them: (capsule, slot).
@@ -170,6 +174,60 @@ def _column_images(rows: int, buffers: tuple[Any, ...]) -> list[tuple[str | None
     texts(None, buffers[20], buffers[21], len(names) - 1)
     texts(buffers[18], buffers[19], b"\0" * (len(names) - 1), rows)  # (the lists' offsets into the names)
     return list(zip(*(texts(buffers[at], buffers[at + 1], buffers[at + 2], rows) for at in (9, 12, 15))))
+
+
+_SCRATCH: list[str] = []  # a directory for the file the first pass reads, made on first use
+
+
+def _skim(flags: int, body: bytes) -> None:
+    """``skim_run`` over ``body`` as given, then the compiled first pass against the Python one over it as a
+    file."""
+    import os
+    import tempfile
+
+    from .first_pass import _ROW_TAG_BYTES, _Skimmer, _take_run
+    from .inputs import open_inputs
+
+    capture, version = flags & 1, 1 + (flags >> 2) % 4
+    limit = len(body) - (flags >> 4) * 3  # records starting at or past the limit are not read
+    status, end, records, controls, rows = ROWS.skim_run(body, bool(flags & 2), _FRAME if capture else None, version,
+                                                         _ROW_TAG_BYTES, 5, max(1, limit), 7 << 48)
+    if status == 0:
+        if not 0 <= end <= len(body) or (records and end == 0) or len(rows) != len(controls) + 1:
+            raise AssertionError(f"took {end} bytes of {len(body)}: {records} records, {len(controls)} items")
+        inside = sum(1 if len(item) == 3 else item[4] for item in controls)
+        if records != sum(rows) + inside:
+            raise AssertionError(f"{records} records, {sum(rows)} row changes and {inside} in items")
+        for item in controls:
+            if len(item) != 3 and not (len(item[8][0]) == 8 * item[3] and 2 * item[3] <= item[4]):
+                raise AssertionError(f"a block of {item[3]} transactions: {item[:8]}")
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="replwire-fuzz-skim-"))
+    path = os.path.join(_SCRATCH[0], "input.rwc" if capture else "input.csv")
+    with open(path, "wb") as handle:
+        handle.write((encode_header(CaptureHeader(proto_version=version)) if capture else b"") + body)
+    try:
+        (source,) = open_inputs([path], None if capture else version)
+    except CaptureFileError:  # rows that start as a capture file does, and do not go on as one
+        return
+    unit = (16 - (flags >> 4)) * 256
+    with _Skimmer(source) as skimmer:
+        start = source.first
+        while start < source.size:
+            compiled = skimmer._compiled(start, start + unit)
+            try:
+                expected = _take_run(source, start, skimmer.skim(start, start + unit))
+            except CaptureFileError:
+                expected = None
+            if compiled is None:
+                return
+            got = (compiled.stop, compiled.records, compiled.controls, compiled.rows, compiled.tail)
+            if expected is None or got != (expected.stop, expected.records, expected.controls, expected.rows,
+                                           expected.tail):
+                raise AssertionError(f"the compiled run from {start}: {got}, the Python one: {expected}")
+            if expected.stop >= source.size:
+                return
+            start = expected.stop
 
 
 def write_seeds(directory: str) -> int:

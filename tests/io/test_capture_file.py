@@ -83,6 +83,23 @@ def test_torn_tail_is_reported_and_the_rest_kept(tmp_path, cut):
         assert str(reading.tail).startswith(f"{size - cut - starts[-1]} bytes after offset {starts[-1]}")
 
 
+def test_a_file_cut_while_it_is_read_reports_a_torn_tail(tmp_path):
+    """A capture file cut after its reader opened it (a capture run cutting an interrupted snapshot section
+    while another process reads the file): the records still there are read, the first one missing is the
+    reading's tail."""
+    path = tmp_path / "c.rwcap"
+    write(path)
+    with read_capture(path) as reader:
+        starts = [r.offset for r in reader.records()]
+    with read_capture(path) as reader:
+        os.truncate(path, starts[-1] + 20)  # the last record's head is there, its message and CRC are not
+        reading = reader.records(raw=True)
+        records = list(reading)
+        assert [(lsn, xid, data) for _, lsn, xid, data in records] == MESSAGES[:-1]
+        assert reading.tail is not None and reading.tail.offset == starts[-1] == reading.end
+        assert "cut short" in reading.tail.reason
+
+
 def test_corrupt_record_stops_reading_there(tmp_path):
     path = tmp_path / "c.rwcap"
     write(path)

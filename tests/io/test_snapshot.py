@@ -135,8 +135,9 @@ def check_exact(dsn: str, paths, big_rows: int) -> None:
     assert all(set(c.new) == {"id", "v"} for c in snapshot_rows if c.table == "filtered")
 
 
-@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
-@pytest.mark.parametrize("major", [15, 18])
+# each major and each value format once (the copy's text and binary forms are the same on both majors; what
+# differs between them, the slot's creation and the stream, is in both variants)
+@pytest.mark.parametrize("major, binary", [(18, False), (15, True)], ids=["18-text", "15-binary"])
 def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, request, tmp_path):
     server = request.getfixturevalue(f"pg{major}")
     dsn = database(server, "snap")
@@ -176,7 +177,9 @@ def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, requ
     drop_slots(dsn)
 
 
-@pytest.mark.parametrize("major", [15, 18])
+# one major: what is killed is replwire's capture, and the slot's creation and the snapshot's copy on both
+# majors are in the test above
+@pytest.mark.parametrize("major", [18])
 def test_sigkill_in_the_snapshot_and_in_the_stream_then_again_is_exact(major, request, tmp_path):
     server = request.getfixturevalue(f"pg{major}")
     dsn = database(server, "kill")

@@ -540,9 +540,9 @@ typedef struct {
     Py_ssize_t head, lsn_at, lsn_size, len_at, len_size, crc_size;
 } Frame;
 
-/* CRC-32 (zlib's: the reflected polynomial 0xEDB88320), four bytes a step: CRC_TABLE[0] is the byte-wise
+/* CRC-32 (zlib's: the reflected polynomial 0xEDB88320), eight bytes a step: CRC_TABLE[0] is the byte-wise
  * table, CRC_TABLE[j] that of a byte followed by j zero bytes */
-static uint32_t CRC_TABLE[4][256];
+static uint32_t CRC_TABLE[8][256];
 
 static void crc_init(void)
 {
@@ -551,7 +551,7 @@ static void crc_init(void)
         for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
         CRC_TABLE[0][i] = c;
     }
-    for (int j = 1; j < 4; j++)
+    for (int j = 1; j < 8; j++)
         for (int i = 0; i < 256; i++)
             CRC_TABLE[j][i] = (CRC_TABLE[j - 1][i] >> 8) ^ CRC_TABLE[0][CRC_TABLE[j - 1][i] & 0xFF];
 }
@@ -560,10 +560,12 @@ static uint32_t crc32_of(const unsigned char *s, Py_ssize_t k)
 {
     uint32_t c = 0xFFFFFFFFu;
     Py_ssize_t i = 0;
-    for (; i + 4 <= k; i += 4) {
-        c ^= (uint32_t)s[i] | (uint32_t)s[i + 1] << 8 | (uint32_t)s[i + 2] << 16 | (uint32_t)s[i + 3] << 24;
-        c = CRC_TABLE[3][c & 0xFF] ^ CRC_TABLE[2][(c >> 8) & 0xFF] ^ CRC_TABLE[1][(c >> 16) & 0xFF]
-            ^ CRC_TABLE[0][c >> 24];
+    for (; i + 8 <= k; i += 8) {
+        uint32_t lo = c ^ ((uint32_t)s[i] | (uint32_t)s[i + 1] << 8 | (uint32_t)s[i + 2] << 16 | (uint32_t)s[i + 3] << 24);
+        uint32_t hi = (uint32_t)s[i + 4] | (uint32_t)s[i + 5] << 8 | (uint32_t)s[i + 6] << 16 | (uint32_t)s[i + 7] << 24;
+        c = CRC_TABLE[7][lo & 0xFF] ^ CRC_TABLE[6][(lo >> 8) & 0xFF] ^ CRC_TABLE[5][(lo >> 16) & 0xFF]
+            ^ CRC_TABLE[4][lo >> 24] ^ CRC_TABLE[3][hi & 0xFF] ^ CRC_TABLE[2][(hi >> 8) & 0xFF]
+            ^ CRC_TABLE[1][(hi >> 16) & 0xFF] ^ CRC_TABLE[0][hi >> 24];
     }
     for (; i < k; i++) c = CRC_TABLE[0][(c ^ s[i]) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
