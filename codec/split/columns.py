@@ -27,7 +27,7 @@ from ..stream.jsonl import RowJson
 from ..stream.values import ValueLoader
 from ..wire.fast import ROWS
 from .decode import Decoded, PartDecoder, decode_part
-from .first_pass import Part
+from .first_pass import Part, _PackedOutcomes
 from .inputs import read_records
 
 __all__ = ["ColumnRun", "part_changes"]
@@ -82,8 +82,9 @@ class _ColumnPath:
         self.part, self.rows = part, rows
         self.decoding = PartDecoder(part, rows=False)
         self.json = RowJson(ValueLoader(part.source.encoding))
-        outcomes = part.outcome_table()
-        self.outcomes = outcomes if isinstance(outcomes, dict) else dict(outcomes)
+        outcomes = self.decoding.outcomes  # (the column path asks only which keys are there)
+        self.outcomes = outcomes if isinstance(outcomes, dict) else (
+            outcomes.index() if isinstance(outcomes, _PackedOutcomes) else dict(outcomes))
         self.dropped = dict(part.dropped_subxacts)
         self.frame = record_frame() if part.source.form == "capture" else None
         self.shapes: list[tuple[str, str, str, int]] = []
