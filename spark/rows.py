@@ -36,7 +36,8 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from replwire.codec.messages import Delete, Insert
-from replwire.codec.split import Decoded, RelationVersion
+from replwire.codec.split import Decoded, Part, RelationVersion
+from replwire.codec.split.columns import ColumnRun, part_changes
 from replwire.codec.stream.assembler import Change
 from replwire.codec.stream.jsonl import RowJson
 from replwire.codec.stream.outcome import Outcome
@@ -44,7 +45,7 @@ from replwire.codec.stream.values import ValueLoader
 
 from .types import ColumnType, Unrepresentable, column_type
 
-__all__ = ["CHANGES", "ChangeRows", "TableRows", "meta_names", "table_schema"]
+__all__ = ["CHANGES", "ChangeRows", "TableRows", "change_batches", "meta_names", "table_schema"]
 
 #: Meta columns of the per-table change rows, before the table's own columns.
 META = [("op", T.StringType(), pa.string()), ("schema", T.StringType(), pa.string()),
@@ -416,3 +417,60 @@ def batches(rows: ChangeRows | TableRows, decoded: Iterable[Decoded], size: int 
             count = 0
     if len(rows):
         yield rows.batch()
+
+
+def change_batches(part: Part, size: int = 8192) -> Iterator[pa.RecordBatch]:
+    """The :data:`CHANGES` batches of one part: the rows ``batches(ChangeRows(), decode_part(part,
+    rows=False), size)`` gives, in the same order, with the runs of plain transactions the compiled column
+    path wrote (:func:`~replwire.codec.split.columns.part_changes`) wrapped as batches of their own."""
+    rows = ChangeRows(ValueLoader(part.source.encoding))
+    add, count = rows.add, 0
+    for item in part_changes(part, size):
+        if isinstance(item, ColumnRun):
+            if count:
+                yield rows.batch()
+                count = 0
+            yield _run_batch(item)
+            continue
+        add(item)
+        count += 1
+        if count == size:
+            yield rows.batch()
+            count = 0
+    if count:
+        yield rows.batch()
+
+
+def _run_batch(run: ColumnRun) -> pa.RecordBatch:
+    """A :class:`ColumnRun`'s rows as a batch: its buffers wrapped as Arrow arrays (no copy), the shape's
+    columns taken from the run's shapes; a run's rows are inserts, updates and deletes of plain transactions,
+    so the columns of truncates, logical messages, origins, two-phase and streamed transactions are null
+    (``streamed`` false)."""
+    count = run.rows
+    (shape, lsn, lsn_valid, position, xid, commit_lsn, end_lsn, commit_time, time_valid, new_valid, new_offsets,
+     new, old_valid, old_offsets, old, key_valid, key_offsets, key, toast_valid, toast_offsets, name_offsets,
+     names) = [None if b is None else pa.py_buffer(b) for b in run.buffers]
+    types = _CHANGES_ARROW.types
+    index = pa.Array.from_buffers(pa.int32(), count, [None, shape])
+    ops, schemas, tables, relation_ids = zip(*run.shapes)
+
+    def of(values: Sequence[Any], at: int) -> pa.Array:
+        return pa.array(values, types[at]).take(index)
+
+    def fixed(at: int, valid: pa.Buffer | None, data: pa.Buffer) -> pa.Array:
+        return pa.Array.from_buffers(types[at], count, [valid, data])
+
+    def text(valid: pa.Buffer | None, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
+        return pa.Array.from_buffers(pa.string(), count, [valid, offsets, data])
+
+    assert name_offsets is not None  # (only validities are ever None)
+    toasted = pa.Array.from_buffers(pa.string(), name_offsets.size // 4 - 1, [None, name_offsets, names])
+    # in _CHANGE_COLUMNS order
+    columns = [of(ops, 0), of(schemas, 1), of(tables, 2), fixed(3, None, xid), pa.nulls(count, types[4]),
+               fixed(5, lsn_valid, lsn), fixed(6, None, commit_lsn), fixed(7, None, end_lsn),
+               fixed(8, time_valid, commit_time), fixed(9, None, position), of(relation_ids, 10),
+               text(new_valid, new_offsets, new), text(old_valid, old_offsets, old),
+               text(key_valid, key_offsets, key),
+               pa.Array.from_buffers(types[14], count, [toast_valid, toast_offsets], children=[toasted]),
+               *(pa.nulls(count, types[at]) for at in range(15, 23)), pa.repeat(pa.scalar(False), count)]
+    return pa.RecordBatch.from_arrays(columns, schema=_CHANGES_ARROW)

@@ -156,12 +156,12 @@ class ReplwireReader(DataSourceReader):
 
         assert isinstance(partition, _Part)  # Spark hands back the partitions that partitions() made
 
-        from .rows import ChangeRows, TableRows, batches
+        from .rows import TableRows, batches, change_batches
 
-        loader = ValueLoader(partition.part.source.encoding)
         if partition.version is None:
-            yield from batches(ChangeRows(loader), decode_part(partition.part, rows=False), _BATCH_ROWS)
+            yield from change_batches(partition.part, _BATCH_ROWS)
             return
+        loader = ValueLoader(partition.part.source.encoding)
         version, shapes = partition.version, partition.shapes
 
         def in_shape(position: int) -> bool:

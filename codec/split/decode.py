@@ -11,7 +11,7 @@ transaction.  :func:`committed` is what one :class:`~replwire.codec.Assembler` g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from .inputs import Input, read_records
 if TYPE_CHECKING:
     from ..stream.jsonl import JsonLines
 
-__all__ = ["Decoded", "RecordError", "Written", "committed", "decode_part"]
+__all__ = ["Decoded", "PartDecoder", "RecordError", "Written", "committed", "decode_part"]
 
 
 @dataclass(slots=True)
@@ -52,40 +52,52 @@ def decode_part(part: Part, *, typed: bool = True, rows: bool = True) -> Iterato
     and ``key`` stay ``None``), for callers that read the wire tuples of ``change.message`` with
     ``change.row_schema`` themselves."""
     with fewer_collections():
-        yield from _decode_part(part, typed, rows)
+        yield from PartDecoder(part, typed=typed, rows=rows).decode(read_records(part.source, part.start, part.stop,
+                                                                                 raw=True))
 
 
-def _decode_part(part: Part, typed: bool, rows: bool) -> Iterator[Decoded]:
-    router = Router.from_state(part.state)
-    decoder = router.decoder
-    maker = ChangeMaker(typed=typed and rows, rows=rows, encoding=decoder.encoding)
-    outcomes, repeated, dropped = part.outcome_table(), part.repeated_lone, part.dropped_subxacts
-    source = part.source
-    base = source.position(0)
-    new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
-    sections = snapshot.SnapshotReader(decoder, maker)
-    for offset, lsn, _, data in read_records(source, part.start, part.stop, raw=True):
-        if data and data[0] in snapshot.KINDS:
-            yield from _snapshot_rows(sections, data, lsn, base | offset)
-            continue
-        in_stream = decoder.in_stream
-        message = decoder.feed(data)
-        position = base | offset
-        route = router.route(message, position, in_stream)
-        if route is None:
-            continue
-        if route.kind is CHANGE:
-            key = route.key
-            assert key is not None  # a change route names its transaction (Router.route)
-            outcome = outcomes.get(key)
-            if outcome is None or (dropped and route.value in dropped.get(key, ())):
+class PartDecoder:
+    """The decoding of one part: the router and decoder from the state the part begins in, and what the part
+    says of its transactions.  :meth:`decode` runs them over records of the part, in order; the records may
+    come in several runs, with records between them that the caller passed over and counted with the
+    decoder's ``skip`` (plain transactions, which leave the router and decoder as they found them)."""
+
+    def __init__(self, part: Part, *, typed: bool = True, rows: bool = True) -> None:
+        self.router = router = Router.from_state(part.state)
+        self.decoder = router.decoder
+        self.maker = ChangeMaker(typed=typed and rows, rows=rows, encoding=self.decoder.encoding)
+        self.outcomes, self.repeated, self.dropped = part.outcome_table(), part.repeated_lone, part.dropped_subxacts
+        self.base = part.source.position(0)
+        self.sections = snapshot.SnapshotReader(self.decoder, self.maker)
+
+    def decode(self, records: Iterable[tuple[int, int, Any, bytes]]) -> Iterator[Decoded]:
+        """The committed changes of ``records`` (raw records of the part: offset, LSN, xid, data)."""
+        router, decoder, maker = self.router, self.decoder, self.maker
+        outcomes, repeated, dropped = self.outcomes, self.repeated, self.dropped
+        base, sections = self.base, self.sections
+        new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
+        for offset, lsn, _, data in records:
+            if data and data[0] in snapshot.KINDS:
+                yield from _snapshot_rows(sections, data, lsn, base | offset)
                 continue
-            schema = maker.schema_for(decoder, message)
-            change = maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, outcome.xid,
-                                  route.value if outcome.streamed else None)
-            yield Decoded(position, change, outcome)
-        elif route.kind is LONE and position not in repeated:
-            yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
+            in_stream = decoder.in_stream
+            message = decoder.feed(data)
+            position = base | offset
+            route = router.route(message, position, in_stream)
+            if route is None:
+                continue
+            if route.kind is CHANGE:
+                key = route.key
+                assert key is not None  # a change route names its transaction (Router.route)
+                outcome = outcomes.get(key)
+                if outcome is None or (dropped and route.value in dropped.get(key, ())):
+                    continue
+                schema = maker.schema_for(decoder, message)
+                change = maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, outcome.xid,
+                                      route.value if outcome.streamed else None)
+                yield Decoded(position, change, outcome)
+            elif route.kind is LONE and position not in repeated:
+                yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 
 
 def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, position: int) -> Iterator[Decoded]:

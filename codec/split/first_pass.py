@@ -117,29 +117,39 @@ class Part:
                        self.records, self.dropped_subxacts))
 
     def outcome_table(self) -> Mapping[int, Outcome]:
-        """``outcomes`` ready for lookups: as they are, or as a plain dict unpacked once if the part arrived
-        pickled."""
-        outcomes = self.outcomes
-        return outcomes.table() if isinstance(outcomes, _PackedOutcomes) else outcomes
+        """``outcomes`` ready for lookups: as they are, or, for a part that arrived pickled, its packed
+        outcomes, each made into an Outcome when first looked up (a part's decoding looks up few of them
+        where the compiled column path takes its plain transactions, which asks only which keys are there)."""
+        return self.outcomes
 
 
 class _PackedOutcomes(Mapping[int, Outcome]):
-    """A part's outcomes as they travel: a few arrays of plain values, made into Outcomes on first use."""
+    """A part's outcomes as they travel: a few arrays of plain values; each made into an Outcome when it is
+    first looked up, and the same object every time after."""
 
     def __init__(self, packed: tuple[Any, ...]) -> None:
         self.packed = packed
-        self._table: dict[int, Outcome] | None = None
+        self._index: dict[int, int] | None = None
+        self._made: dict[int, Outcome] = {}
 
-    def table(self) -> dict[int, Outcome]:
-        if self._table is None:
-            self._table = _unpack_outcomes(self.packed)
-        return self._table
+    def index(self) -> dict[int, int]:
+        """Each key's index in the arrays."""
+        if self._index is None:
+            keys = self.packed[0]
+            self._index = dict(zip(keys, range(len(keys))))
+        return self._index
 
     def __getitem__(self, key: int) -> Outcome:
-        return self.table()[key]
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = _unpack_outcome(self.packed, self.index()[key])
+        return made
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.index()
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.table())
+        return iter(self.packed[0])
 
     def __len__(self) -> int:
         return len(self.packed[0])
@@ -178,19 +188,19 @@ def _column(code: str, words: bytes) -> array[int]:
     return out
 
 
-def _unpack_outcomes(packed: tuple[Any, ...]) -> dict[int, Outcome]:
+def _unpack_outcome(packed: tuple[Any, ...], index: int) -> Outcome:
     keys, xids, commit_lsns, end_lsns, commit_times, rare = packed
     new = int.__new__  # the values were LSNs and Timestamps already: no need to check them again
-    out = {key: Outcome(xid, new(LSN, commit_lsn), new(LSN, end_lsn), new(Timestamp, commit_time), None, None,
-                        None, None, False)
-           for key, xid, commit_lsn, end_lsn, commit_time in zip(keys, xids, commit_lsns, end_lsns, commit_times)}
-    for index, (origin, gid, prepare_lsn, prepare_time, streamed) in rare.items():
-        o = out[keys[index]]
+    o = Outcome(xids[index], new(LSN, commit_lsns[index]), new(LSN, end_lsns[index]),
+                new(Timestamp, commit_times[index]), None, None, None, None, False)
+    extra = rare.get(index)
+    if extra is not None:
+        origin, gid, prepare_lsn, prepare_time, streamed = extra
         o.origin = None if origin is None else (origin[0], new(LSN, origin[1]))
         o.gid, o.streamed = gid, streamed
         o.prepare_lsn = None if prepare_lsn is None else new(LSN, prepare_lsn)
         o.prepare_time = None if prepare_time is None else new(Timestamp, prepare_time)
-    return out
+    return o
 
 
 @dataclass

@@ -14,11 +14,17 @@ file header), every run it reads is the run the Python reading makes of it (bits
 choose the run length), and it declines wherever the Python reading reports a tail or raises.  Run by
 ``python -m replwire.codec.split.fuzz DIR`` (the seeds) and ``replwire fuzz --target
 replwire.codec.split.fuzz:fuzz_rows --corpus DIR`` (``make fuzz-compiled`` does both, on the compiled codec).
+
+The same input goes to the column path (``rows_columns``), which must take no more than ``rows_run`` took
+and give buffers of Arrow's layout for as many rows as it says, every text UTF-8; with every transaction
+wanted (bit 4 clear: every offset is in its outcomes) and none repeated, where it took as much as
+``rows_run`` its row images are those of ``rows_run``'s lines; with none wanted, no rows.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
 from typing import Any
 
 from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record, record_frame
@@ -118,7 +124,56 @@ def fuzz_rows(data: bytes) -> None:
         change = json.loads(line)
         if list(change)[:len(_KEYS)] != list(_KEYS):
             raise AssertionError(f"not a change's line: {line}")
+    _fuzz_columns(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, not flags & 16, consumed,
+                  lines if not repeated else None)
     _skim(flags, body)
+
+
+#: The plans as the column path takes them: (capsule, slot).
+_COLUMN_PLANS = {relation_id: (plan, slot) for slot, (relation_id, plan) in enumerate(_PLANS.items())}
+
+
+def _fuzz_columns(body: bytes, final: bool, proto_version: int, frame: Any, every: bool, most: int,
+                  lines: list[str] | None) -> None:
+    outcomes: dict[int, Any] = dict.fromkeys(range(len(body))) if every else {}
+    consumed, records, rows, _, buffers = ROWS.rows_columns(body, final, _COLUMN_PLANS, proto_version, frame, 0,
+                                                            outcomes, {}, 1 << 30, 1 << 30)
+    if not 0 <= consumed <= most or (records and consumed == 0) or (rows and not every):
+        raise AssertionError(f"columns: took {consumed} bytes ({records} records, {rows} rows), rows_run {most}")
+    images = _column_images(rows, buffers)
+    if lines is not None and every and consumed == most:
+        expected = [tuple(change.get(name) for name in ("new", "old", "key")) for change in map(json.loads, lines)]
+        got = [tuple(None if text is None else json.loads(text) for text in row) for row in images]
+        if got != expected:
+            raise AssertionError(f"columns: row images {got} for rows_run's {expected}")
+
+
+def _column_images(rows: int, buffers: tuple[Any, ...]) -> list[tuple[str | None, ...]]:
+    """The new, old and key texts of each row from the column buffers, every buffer checked for its size,
+    every offset in its text, every text UTF-8."""
+    for at in (0, 1, 3, 4, 5, 6, 7):  # shape int32, the rest int64
+        if len(buffers[at]) != rows * (4 if at == 0 else 8):
+            raise AssertionError(f"columns: buffer {at} of {len(buffers[at])} bytes for {rows} rows")
+    for at in (2, 8, 9, 12, 15, 18):
+        if buffers[at] is not None and len(buffers[at]) != (rows + 7) // 8:
+            raise AssertionError(f"columns: validity {at} of {len(buffers[at])} bytes for {rows} rows")
+
+    def texts(valid: bytes | None, offsets: bytes, data: bytes, count: int) -> list[str | None]:
+        ends = array("i", offsets)
+        if len(ends) != count + 1 or ends[0] != 0 or ends[-1] != len(data):
+            raise AssertionError(f"columns: offsets {list(ends)} for {count} values of {len(data)} bytes")
+        out: list[str | None] = []
+        for i in range(count):
+            if ends[i] > ends[i + 1]:
+                raise AssertionError(f"columns: offsets {list(ends)} go back")
+            ok = valid is None or valid[i >> 3] >> (i & 7) & 1
+            out.append(data[ends[i]:ends[i + 1]].decode() if ok else None)
+        return out
+
+    names = array("i", buffers[20])
+    texts(None, buffers[20], buffers[21], len(names) - 1)
+    texts(buffers[18], buffers[19], b"\0" * (len(names) - 1), rows)  # (the lists' offsets into the names)
+    return list(zip(*(texts(buffers[at], buffers[at + 1], buffers[at + 2], rows) for at in (9, 12, 15))))
 
 
 _SCRATCH: list[str] = []  # a directory for the file the first pass reads, made on first use

@@ -45,6 +45,8 @@ ROWS = Path(__file__).resolve().parent / "c_rows.c"
 #: The hand-written C of the compiled first pass of split decoding (appended after c_rows.c, whose record
 #: and row readers it uses).
 SKIM = Path(__file__).resolve().parent / "c_skim.c"
+#: The hand-written C of the change DataFrame's column path (after the row path, whose pieces it uses).
+COLUMNS = Path(__file__).resolve().parent / "c_columns.c"
 
 #: What a scan function notes of one field (see :mod:`replwire.codec.wire.gen.c_scan`).
 FIELD = """typedef struct {
@@ -410,7 +412,7 @@ def generate() -> str:
         parts += [f"static Py_ssize_t {slot(cls, name)};" for name in sorted(slots[cls])]
     parts += functions
     defines, scans = c_scan.generate()
-    parts += [FIELD, "\n".join(defines), *scans, ROWS.read_text(encoding="utf-8"), SKIM.read_text(encoding="utf-8")]
+    parts += [FIELD, "\n".join(defines), *scans, *(c.read_text(encoding="utf-8") for c in (ROWS, SKIM, COLUMNS))]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
         parts.append(parse_table(f"PARSE_{sender.upper()}", group))
@@ -460,6 +462,8 @@ static PyMethodDef MODULE_METHODS[] = {{
     {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see c_rows.c)."}},
     {{"skim_run", c_skim_run, METH_VARARGS,
       "A run of records as the first pass of split decoding needs it (see c_skim.c)."}},
+    {{"rows_columns", c_rows_columns, METH_VARARGS,
+      "The change rows' column buffers of the plain transactions of records (see c_columns.c)."}},
     {{"_forwarded", c_forwarded, METH_NOARGS,
       "How many calls of parse, build, parse_envelope, build_envelope went to the Python codec."}},
     {{NULL, NULL, 0, NULL}}

@@ -1,0 +1,396 @@
+/* The compiled path to the change DataFrame's columns: the plain transactions of COPY-CSV rows or capture
+ * file records as the column buffers of the change rows (replwire.spark.rows), not as JSON lines.
+ *
+ * Hand-written C, appended after c_rows.c (whose record reading, transaction order, checks and row image
+ * writer it uses: capture_record, csv_row, put_row, the Plan capsule) by replwire.codec.wire.gen.c_module.
+ * It takes what rows_run takes -- whole plain transactions, Begin, row changes, Commit, every relation with
+ * a plan, every value one the row writer writes exactly as the Python writer does -- and stops at the start
+ * of anything else, which the caller hands to the Python path (replwire.codec.split.decode_part).  A
+ * transaction whose key (the position of its Begin) is not in the part's outcomes, or whose xid the part
+ * dropped, gives no rows, as in decode_part.  The buffers are Arrow's: values in native byte order, int32
+ * offsets, validity bitmaps (None where no value is null).  Every read is bounds-checked (the scans, the
+ * record reads); the output is proportional to the input, and a call stops taking transactions once the
+ * rows or the text it wrote pass the caps given (a transaction that alone would pass 2 GiB of text is
+ * declined). */
+
+/* the column buffers, in the order rows_columns returns them */
+enum {
+    K_SHAPE, K_LSN, K_LSN_OK, K_POSITION, K_XID, K_COMMIT_LSN, K_END_LSN, K_TIME, K_TIME_OK,
+    K_NEW_OK, K_NEW_OFF, K_NEW, K_OLD_OK, K_OLD_OFF, K_OLD, K_KEY_OK, K_KEY_OFF, K_KEY,
+    K_TOAST_OK, K_TOAST_OFF, K_NAME_OFF, K_NAME, K_COUNT
+};
+
+/* which buffers hold one byte per row that becomes a validity bitmap */
+static const int K_VALIDITY[] = {K_LSN_OK, K_TIME_OK, K_NEW_OK, K_OLD_OK, K_KEY_OK, K_TOAST_OK};
+
+/* the text buffers (int32 offsets into them): new, old, key, the unchanged TOASTed columns' names */
+static const int K_TEXT[] = {K_NEW, K_OLD, K_KEY, K_NAME};
+
+/* a commit time's range that datetime holds (years 1-9999, microseconds from 2000-01-01), and the shift to
+ * microseconds from 1970-01-01 */
+#define TIME_FIRST INT64_C(-63082281600000000)
+#define TIME_LAST INT64_C(252455615999999999)
+#define TIME_SHIFT INT64_C(946684800000000)
+
+typedef struct {
+    Buf b[K_COUNT];
+    Py_ssize_t rows, names;
+} Columns;
+
+static int col_put(Columns *c, int k, const void *v, Py_ssize_t size)
+{
+    return put_bytes(&c->b[k], (const char *)v, size);
+}
+
+static int col_i64(Columns *c, int k, int64_t v) { return col_put(c, k, &v, 8); }
+static int col_i32(Columns *c, int k, int32_t v) { return col_put(c, k, &v, 4); }
+static int col_ok(Columns *c, int k, int ok)
+{
+    char v = (char)ok;
+    return col_put(c, k, &v, 1);
+}
+
+/* the end of a text buffer as the next offset (its size checked against int32 by the caller) */
+static int col_end(Columns *c, int off, int text)
+{
+    return col_i32(c, off, (int32_t)c->b[text].len);
+}
+
+/* the buffers' lengths at the start of a transaction, to go back to */
+typedef struct {
+    Py_ssize_t len[K_COUNT], rows, names;
+} Mark;
+
+static void col_mark(const Columns *c, Mark *m)
+{
+    for (int k = 0; k < K_COUNT; k++) m->len[k] = c->b[k].len;
+    m->rows = c->rows;
+    m->names = c->names;
+}
+
+static void col_back(Columns *c, const Mark *m)
+{
+    for (int k = 0; k < K_COUNT; k++) c->b[k].len = m->len[k];
+    c->rows = m->rows;
+    c->names = m->names;
+}
+
+/* whether a text buffer is past what int32 offsets reach */
+static int col_too_big(const Columns *c)
+{
+    for (size_t i = 0; i < sizeof K_TEXT / sizeof K_TEXT[0]; i++)
+        if (c->b[K_TEXT[i]].len > INT32_MAX) return 1;
+    return 0;
+}
+
+static Py_ssize_t col_text(const Columns *c)
+{
+    Py_ssize_t most = 0;
+    for (size_t i = 0; i < sizeof K_TEXT / sizeof K_TEXT[0]; i++) most = MOST(most, c->b[K_TEXT[i]].len);
+    return most;
+}
+
+/* The plan of the last relation looked up (rows of one relation tend to come together). */
+typedef struct {
+    uint64_t oid;
+    int known;
+    Plan *plan;
+    int32_t slot;
+} Looked;
+
+/* the plan and slot of relation oid from plans (oid -> (capsule, slot)): 1, 0 none, -1 an error */
+static int look_up(Looked *l, PyObject *plans, uint64_t oid)
+{
+    if (l->known && l->oid == oid) return 1;
+    PyObject *key = PyLong_FromUnsignedLongLong(oid);
+    if (key == NULL) return -1;
+    PyObject *entry = PyDict_GetItemWithError(plans, key);
+    Py_DECREF(key);
+    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_SetString(PyExc_ValueError, "rows_columns: a plan is (capsule, slot)");
+        return -1;
+    }
+    Plan *plan = PyCapsule_GetPointer(PyTuple_GET_ITEM(entry, 0), PLAN_NAME);
+    if (plan == NULL) return -1;
+    long slot = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+    if (slot == -1 && PyErr_Occurred()) return -1;
+    if (slot < 0 || slot > INT32_MAX / 3) {
+        PyErr_SetString(PyExc_ValueError, "rows_columns: a slot out of range");
+        return -1;
+    }
+    l->oid = oid;
+    l->known = 1;
+    l->plan = plan;
+    l->slot = (int32_t)slot;
+    return 1;
+}
+
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) at lsn and position: its row
+ * written (the transaction's facts come at its Commit); 1, 0 declined, -1 an error */
+static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n,
+                         uint64_t lsn, int64_t position, Py_ssize_t **toasted, Py_ssize_t *toasted_cap)
+{
+    Field F[MOST(N_Insert, MOST(N_Update, N_Delete))];
+    int op;
+    Py_ssize_t relation, key, old, new_;
+    if (d[0] == TAG_Insert) {
+        if (!s_Insert(d, n, pv, 0, F)) return 0;
+        op = 0; relation = F_Insert_relation_id; key = old = -1; new_ = F_Insert_new;
+    } else if (d[0] == TAG_Update) {
+        if (!s_Update(d, n, pv, 0, F)) return 0;
+        op = 1; relation = F_Update_relation_id; key = F_Update_key; old = F_Update_old; new_ = F_Update_new;
+    } else {
+        if (!s_Delete(d, n, pv, 0, F)) return 0;
+        op = 2; relation = F_Delete_relation_id; key = F_Delete_key; old = F_Delete_old; new_ = -1;
+    }
+    if (lsn > (uint64_t)INT64_MAX) return 0;  /* an int64 column cannot hold it: the Python path says so */
+    int r = look_up(l, plans, F[relation].v);
+    if (r != 1) return r;
+    Plan *plan = l->plan;
+    Py_ssize_t images[3] = {new_, key, old};
+    for (int i = 0; i < 3; i++)  /* the decoder's check: every tuple as wide as its Relation */
+        if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != plan->ncols) return 0;
+    if (plan->ncols > *toasted_cap) {
+        Py_ssize_t *grown = PyMem_Realloc(*toasted, (size_t)plan->ncols * sizeof(Py_ssize_t));
+        if (grown == NULL) return -1;
+        *toasted = grown;
+        *toasted_cap = plan->ncols;
+    }
+    if (col_i32(c, K_SHAPE, l->slot * 3 + op) || col_i64(c, K_LSN, (int64_t)lsn) || col_ok(c, K_LSN_OK, lsn != 0)
+        || col_i64(c, K_POSITION, position))
+        return -1;
+    Py_ssize_t ntoasted = 0;
+    int has[3] = {0, 0, 0};  /* new, old, key */
+    r = 1;
+    if (new_ >= 0) {
+        r = put_row(&c->b[K_NEW], plan, d, n, F[new_].at, plan->ncols, 0, *toasted, &ntoasted);
+        has[0] = 1;
+    }
+    if (r == 1 && key >= 0 && F[key].present) {
+        r = put_row(&c->b[K_KEY], plan, d, n, F[key].at, plan->ncols, 1, NULL, NULL);
+        has[2] = 1;
+    } else if (r == 1 && old >= 0 && F[old].present) {
+        r = put_row(&c->b[K_OLD], plan, d, n, F[old].at, plan->ncols, 0, NULL, NULL);
+        if (r == 1) r = put_row(&c->b[K_KEY], plan, d, n, F[old].at, plan->ncols, 1, NULL, NULL);
+        has[1] = has[2] = 1;
+    }
+    if (r != 1) return r;
+    static const int OK[3] = {K_NEW_OK, K_OLD_OK, K_KEY_OK}, OFF[3] = {K_NEW_OFF, K_OLD_OFF, K_KEY_OFF},
+                     TEXT[3] = {K_NEW, K_OLD, K_KEY};
+    for (int i = 0; i < 3; i++)
+        if (col_ok(c, OK[i], has[i]) || col_end(c, OFF[i], TEXT[i])) return -1;
+    /* unchanged_toast: the names (a list, empty or not) where there is a new row, else null */
+    for (Py_ssize_t i = 0; i < ntoasted; i++) {
+        Py_ssize_t size;
+        const char *name = PyUnicode_AsUTF8AndSize(plan->cols[(*toasted)[i]].name, &size);
+        if (name == NULL) return -1;
+        if (col_put(c, K_NAME, name, size) || col_end(c, K_NAME_OFF, K_NAME)) return -1;
+    }
+    c->names += ntoasted;
+    if (col_ok(c, K_TOAST_OK, has[0]) || col_i32(c, K_TOAST_OFF, (int32_t)c->names)) return -1;
+    c->rows++;
+    return 1;
+}
+
+/* the transaction's facts for its rows from ``first`` on: xid, commit LSN, end LSN, commit time */
+static int column_facts(Columns *c, Py_ssize_t first, uint64_t xid, uint64_t commit_lsn, uint64_t end_lsn,
+                        int64_t time)
+{
+    int valid = time >= TIME_FIRST && time <= TIME_LAST;
+    int64_t unix_time = valid ? time + TIME_SHIFT : 0;
+    for (Py_ssize_t i = first; i < c->rows; i++)
+        if (col_i64(c, K_XID, (int64_t)xid) || col_i64(c, K_COMMIT_LSN, (int64_t)commit_lsn)
+            || col_i64(c, K_END_LSN, (int64_t)end_lsn) || col_i64(c, K_TIME, unix_time) || col_ok(c, K_TIME_OK, valid))
+            return -1;
+    return 0;
+}
+
+/* whether decode_part gives the rows of the transaction at key with xid: its outcome is in ``outcomes``
+ * and its xid not among the dropped subtransactions of it; 1, 0, -1 an error */
+static int column_wanted(PyObject *outcomes, PyObject *dropped, int64_t key, uint64_t xid)
+{
+    PyObject *k = PyLong_FromLongLong(key);
+    if (k == NULL) return -1;
+    int r = PyDict_Contains(outcomes, k);
+    if (r == 1 && PyDict_GET_SIZE(dropped)) {
+        PyObject *subxacts = PyDict_GetItemWithError(dropped, k);
+        if (subxacts != NULL) {
+            PyObject *x = PyLong_FromUnsignedLongLong(xid);
+            int in = x == NULL ? -1 : PySequence_Contains(subxacts, x);
+            Py_XDECREF(x);
+            r = in < 0 ? -1 : !in;
+        } else if (PyErr_Occurred()) r = -1;
+    }
+    Py_DECREF(k);
+    return r;
+}
+
+/* a buffer as bytes, a validity buffer as its bitmap (None when every row is valid) */
+static PyObject *column_bytes(const Columns *c, int k)
+{
+    const Buf *b = &c->b[k];
+    int validity = 0;
+    for (size_t i = 0; i < sizeof K_VALIDITY / sizeof K_VALIDITY[0]; i++) validity |= K_VALIDITY[i] == k;
+    if (!validity) return PyBytes_FromStringAndSize(b->p, b->len);
+    Py_ssize_t all = 1;
+    for (Py_ssize_t i = 0; i < b->len; i++) all &= b->p[i];
+    if (all) Py_RETURN_NONE;
+    PyObject *bits = PyBytes_FromStringAndSize(NULL, (b->len + 7) / 8);
+    if (bits == NULL) return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(bits);
+    memset(p, 0, (size_t)PyBytes_GET_SIZE(bits));
+    for (Py_ssize_t i = 0; i < b->len; i++)
+        if (b->p[i]) p[i >> 3] |= (unsigned char)(1u << (i & 7));
+    return bits;
+}
+
+/* rows_columns(data, final, plans, proto_version, frame, origin, outcomes, dropped, max_rows, max_text) ->
+ * (consumed, records, rows, declined, buffers): the whole plain transactions at the start of data -- COPY-CSV
+ * rows, or capture records laid out as ``frame`` says (see rows_run; ``final``: data ends the input) -- as
+ * the change rows' column buffers (a tuple in the order of the K_ enum); plans maps a relation id to
+ * (its rows_plan capsule, its slot: a row's shape is slot * 3 + 0 insert, 1 update, 2 delete); origin is
+ * the position of data's first byte (a row's position is origin plus its record's offset in data, a
+ * transaction's key that of its Begin); outcomes and dropped are the part's (decode_part).  It stops after
+ * the transaction that reaches max_rows rows or max_text bytes of any text buffer.  consumed is where the
+ * records not taken start, records how many were taken, declined whether the record there is one for the
+ * Python path (else more input is needed, or a cap was reached). */
+static PyObject *c_rows_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int final, pv;
+    PyObject *plans, *framing, *outcomes, *dropped;
+    long long origin;
+    Py_ssize_t max_rows, max_text;
+    Frame frame = {0};
+    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn:rows_columns", &view, &final, &PyDict_Type, &plans, &pv, &framing,
+                          &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text))
+        return NULL;
+    int capture = framing != Py_None;
+    if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:rows_columns frame", &frame.head, &frame.lsn_at,
+                                      &frame.lsn_size, &frame.len_at, &frame.len_size, &frame.crc_size)
+                    || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
+                    || frame.crc_size != 4 || frame.lsn_at < 0 || frame.len_at < 0
+                    || frame.lsn_at + frame.lsn_size > frame.head || frame.len_at + frame.len_size > frame.head)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_columns: not a record frame");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (origin < 0 || origin > INT64_MAX - view.len) {
+        PyErr_SetString(PyExc_ValueError, "rows_columns: origin out of range");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (capture && CRC_TABLE[0][1] == 0) crc_init();
+    if (HEX['f'] != 15) hex_init();
+    const unsigned char *s = view.buf;
+    Py_ssize_t size = view.len, pos = 0, row_cap = 0, records = 0, toasted_cap = 0;
+    int declined = 0;
+    unsigned char *row = NULL;
+    Py_ssize_t *toasted = NULL;
+    Looked looked = {0};
+    Columns c = {0};
+    PyObject *result = NULL;
+    for (int k = 0; k < K_COUNT; k++)
+        if (out_init(&c.b[k], 4096)) goto nomem;
+    static const int OFFSETS[] = {K_NEW_OFF, K_OLD_OFF, K_KEY_OFF, K_TOAST_OFF, K_NAME_OFF};
+    for (size_t i = 0; i < sizeof OFFSETS / sizeof OFFSETS[0]; i++)
+        if (col_i32(&c, OFFSETS[i], 0)) goto nomem;
+    while (pos < size && c.rows < max_rows && col_text(&c) < max_text) {
+        Py_ssize_t at = pos, taken = 0;
+        int opened = 0;
+        uint64_t xid = 0;
+        int64_t key = 0;
+        Mark mark;
+        col_mark(&c, &mark);
+        for (;;) {
+            if (at >= size) {
+                if (final && opened) goto decline;  /* a transaction the input cuts: the Python path's */
+                goto more;
+            }
+            uint64_t lsn;
+            Py_ssize_t n, end;
+            const unsigned char *d;
+            int r;
+            if (capture) {
+                Py_ssize_t k;
+                r = capture_record(&frame, s + at, size - at, &lsn, &d, &n, &k);
+                if (r == 2) {
+                    if (final) goto decline;  /* a torn tail: the Python reader reports it */
+                    goto more;
+                }
+                if (r == 0 || n == 0) goto decline;
+                end = at + k;
+            } else {
+                const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
+                if (nl == NULL && !final) goto more;
+                end = nl ? nl - s + 1 : size;
+                Py_ssize_t k = end - at;
+                while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
+                r = csv_row(s + at, k, &lsn, &row, &row_cap, &n);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                d = row;
+            }
+            Field F[MOST(N_Begin, N_Commit)];
+            int64_t position = (int64_t)origin + at;
+            taken++;
+            at = end;
+            if (!opened) {
+                if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
+                xid = F[F_Begin_xid].v;
+                key = position;
+                opened = 1;
+                continue;
+            }
+            if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
+                r = column_change(&c, &looked, plans, pv, d, n, lsn, position, &toasted, &toasted_cap);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                if (col_too_big(&c)) {  /* past int32 offsets: the Python path takes it, if it comes first */
+                    if (pos == 0) goto decline;
+                    goto more;
+                }
+                continue;
+            }
+            if (d[0] != TAG_Commit || !s_Commit(d, n, pv, 0, F)) goto decline;
+            uint64_t commit_lsn = F[F_Commit_commit_lsn].v, end_lsn = F[F_Commit_end_lsn].v;
+            if (commit_lsn > (uint64_t)INT64_MAX || end_lsn > (uint64_t)INT64_MAX) goto decline;
+            r = column_wanted(outcomes, dropped, key, xid);
+            if (r < 0) goto nomem;
+            if (r == 0) col_back(&c, &mark);  /* sent again after a resume, or dropped: no rows */
+            else if (column_facts(&c, mark.rows, xid, commit_lsn, end_lsn, (int64_t)F[F_Commit_commit_time].v))
+                goto nomem;
+            records += taken;
+            pos = at;
+            break;
+        }
+        continue;
+    decline:
+        declined = 1;
+    more:
+        col_back(&c, &mark);
+        break;
+    }
+    PyObject *buffers = PyTuple_New(K_COUNT);
+    if (buffers == NULL) goto done;
+    for (int k = 0; k < K_COUNT; k++) {
+        PyObject *b = column_bytes(&c, k);
+        if (b == NULL) {
+            Py_DECREF(buffers);
+            goto done;
+        }
+        PyTuple_SET_ITEM(buffers, k, b);
+    }
+    result = Py_BuildValue("(nnniN)", pos, records, c.rows, declined, buffers);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    PyMem_Free(row);
+    PyMem_Free(toasted);
+    for (int k = 0; k < K_COUNT; k++)
+        if (c.b[k].p != NULL) out_free(&c.b[k]);
+    PyBuffer_Release(&view);
+    return result;
+}

@@ -1,0 +1,163 @@
+"""The change DataFrame's batches with the compiled column path (``change_batches``: plain transactions'
+columns written in C, ``codec/wire/gen/c_columns.c``) hold exactly the rows of the Python path
+(``ChangeRows`` over ``decode_part``), row for row and value for value, in the same order: on the
+benchmark's synthetic stream and on random streams of every kind of transaction, cut into parts of many
+sizes (transactions straddling the cuts), in both input forms, across a resume that sends transactions
+again, with a torn tail, on drawn values (binary, not UTF-8, odd forms, commit times beyond datetime), and
+on the streams real servers sent."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replwire.codec import LSN
+from replwire.codec.split import columns, decode_part, open_inputs, plan
+from replwire.codec.stream.values import ValueLoader
+from replwire.codec.wire import fast
+from replwire.spark import rows as spark_rows
+from replwire.spark.rows import ChangeRows, batches, change_batches
+from tests.split.test_partitions import StreamMaker
+from tests.split.test_row_path import FORMS, SUFFIX, streams, synthetic_rows, write_stream
+
+COMPILED = fast.ROWS is not None
+
+
+def python_rows(part) -> pa.Table:
+    """The reference: the Python path's rows of one part."""
+    loader = ValueLoader(part.source.encoding)
+    return pa.Table.from_batches(list(batches(ChangeRows(loader), decode_part(part, rows=False), 8192)),
+                                 schema=spark_rows._CHANGES_ARROW)
+
+
+def assert_same_rows(inputs, sizes, *, size=8192, compiled_share=0.0):
+    """Every part's rows from change_batches equal the Python path's, for each part size; with the last
+    size, at least ``compiled_share`` of them from the column path.  Returns how many rows there were, and
+    how many the column path wrote, with the last size."""
+    for part_bytes in sizes:
+        total = written = 0
+        for part in plan(inputs, part_bytes=part_bytes).parts:
+            expected = python_rows(part)
+            got_batches = list(change_batches(part, size))
+            for batch in got_batches:
+                batch.validate(full=True)
+                assert batch.schema == spark_rows._CHANGES_ARROW
+            got = pa.Table.from_batches(got_batches, schema=spark_rows._CHANGES_ARROW)
+            assert got.num_rows == expected.num_rows, (part_bytes, part.number)
+            for name in expected.column_names:  # column by column, to name the one that differs
+                assert got[name].to_pylist() == expected[name].to_pylist(), (part_bytes, part.number, name)
+            total += expected.num_rows
+            written += sum(r.rows for r in columns.part_changes(part, size) if isinstance(r, columns.ColumnRun))
+    assert written >= compiled_share * total if COMPILED else written == 0
+    return total, written
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_synthetic_stream_wherever_cut(tmp_path, form):
+    rows = synthetic_rows(4_000)
+    inputs = open_inputs([write_stream(tmp_path / f"s.{SUFFIX[form]}", rows, form, 1)], proto_version=1)
+    total, _ = assert_same_rows(inputs, (700, 9_000, 1 << 30), compiled_share=0.9)
+    assert total > 2_000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_streams_of_every_kind_of_transaction(tmp_path, monkeypatch, seed):
+    """Plain transactions between streamed, two-phase ones, Origins, Truncates, lone messages and shape
+    changes (protocol 4): the column path, tried at every chance (not less often after tries that took
+    nothing), takes the plain ones between the others."""
+    monkeypatch.setattr(columns, "_TRIES", 1 << 30)
+    rows = StreamMaker(seed).make(80)
+    form = FORMS[seed % 2]
+    path = write_stream(tmp_path / f"r.{SUFFIX[form]}", [(lsn, 0, data) for lsn, data in rows], form, 4)
+    total, written = assert_same_rows(open_inputs([path], proto_version=4), (1, 400, 1 << 30))
+    assert total > 50
+    assert written > 0 or not COMPILED
+
+
+@pytest.mark.parametrize("worth", [1, 32])
+def test_transactions_the_column_path_declines_between_those_it_takes(tmp_path, monkeypatch, worth):
+    """Every third transaction has an Origin (the Python path's): the column path takes the others where it
+    is tried -- at every chance (a try is worth it if it takes a record), or less often after tries that
+    took few records."""
+    from replwire.codec import Origin, build
+
+    monkeypatch.setattr(columns, "_WORTH", worth)
+    origin = build(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
+    rows, begins = [], 0
+    for lsn, xid, data in synthetic_rows(3_000):
+        rows.append((lsn, xid, data))
+        if data[:1] == b"B":
+            begins += 1
+            if begins % 3 == 0:
+                rows.append((lsn, xid, origin))
+    path = write_stream(tmp_path / "origins.rwc", rows, "capture", 1)
+    assert_same_rows(open_inputs([path]), (3_000, 1 << 30), compiled_share=0.5 if worth == 1 else 0.0)
+
+
+def test_a_resume_gives_a_transaction_once(tmp_path):
+    """The second file starts again at transactions the first holds: they have no outcome in its parts,
+    and give no rows."""
+    rows = synthetic_rows(3_000)
+    again = next(i for i in range(1_000, 2_000) if rows[i][2][:1] == b"B")
+    first = write_stream(tmp_path / "a.rwc", rows[:2_000], "capture", 1)
+    second = write_stream(tmp_path / "b.rwc", rows[again:], "capture", 1)
+    inputs = open_inputs([first, second])
+    total, _ = assert_same_rows(inputs, (5_000, 1 << 30), compiled_share=0.8)
+    whole = open_inputs([write_stream(tmp_path / "whole.rwc", rows, "capture", 1)])
+    assert total == sum(python_rows(part).num_rows for part in plan(whole).parts)
+
+
+def test_a_torn_tail_and_small_batches(tmp_path):
+    rows = synthetic_rows(1_500)
+    path = write_stream(tmp_path / "torn.rwc", rows, "capture", 1)
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # the last record cut short
+    assert_same_rows(open_inputs([path]), (3_000, 1 << 30), size=5, compiled_share=0.8)
+
+
+def test_caps_reads_and_the_python_path(tmp_path, monkeypatch):
+    """Runs cut short by the text cap, reads smaller than a transaction, and no compiled codec at all: the
+    same rows."""
+    rows = synthetic_rows(1_500)
+    inputs = open_inputs([write_stream(tmp_path / "s.csv", rows, "copy-csv", 1)], proto_version=1)
+    monkeypatch.setattr(columns, "_MOST_TEXT", 300)
+    monkeypatch.setattr(columns, "_CHUNK", 100)
+    assert_same_rows(inputs, (1 << 30,), compiled_share=0.8)
+    monkeypatch.setattr(columns, "_MOST", 150)  # every transaction longer than the column path may take
+    assert_same_rows(inputs, (1 << 30,))
+    monkeypatch.setattr(columns, "ROWS", None)
+    assert_same_rows(inputs, (1 << 30,))
+    assert not any(isinstance(r, columns.ColumnRun) for part in plan(inputs).parts
+                   for r in columns.part_changes(part))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=streams(), form=st.sampled_from(FORMS), cut=st.sampled_from([1, 300, 1 << 30]))
+def test_drawn_values(tmp_path_factory, rows, form, cut):
+    """Values of every form (binary, not UTF-8, forms the C does not write, commit times datetime cannot
+    hold): what the column path declines the Python path writes."""
+    path = write_stream(tmp_path_factory.mktemp("drawn") / f"d.{SUFFIX[form]}", rows, form, 1)
+    inputs = open_inputs([path], proto_version=1)
+    try:
+        expected = [python_rows(part) for part in plan(inputs, part_bytes=cut).parts]
+    except Exception as error:  # noqa: BLE001 - a stream the Python path fails on fails the same way here
+        with pytest.raises(type(error)):
+            for part in plan(inputs, part_bytes=cut).parts:
+                list(change_batches(part))
+        return
+    got = [pa.Table.from_batches(list(change_batches(part)), schema=spark_rows._CHANGES_ARROW)
+           for part in plan(inputs, part_bytes=cut).parts]
+    assert [t.to_pylist() for t in got] == [t.to_pylist() for t in expected]
+
+
+@pytest.mark.server
+def test_real_streams(pg_captures, tmp_path):
+    total = 0
+    for n, capture in enumerate(pg_captures.captures):
+        path = write_stream(tmp_path / f"{n}.rwc", [(int(LSN(lsn)), xid, data) for lsn, xid, data in capture.rows],
+                            "capture", capture.proto_version)
+        total += assert_same_rows(open_inputs([path]), (4096, 1 << 30))[0]
+    assert total > 1000
