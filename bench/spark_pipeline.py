@@ -6,9 +6,10 @@ as a replwire capture file):
 
 * ``single-process Decoder`` -- reading the file and running every message through
   :class:`replwire.codec.Decoder` (the fast codec and the stream state): the yardstick of the targets.
-* ``single-process, change rows`` -- the same file to the change DataFrame's Arrow batches in one process
-  (:func:`replwire.codec.split.decode_part` over one part + :class:`replwire.spark.rows.ChangeRows`):
-  the work Spark spreads over its tasks.
+* ``single-process, change rows`` -- the same file to the change DataFrame's Arrow batches in one process,
+  as a Spark task makes them (:func:`replwire.spark.rows.change_batches` over one part; a replwire from
+  before it: :func:`replwire.codec.split.decode_part` + :class:`replwire.spark.rows.ChangeRows`): the work
+  Spark spreads over its tasks.
 * ``no Spark, 1 process`` / ``2 processes`` -- the decoding of the same parts (first pass not timed) in one
   process, then split over two processes running at once: how far two cores of the machine running the
   benchmark speed this work up at all, Spark aside.
@@ -75,14 +76,25 @@ def single_decoder(path: pathlib.Path) -> float:
     return time.perf_counter() - start
 
 
+def part_batches(part: Any) -> Any:
+    """The change DataFrame's batches of one part, as the installed replwire's Spark source makes them."""
+    try:
+        from replwire.spark.rows import change_batches
+    except ImportError:  # a replwire from before the compiled column path (--baseline)
+        from replwire.codec.split import decode_part
+        from replwire.spark.rows import ChangeRows, batches
+
+        return batches(ChangeRows(), decode_part(part, rows=False), 8192)
+    return change_batches(part, 8192)
+
+
 def single_rows(path: pathlib.Path) -> tuple[float, int]:
-    from replwire.codec.split import decode_part, open_inputs, plan
-    from replwire.spark.rows import ChangeRows, batches
+    from replwire.codec.split import open_inputs, plan
 
     start = time.perf_counter()
     rows = 0
     for part in plan(open_inputs([str(path)]), part_bytes=1 << 40).parts:
-        for batch in batches(ChangeRows(), decode_part(part, rows=False), 8192):
+        for batch in part_batches(part):
             rows += batch.num_rows
     return time.perf_counter() - start, rows
 
@@ -113,13 +125,12 @@ def first_pass(path: pathlib.Path) -> float:
 def _decode_parts(path: str, number: int, of: int) -> float:
     """Worker: decode every ``of``-th part of ``path`` starting at ``number`` into change rows; seconds taken
     (the first pass is not timed)."""
-    from replwire.codec.split import decode_part, open_inputs, plan
-    from replwire.spark.rows import ChangeRows, batches
+    from replwire.codec.split import open_inputs, plan
 
     parts = plan(open_inputs([path]), part_bytes=1 << 40, min_parts=8).parts
     start = time.perf_counter()
     for part in parts[number::of]:
-        for _ in batches(ChangeRows(), decode_part(part, rows=False), 8192):
+        for _ in part_batches(part):
             pass
     return time.perf_counter() - start
 

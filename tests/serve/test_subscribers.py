@@ -164,6 +164,12 @@ def psycopg2_consume(address, options, count, timeout=60.0):
         conn.close()
 
 
+def served(source: Source, options: dict[str, str]) -> int:
+    """How many messages the server sends a client asking with ``options`` (what the consumer waits for: a
+    count it never reaches makes it wait out its whole timeout)."""
+    return sum(1 for _ in Replay(source, Request.from_options(options, server_version=150000)).messages())
+
+
 def relations(messages: list[bytes]) -> dict[int, Relation]:
     """The last Relation per relation OID that the messages hold (streamed Xid removed)."""
     decoder = Decoder(proto_version=3)
@@ -181,9 +187,10 @@ def test_psycopg2_receives_the_capture_as_captured(captured):
     path, _ = captured
     messages = capture_messages(path)
     expected = without_schema(messages)
-    with Server(Source.from_captures([path])) as server:
-        received = psycopg2_consume(server.address, {"proto_version": "3", "publication_names": "pub",
-                                                     "streaming": "on"}, len(messages))
+    source = Source.from_captures([path])
+    options = {"proto_version": "3", "publication_names": "pub", "streaming": "on"}
+    with Server(source) as server:
+        received = psycopg2_consume(server.address, options, served(source, options))
     assert without_schema(received) == expected
     assert relations(received) == relations(messages)
     assert committed(received, 3) == committed(messages, 3)
@@ -196,9 +203,8 @@ def test_psycopg2_without_streaming_gets_transactions_reassembled(captured):
     source = Source.from_captures([path])
     # a protocol 1 client: no streaming, so every streamed transaction comes whole, at its commit
     options = {"proto_version": "1", "publication_names": "pub"}
-    count = sum(1 for _ in Replay(source, Request.from_options(options, server_version=150000)).messages())
     with Server(source) as server:
-        received = psycopg2_consume(server.address, options, count)
+        received = psycopg2_consume(server.address, options, served(source, options))
     tags = {chr(m[0]) for m in received}
     assert not tags & {"S", "E", "A", "c"}, tags
     assert committed(received, 1) == want
@@ -227,9 +233,10 @@ def test_a_capture_is_served_without_reading_it_into_memory(captured):
 def test_pg_recvlogical_receives_what_psycopg2_does(pg15, captured, tmp_path):
     path, _ = captured
     messages = capture_messages(path)
-    with Server(Source.from_captures([path]), settings=ServeSettings(150000, keepalive_interval=1)) as server:
+    source = Source.from_captures([path])
+    with Server(source, settings=ServeSettings(150000, keepalive_interval=1)) as server:
         options = {"proto_version": "3", "publication_names": "pub", "streaming": "on"}
-        received = psycopg2_consume(server.address, options, len(messages))
+        received = psycopg2_consume(server.address, options, served(source, options))
         end = server.source.scan().last_lsn
         endpos = f"--endpos={end >> 32:X}/{end & 0xFFFFFFFF:X}"
         out = tmp_path / "recvlogical.out"
