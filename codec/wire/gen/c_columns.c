@@ -75,12 +75,13 @@ static void col_back(Columns *c, const Mark *m)
     c->names = m->names;
 }
 
-/* whether a text buffer is past what int32 offsets reach */
+/* whether a text buffer, or the list of unchanged TOASTed columns' names (its int32 offsets count names,
+ * and a name may be empty), is past what int32 offsets reach */
 static int col_too_big(const Columns *c)
 {
     for (size_t i = 0; i < sizeof K_TEXT / sizeof K_TEXT[0]; i++)
         if (c->b[K_TEXT[i]].len > INT32_MAX) return 1;
-    return 0;
+    return c->names > INT32_MAX;
 }
 
 static Py_ssize_t col_text(const Columns *c)
@@ -95,6 +96,7 @@ typedef struct {
     uint64_t oid;
     int known;
     Plan *plan;
+    PyObject *capsule;  /* a strong reference: plan lives while converters (Python code) run */
     int32_t slot;
 } Looked;
 
@@ -119,6 +121,7 @@ static int look_up(Looked *l, PyObject *plans, uint64_t oid)
         PyErr_SetString(PyExc_ValueError, "rows_columns: a slot out of range");
         return -1;
     }
+    Py_XSETREF(l->capsule, Py_NewRef(PyTuple_GET_ITEM(entry, 0)));
     l->oid = oid;
     l->known = 1;
     l->plan = plan;
@@ -216,9 +219,11 @@ static int column_wanted(PyObject *outcomes, PyObject *dropped, int64_t key, uin
     if (r == 1 && PyDict_GET_SIZE(dropped)) {
         PyObject *subxacts = PyDict_GetItemWithError(dropped, k);
         if (subxacts != NULL) {
+            Py_INCREF(subxacts);  /* (borrowed; the containment test may run Python code) */
             PyObject *x = PyLong_FromUnsignedLongLong(xid);
             int in = x == NULL ? -1 : PySequence_Contains(subxacts, x);
             Py_XDECREF(x);
+            Py_DECREF(subxacts);
             r = in < 0 ? -1 : !in;
         } else if (PyErr_Occurred()) r = -1;
     }
@@ -270,8 +275,9 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
     if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:rows_columns frame", &frame.head, &frame.lsn_at,
                                       &frame.lsn_size, &frame.len_at, &frame.len_size, &frame.crc_size)
                     || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
-                    || frame.crc_size != 4 || frame.lsn_at < 0 || frame.len_at < 0
-                    || frame.lsn_at + frame.lsn_size > frame.head || frame.len_at + frame.len_size > frame.head)) {
+                    || frame.crc_size != 4 || frame.head < 1 || frame.head > FRAME_MOST_HEAD || frame.lsn_at < 0
+                    || frame.len_at < 0 || frame.lsn_at > frame.head - frame.lsn_size
+                    || frame.len_at > frame.head - frame.len_size)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_columns: not a record frame");
         PyBuffer_Release(&view);
         return NULL;
@@ -389,6 +395,7 @@ nomem:
 done:
     PyMem_Free(row);
     PyMem_Free(toasted);
+    Py_XDECREF(looked.capsule);
     for (int k = 0; k < K_COUNT; k++)
         if (c.b[k].p != NULL) out_free(&c.b[k]);
     PyBuffer_Release(&view);

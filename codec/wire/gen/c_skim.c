@@ -12,6 +12,10 @@
  * Every read is bounds-checked (capture_record, csv_row, the scans); the memory it takes is the run's
  * output, proportional to its input. */
 
+/* The most a record's head may be: the frame's offsets are checked by subtraction from it (an offset near
+ * PY_SSIZE_T_MAX must not wrap past the check), and head + crc_size + pos stays far from overflowing. */
+#define FRAME_MOST_HEAD ((Py_ssize_t)1 << 20)
+
 /* one plain transaction: where its Begin is, the row changes inside, and its Begin's and Commit's numbers */
 typedef struct {
     uint64_t offset, inside, xid, commit_lsn, end_lsn, commit_time;
@@ -33,13 +37,13 @@ static PyObject *skim_column(const SkimBlock *b, int c, int kept, uint64_t base)
     for (Py_ssize_t i = 0; i < b->n; i++) count += !kept || b->tx[i].inside;
     PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
     if (out == NULL) return NULL;
-    uint64_t *w = (uint64_t *)PyBytes_AS_STRING(out);
+    char *w = PyBytes_AS_STRING(out);  /* (words stored with memcpy: no alignment or aliasing assumed) */
     for (Py_ssize_t i = 0, j = 0; i < b->n; i++) {
         const SkimTx *t = &b->tx[i];
         if (kept && !t->inside) continue;
         const uint64_t v[6] = {kept ? (base | t->offset) : t->offset, t->inside, t->xid, t->commit_lsn, t->end_lsn,
                                t->commit_time};
-        w[j++] = v[c];
+        memcpy(w + 8 * j++, &v[c], 8);
     }
     return out;
 }
@@ -153,9 +157,16 @@ static PyObject *c_skim_run(PyObject *self, PyObject *args)
     if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:skim_run frame", &frame.head, &frame.lsn_at, &frame.lsn_size,
                                       &frame.len_at, &frame.len_size, &frame.crc_size)
                     || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
-                    || frame.crc_size != 4 || frame.lsn_at < 0 || frame.len_at < 0
-                    || frame.lsn_at + frame.lsn_size > frame.head || frame.len_at + frame.len_size > frame.head)) {
+                    || frame.crc_size != 4 || frame.head < 1 || frame.head > FRAME_MOST_HEAD || frame.lsn_at < 0
+                    || frame.len_at < 0 || frame.lsn_at > frame.head - frame.lsn_size
+                    || frame.len_at > frame.head - frame.len_size)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "skim_run: not a record frame");
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&tags);
+        return NULL;
+    }
+    if (start < 0 || start > PY_SSIZE_T_MAX - view.len) {  /* (offsets start + pos: no overflow, none negative) */
+        PyErr_SetString(PyExc_ValueError, "skim_run: start out of range");
         PyBuffer_Release(&view);
         PyBuffer_Release(&tags);
         return NULL;

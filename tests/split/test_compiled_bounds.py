@@ -1,0 +1,232 @@
+"""The compiled first pass (``skim_run``, codec/wire/gen/c_skim.c) and column path (``rows_columns``,
+codec/wire/gen/c_columns.c) at the edges of what their callers may hand them: a record frame whose offsets sit
+near the top of Py_ssize_t (once summed past the check into an out-of-bounds read), a ``start`` that would make
+offsets negative or overflow, a converter that empties the plans it was found in, a converter raising
+KeyboardInterrupt; and the parts that are right and must stay so: the CRC-32 taken eight bytes a step, the
+validity bitmaps and list offsets of row counts that are not a multiple of 8.
+
+Calls that crashed the interpreter before their fix run in a child process, so that a regression fails the
+test instead of ending the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+from array import array
+
+import pytest
+
+from replwire.codec import LSN, Begin, Commit, Insert, TupleColumn, Update, build
+from replwire.codec.io.capture_file import encode_record, record_frame
+from replwire.codec.scalars import Timestamp
+from replwire.codec.split import fuzz
+from replwire.codec.wire.fast import ROWS
+
+pytestmark = pytest.mark.skipif(ROWS is None, reason="the compiled codec is not built")
+
+_TAGS = b"IUD"
+_STAMP = Timestamp(800_000_000_000_000)
+
+
+def _child(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run in a fresh interpreter (debug allocator: freed memory is poisoned)."""
+    env = {**os.environ, "PYTHONMALLOC": "debug"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+
+
+def _record9(data: bytes) -> bytes:
+    """A record of a 9-byte head (its data's length at 0, 4 bytes), the data, the CRC-32 of both."""
+    record = struct.pack(">I", len(data)) + bytes(5) + data
+    return record + struct.pack(">I", zlib.crc32(record))
+
+
+#: Frames (head, lsn_at, lsn_size, len_at, len_size, crc_size) whose offsets, summed, wrap past the check.
+BAD_FRAMES = [
+    (9, 2**63 - 4, 8, 0, 4, 4),  # lsn_at + lsn_size wraps negative: the LSN read 2**63 bytes on
+    (9, 0, 8, 2**63 - 2, 4, 4),  # len_at + len_size wraps
+    (2**63 - 1, 0, 8, 8, 4, 4),  # head + crc_size wraps in capture_record
+    (0, 0, 1, 0, 1, 4),  # no head at all
+    (-9, 0, 1, 0, 1, 4),
+]
+
+
+@pytest.mark.parametrize("frame", BAD_FRAMES)
+def test_a_frame_near_the_top_of_py_ssize_t_is_refused(frame):
+    result = _child(f"""
+        import struct, zlib
+        from replwire.codec.wire.fast import ROWS
+        data = b"B" + bytes(20)
+        record = struct.pack(">I", len(data)) + bytes(5) + data
+        record += struct.pack(">I", zlib.crc32(record))
+        for call in (lambda: ROWS.skim_run(record, True, {frame!r}, 1, b"IUD", 0, len(record), 0),
+                     lambda: ROWS.rows_columns(record, True, {{}}, 1, {frame!r}, 0, {{}}, {{}}, 10, 10)):
+            try:
+                print("returned", call())
+            except ValueError as error:
+                print("refused", error)
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["refused skim_run: not a record frame",
+                                          "refused rows_columns: not a record frame"], result.stdout
+
+
+def test_a_good_frame_of_another_layout_still_reads():
+    records = b"".join(_record9(b"B" + bytes(20)) for _ in range(3))
+    status, end, count, controls, rows = ROWS.skim_run(records, True, (9, 1, 4, 0, 4, 4), 1, _TAGS, 0,
+                                                       len(records), 0)
+    assert (status, end, count, len(controls), rows) == (0, len(records), 3, 3, [0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("start", [-1, -(2**63), 2**63 - 1, 2**63 - 40])
+def test_a_start_that_makes_offsets_negative_or_overflow_is_refused(start):
+    record = encode_record(0x10, 700, b"B" + bytes(20))
+    assert len(record) > 1
+    with pytest.raises(ValueError, match="start out of range"):
+        ROWS.skim_run(record + record, True, record_frame(), 1, _TAGS, start, 2 * len(record), 0)
+
+
+def test_the_highest_start_that_fits_reads():
+    record = encode_record(0x10, 700, b"B" + bytes(20))
+    data = record + record
+    start = 2**63 - 1 - len(data)
+    status, end, count, controls, _ = ROWS.skim_run(data, True, record_frame(), 1, _TAGS, start, len(data), 0)
+    assert (status, end, count) == (0, len(data), 2)
+    assert [c[0] for c in controls] == [start, start + len(record)]
+
+
+@pytest.mark.parametrize("limit", [-(2**63), -1, 0, 10**18, 2**63 - 1])
+def test_any_limit_stays_inside_the_data(limit):
+    record = encode_record(0x10, 700, b"B" + bytes(20))
+    for final in (True, False):
+        status, end, count, _, _ = ROWS.skim_run(record * 2, final, record_frame(), 1, _TAGS, 0, limit, 0)
+        if limit <= 0:
+            assert (status, end, count) == (0, 0, 0)
+        elif final:
+            assert (status, end, count) == (0, 2 * len(record), 2)
+        else:  # more wanted than given: how much at least
+            assert (status, end) == (2, limit)
+
+
+def test_the_crc_eight_bytes_a_step_is_zlibs_at_every_length_and_alignment():
+    chance = random.Random(7)
+    frame = record_frame()
+    for size in range(1, 80):
+        data = b"B" + bytes(chance.getrandbits(8) for _ in range(size - 1))
+        record = encode_record(0x10, 700, data)
+        for pad in range(8):  # the record at every alignment in the buffer
+            body = bytes(pad) + record
+            status, _, count, _, _ = ROWS.skim_run(memoryview(body)[pad:], True, frame, 1, _TAGS, 0, len(record),
+                                                   0)
+            assert (status, count) == (0, 1), (size, pad)
+        spot = chance.randrange(len(record) - 4)
+        if spot < frame[0] and frame[3] <= spot < frame[3] + frame[4]:
+            continue  # (a flipped length is torn, not corrupt)
+        flipped = bytearray(record)
+        flipped[spot] ^= 1 << chance.randrange(8)
+        status, *_ = ROWS.skim_run(bytes(flipped), True, frame, 1, _TAGS, 0, len(record), 0)
+        assert status == 1, (size, spot)  # fails its checksum: declined to the Python reader
+
+
+def _csv(messages) -> bytes:
+    return b"".join(f"{LSN(0x1000 + i)},700,\\x{build(m, proto_version=1).hex()}\n".encode()
+                    for i, m in enumerate(messages))
+
+
+def _transaction(rows: int, toast_every: int = 3) -> list:
+    changes = []
+    for i in range(rows):
+        if i % toast_every == 1:
+            new = [TupleColumn.text(str(i)), TupleColumn.unchanged_toast(), *(TupleColumn.text(v)
+                                                                              for v in fuzz._VALUES[2:])]
+            changes.append(Update(relation_id=fuzz._RELATION, key=None, new=new))
+        else:
+            changes.append(Insert(relation_id=fuzz._RELATION,
+                                  new=[TupleColumn.text(str(i)), *(TupleColumn.text(v) for v in fuzz._VALUES[1:])]))
+    return [Begin(final_lsn=LSN(0x1000), commit_time=_STAMP, xid=700), *changes,
+            Commit(flags=0, commit_lsn=LSN(0x1000), end_lsn=LSN(0x1010), commit_time=_STAMP)]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 7, 8, 9, 17])
+def test_bitmaps_and_list_offsets_for_any_row_count(rows):
+    body = _csv(_transaction(rows))
+    consumed, records, got, declined, buffers = ROWS.rows_columns(body, True, fuzz._COLUMN_PLANS, 1, None, 0,
+                                                                  {0: None}, {}, 1 << 30, 1 << 30)
+    assert (consumed, records, got, declined) == (len(body), rows + 2, rows, 0)
+    images = fuzz._column_images(rows, buffers)  # every buffer's size, every offset checked
+    assert [json.loads(new)["id"] for new, _, _ in images] == list(range(rows))
+    old_valid = buffers[12]
+    assert old_valid == bytes((rows + 7) // 8)  # no old images: every bit clear, the padding too
+    toasted = [i for i in range(rows) if i % 3 == 1]
+    assert list(array("i", buffers[19])) == [0] + [sum(1 for t in toasted if t <= i) for i in range(rows)]
+    assert buffers[21] == b"name" * len(toasted)
+
+
+def _plan_of(call):
+    starts = (b"", b"", b"")
+    return ROWS.rows_plan(starts, ((b'"id":', 4, True, call, "id"), (b'"v":', 4, False, call, "v")))
+
+
+def _two_columns(rows: int) -> bytes:
+    changes = [Insert(relation_id=1, new=[TupleColumn.text(str(i)), TupleColumn.text("x")]) for i in range(rows)]
+    return _csv([Begin(final_lsn=LSN(0x1000), commit_time=_STAMP, xid=700), *changes,
+                 Commit(flags=0, commit_lsn=LSN(0x1000), end_lsn=LSN(0x1010), commit_time=_STAMP)])
+
+
+def test_a_converter_raising_keyboard_interrupt_propagates():
+    def call(data):
+        raise KeyboardInterrupt
+
+    body = _two_columns(2)
+    with pytest.raises(KeyboardInterrupt):
+        ROWS.rows_columns(body, True, {1: (_plan_of(call), 0)}, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)
+
+
+def test_a_converter_that_empties_the_plans_leaves_its_plan_alive():
+    """The plan found in ``plans`` is used while converters run: held, not borrowed (before, the capsule and
+    its plan were freed under the row writer -- use after free, a crash with the debug allocator)."""
+    result = _child("""
+        import json
+        from replwire.codec import LSN, Begin, Commit, Insert, TupleColumn, build
+        from replwire.codec.scalars import Timestamp
+        from replwire.codec.wire.fast import ROWS
+        plans = {}
+        def call(data):
+            plans.clear()
+            return json.dumps(data.decode())
+        columns = tuple((f'"{n}":'.encode(), 4, n == "c0", call, n) for n in [f"c{i}" for i in range(40)])
+        plans[1] = (ROWS.rows_plan((b"", b"", b""), columns), 0)
+        stamp = Timestamp(0)
+        messages = [Begin(final_lsn=LSN(1), commit_time=stamp, xid=7),
+                    *[Insert(relation_id=1, new=[TupleColumn.text(str(i)) for i in range(40)])] * 3,
+                    Commit(flags=0, commit_lsn=LSN(1), end_lsn=LSN(2), commit_time=stamp)]
+        body = b"".join(f"{LSN(1 + i)},7,\\\\x{build(m, proto_version=1).hex()}\\n".encode()
+                        for i, m in enumerate(messages))
+        consumed, records, rows, declined, buffers = ROWS.rows_columns(body, True, plans, 1, None, 0, {0: None},
+                                                                       {}, 1 << 30, 1 << 30)
+        print(consumed == len(body), records, rows, declined)
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True", "5", "3", "0"]
+
+
+def test_dropped_subtransactions_that_change_while_asked_are_read_safely():
+    dropped = {}
+
+    class Shrinking:
+        def __contains__(self, xid):
+            dropped.clear()  # the only reference to this object goes
+            return xid == 700
+
+    dropped[0] = Shrinking()
+    body = _two_columns(2)
+    plans = {1: (_plan_of(lambda data: json.dumps(data.decode())), 0)}
+    consumed, records, rows, declined, _ = ROWS.rows_columns(body, True, plans, 1, None, 0, {0: None}, dropped,
+                                                             1 << 30, 1 << 30)
+    assert (consumed, records, rows, declined) == (len(body), 4, 0, 0)  # its xid dropped: no rows
