@@ -66,7 +66,8 @@ def test_a_frame_near_the_top_of_py_ssize_t_is_refused(frame):
         record = struct.pack(">I", len(data)) + bytes(5) + data
         record += struct.pack(">I", zlib.crc32(record))
         for call in (lambda: ROWS.skim_run(record, True, {frame!r}, 1, b"IUD", 0, len(record), 0),
-                     lambda: ROWS.rows_columns(record, True, {{}}, 1, {frame!r}, 0, {{}}, {{}}, 10, 10)):
+                     lambda: ROWS.rows_columns(record, True, {{}}, 1, {frame!r}, 0, {{}}, {{}}, 10, 10),
+                     lambda: ROWS.rows_run(record, True, {{}}, 1, -1, {frame!r})):
             try:
                 print("returned", call())
             except ValueError as error:
@@ -74,7 +75,8 @@ def test_a_frame_near_the_top_of_py_ssize_t_is_refused(frame):
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == ["refused skim_run: not a record frame",
-                                          "refused rows_columns: not a record frame"], result.stdout
+                                          "refused rows_columns: not a record frame",
+                                          "refused rows_run: not a record frame"], result.stdout
 
 
 def test_a_good_frame_of_another_layout_still_reads():

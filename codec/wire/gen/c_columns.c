@@ -272,13 +272,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
                           &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text))
         return NULL;
     int capture = framing != Py_None;
-    if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:rows_columns frame", &frame.head, &frame.lsn_at,
-                                      &frame.lsn_size, &frame.len_at, &frame.len_size, &frame.crc_size)
-                    || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
-                    || frame.crc_size != 4 || frame.head < 1 || frame.head > FRAME_MOST_HEAD || frame.lsn_at < 0
-                    || frame.len_at < 0 || frame.lsn_at > frame.head - frame.lsn_size
-                    || frame.len_at > frame.head - frame.len_size)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_columns: not a record frame");
+    if (capture && frame_of(framing, &frame, "rows_columns") < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }

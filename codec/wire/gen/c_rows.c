@@ -540,6 +540,26 @@ typedef struct {
     Py_ssize_t head, lsn_at, lsn_size, len_at, len_size, crc_size;
 } Frame;
 
+/* The most a record's head may be: the frame's offsets are checked by subtraction from it (an offset near
+ * PY_SSIZE_T_MAX must not wrap past the check), and head + crc_size + pos stays far from overflowing. */
+#define FRAME_MOST_HEAD ((Py_ssize_t)1 << 20)
+
+/* a frame from its tuple (head, lsn_at, lsn_size, len_at, len_size, crc_size): 0, or -1 with a ValueError
+ * naming ``who`` (or the argument error) set */
+static int frame_of(PyObject *framing, Frame *f, const char *who)
+{
+    if (!PyTuple_Check(framing) || !PyArg_ParseTuple(framing, "nnnnnn", &f->head, &f->lsn_at, &f->lsn_size,
+                                                     &f->len_at, &f->len_size, &f->crc_size)
+        || f->lsn_size < 1 || f->lsn_size > 8 || f->len_size < 1 || f->len_size > 8 || f->crc_size != 4
+        || f->head < 1 || f->head > FRAME_MOST_HEAD || f->lsn_at < 0 || f->len_at < 0
+        || f->lsn_at > f->head - f->lsn_size || f->len_at > f->head - f->len_size) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: not a record frame", who);
+        return -1;
+    }
+    return 0;
+}
+
 /* CRC-32 (zlib's: the reflected polynomial 0xEDB88320), eight bytes a step: CRC_TABLE[0] is the byte-wise
  * table, CRC_TABLE[j] that of a byte followed by j zero bytes */
 static uint32_t CRC_TABLE[8][256];
@@ -714,12 +734,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*pO!iLO:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing))
         return NULL;
     int capture = framing != Py_None;
-    if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:rows_run frame", &frame.head, &frame.lsn_at, &frame.lsn_size,
-                                      &frame.len_at, &frame.len_size, &frame.crc_size)
-                    || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
-                    || frame.crc_size != 4 || frame.lsn_at < 0 || frame.len_at < 0
-                    || frame.lsn_at + frame.lsn_size > frame.head || frame.len_at + frame.len_size > frame.head)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_run: not a record frame");
+    if (capture && frame_of(framing, &frame, "rows_run") < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }

@@ -12,10 +12,6 @@
  * Every read is bounds-checked (capture_record, csv_row, the scans); the memory it takes is the run's
  * output, proportional to its input. */
 
-/* The most a record's head may be: the frame's offsets are checked by subtraction from it (an offset near
- * PY_SSIZE_T_MAX must not wrap past the check), and head + crc_size + pos stays far from overflowing. */
-#define FRAME_MOST_HEAD ((Py_ssize_t)1 << 20)
-
 /* one plain transaction: where its Begin is, the row changes inside, and its Begin's and Commit's numbers */
 typedef struct {
     uint64_t offset, inside, xid, commit_lsn, end_lsn, commit_time;
@@ -154,13 +150,7 @@ static PyObject *c_skim_run(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*pOiy*nnK:skim_run", &view, &final, &framing, &pv, &tags, &start, &limit, &base_in))
         return NULL;
     int capture = framing != Py_None;
-    if (capture && (!PyArg_ParseTuple(framing, "nnnnnn:skim_run frame", &frame.head, &frame.lsn_at, &frame.lsn_size,
-                                      &frame.len_at, &frame.len_size, &frame.crc_size)
-                    || frame.lsn_size < 1 || frame.lsn_size > 8 || frame.len_size < 1 || frame.len_size > 8
-                    || frame.crc_size != 4 || frame.head < 1 || frame.head > FRAME_MOST_HEAD || frame.lsn_at < 0
-                    || frame.len_at < 0 || frame.lsn_at > frame.head - frame.lsn_size
-                    || frame.len_at > frame.head - frame.len_size)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "skim_run: not a record frame");
+    if (capture && frame_of(framing, &frame, "skim_run") < 0) {
         PyBuffer_Release(&view);
         PyBuffer_Release(&tags);
         return NULL;
