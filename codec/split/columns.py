@@ -21,13 +21,13 @@ from typing import Any
 from ...schema.core import UTF8
 from ..collector import fewer_collections
 from ..io.capture_file import read_capture, record_frame
-from ..stream.assembler import _namespace
+from ..stream.assembler import relation_namespace
 from ..stream.decoder import IDLE
 from ..stream.jsonl import RowJson
 from ..stream.values import ValueLoader
 from ..wire.fast import ROWS
 from .decode import Decoded, PartDecoder, decode_part
-from .first_pass import Part, _PackedOutcomes
+from .first_pass import Part
 from .inputs import read_records
 
 __all__ = ["ColumnRun", "part_changes"]
@@ -82,9 +82,7 @@ class _ColumnPath:
         self.part, self.rows = part, rows
         self.decoding = PartDecoder(part, rows=False)
         self.json = RowJson(ValueLoader(part.source.encoding))
-        outcomes = self.decoding.outcomes  # (the column path asks only which keys are there)
-        self.outcomes = outcomes if isinstance(outcomes, dict) else (
-            outcomes.index() if isinstance(outcomes, _PackedOutcomes) else dict(outcomes))
+        self.outcomes = part.outcome_keys()
         self.dropped = dict(part.dropped_subxacts)
         self.frame = record_frame() if part.source.form == "capture" else None
         self.shapes: list[tuple[str, str, str, int]] = []
@@ -109,7 +107,7 @@ class _ColumnPath:
             except UnicodeEncodeError:  # a name in no Unicode: written by the Python path
                 continue
             slot = len(self.shapes) // 3
-            self.shapes += [(op, _namespace(relation), relation.name, relation_id) for op in _OPS]
+            self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
             self._plans[relation_id] = (plan, slot)
         return self._plans
 
