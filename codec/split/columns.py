@@ -21,10 +21,11 @@ from typing import Any
 
 from ...schema.core import UTF8
 from ..collector import fewer_collections
+from ..messages import Relation
 from ..stream.assembler import relation_namespace
 from ..stream.decoder import IDLE
 from ..stream.jsonl import RowJson
-from ..stream.values import ValueLoader
+from ..stream.values import RowSchema, ValueLoader
 from ..wire.fast import ROWS
 from .compiled import CompiledPath
 from .decode import Decoded, PartDecoder, decode_part
@@ -85,8 +86,6 @@ class _ColumnPath(CompiledPath):
         self.dropped = dict(part.dropped_subxacts)
         self.base = part.source.position(0)
         self.shapes: list[tuple[str, str, str, int]] = []
-        self._plans: dict[int, tuple[Any, int]] = {}
-        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
 
     def idle(self) -> bool:
         return self.decoding.decoder.state == IDLE
@@ -94,8 +93,8 @@ class _ColumnPath(CompiledPath):
     def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, ColumnRun | None]:
         decoder = self.decoding.decoder
         consumed, records, rows, declined, buffers = ROWS.rows_columns(
-            data, eof, self._refresh(), decoder.proto_version, self.frame, self.base | at, self.outcomes,
-            self.dropped, self.rows, _MOST_TEXT)
+            data, eof, self.plans(decoder, self.decoding.maker), decoder.proto_version, self.frame, self.base | at,
+            self.outcomes, self.dropped, self.rows, _MOST_TEXT)
         if records:
             decoder.skip(records)
         return consumed, records, declined, ColumnRun(rows, buffers, self.shapes) if rows else None
@@ -103,22 +102,9 @@ class _ColumnPath(CompiledPath):
     def python(self, records: Iterator[Any]) -> Iterator[Decoded]:
         return self.decoding.decode(records)
 
-    def _refresh(self) -> dict[int, tuple[Any, int]]:
-        """A plan and slot for every relation the decoder knows now (made again when its Relation or the
-        types changed); a relation that cannot have one gets none, and its changes go to the Python path."""
-        decoder, maker = self.decoding.decoder, self.decoding.maker
-        for relation_id, relation in decoder.relations.items():
-            made = self._planned.get(relation_id)
-            if made is not None and made[0] is relation and made[1] == decoder.types_version:
-                continue
-            self._planned[relation_id] = (relation, decoder.types_version)
-            self._plans.pop(relation_id, None)
-            try:
-                plan = ROWS.rows_plan((b"", b"", b""),
-                                      self.json.plan_columns(maker.row_schema(decoder, relation_id)))
-            except UnicodeEncodeError:  # a name in no Unicode: written by the Python path
-                continue
-            slot = len(self.shapes) // 3
-            self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
-            self._plans[relation_id] = (plan, slot)
-        return self._plans
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> tuple[Any, int]:
+        """The plan and the relation's slot in ``shapes``."""
+        plan = ROWS.rows_plan((b"", b"", b""), self.json.plan_columns(schema))
+        slot = len(self.shapes) // 3
+        self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
+        return plan, slot

@@ -3,24 +3,32 @@ and the Python reader for everything else, in turn.
 
 Strategy: :class:`CompiledPath` reads the input's records (capture records or COPY-CSV rows) from an
 offset in chunks and hands them to the compiled function (:meth:`CompiledPath.take`) only while the
-Python side is idle (between transactions, :meth:`CompiledPath.idle`).  The function takes whole plain
-transactions and stops at the start of anything else; the records from there go to the Python reader
+Python side is idle (between transactions, :meth:`CompiledPath.idle`), with a plan for every relation the
+decoder knows, made again when its Relation or the types change (:meth:`CompiledPath.plans`; each path
+says how one is made, :meth:`CompiledPath.plan`).  The function takes whole plain transactions and stops
+at the start of anything else; the records from there go to the Python reader
 (:meth:`CompiledPath.python`) until it is idle again, and the compiled function goes on from where the
 Python reader stopped, in the bytes already read.  A try that takes fewer than ``worth`` records counts as
 fruitless: after ``tries`` of them in a row, the Python reader takes more records before the next try,
 so a stream of short runs between what the function declines costs little more than the Python path alone.
 The paths (:mod:`~replwire.codec.split.decode`'s JSON lines, :mod:`~replwire.codec.split.columns`'
-column buffers) say only which function, what it gives and how the Python side reads the rest.
+column buffers) say only which function, its plans, what it gives and how the Python side reads the rest.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
 from .inputs import Input, read_records
+
+if TYPE_CHECKING:
+    from ..messages import Relation
+    from ..stream.assembler import ChangeMaker
+    from ..stream.decoder import Decoder
+    from ..stream.values import RowSchema
 
 __all__ = ["CompiledPath"]
 
@@ -48,6 +56,8 @@ class CompiledPath(ABC):
         self._patience = self._fruitless = 0
         self._reader: CaptureReader | None = None  # a capture file's Python reader, opened once
         self._done = False  # the Python reader's reading ran out
+        self._plans: dict[int, Any] = {}
+        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
 
     @abstractmethod
     def idle(self) -> bool:
@@ -61,8 +71,29 @@ class CompiledPath(ABC):
         them (``None``: nothing)."""
 
     @abstractmethod
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
+        """The compiled function's plan for the changes of a relation, read with ``schema``;
+        ``UnicodeEncodeError`` where it can have none."""
+
+    @abstractmethod
     def python(self, records: Iterator[Any]) -> Iterator[Any]:
         """What to give for ``records`` (raw records, each fed before the next is asked for)."""
+
+    def plans(self, decoder: Decoder, maker: ChangeMaker) -> dict[int, Any]:
+        """A plan for every relation ``decoder`` knows now, by relation id (made again when its Relation or
+        the types changed); a relation that cannot have one (a name in no Unicode) gets none, and its
+        changes go to the Python reader."""
+        for relation_id, relation in decoder.relations.items():
+            made = self._planned.get(relation_id)
+            if made is not None and made[0] is relation and made[1] == decoder.types_version:
+                continue
+            self._planned[relation_id] = (relation, decoder.types_version)
+            self._plans.pop(relation_id, None)
+            try:
+                self._plans[relation_id] = self.plan(relation_id, relation, maker.row_schema(decoder, relation_id))
+            except UnicodeEncodeError:
+                pass
+        return self._plans
 
     def run(self) -> Generator[Any, None, None]:
         source, stop = self.source, self.stop

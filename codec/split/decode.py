@@ -31,7 +31,9 @@ from .first_pass import Part
 from .inputs import Input, read_records
 
 if TYPE_CHECKING:
+    from ..messages import Relation
     from ..stream.jsonl import JsonLines
+    from ..stream.values import RowSchema
 
 __all__ = ["Decoded", "PartDecoder", "RecordError", "Written", "committed", "decode_part"]
 
@@ -172,8 +174,6 @@ class _RowPath(CompiledPath):
                          most=_MOST, worth=_WORTH, tries=_TRIES)
         self.assembler, self.lines, self.rows = assembler, lines, rows
         self.last_end = -1
-        self._plans: dict[int, Any] = {}
-        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
         self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
         self._running: Generator[Any, None, None] | None = None
 
@@ -193,7 +193,7 @@ class _RowPath(CompiledPath):
     def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Written | None]:
         decoder = self.assembler.decoder
         consumed, text, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
-            data, eof, self._refresh(), decoder.proto_version, self.last_end, self.frame)
+            data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
         if not records:
             return consumed, records, declined, None
         decoder.skip(records)
@@ -202,22 +202,8 @@ class _RowPath(CompiledPath):
     def python(self, records: Iterator[Any]) -> Iterator[Any]:
         return records  # fed to the Assembler by committed()
 
-    def _refresh(self) -> dict[int, Any]:
-        """A plan for every relation the decoder knows now (made again when its Relation or the types
-        changed); a relation that cannot have one gets none, and its changes go to the Assembler."""
-        decoder, maker = self.assembler.decoder, self._maker
-        for relation_id, relation in decoder.relations.items():
-            made = self._planned.get(relation_id)
-            if made is not None and made[0] is relation and made[1] == decoder.types_version:
-                continue
-            self._planned[relation_id] = (relation, decoder.types_version)
-            self._plans.pop(relation_id, None)
-            try:
-                self._plans[relation_id] = self.rows.rows_plan(*self.lines.plan(maker.row_schema(decoder,
-                                                                                                 relation_id)))
-            except UnicodeEncodeError:  # a name in no Unicode: written by the Python path
-                pass
-        return self._plans
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
+        return self.rows.rows_plan(*self.lines.plan(schema))
 
 
 def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
