@@ -7,28 +7,29 @@ change rows' columns as buffers, ready to be wrapped as Arrow arrays (:mod:`repl
 Python object per change.  The column path runs only between transactions (the decoder idle), with a plan
 for every relation the decoder knows, over whole transactions; it stops at the start of anything else,
 and the records from there go to a :class:`~replwire.codec.split.decode.PartDecoder` until the decoder is
-idle again.  A plain transaction leaves the router and decoder as it found them, so the records it took
-are only counted (``Decoder.skip``).  Without the compiled codec, or for input not in UTF-8, everything
-goes to :func:`decode_part`.  Nothing here knows about Arrow or Spark.
+idle again (the alternation is :class:`~replwire.codec.split.compiled.CompiledPath`'s).  A plain
+transaction leaves the router and decoder as it found them, so the records it took are only counted
+(``Decoder.skip``).  Without the compiled codec, or for input not in UTF-8, everything goes to
+:func:`decode_part`.  Nothing here knows about Arrow or Spark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ...schema.core import UTF8
 from ..collector import fewer_collections
-from ..io.capture_file import read_capture, record_frame
-from ..stream.assembler import _namespace
+from ..messages import Relation
+from ..stream.assembler import relation_namespace
 from ..stream.decoder import IDLE
 from ..stream.jsonl import RowJson
-from ..stream.values import ValueLoader
+from ..stream.values import RowSchema, ValueLoader
 from ..wire.fast import ROWS
+from .compiled import CompiledPath
 from .decode import Decoded, PartDecoder, decode_part
-from .first_pass import Part, _PackedOutcomes
-from .inputs import read_records
+from .first_pass import Part
 
 __all__ = ["ColumnRun", "part_changes"]
 
@@ -54,13 +55,10 @@ _CHUNK = 1 << 20
 _MOST = 16 << 20
 #: The most text one run's row images may hold (its string buffers take int32 offsets).
 _MOST_TEXT = 256 << 20
-#: After this many tries of the column path in a row that took nothing (fewer than ``_WORTH`` records),
-#: the Python path takes at least ``_PATIENCE`` records before the next, twice as many after each further
-#: such try, up to the most.
+#: After this many tries of the column path in a row that took fewer than ``_WORTH`` records, the Python
+#: path takes more records before the next (see :mod:`~replwire.codec.split.compiled`).
 _WORTH = 32
 _TRIES = 4
-_PATIENCE = 16
-_MOST_PATIENCE = 1 << 16
 _OPS = ("insert", "update", "delete")
 
 
@@ -75,115 +73,38 @@ def part_changes(part: Part, rows: int = 8192) -> Iterator[Decoded | ColumnRun]:
         yield from _ColumnPath(part, rows).run()
 
 
-class _ColumnPath:
+class _ColumnPath(CompiledPath):
     """The column path and the Python path over one part, in turn (see the module docstring)."""
 
     def __init__(self, part: Part, rows: int) -> None:
-        self.part, self.rows = part, rows
+        super().__init__(part.source, part.start, part.stop, chunk=_CHUNK, most=_MOST, worth=_WORTH,
+                         tries=_TRIES)
+        self.rows = rows
         self.decoding = PartDecoder(part, rows=False)
         self.json = RowJson(ValueLoader(part.source.encoding))
-        outcomes = self.decoding.outcomes  # (the column path asks only which keys are there)
-        self.outcomes = outcomes if isinstance(outcomes, dict) else (
-            outcomes.index() if isinstance(outcomes, _PackedOutcomes) else dict(outcomes))
+        self.outcomes = part.outcome_keys()
         self.dropped = dict(part.dropped_subxacts)
-        self.frame = record_frame() if part.source.form == "capture" else None
+        self.base = part.source.position(0)
         self.shapes: list[tuple[str, str, str, int]] = []
-        self._plans: dict[int, tuple[Any, int]] = {}
-        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
-        self._patience = self._fruitless = 0
-        self._done = False  # the Python path's reading ran out
 
-    def _refresh(self) -> dict[int, tuple[Any, int]]:
-        """A plan and slot for every relation the decoder knows now (made again when its Relation or the
-        types changed); a relation that cannot have one gets none, and its changes go to the Python path."""
-        decoder, maker = self.decoding.decoder, self.decoding.maker
-        for relation_id, relation in decoder.relations.items():
-            made = self._planned.get(relation_id)
-            if made is not None and made[0] is relation and made[1] == decoder.types_version:
-                continue
-            self._planned[relation_id] = (relation, decoder.types_version)
-            self._plans.pop(relation_id, None)
-            try:
-                plan = ROWS.rows_plan((b"", b"", b""),
-                                      self.json.plan_columns(maker.row_schema(decoder, relation_id)))
-            except UnicodeEncodeError:  # a name in no Unicode: written by the Python path
-                continue
-            slot = len(self.shapes) // 3
-            self.shapes += [(op, _namespace(relation), relation.name, relation_id) for op in _OPS]
-            self._plans[relation_id] = (plan, slot)
-        return self._plans
+    def idle(self) -> bool:
+        return self.decoding.decoder.state == IDLE
 
-    def run(self) -> Iterator[Decoded | ColumnRun]:
-        part, decoder = self.part, self.decoding.decoder
-        source, stop = part.source, part.stop
-        base = source.position(0)
-        at = part.start  # where the records not yet taken start
-        # the part's bytes from ``at`` on read so far: chunk[low:] (a view of it goes to the column path, so
-        # that a short run costs no copy of the rest); ``eof``: they reach the part's end
-        chunk, low, eof = b"", 0, at >= stop
-        reader = read_capture(source.path) if source.form == "capture" else None  # the Python path's, once
-        try:
-            with open(source.path, "rb") as handle:
+    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, ColumnRun | None]:
+        decoder = self.decoding.decoder
+        consumed, records, rows, declined, buffers = ROWS.rows_columns(
+            data, eof, self.plans(decoder, self.decoding.maker), decoder.proto_version, self.frame, self.base | at,
+            self.outcomes, self.dropped, self.rows, _MOST_TEXT)
+        if records:
+            decoder.skip(records)
+        return consumed, records, declined, ColumnRun(rows, buffers, self.shapes) if rows else None
 
-                def read() -> tuple[bytes, bool]:
-                    rest = chunk[low:]
-                    handle.seek(at + len(rest))
-                    want = min(_CHUNK, stop - at - len(rest))
-                    more = handle.read(want) if want > 0 else b""
-                    return rest + more, at + len(rest) + len(more) >= stop or not more
+    def python(self, records: Iterator[Any]) -> Iterator[Decoded]:
+        return self.decoding.decode(records)
 
-                while True:
-                    if decoder.state == IDLE:
-                        if not eof and len(chunk) - low < _CHUNK // 4:
-                            (chunk, eof), low = read(), 0
-                        consumed, records, rows, declined, buffers = ROWS.rows_columns(
-                            memoryview(chunk)[low:], eof, self._refresh(), decoder.proto_version, self.frame,
-                            base | at, self.outcomes, self.dropped, self.rows, _MOST_TEXT)
-                        # a try that took little counts as one that took nothing: a stream of short runs
-                        # between what the column path declines costs less on the Python path alone
-                        self._fruitless = 0 if records >= _WORTH else self._fruitless + 1
-                        self._patience = (0 if self._fruitless < _TRIES
-                                          else min(_PATIENCE << (self._fruitless - _TRIES), _MOST_PATIENCE))
-                        if records:
-                            decoder.skip(records)
-                        if rows:
-                            yield ColumnRun(rows, buffers, self.shapes)
-                        low, at = low + consumed, at + consumed
-                        left = len(chunk) - low
-                        if not left and eof:
-                            return
-                        if not declined and not eof and left < _MOST:
-                            if consumed == 0:  # a transaction longer than what was read: read on
-                                (chunk, eof), low = read(), 0
-                            continue
-                        if not declined and consumed:  # a run reached its caps
-                            continue
-                    # the Python path's part: from the record at ``at`` until the decoder is idle again
-                    reading = (reader.records(at, stop, raw=True) if reader is not None
-                               else read_records(source, at, stop, raw=True))
-                    try:
-                        yield from self.decoding.decode(self._until_idle(reading))
-                    finally:
-                        reading.close()
-                    if reading.end >= stop or reading.tail is not None or self._done:
-                        return
-                    moved, at = reading.end - at, reading.end
-                    if moved <= len(chunk) - low:
-                        low += moved
-                    else:
-                        chunk, low, eof = b"", 0, False
-        finally:
-            if reader is not None:
-                reader.close()
-
-    def _until_idle(self, reading: Any) -> Generator[Any, None, None]:
-        """The records of ``reading`` until, after at least the patience's, the decoder is idle (each
-        record is fed before the next is asked for); ``_done`` says whether the reading ran out."""
-        decoder, patience = self.decoding.decoder, self._patience
-        taken = 0
-        for record in reading:
-            yield record
-            taken += 1
-            if taken >= patience and decoder.state == IDLE:
-                return
-        self._done = True
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> tuple[Any, int]:
+        """The plan and the relation's slot in ``shapes``."""
+        plan = ROWS.rows_plan((b"", b"", b""), self.json.plan_columns(schema))
+        slot = len(self.shapes) // 3
+        self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
+        return plan, slot

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...schema.core import UTF8
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
-from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
+from ..io.capture_file import TailProblem
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
@@ -26,11 +26,14 @@ from ..stream.decoder import IDLE, Decoder, StreamStateError
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
 from ..wire.fast import ROWS
+from .compiled import CompiledPath
 from .first_pass import Part
 from .inputs import Input, read_records
 
 if TYPE_CHECKING:
+    from ..messages import Relation
     from ..stream.jsonl import JsonLines
+    from ..stream.values import RowSchema
 
 __all__ = ["Decoded", "PartDecoder", "RecordError", "Written", "committed", "decode_part"]
 
@@ -149,14 +152,16 @@ class Written:
 #: may take in it (a bigger one goes to the Assembler, which spills it to a file).
 _CHUNK = 1 << 20
 _MOST = 16 << 20
-#: After this many tries of the row path in a row that took nothing, the Assembler takes at least
-#: ``_PATIENCE`` records before the next, twice as many after each further such try, up to the most.
+#: After this many tries of the row path in a row that took fewer than ``_WORTH`` records (nothing), the
+#: Assembler takes more records before the next (see :mod:`~replwire.codec.split.compiled`).  A try that
+#: takes one transaction is worth it: the real servers' streams hold short runs of plain transactions
+#: between others, which the row path then writes too (a stream alternating plain transactions with
+#: declined ones costs about a fifth more than with the column path's 32).
+_WORTH = 1
 _TRIES = 4
-_PATIENCE = 16
-_MOST_PATIENCE = 1 << 16
 
 
-class _RowPath:
+class _RowPath(CompiledPath):
     """The records of one input for :func:`committed`, with every run of plain transactions the compiled
     row path takes (``rows_run``) given as one :class:`Written` instead of its records.  It runs only
     between transactions (the Assembler idle), with a plan for every relation the decoder knows, and stops
@@ -164,111 +169,41 @@ class _RowPath:
     torn or corrupt capture file tail is read by the Python reader, which reports it (``tail``)."""
 
     def __init__(self, source: Input, assembler: Assembler, lines: JsonLines, rows: Any) -> None:
-        self.source, self.assembler, self.lines, self.rows = source, assembler, lines, rows
-        self.last_end = -1
-        self.tail: TailProblem | None = None
-        self.frame = record_frame() if source.form == "capture" else None
         # a capture file is read up to its size when the inputs were opened, as its Python reader does
-        self.size = source.size if source.form == "capture" else None
-        self._plans: dict[int, Any] = {}
-        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
-        # records the Assembler takes before the row path is tried again: none at first, more after each of
-        # a run of tries that took nothing (a stream of what the row path does not take costs it little)
-        self._patience = self._fruitless = 0
-        self._reader: CaptureReader | None = None  # a capture file's Python reader, opened once
+        super().__init__(source, source.first, source.size if source.form == "capture" else None, chunk=_CHUNK,
+                         most=_MOST, worth=_WORTH, tries=_TRIES)
+        self.assembler, self.lines, self.rows = assembler, lines, rows
+        self.last_end = -1
         self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
         self._running: Generator[Any, None, None] | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        self._running = self._records()
+        self._running = self.run()
         return self._running
 
     def close(self) -> None:
         """Stop reading: the file and the capture file's Python reader are closed."""
         if self._running is not None:
             self._running.close()
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
-    def _python_records(self, at: int) -> Reading:
-        """The Python reader's records from offset ``at``."""
-        if self.source.form != "capture":
-            return read_records(self.source, at, raw=True)
-        if self._reader is None:
-            self._reader = read_capture(self.source.path)
-        return self._reader.records(at, raw=True)
-
-    def _idle(self) -> bool:
+    def idle(self) -> bool:
         decoder = self.assembler.decoder
         return decoder.state == IDLE and not self.assembler.open_transactions and self.last_end < 1 << 63
 
-    def _refresh(self) -> dict[int, Any]:
-        """A plan for every relation the decoder knows now (made again when its Relation or the types
-        changed); a relation that cannot have one gets none, and its changes go to the Assembler."""
-        decoder, maker = self.assembler.decoder, self._maker
-        for relation_id, relation in decoder.relations.items():
-            made = self._planned.get(relation_id)
-            if made is not None and made[0] is relation and made[1] == decoder.types_version:
-                continue
-            self._planned[relation_id] = (relation, decoder.types_version)
-            self._plans.pop(relation_id, None)
-            try:
-                self._plans[relation_id] = self.rows.rows_plan(*self.lines.plan(maker.row_schema(decoder,
-                                                                                                 relation_id)))
-            except UnicodeEncodeError:  # a name in no Unicode: written by the Python path
-                pass
-        return self._plans
+    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Written | None]:
+        decoder = self.assembler.decoder
+        consumed, text, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
+            data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
+        if not records:
+            return consumed, records, declined, None
+        decoder.skip(records)
+        return consumed, records, declined, Written(text, records, transactions, changes, repeated)
 
-    def _records(self) -> Generator[Any, None, None]:
-        source, decoder = self.source, self.assembler.decoder
-        at = source.first  # where the records not yet taken start
-        with open(source.path, "rb") as handle:
-            handle.seek(at)
-            buffer, eof = b"", False
+    def python(self, records: Iterator[Any]) -> Iterator[Any]:
+        return records  # fed to the Assembler by committed()
 
-            def read() -> tuple[bytes, bool]:
-                want = _CHUNK if self.size is None else min(_CHUNK, self.size - at - len(buffer))
-                more = handle.read(want) if want > 0 else b""
-                return buffer + more, not more
-
-            while True:
-                if self._idle():
-                    if not eof and len(buffer) < _CHUNK:
-                        buffer, eof = read()
-                    consumed, text, records, transactions, changes, repeated, self.last_end, declined = (
-                        self.rows.rows_run(buffer, eof, self._refresh(), decoder.proto_version, self.last_end,
-                                           self.frame))
-                    self._fruitless = 0 if records else self._fruitless + 1
-                    self._patience = (0 if self._fruitless < _TRIES
-                                      else min(_PATIENCE << (self._fruitless - _TRIES), _MOST_PATIENCE))
-                    if records:
-                        decoder.skip(records)
-                        yield Written(text, records, transactions, changes, repeated)
-                    buffer, at = buffer[consumed:], at + consumed
-                    if not buffer and eof:
-                        return
-                    if not declined and (not eof and len(buffer) < _MOST):
-                        if consumed == 0:  # a transaction longer than the buffer: read on
-                            buffer, eof = read()
-                        continue
-                # the Assembler's part: from the record at ``at`` until it is idle again
-                reading = self._python_records(at)
-                taken = 0
-                try:
-                    for record in reading:
-                        yield record
-                        taken += 1
-                        if taken >= self._patience and self._idle():
-                            break
-                    else:
-                        self.tail = reading.tail
-                        return
-                finally:
-                    reading.close()
-                at = reading.end
-                handle.seek(at)
-                buffer, eof = b"", False
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
+        return self.rows.rows_plan(*self.lines.plan(schema))
 
 
 def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,

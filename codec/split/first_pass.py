@@ -122,6 +122,15 @@ class Part:
         where the compiled column path takes its plain transactions, which asks only which keys are there)."""
         return self.outcomes
 
+    def outcome_keys(self) -> dict[int, Any]:
+        """A dict with the keys of ``outcomes``, for the compiled column path, which asks only which keys
+        are there: the outcomes themselves if a dict, a pickled part's index of its packed outcomes (no
+        Outcome made)."""
+        outcomes = self.outcomes
+        if isinstance(outcomes, dict):
+            return outcomes
+        return outcomes.index() if isinstance(outcomes, _PackedOutcomes) else dict(outcomes)
+
 
 class _PackedOutcomes(Mapping[int, Outcome]):
     """A part's outcomes as they travel: a few arrays of plain values; each made into an Outcome when it is

@@ -55,7 +55,7 @@ from .outcome import Outcome
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, OPEN, ORIGIN, PREPARE, Router
 from .values import RowSchema, ValueLoader, untyped_row
 
-__all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Transaction"]
+__all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Transaction", "relation_namespace"]
 
 #: Bytes counted per buffered change on top of its wire bytes (the entry and the message object), and per
 #: tuple column (its TupleColumn and data object): what the parsed message costs in memory.
@@ -529,9 +529,9 @@ class ChangeMaker:
         if op is not None:
             relation = schema.relation
             # positional, in Change's field order: half the cost of keywords, and one is made per change
-            change = Change(op, _namespace(relation), relation.name, relation.relation_id, lsn, xid, subxid,
-                            None, None, None, None, None, None, None, None, None, None, None, message, relation,
-                            schema)
+            change = Change(op, relation_namespace(relation), relation.name, relation.relation_id, lsn, xid,
+                            subxid, None, None, None, None, None, None, None, None, None, None, None, message,
+                            relation, schema)
             if not self.rows:
                 return change
             return self._rows(change, schema, message)
@@ -540,7 +540,7 @@ class ChangeMaker:
                           transactional=message.is_transactional, message=message)
         if isinstance(message, Truncate):
             return Change("truncate", lsn=lsn, xid=xid, subxid=subxid,
-                          relations=[(_namespace(r), r.name) for r in schema],
+                          relations=[(relation_namespace(r), r.name) for r in schema],
                           relation_ids=list(message.relation_ids), options=message.options,
                           cascade=message.cascade, restart_identity=message.restart_identity, message=message)
         raise TypeError(f"not a change message: {type(message).__name__}")
@@ -585,5 +585,7 @@ def _cost(message: Any, data: bytes | None = None) -> int:
 _TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
 
 
-def _namespace(relation: Relation) -> str:
+def relation_namespace(relation: Relation) -> str:
+    """The schema a relation's changes name: its namespace, or ``pg_catalog``, which pgoutput sends as an
+    empty namespace."""
     return relation.namespace or "pg_catalog"

@@ -1,0 +1,171 @@
+"""The driver of a compiled path over one input: a C function that takes runs of plain transactions,
+and the Python reader for everything else, in turn.
+
+Strategy: :class:`CompiledPath` reads the input's records (capture records or COPY-CSV rows) from an
+offset in chunks and hands them to the compiled function (:meth:`CompiledPath.take`) only while the
+Python side is idle (between transactions, :meth:`CompiledPath.idle`), with a plan for every relation the
+decoder knows, made again when its Relation or the types change (:meth:`CompiledPath.plans`; each path
+says how one is made, :meth:`CompiledPath.plan`).  The function takes whole plain transactions and stops
+at the start of anything else; the records from there go to the Python reader
+(:meth:`CompiledPath.python`) until it is idle again, and the compiled function goes on from where the
+Python reader stopped, in the bytes already read.  A try that takes fewer than ``worth`` records counts as
+fruitless: after ``tries`` of them in a row, the Python reader takes more records before the next try,
+so a stream of short runs between what the function declines costs little more than the Python path alone.
+The paths (:mod:`~replwire.codec.split.decode`'s JSON lines, :mod:`~replwire.codec.split.columns`'
+column buffers) say only which function, its plans, what it gives and how the Python side reads the rest.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
+from .inputs import Input, read_records
+
+if TYPE_CHECKING:
+    from ..messages import Relation
+    from ..stream.assembler import ChangeMaker
+    from ..stream.decoder import Decoder
+    from ..stream.values import RowSchema
+
+__all__ = ["CompiledPath"]
+
+#: After ``tries`` fruitless tries in a row, the Python reader takes at least ``_PATIENCE`` records before
+#: the next, twice as many after each further such try, up to the most.
+_PATIENCE = 16
+_MOST_PATIENCE = 1 << 16
+
+
+class CompiledPath(ABC):
+    """The compiled function and the Python reader over the records of ``source`` in ``[start, stop)``
+    (``stop=None``: to the end), in turn (see the module docstring).  ``chunk`` is how much is read at a
+    time, ``most`` the most input one transaction may take (a bigger one goes to the Python reader).
+    :meth:`run` gives what both give, in stream order; ``tail`` is the Python reader's torn or corrupt
+    tail, once the records ran out."""
+
+    def __init__(self, source: Input, start: int, stop: int | None, *, chunk: int, most: int, worth: int,
+                 tries: int) -> None:
+        self.source, self.start, self.stop = source, start, stop
+        self.chunk, self.most, self.worth, self.tries = chunk, most, worth, tries
+        self.frame = record_frame() if source.form == "capture" else None
+        self.tail: TailProblem | None = None
+        # records the Python reader takes before the compiled function is tried again: none at first, more
+        # after each of a run of fruitless tries
+        self._patience = self._fruitless = 0
+        self._reader: CaptureReader | None = None  # a capture file's Python reader, opened once
+        self._done = False  # the Python reader's reading ran out
+        self._plans: dict[int, Any] = {}
+        self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
+
+    @abstractmethod
+    def idle(self) -> bool:
+        """Whether the Python side is between transactions, where the compiled function may be tried."""
+
+    @abstractmethod
+    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Any]:
+        """The compiled function over ``data`` (the input's bytes from offset ``at``; ``eof``: they reach
+        the end): how many bytes and records it took (counted with the decoder's ``skip``), whether it
+        declined the record there (else more input is needed, or it reached a cap), and what to give for
+        them (``None``: nothing)."""
+
+    @abstractmethod
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
+        """The compiled function's plan for the changes of a relation, read with ``schema``;
+        ``UnicodeEncodeError`` where it can have none."""
+
+    @abstractmethod
+    def python(self, records: Iterator[Any]) -> Iterator[Any]:
+        """What to give for ``records`` (raw records, each fed before the next is asked for)."""
+
+    def plans(self, decoder: Decoder, maker: ChangeMaker) -> dict[int, Any]:
+        """A plan for every relation ``decoder`` knows now, by relation id (made again when its Relation or
+        the types changed); a relation that cannot have one (a name in no Unicode) gets none, and its
+        changes go to the Python reader."""
+        for relation_id, relation in decoder.relations.items():
+            made = self._planned.get(relation_id)
+            if made is not None and made[0] is relation and made[1] == decoder.types_version:
+                continue
+            self._planned[relation_id] = (relation, decoder.types_version)
+            self._plans.pop(relation_id, None)
+            try:
+                self._plans[relation_id] = self.plan(relation_id, relation, maker.row_schema(decoder, relation_id))
+            except UnicodeEncodeError:
+                pass
+        return self._plans
+
+    def run(self) -> Generator[Any, None, None]:
+        source, stop = self.source, self.stop
+        at = self.start  # where the records not yet taken start
+        # the bytes from ``at`` on read so far: chunk[low:] (a view of it goes to the compiled function, so
+        # that a short run costs no copy of the rest), a chunk more read once less than a chunk is left (the
+        # row path over 1 MiB at a time: a tenth faster than from a quarter of that); ``eof``: they reach the end
+        chunk, low, eof = b"", 0, stop is not None and at >= stop
+        try:
+            with open(source.path, "rb") as handle:
+
+                def read() -> tuple[bytes, bool]:
+                    rest = chunk[low:]
+                    handle.seek(at + len(rest))
+                    want = self.chunk if stop is None else min(self.chunk, stop - at - len(rest))
+                    more = handle.read(want) if want > 0 else b""
+                    return rest + more, not more or (stop is not None and at + len(rest) + len(more) >= stop)
+
+                while True:
+                    if self.idle():
+                        if not eof and len(chunk) - low < self.chunk:
+                            (chunk, eof), low = read(), 0
+                        consumed, records, declined, item = self.take(memoryview(chunk)[low:], eof, at)
+                        self._fruitless = 0 if records >= self.worth else self._fruitless + 1
+                        self._patience = (0 if self._fruitless < self.tries
+                                          else min(_PATIENCE << (self._fruitless - self.tries), _MOST_PATIENCE))
+                        if item is not None:
+                            yield item
+                        low, at = low + consumed, at + consumed
+                        left = len(chunk) - low
+                        if not left and eof:
+                            return
+                        if not declined and not eof and left < self.most:
+                            if consumed == 0:  # a transaction longer than what was read: read on
+                                (chunk, eof), low = read(), 0
+                            continue
+                        if not declined and consumed:  # a run reached a cap
+                            continue
+                    # the Python reader's part: from the record at ``at`` until idle again
+                    reading = self._python_records(at)
+                    try:
+                        yield from self.python(self._until_idle(reading))
+                    finally:
+                        reading.close()
+                    if self._done:
+                        self.tail = reading.tail
+                        return
+                    moved, at = reading.end - at, reading.end
+                    if moved <= len(chunk) - low:
+                        low += moved
+                    else:
+                        chunk, low, eof = b"", 0, False
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    def _python_records(self, at: int) -> Reading:
+        """The Python reader's raw records from offset ``at``."""
+        if self.source.form != "capture":
+            return read_records(self.source, at, self.stop, raw=True)
+        if self._reader is None:
+            self._reader = read_capture(self.source.path)
+        return self._reader.records(at, self.stop, raw=True)
+
+    def _until_idle(self, reading: Reading) -> Generator[Any, None, None]:
+        """The records of ``reading`` until, after at least the patience's, the Python side is idle;
+        ``_done`` says whether the reading ran out."""
+        patience, taken = self._patience, 0
+        for record in reading:
+            yield record
+            taken += 1
+            if taken >= patience and self.idle():
+                return
+        self._done = True
