@@ -4,7 +4,8 @@ single-process :class:`~replwire.codec.Assembler`.
 ``inputs`` opens the files of one stream and reads their records; ``first_pass`` (:func:`plan`) is the cheap
 first pass that cuts them into :class:`Part` s and resolves what each needs from elsewhere (table shapes,
 stream state, the fate of its transactions); ``decode`` decodes a part, or the whole stream in one process
-(:func:`committed`).
+(:func:`committed`); ``columns`` gives a part's change rows with the compiled codec writing the columns of its
+plain transactions, and ``compiled`` drives the compiled row and column paths beside the Python reader.
 :mod:`replwire.spark` maps parts onto Spark partitions.
 """
 
