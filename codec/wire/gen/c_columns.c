@@ -311,27 +311,10 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
             uint64_t lsn;
             Py_ssize_t n, end;
             const unsigned char *d;
-            int r;
-            if (capture) {
-                Py_ssize_t k;
-                r = capture_record(&frame, s + at, size - at, &lsn, &d, &n, &k);
-                if (r == 2) {
-                    if (final) goto decline;  /* a torn tail: the Python reader reports it */
-                    goto more;
-                }
-                if (r == 0 || n == 0) goto decline;
-                end = at + k;
-            } else {
-                const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
-                if (nl == NULL && !final) goto more;
-                end = nl ? nl - s + 1 : size;
-                Py_ssize_t k = end - at;
-                while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
-                r = csv_row(s + at, k, &lsn, &row, &row_cap, &n);
-                if (r < 0) goto nomem;
-                if (r == 0) goto decline;
-                d = row;
-            }
+            int r = next_record(capture ? &frame : NULL, s, size, at, final, &lsn, &d, &n, &end, &row, &row_cap);
+            if (r < 0) goto nomem;
+            if (r == 2) goto more;
+            if (r == 0 || n == 0) goto decline;  /* (a torn tail or a bad record: the Python reader's) */
             Field F[MOST(N_Begin, N_Commit)];
             int64_t position = (int64_t)origin + at;
             taken++;

@@ -615,6 +615,32 @@ static int capture_record(const Frame *f, const unsigned char *s, Py_ssize_t k, 
     return 1;
 }
 
+/* The record at s[at:size] -- a capture record laid out as ``frame`` says, or with frame NULL a COPY-CSV
+ * row -- as the compiled paths read it: 1 (its LSN, its data d[0:n] -- a CSV row's decoded into *row -- and
+ * where the next starts, end, set), 0 one they do not take (a corrupt record, a record the input's end cuts
+ * when final, a row that is not (lsn, xid, data): the Python reader reports or raises it), 2 more input is
+ * needed to tell, -1 no memory. */
+static int next_record(const Frame *frame, const unsigned char *s, Py_ssize_t size, Py_ssize_t at, int final,
+                       uint64_t *lsn, const unsigned char **d, Py_ssize_t *n, Py_ssize_t *end,
+                       unsigned char **row, Py_ssize_t *row_cap)
+{
+    if (frame != NULL) {
+        Py_ssize_t k;
+        int r = capture_record(frame, s + at, size - at, lsn, d, n, &k);
+        if (r == 2) return final ? 0 : 2;
+        if (r == 1) *end = at + k;
+        return r;
+    }
+    const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
+    if (nl == NULL && !final) return 2;
+    *end = nl ? nl - s + 1 : size;
+    Py_ssize_t k = *end - at;
+    while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
+    int r = csv_row(s + at, k, lsn, row, row_cap, n);
+    if (r == 1) *d = *row;
+    return r;
+}
+
 /* -- a transaction ------------------------------------------------------------------------------------ */
 
 /* One change buffered until its Commit: its line up to the "lsn" value in tx[begin:split], the rest from
@@ -761,27 +787,10 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             uint64_t lsn;
             Py_ssize_t n, end;
             const unsigned char *d;
-            int r;
-            if (capture) {
-                Py_ssize_t k;
-                r = capture_record(&frame, s + at, size - at, &lsn, &d, &n, &k);
-                if (r == 2) {
-                    if (final) goto decline;  /* a torn tail: the Python reader reports it */
-                    goto more;
-                }
-                if (r == 0 || n == 0) goto decline;
-                end = at + k;
-            } else {
-                const unsigned char *nl = memchr(s + at, '\n', (size_t)(size - at));
-                if (nl == NULL && !final) goto more;
-                end = nl ? nl - s + 1 : size;
-                Py_ssize_t k = end - at;
-                while (k > 0 && (s[at + k - 1] == '\n' || s[at + k - 1] == '\r')) k--;
-                r = csv_row(s + at, k, &lsn, &row, &row_cap, &n);
-                if (r < 0) goto nomem;
-                if (r == 0) goto decline;
-                d = row;
-            }
+            int r = next_record(capture ? &frame : NULL, s, size, at, final, &lsn, &d, &n, &end, &row, &row_cap);
+            if (r < 0) goto nomem;
+            if (r == 2) goto more;
+            if (r == 0 || n == 0) goto decline;  /* (a torn tail or a bad record: the Python reader's) */
             Field F[MOST(N_Begin, N_Commit)];
             taken++;
             at = end;

@@ -188,32 +188,17 @@ static PyObject *c_skim_run(PyObject *self, PyObject *args)
             need = limit;
             break;
         }
-        if (capture) {
-            Py_ssize_t k;
-            int r = capture_record(&frame, s + pos, size - pos, &lsn, &d, &n, &k);
-            if (r == 2) {
-                if (final) goto decline;  /* a torn tail: the Python reader reports it */
-                status = 2;
+        int r = next_record(capture ? &frame : NULL, s, size, pos, final, &lsn, &d, &n, &end, &row, &row_cap);
+        if (r < 0) goto nomem;
+        if (r == 0) goto decline;  /* (a torn tail or a bad record: the Python reader's) */
+        if (r == 2) {
+            status = 2;
+            if (capture) {  /* how much the record needs, when its head is there to say */
                 uint64_t length = size - pos >= frame.head ? rd_be(s + pos + frame.len_at, frame.len_size) : 0;
                 need = length > (uint64_t)(PY_SSIZE_T_MAX / 2 - size) ? PY_SSIZE_T_MAX / 2
                                                                       : pos + frame.head + frame.crc_size + (Py_ssize_t)length;
-                break;
             }
-            if (r == 0) goto decline;
-            end = pos + k;
-        } else {
-            const unsigned char *nl = memchr(s + pos, '\n', (size_t)(size - pos));
-            if (nl == NULL && !final) {
-                status = 2;
-                break;
-            }
-            end = nl ? nl - s + 1 : size;
-            Py_ssize_t k = end - pos;
-            while (k > 0 && (s[pos + k - 1] == '\n' || s[pos + k - 1] == '\r')) k--;
-            int r = csv_row(s + pos, k, &lsn, &row, &row_cap, &n);
-            if (r < 0) goto nomem;
-            if (r == 0) goto decline;
-            d = row;
+            break;
         }
         const uint64_t offset = (uint64_t)(start + pos);
         records++;
