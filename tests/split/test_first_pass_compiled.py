@@ -12,11 +12,16 @@ import pytest
 
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Insert, Message, TupleColumn, build
-from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
 from replwire.codec.split import first_pass, open_inputs, plan
 from replwire.codec.stream import snapshot
 from replwire.codec.wire import fast
-from tests.split.test_partitions import StreamMaker, _relation, _resumed_and_damaged, write_capture
+from tests.split.test_partitions import (
+    StreamMaker,
+    _opened_then_grown,
+    _relation,
+    _resumed_and_damaged,
+    write_capture,
+)
 
 pytestmark = pytest.mark.skipif(fast.ROWS is None, reason="the compiled codec is not built")
 
@@ -189,13 +194,7 @@ def test_a_snapshot_section_and_records_longer_than_a_run(monkeypatch, tmp_path)
 
 
 def test_a_capture_still_being_written(monkeypatch, tmp_path):
-    rows = StreamMaker(5).make(120)
-    half = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")
-    path = write_capture(tmp_path / "a.rwc", rows[:half])
-    inputs = open_inputs([path])
-    with CaptureWriter(path, CaptureHeader(proto_version=4, server_version=180000)) as writer:
-        for lsn, data in rows[half:]:
-            writer.append(lsn, 0, data)
+    inputs, _ = _opened_then_grown(tmp_path)
     same(monkeypatch, inputs, sizes=((400, 1), (1 << 30, 1)))
 
 

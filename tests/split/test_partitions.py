@@ -378,9 +378,9 @@ def test_resumed_segments_and_a_damaged_one_plan_wherever_cut(tmp_path, seed):
         assert len(here.parts) >= (3 if size >= 5000 else 30)
 
 
-def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_path):
-    """Records appended after open_inputs (a capture still running) are not read: the plan covers the file
-    as open_inputs found it."""
+def _opened_then_grown(tmp_path):
+    """The inputs of a capture file opened with half a stream's transactions in it, the rest appended since
+    (a capture still running), and how many rows it had when opened."""
     rows = StreamMaker(5).make(120)
     half = next(i for i in range(len(rows) // 2, len(rows)) if rows[i][1][:1] == b"B")
     path = write_capture(tmp_path / "a.rwc", rows[:half])
@@ -388,6 +388,13 @@ def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_pa
     with CaptureWriter(path, CaptureHeader(proto_version=4, server_version=180000)) as writer:
         for lsn, data in rows[half:]:
             writer.append(lsn, 0, data)
+    return inputs, half
+
+
+def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_path):
+    """Records appended after open_inputs (a capture still running) are not read: the plan covers the file
+    as open_inputs found it."""
+    inputs, half = _opened_then_grown(tmp_path)
     for size in (400, 1 << 30):
         here = plan(inputs, part_bytes=size)
         assert here.records == half and here.parts[-1].stop == inputs[0].size
