@@ -134,26 +134,16 @@ static int look_up(Looked *l, PyObject *plans, uint64_t oid)
 static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n,
                          uint64_t lsn, int64_t position, Py_ssize_t **toasted, Py_ssize_t *toasted_cap)
 {
-    Field F[MOST(N_Insert, MOST(N_Update, N_Delete))];
-    int op;
-    Py_ssize_t relation, key, old, new_;
-    if (d[0] == TAG_Insert) {
-        if (!s_Insert(d, n, pv, 0, F)) return 0;
-        op = 0; relation = F_Insert_relation_id; key = old = -1; new_ = F_Insert_new;
-    } else if (d[0] == TAG_Update) {
-        if (!s_Update(d, n, pv, 0, F)) return 0;
-        op = 1; relation = F_Update_relation_id; key = F_Update_key; old = F_Update_old; new_ = F_Update_new;
-    } else {
-        if (!s_Delete(d, n, pv, 0, F)) return 0;
-        op = 2; relation = F_Delete_relation_id; key = F_Delete_key; old = F_Delete_old; new_ = -1;
-    }
+    Field F[N_CHANGE];
+    RowChange rc;
+    if (!scan_change(d, n, pv, F, &rc)) return 0;
+    const int op = rc.op;
+    const Py_ssize_t relation = rc.relation, key = rc.key, old = rc.old, new_ = rc.new_;
     if (lsn > (uint64_t)INT64_MAX) return 0;  /* an int64 column cannot hold it: the Python path says so */
     int r = look_up(l, plans, F[relation].v);
     if (r != 1) return r;
     Plan *plan = l->plan;
-    Py_ssize_t images[3] = {new_, key, old};
-    for (int i = 0; i < 3; i++)  /* the decoder's check: every tuple as wide as its Relation */
-        if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != plan->ncols) return 0;
+    if (!change_fits(F, &rc, plan->ncols)) return 0;
     if (plan->ncols > *toasted_cap) {
         Py_ssize_t *grown = PyMem_Realloc(*toasted, (size_t)plan->ncols * sizeof(Py_ssize_t));
         if (grown == NULL) return -1;

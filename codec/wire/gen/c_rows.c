@@ -657,24 +657,51 @@ typedef struct {
     Py_ssize_t toasted_cap;
 } Scratch;
 
+/* Where a scanned row change's parts lie in its Fields: its op (0 insert, 1 update, 2 delete), the relation
+ * id's field, and the new, key and old images' fields (-1: an image its kind cannot have). */
+typedef struct {
+    int op;
+    Py_ssize_t relation, new_, key, old;
+} RowChange;
+
+#define N_CHANGE MOST(N_Insert, MOST(N_Update, N_Delete))
+
+/* a row change (d[0:n], its tag an Insert's, an Update's or a Delete's) scanned into F (N_CHANGE Fields):
+ * 1 (c set), 0 it does not scan */
+static int scan_change(const unsigned char *d, Py_ssize_t n, int pv, Field *F, RowChange *c)
+{
+    if (d[0] == TAG_Insert) {
+        if (!s_Insert(d, n, pv, 0, F)) return 0;
+        *c = (RowChange){0, F_Insert_relation_id, F_Insert_new, -1, -1};
+    } else if (d[0] == TAG_Update) {
+        if (!s_Update(d, n, pv, 0, F)) return 0;
+        *c = (RowChange){1, F_Update_relation_id, F_Update_new, F_Update_key, F_Update_old};
+    } else {
+        if (!s_Delete(d, n, pv, 0, F)) return 0;
+        *c = (RowChange){2, F_Delete_relation_id, -1, F_Delete_key, F_Delete_old};
+    }
+    return 1;
+}
+
+/* the decoder's check: every tuple of the change as wide as its Relation (ncols columns) */
+static int change_fits(const Field *F, const RowChange *c, Py_ssize_t ncols)
+{
+    const Py_ssize_t images[3] = {c->new_, c->key, c->old};
+    for (int i = 0; i < 3; i++)
+        if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != ncols) return 0;
+    return 1;
+}
+
 /* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at
  * lsn: 1 buffered, 0 declined, -1 an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
                   uint64_t lsn)
 {
-    Field F[MOST(N_Insert, MOST(N_Update, N_Delete))];
-    int op;
-    Py_ssize_t relation, key, old, new_;
-    if (d[0] == TAG_Insert) {
-        if (!s_Insert(d, n, pv, 0, F)) return 0;
-        op = 0; relation = F_Insert_relation_id; key = old = -1; new_ = F_Insert_new;
-    } else if (d[0] == TAG_Update) {
-        if (!s_Update(d, n, pv, 0, F)) return 0;
-        op = 1; relation = F_Update_relation_id; key = F_Update_key; old = F_Update_old; new_ = F_Update_new;
-    } else {
-        if (!s_Delete(d, n, pv, 0, F)) return 0;
-        op = 2; relation = F_Delete_relation_id; key = F_Delete_key; old = F_Delete_old; new_ = -1;
-    }
+    Field F[N_CHANGE];
+    RowChange rc;
+    if (!scan_change(d, n, pv, F, &rc)) return 0;
+    const int op = rc.op;
+    const Py_ssize_t relation = rc.relation, key = rc.key, old = rc.old, new_ = rc.new_;
     PyObject *oid = PyLong_FromUnsignedLongLong(F[relation].v);
     if (oid == NULL) return -1;
     PyObject *capsule = PyDict_GetItemWithError(plans, oid);
@@ -682,9 +709,7 @@ static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, P
     if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
     Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
     if (plan == NULL) return -1;
-    Py_ssize_t images[3] = {new_, key, old};
-    for (int i = 0; i < 3; i++)  /* the decoder's check: every tuple as wide as its Relation */
-        if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != plan->ncols) return 0;
+    if (!change_fits(F, &rc, plan->ncols)) return 0;
     if (w->npending == w->cap) {
         Py_ssize_t cap = w->cap ? w->cap * 2 : 64;
         Pending *grown = PyMem_Realloc(w->pending, (size_t)cap * sizeof(Pending));
