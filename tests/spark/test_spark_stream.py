@@ -266,8 +266,10 @@ def test_stream_stopped_failed_and_restarted_delivers_each_committed_change_once
             # Run 1: a running query, started on nothing (it creates the slot), stopped in the middle of the
             # workload.
             query = start_query(spark, options, out, checkpoint, flag, available_now=False)
-            wait(query, lambda: conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
-                                             (names.slot,)).fetchone(), lambda: None)
+            # the slot is listed as soon as its creation begins; its position is set once it is consistent
+            wait(query, lambda: conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s "
+                                             "AND confirmed_flush_lsn IS NOT NULL", (names.slot,)).fetchone(),
+                 lambda: None)
             start = slot_position(conn, names.slot)
             assert start >= slot_position(conn, names.check)
             workload(conn, names, 1)
