@@ -40,7 +40,6 @@ docs: setup
 
 fuzz: setup
 	$(IN_VENV) replwire fuzz --seconds 60
-	$(IN_VENV) python -m replwire.codec.serve.fuzz build/fuzz-serve-corpus
 	$(IN_VENV) replwire fuzz --target replwire.codec.serve.fuzz:fuzz_session --corpus build/fuzz-serve-corpus \
 		--artifacts fuzz-findings/serve --seconds 30
 

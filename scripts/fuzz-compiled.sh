@@ -47,6 +47,5 @@ from replwire.codec.wire import fast
 assert fast.IMPL == 'c' and fast._COMPILED.__file__.startswith('$PWD/$BUILD/'), fast._COMPILED
 print('fuzz-compiled: fuzzing', fast._COMPILED.__file__)"
 "$PY" -m replwire.codec.cli fuzz --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled
-"$PY" -m replwire.codec.split.fuzz "$BUILD/rows-corpus"
 exec "$PY" -m replwire.codec.cli fuzz --target replwire.codec.split.fuzz:fuzz_rows --corpus "$BUILD/rows-corpus" \
     --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-rows

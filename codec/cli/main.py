@@ -116,7 +116,9 @@ def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope:
                                       "declarations), or both, by the first byte of each input.")
 @click.option("--reproduce", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path),
               help="Replay saved inputs (raw artifacts or their .json reproducers) instead of fuzzing.")
-@click.option("--target", hidden=True, help="module:function to fuzz instead (tests of the harness).")
+@click.option("--target", hidden=True, help="module:function to fuzz instead (the row path's and serve's "
+                                           "harnesses, and tests of this one); its module's SEEDS start the "
+                                           "corpus.")
 def fuzz_command(seconds: int, artifacts: pathlib.Path, corpus: pathlib.Path | None,
                  seed_paths: tuple[pathlib.Path, ...], max_len: int, fuzz_mode: str,
                  reproduce: tuple[pathlib.Path, ...], target: str | None) -> None:

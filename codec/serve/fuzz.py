@@ -9,8 +9,8 @@ An input is one flags byte, then the client's bytes.  Flag bit 0 gives the serve
 bit 1 puts a valid startup packet first, bit 2 also a ``START_REPLICATION`` (so the fuzzer reaches the
 queries and CopyBoth without having to find a startup packet itself); the next byte says where to cut the
 rest in two chunks; the session is then asked for frames and ticked forward past its timeouts.
-Run by ``python -m replwire.codec.serve.fuzz DIR`` (the seeds) and ``replwire fuzz --target
-replwire.codec.serve.fuzz:fuzz_session --corpus DIR`` (``make fuzz`` does both).
+Run by ``replwire fuzz --target replwire.codec.serve.fuzz:fuzz_session`` (which starts from :data:`SEEDS`;
+``make fuzz`` runs it).
 """
 
 from __future__ import annotations
@@ -108,21 +108,3 @@ def fuzz_session(data: bytes) -> None:
         raise AssertionError(f"{answered} bytes answered to {received} received")
     if not session.closed:
         raise AssertionError(f"a session silent past its timeouts is still open ({session.state})")
-
-
-def write_seeds(directory: str) -> int:
-    """Write :data:`SEEDS` into ``directory`` (a libFuzzer corpus for ``replwire fuzz --corpus``)."""
-    import hashlib
-    import os
-
-    os.makedirs(directory, exist_ok=True)
-    for seed in SEEDS:
-        with open(os.path.join(directory, hashlib.sha1(seed).hexdigest()), "wb") as handle:
-            handle.write(seed)
-    return len(SEEDS)
-
-
-if __name__ == "__main__":  # pragma: no cover -- python -m replwire.codec.serve.fuzz CORPUS_DIR
-    import sys
-
-    print(f"{write_seeds(sys.argv[1])} seed inputs written to {sys.argv[1]}")

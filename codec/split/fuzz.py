@@ -12,8 +12,8 @@ few plain transactions over it in both forms, so that the fuzzer starts inside t
 then go to ``skim_run``: its counts add up and stay inside the input, and, written to a file (after a capture
 file header), every run it reads is the run the Python reading makes of it (bits 4-7 of the flags byte
 choose the run length), and it declines wherever the Python reading reports a tail or raises.  Run by
-``python -m replwire.codec.split.fuzz DIR`` (the seeds) and ``replwire fuzz --target
-replwire.codec.split.fuzz:fuzz_rows --corpus DIR`` (``make fuzz-compiled`` does both, on the compiled codec).
+``replwire fuzz --target replwire.codec.split.fuzz:fuzz_rows`` (which starts from :data:`SEEDS`;
+``make fuzz-compiled`` runs it on the compiled codec built with the sanitizers).
 
 The same input goes to the column path (``rows_columns``), which must take no more than ``rows_run`` took
 and give buffers of Arrow's layout for as many rows as it says, every text UTF-8; with every transaction
@@ -32,7 +32,7 @@ from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
 from ..wire.fast import ROWS, build
 
-__all__ = ["SEEDS", "fuzz_rows", "write_seeds"]
+__all__ = ["SEEDS", "fuzz_rows"]
 
 _RELATION = 16384
 #: The relation's columns: a name and a way of writing for each way there is (jsonl._WAYS), and a text value.
@@ -228,21 +228,3 @@ def _skim(flags: int, body: bytes) -> None:
             if expected.stop >= source.size:
                 return
             start = expected.stop
-
-
-def write_seeds(directory: str) -> int:
-    """Write :data:`SEEDS` into ``directory`` (a libFuzzer corpus for ``replwire fuzz --corpus``)."""
-    import hashlib
-    import os
-
-    os.makedirs(directory, exist_ok=True)
-    for seed in SEEDS:
-        with open(os.path.join(directory, hashlib.sha1(seed).hexdigest()), "wb") as handle:
-            handle.write(seed)
-    return len(SEEDS)
-
-
-if __name__ == "__main__":  # pragma: no cover -- python -m replwire.codec.split.fuzz CORPUS_DIR
-    import sys
-
-    print(f"{write_seeds(sys.argv[1])} seed inputs written to {sys.argv[1]}")

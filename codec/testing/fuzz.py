@@ -291,16 +291,21 @@ def generated_seeds(per_class: int = 4) -> list[tuple[Context, bytes]]:
     return found
 
 
-def write_corpus(directory: pathlib.Path, seeds: Iterable[tuple[Context, bytes]]) -> int:
-    """Write each seed as a fuzz input file named by its hash; returns the number of distinct inputs."""
+def write_corpus(directory: pathlib.Path, inputs: Iterable[bytes]) -> int:
+    """Write each input as a fuzz input file named by its hash; returns the number of distinct inputs."""
     directory.mkdir(parents=True, exist_ok=True)
     names = set()
-    for context, data in seeds:
-        raw = join(context, data)
+    for raw in inputs:
         name = hashlib.sha1(raw).hexdigest()
         names.add(name)
         (directory / name).write_bytes(raw)
     return len(names)
+
+
+def target_seeds(spec: str) -> list[bytes]:
+    """The seed inputs of a ``module:function`` target: its module's ``SEEDS`` (raw inputs), if any."""
+    module, _, _ = spec.partition(":")
+    return list(getattr(importlib.import_module(module), "SEEDS", ()))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -335,12 +340,17 @@ def run(seconds: int, artifacts: pathlib.Path, *, corpus: pathlib.Path | None = 
     finding too."""
     artifacts.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in artifacts.iterdir()}
-    seeds = load_seeds(seed_paths) + generated_seeds()
     with tempfile.TemporaryDirectory(prefix="replwire-fuzz-") as scratch:
         corpus_dir = corpus or pathlib.Path(scratch) / "corpus"
-        count = write_corpus(corpus_dir, seeds)
-        echo(f"replwire fuzz: {count} seed inputs ({len(seeds)} seeds from "
-             f"{', '.join(str(p) for p in seed_paths) or 'no files'} and the declarations), {seconds} s")
+        inputs = target_seeds(target) if target else []
+        if inputs:  # a target of its own input layout (the row path's, serve's) brings its own seeds
+            source = f"the SEEDS beside {target}"
+        else:
+            seeds = load_seeds(seed_paths) + generated_seeds()
+            inputs = [join(context, data) for context, data in seeds]
+            source = f"{', '.join(str(p) for p in seed_paths) or 'no files'} and the declarations"
+        count = write_corpus(corpus_dir, inputs)
+        echo(f"replwire fuzz: {count} seed inputs ({len(inputs)} seeds from {source}), {seconds} s")
         log = artifacts / "last-run.log"
         command = [sys.executable, "-m", "replwire.codec.testing.fuzz", "--mode", fuzz_mode,
                    *(["--target", target] if target else []),

@@ -35,6 +35,10 @@ def test_a_session_that_raises_is_a_finding(monkeypatch):
         fuzz.fuzz_session(fuzz.SEEDS[0])
 
 
-def test_the_seeds_are_written_as_a_corpus(tmp_path):
-    assert fuzz.write_seeds(str(tmp_path)) == len(fuzz.SEEDS)
-    assert sorted(p.read_bytes() for p in tmp_path.iterdir()) == sorted(fuzz.SEEDS)
+def test_the_seeds_start_the_corpus_of_the_target(tmp_path):
+    from replwire.codec.testing.fuzz import target_seeds, write_corpus
+
+    seeds = target_seeds("replwire.codec.serve.fuzz:fuzz_session")
+    assert seeds == fuzz.SEEDS
+    assert write_corpus(tmp_path, seeds) == len(set(fuzz.SEEDS))
+    assert sorted(p.read_bytes() for p in tmp_path.iterdir()) == sorted(set(fuzz.SEEDS))
