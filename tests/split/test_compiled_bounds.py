@@ -1,9 +1,10 @@
-"""The compiled first pass (``skim_run``, codec/wire/gen/c_skim.c) and column path (``rows_columns``,
-codec/wire/gen/c_columns.c) at the edges of what their callers may hand them: a record frame whose offsets sit
-near the top of Py_ssize_t (once summed past the check into an out-of-bounds read), a ``start`` that would make
-offsets negative or overflow, a converter that empties the plans it was found in, a converter raising
-KeyboardInterrupt; and the parts that are right and must stay so: the CRC-32 taken eight bytes a step, the
-validity bitmaps and list offsets of row counts that are not a multiple of 8.
+"""The compiled first pass (``skim_run``, codec/wire/gen/c_skim.c), column path (``rows_columns``,
+codec/wire/gen/c_columns.c) and row path (``rows_run``, c_rows.c) at the edges of what their callers may hand
+them: a record frame whose offsets sit near the top of Py_ssize_t (once summed past the check into an
+out-of-bounds read), a ``start`` that would make offsets negative or overflow, a converter that empties the
+plans it was found in, a converter raising KeyboardInterrupt; and the parts that are right and must stay so:
+the CRC-32 taken eight bytes a step, the validity bitmaps and list offsets of row counts that are not a
+multiple of 8.
 
 Calls that crashed the interpreter before their fix run in a child process, so that a regression fails the
 test instead of ending the run."""
@@ -190,32 +191,46 @@ def test_a_converter_raising_keyboard_interrupt_propagates():
         ROWS.rows_columns(body, True, {1: (_plan_of(call), 0)}, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)
 
 
-def test_a_converter_that_empties_the_plans_leaves_its_plan_alive():
+#: Each row writer called with plans a converter empties: (how plans hold a plan, inserts in the transaction,
+#: the call, what it prints).  rows_run looks each change's plan up again (the second finds none: declined),
+#: rows_columns keeps the one it found for the next change of the same relation.
+_EMPTIED_PLANS = {
+    "rows_columns": ("(ROWS.rows_plan((b'', b'', b''), columns), 0)", 3,
+                     "ROWS.rows_columns(body, True, plans, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)",
+                     "print(result[0] == len(body), *result[1:4])", ["True", "5", "3", "0"]),
+    "rows_run": ("ROWS.rows_plan((b'{', b'{', b'{'), columns)", 1,
+                 "ROWS.rows_run(body, True, plans, 1, -1, None)",
+                 "print(result[0] == len(body), result[1].count(chr(10)), result[4])", ["True", "1", "1"]),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(_EMPTIED_PLANS))
+def test_a_converter_that_empties_the_plans_leaves_its_plan_alive(writer):
     """The plan found in ``plans`` is used while converters run: held, not borrowed (before, the capsule and
     its plan were freed under the row writer -- use after free, a crash with the debug allocator)."""
-    result = _child("""
+    entry, inserts, call, show, expected = _EMPTIED_PLANS[writer]
+    result = _child(f"""
         import json
         from replwire.codec import LSN, Begin, Commit, Insert, TupleColumn, build
         from replwire.codec.scalars import Timestamp
         from replwire.codec.wire.fast import ROWS
-        plans = {}
+        plans = {{}}
         def call(data):
             plans.clear()
             return json.dumps(data.decode())
-        columns = tuple((f'"{n}":'.encode(), 4, n == "c0", call, n) for n in [f"c{i}" for i in range(40)])
-        plans[1] = (ROWS.rows_plan((b"", b"", b""), columns), 0)
+        columns = tuple((f'"{{n}}":'.encode(), 4, n == "c0", call, n) for n in [f"c{{i}}" for i in range(40)])
+        plans[1] = {entry}
         stamp = Timestamp(0)
         messages = [Begin(final_lsn=LSN(1), commit_time=stamp, xid=7),
-                    *[Insert(relation_id=1, new=[TupleColumn.text(str(i)) for i in range(40)])] * 3,
+                    *[Insert(relation_id=1, new=[TupleColumn.text(str(i)) for i in range(40)])] * {inserts},
                     Commit(flags=0, commit_lsn=LSN(1), end_lsn=LSN(2), commit_time=stamp)]
-        body = b"".join(f"{LSN(1 + i)},7,\\\\x{build(m, proto_version=1).hex()}\\n".encode()
+        body = b"".join(f"{{LSN(1 + i)}},7,\\\\x{{build(m, proto_version=1).hex()}}\\n".encode()
                         for i, m in enumerate(messages))
-        consumed, records, rows, declined, buffers = ROWS.rows_columns(body, True, plans, 1, None, 0, {0: None},
-                                                                       {}, 1 << 30, 1 << 30)
-        print(consumed == len(body), records, rows, declined)
+        result = {call}
+        {show}
     """)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["True", "5", "3", "0"]
+    assert result.stdout.split() == expected
 
 
 def test_dropped_subtransactions_that_change_while_asked_are_read_safely():

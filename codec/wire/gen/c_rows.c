@@ -692,24 +692,14 @@ static int change_fits(const Field *F, const RowChange *c, Py_ssize_t ncols)
     return 1;
 }
 
-/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at
- * lsn: 1 buffered, 0 declined, -1 an error */
-static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
-                  uint64_t lsn)
+/* the JSON line of a scanned row change (d[0:n], fields F) by plan, buffered in w: 1, 0 declined, -1 an
+ * error */
+static int put_change(Scratch *w, const Plan *plan, const Field *F, const RowChange *rc,
+                      const unsigned char *d, Py_ssize_t n, uint64_t xid, uint64_t lsn)
 {
-    Field F[N_CHANGE];
-    RowChange rc;
-    if (!scan_change(d, n, pv, F, &rc)) return 0;
-    const int op = rc.op;
-    const Py_ssize_t relation = rc.relation, key = rc.key, old = rc.old, new_ = rc.new_;
-    PyObject *oid = PyLong_FromUnsignedLongLong(F[relation].v);
-    if (oid == NULL) return -1;
-    PyObject *capsule = PyDict_GetItemWithError(plans, oid);
-    Py_DECREF(oid);
-    if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
-    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
-    if (plan == NULL) return -1;
-    if (!change_fits(F, &rc, plan->ncols)) return 0;
+    const int op = rc->op;
+    const Py_ssize_t key = rc->key, old = rc->old, new_ = rc->new_;
+    if (!change_fits(F, rc, plan->ncols)) return 0;
     if (w->npending == w->cap) {
         Py_ssize_t cap = w->cap ? w->cap * 2 : 64;
         Pending *grown = PyMem_Realloc(w->pending, (size_t)cap * sizeof(Pending));
@@ -766,6 +756,28 @@ static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, P
     return 1;
 nomem:
     return -1;
+}
+
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at
+ * lsn: 1 buffered, 0 declined, -1 an error */
+static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
+                  uint64_t lsn)
+{
+    Field F[N_CHANGE];
+    RowChange rc;
+    if (!scan_change(d, n, pv, F, &rc)) return 0;
+    PyObject *oid = PyLong_FromUnsignedLongLong(F[rc.relation].v);
+    if (oid == NULL) return -1;
+    PyObject *capsule = PyDict_GetItemWithError(plans, oid);
+    Py_DECREF(oid);
+    if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
+    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
+    if (plan == NULL) return -1;
+    /* a strong reference: put_row runs the plan's converters (Python code), which may drop plans' entry */
+    Py_INCREF(capsule);
+    int r = put_change(w, plan, F, &rc, d, n, xid, lsn);
+    Py_DECREF(capsule);
+    return r;
 }
 
 /* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, text, records, transactions,
