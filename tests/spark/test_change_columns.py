@@ -20,7 +20,14 @@ from replwire.codec.wire import fast
 from replwire.spark import rows as spark_rows
 from replwire.spark.rows import ChangeRows, batches, change_batches
 from tests.split.test_partitions import StreamMaker
-from tests.split.test_row_path import FORMS, SUFFIX, streams, synthetic_rows, write_stream
+from tests.split.test_row_path import (
+    FORMS,
+    SUFFIX,
+    streams,
+    synthetic_rows,
+    synthetic_rows_with_origins,
+    write_stream,
+)
 
 COMPILED = fast.ROWS is not None
 
@@ -81,17 +88,8 @@ def test_transactions_the_column_path_declines_between_those_it_takes(tmp_path, 
     """Every third transaction has an Origin (the Python path's): the column path takes the others where it
     is tried -- at every chance (a try is worth it if it takes a record), or less often after tries that
     took few records."""
-    from replwire.codec import Origin, build
-
     monkeypatch.setattr(columns, "_WORTH", worth)
-    origin = build(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
-    rows, begins = [], 0
-    for lsn, xid, data in synthetic_rows(3_000):
-        rows.append((lsn, xid, data))
-        if data[:1] == b"B":
-            begins += 1
-            if begins % 3 == 0:
-                rows.append((lsn, xid, origin))
+    rows = synthetic_rows_with_origins(3_000, lambda n: n % 3 == 0)
     path = write_stream(tmp_path / "origins.rwc", rows, "capture", 1)
     assert_same_rows(open_inputs([path]), (3_000, 1 << 30), compiled_share=0.5 if worth == 1 else 0.0)
 

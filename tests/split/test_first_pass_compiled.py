@@ -20,6 +20,7 @@ from tests.split.test_partitions import (
     _opened_then_grown,
     _relation,
     _resumed_and_damaged,
+    out_of_order_captures,
     write_capture,
 )
 
@@ -201,18 +202,7 @@ def test_a_capture_still_being_written(monkeypatch, tmp_path):
 def test_stream_errors(monkeypatch, tmp_path):
     """A stream out of order raises the decoder's error alike, also where the Begin comes in a block of plain
     transactions."""
-    def message(m):
-        return build(m, proto_version=1)
-
-    begin = lambda xid: message(Begin(final_lsn=LSN(0x200), commit_time=1, xid=xid))  # noqa: E731
-    commit = message(Commit(flags=0, commit_lsn=LSN(0x200), end_lsn=LSN(0x201), commit_time=1))
-    insert = message(Insert(relation_id=16385, new=[TupleColumn(kind="t", data=b"1")]))
-    relation = message(_relation(16385, "t", 1))
-    for n, stream in enumerate(([begin(7), relation, insert, begin(8), insert, commit, begin(9), commit, commit],
-                                [begin(7), relation, insert, commit, commit, begin(8), commit],
-                                [relation, begin(7), begin(8), commit, b"", begin(9), insert])):
-        path = write_capture(tmp_path / f"{n}.rwc", [(0x100 + i, data) for i, data in enumerate(stream)],
-                             proto_version=1)
+    for path in out_of_order_captures(tmp_path).values():
         with monkeypatch.context() as patch:
             patch.setattr(first_pass, "ROWS", None)
             expected = outcome(open_inputs([path]))

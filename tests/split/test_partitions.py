@@ -36,7 +36,7 @@ from replwire.codec import (
     Update,
     build,
 )
-from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter
+from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.split import committed, decode_part, first_pass, open_inputs, plan
 
 # -- comparing the two ways ----------------------------------------------------------------------------------
@@ -401,6 +401,29 @@ def test_a_capture_still_being_written_is_planned_as_big_as_it_was_opened(tmp_pa
         assert all(p.start <= p.stop for p in here.parts)
 
 
+def out_of_order_captures(tmp_path):
+    """Protocol-1 captures of streams out of order, by name: a Begin inside an open transaction (read ahead as
+    a plain transaction, also after a block of plain ones), a Commit without a Begin, an empty message after
+    the error."""
+    def message(m):
+        return build(m, proto_version=1)
+
+    begin = lambda xid: message(Begin(final_lsn=LSN(0x200), commit_time=1, xid=xid))  # noqa: E731
+    commit = message(Commit(flags=0, commit_lsn=LSN(0x200), end_lsn=LSN(0x201), commit_time=1))
+    insert = message(Insert(relation_id=16385, new=[TupleColumn(kind="t", data=b"1")]))
+    relation = message(_relation(16385, "t", 1))
+    streams = {
+        "begin twice": [begin(7), relation, insert, begin(8), insert, commit, commit],
+        "begin twice, then more": [begin(7), relation, insert, begin(8), insert, commit, begin(9), commit, commit],
+        "commit alone": [begin(7), relation, insert, commit, commit],
+        "commit alone, then more": [begin(7), relation, insert, commit, commit, begin(8), commit],
+        "begin twice, then an empty message": [relation, begin(7), begin(8), commit, b"", begin(9), insert],
+    }
+    return {name: write_capture(tmp_path / f"{name}.rwc", [(0x100 + i, data) for i, data in enumerate(stream)],
+                                proto_version=1)
+            for name, stream in streams.items()}
+
+
 def test_the_first_pass_raises_what_the_reader_and_the_decoder_raise(tmp_path):
     """A bad COPY-CSV row is an error naming the file and offset (and it survives pickling, as errors from
     Spark's executors must); a stream out of order raises the decoder's error, also where a Begin is read
@@ -419,24 +442,12 @@ def test_the_first_pass_raises_what_the_reader_and_the_decoder_raise(tmp_path):
     with pytest.raises(CaptureFileError, match=match):
         plan(inputs, part_bytes=400)
 
-    def message(m):
-        return build(m, proto_version=1)
-
-    begin = lambda xid: message(Begin(final_lsn=LSN(0x200), commit_time=1, xid=xid))  # noqa: E731
-    commit = message(Commit(flags=0, commit_lsn=LSN(0x200), end_lsn=LSN(0x201), commit_time=1))
-    insert = message(Insert(relation_id=16385, new=[TupleColumn(kind="t", data=b"1")]))
-    relation = message(_relation(16385, "t", 1))
-    streams = {  # Begin inside an open transaction (read ahead as a plain transaction); Commit without Begin
-        "begin twice": [begin(7), relation, insert, begin(8), insert, commit, commit],
-        "commit alone": [begin(7), relation, insert, commit, commit],
-    }
-    for name, stream in streams.items():
+    for name, path in out_of_order_captures(tmp_path).items():
         decoder = Decoder(proto_version=1)
         with pytest.raises(StreamStateError) as expected:
-            for data in stream:
-                decoder.feed(data)
-        path = write_capture(tmp_path / f"{name}.rwc", [(0x100 + i, data) for i, data in enumerate(stream)],
-                             proto_version=1)
+            with read_capture(path) as reader:
+                for record in reader.records():
+                    decoder.feed(record.data)
         with pytest.raises(StreamStateError) as raised:
             plan(open_inputs([path]))
         assert str(raised.value) == str(expected.value), name

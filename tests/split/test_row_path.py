@@ -123,6 +123,22 @@ def synthetic_rows(count: int):
     return [(0x1_6000_0000 + 40 * i, 1000 + i, item.data) for i, item in enumerate(corpus.synthetic(count).items)]
 
 
+def synthetic_rows_with_origins(count: int, has_origin):
+    """:func:`synthetic_rows` with an Origin (which the compiled paths leave to Python) after the Begin of each
+    transaction n (from 1) for which ``has_origin(n)``."""
+    from replwire.codec import Origin
+
+    origin = build_message(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
+    rows, begins = [], 0
+    for lsn, xid, data in synthetic_rows(count):
+        rows.append((lsn, xid, data))
+        if data[:1] == b"B":
+            begins += 1
+            if has_origin(begins):
+                rows.append((lsn, xid, origin))
+    return rows
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_synthetic_stream(tmp_path, form):
     rows = synthetic_rows(20_000)
@@ -411,16 +427,7 @@ def test_a_stream_the_row_path_mostly_declines(tmp_path, form):
     """Transactions with an Origin (which the row path leaves to the Assembler), with a plain one now and
     then: after a run of tries that took nothing the row path is tried less often, and the output is the
     same."""
-    from replwire.codec import Origin
-
-    origin = build_message(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
-    rows, begins = [], 0
-    for lsn, xid, data in synthetic_rows(6_000):
-        rows.append((lsn, xid, data))
-        if data[:1] == b"B":
-            begins += 1
-            if begins % 40:
-                rows.append((lsn, xid, origin))
+    rows = synthetic_rows_with_origins(6_000, lambda n: n % 40 != 0)
     path = write_stream(tmp_path / f"origins.{SUFFIX[form]}", rows, form, 1)
     text, counts, error = same([path], 1)
     assert error is None and '"origin":"o"' in text and counts["changes"] > 3_000
