@@ -1,18 +1,23 @@
 """``replwire serve`` as a user runs it: a process that says where it listens, serves a libpq client the capture
-file's messages, and refuses an address off loopback without a password."""
+file's messages, refuses an address off loopback without a password, and injects the faults its flags ask for
+(seen on the wire by a client of the protocol's own frames)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import psycopg2
 import psycopg2.extras
+import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn, build
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
+from tests.support.walsender import WalSender, WalSenderError, keepalive_fields, xlogdata_fields
 
 REPLWIRE = [sys.executable, "-m", "replwire.codec.cli"]
 
@@ -79,17 +84,70 @@ def test_serve_off_loopback_needs_a_password(tmp_path):
     assert "needs a password" in result.stderr
 
 
-def serve_and_receive(args: list[str], count: int) -> list[bytes]:
+@contextlib.contextmanager
+def serving(args: list[str]) -> Iterator[str]:
+    """A ``replwire serve`` process serving ``args`` on a free loopback port: its conninfo."""
     process = subprocess.Popen([*REPLWIRE, "serve", *args, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         first = process.stdout.readline()
         assert first.startswith("serving"), first + process.stderr.read()
-        conninfo = process.stdout.readline().removeprefix("connect with: ").strip()
-        return receive(conninfo, count)
+        yield process.stdout.readline().removeprefix("connect with: ").strip()
     finally:
         process.terminate()
         process.wait(10)
+
+
+def serve_and_receive(args: list[str], count: int) -> list[bytes]:
+    with serving(args) as conninfo:
+        return receive(conninfo, count)
+
+
+def frames_until_closed(conninfo: str, limit: int = 50) -> tuple[list[bytes], str]:
+    """The CopyData payloads (XLogData and keepalives) a replication client receives, until the server closes
+    the connection (or ``limit`` frames, or 3 s without one): the frames and why they ended."""
+    port = int(re.search(r"port=(\d+)", conninfo).group(1))
+    frames: list[bytes] = []
+    with WalSender(("127.0.0.1", port), "replwire", "replwire", timeout=20) as client:
+        client.start_replication("s", {"proto_version": "1", "publication_names": "p"})
+        try:
+            while len(frames) < limit:
+                frame = client.read_frame(3)
+                if frame is None:
+                    return frames, "quiet"
+                frames.append(frame)
+        except WalSenderError as error:
+            return frames, str(error)
+    return frames, "limit"
+
+
+@pytest.mark.parametrize("flag", [False, True], ids=["plain", "keepalive-after-unpositioned"])
+def test_serve_keepalive_after_unpositioned_follows_each_frame_without_a_position(tmp_path, flag):
+    """With the flag, every XLogData message sent without a position (data_start 0: the Relation here, as a
+    walsender sends it) is followed at once by a keepalive asking for a reply; without it, by the next
+    message."""
+    expected = write_capture(tmp_path / "tiny.rwcap")
+    args = [str(tmp_path / "tiny.rwcap"), *(["--keepalive-after-unpositioned"] if flag else [])]
+    with serving(args) as conninfo:
+        frames, _ = frames_until_closed(conninfo)
+    data = [xlogdata_fields(f) for f in frames if f[:1] == b"w"]
+    assert [d.data for d in data] == expected
+    assert [d.data_start for d in data] == [0x1000, 0, 0x1008, 0x1010, 0x2010]
+    after = [frames[i + 1][:1] + (b"r" if frames[i + 1][:1] == b"k" and keepalive_fields(frames[i + 1]).reply_requested
+                                  else b"")
+             for i, frame in enumerate(frames[:-1]) if frame[:1] == b"w" and xlogdata_fields(frame).data_start == 0]
+    assert after == ([b"kr"] if flag else [b"w"])
+
+
+def test_serve_disconnect_after_drops_the_connection_after_that_many_messages(tmp_path):
+    expected = write_capture(tmp_path / "tiny.rwcap")
+    with serving([str(tmp_path / "tiny.rwcap"), "--disconnect-after", "3"]) as conninfo:
+        frames, ended = frames_until_closed(conninfo)
+        # once: the next connection gets the whole stream
+        again, _ = frames_until_closed(conninfo)
+    assert [xlogdata_fields(f).data for f in frames if f[:1] == b"w"] == expected[:3]
+    assert "closed" in ended
+    assert [xlogdata_fields(f).data for f in again if f[:1] == b"w"] == expected
 
 
 def test_serve_plays_the_copy_csv_of_the_sql_interface(tmp_path):

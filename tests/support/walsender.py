@@ -3,7 +3,8 @@
 It speaks just enough of the frontend/backend protocol 3.0 to run ``START_REPLICATION ... LOGICAL`` against a
 test server with trust authentication and hand back the raw CopyData payloads (``w`` XLogData, ``k`` primary
 keepalive), so tests can feed real envelope frames to the codec. It is deliberately not a general client:
-no TLS, no password authentication, no TCP (only the server's Unix socket), no extended query protocol.
+no TLS, no password authentication, TCP only to IPv4 addresses (``replwire serve``), no extended query
+protocol.
 
 Every read has a deadline; every loop is bounded by a deadline or a count.
 
@@ -116,14 +117,15 @@ def _quote_literal(value: str) -> str:
 
 
 class WalSender:
-    """One replication connection (``replication=database``) to a server's Unix socket.
+    """One replication connection (``replication=database``) to a server's Unix socket, or over TCP.
 
-    Create with :meth:`connect` (from a :class:`tests.pgserver.PgServer`) or the constructor (socket path).
+    Create with :meth:`connect` (from a :class:`tests.pgserver.PgServer`) or the constructor (a socket path,
+    or a ``(host, port)`` pair for TCP: ``replwire serve``).
     ``params`` are extra startup parameters, e.g. ``{"wal_sender_timeout": "5s"}``. ``parameters`` holds the
     ParameterStatus values the server reported; ``backend_pid`` its process id.
     """
 
-    def __init__(self, socket_path: str, user: str, database: str, *, timeout: float = 10.0,
+    def __init__(self, address: str | tuple[str, int], user: str, database: str, *, timeout: float = 10.0,
                  params: dict[str, str] | None = None) -> None:
         self.timeout = timeout
         self.parameters: dict[str, str] = {}
@@ -134,10 +136,11 @@ class WalSender:
         self._buf = bytearray()
         self._copy_both = False
         self._closed = False
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = socket.socket(socket.AF_UNIX if isinstance(address, str) else socket.AF_INET,
+                                   socket.SOCK_STREAM)
         try:
             self._sock.settimeout(timeout)
-            self._sock.connect(socket_path)
+            self._sock.connect(address)
             startup = {"user": user, "database": database, "replication": "database",
                        "application_name": "replwire-tests", "client_encoding": "UTF8"}
             startup.update(params or {})
