@@ -136,10 +136,12 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
         for name, n in sorted(result.rows.items()):
             click.echo(f"{name}: {n} rows")
     for tail in summary.tails:
-        click.echo(f"warning: {tail}", err=True)
+        click.echo(f"{'error' if tail in summary.damaged else 'warning'}: {tail}", err=True)
     click.echo(f"{summary.records:,} messages, {summary.transactions:,} transactions, {summary.changes:,} "
                f"changes in {summary.parts} parts; {elapsed:.1f} s")
     session.stop()
+    if summary.damaged:  # what was readable is written; the damage inside a file is an error
+        sys.exit(1)
 
 
 @spark.command("changes")

@@ -58,6 +58,8 @@ class ChangesSummary:
     rows: dict[str, dict[int, int]] = field(default_factory=dict)  # table -> version -> rows
     messages: int = 0
     tails: list[str] = field(default_factory=list)
+    #: those of ``tails`` that are damage inside a file (intact records after it), not a torn end
+    damaged: list[str] = field(default_factory=list)
     #: table -> version -> the ``(commit_lsn, position)`` of each TRUNCATE of the table, in stream order
     truncates: dict[str, dict[int, list[tuple[int, int]]]] = field(default_factory=dict)
     #: table -> the versions with an update that carried the row's old key or old image
@@ -229,7 +231,8 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     spark.sparkContext.setJobDescription(f"replwire changes: decode {len(result.parts)} parts")
     counted = rdd.mapPartitions(lambda parts: _decode_and_write(parts, versions, out)).collect()
     summary = ChangesSummary(out, result.records, result.transactions, len(result.parts),
-                             tails=[f"{path}: {tail}" for path, tail in result.tails])
+                             tails=[f"{path}: {tail}" for path, tail in result.tails],
+                             damaged=[f"{path}: {tail}" for path, tail in result.tails if tail.intact_from is not None])
     for table, version, n, *facts in counted:
         if table == "_messages":
             summary.messages += n

@@ -197,7 +197,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
-    transaction that appears again after a resume is printed once.  Names and text values are read in the
+    transaction that appears again after a resume is printed once.  A capture file's torn end (a write
+    interrupted) is a warning; a damaged record with intact records after it is an error (exit 1), once
+    everything before it is printed.  Names and text values are read in the
     client encoding the capture file records (or --encoding for COPY-CSV); the bytes 128-255 of a SQL_ASCII
     database, which declares no encoding, print as the JSON escapes \\udc80-\\udcff unless --encoding says
     which encoding they are in.  ``--format debezium`` prints each change as the value of the
@@ -246,9 +248,13 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         flush_pending()
         stdout.flush()
 
+    damaged: list[str] = []  # files damaged inside (intact records after the damage): an error at the end
+
     def warn(path: str, problem: TailProblem) -> None:
         flush()
-        click.echo(f"warning: {path}: {problem}", err=True)
+        if problem.intact_from is not None:
+            damaged.append(path)
+        click.echo(f"{'error' if problem.intact_from is not None else 'warning'}: {path}: {problem}", err=True)
 
     def note(path: str, message: str) -> None:
         flush()
@@ -294,6 +300,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                f"{_count(len(inputs), 'file')}"
                + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
                err=True)
+    if damaged:
+        sys.exit(1)
 
 
 def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None) -> list:

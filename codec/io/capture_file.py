@@ -8,10 +8,12 @@ and the data length, then the CRC-32 after the data), over large chunks of the f
 it agrees with construct's parse of valid and damaged records.  Reads never ask the file for more bytes
 than it has, so a corrupt length cannot make the reader allocate; the first record that is cut short or
 fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with everything before it
-kept.  Records are written through the same plan (head packed, data, CRC-32), gathered into ~1 MiB batches
-before they reach the file.  A writer opened on an existing file checks the header matches, cuts such a
-tail off and appends after the last good record.  :meth:`CaptureWriter.sync` writes what is gathered,
-flushes and fsyncs, so a caller can acknowledge positions only once they are on disk.
+kept, and with where intact records start again after it, if they do: a file damaged inside is not a
+file torn at its end, and nothing may cut it there.  Records are written through the same plan (head
+packed, data, CRC-32), gathered into ~1 MiB batches before they reach the file.  A writer opened on an
+existing file checks the header matches, cuts a torn tail off and appends after the last good record.
+:meth:`CaptureWriter.sync` writes what is gathered, flushes and fsyncs, so a caller can acknowledge
+positions only once they are on disk.
 
 The COPY-CSV form -- what ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO
 STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.  Both forms are read the same way:
@@ -84,13 +86,20 @@ class CaptureRecord:
 
 @dataclass(frozen=True)
 class TailProblem:
-    """Why reading stopped before the end of the file: the valid part ends at ``offset``."""
+    """Why reading stopped before the end of the file: the valid part ends at ``offset``.  ``intact_from`` is
+    where intact records start again after the damaged one (:meth:`CaptureReader.intact_after`): the file is
+    then damaged inside, not cut short at its end."""
 
     offset: int
     reason: str
     size: int
+    intact_from: int | None = None
 
     def __str__(self) -> str:
+        if self.intact_from is not None:
+            return (f"the record at offset {self.offset} is damaged ({self.reason}) and intact records follow "
+                    f"it from offset {self.intact_from}: the file is damaged inside, not cut short at its end; "
+                    f"the {self.size - self.offset} bytes from offset {self.offset} were not read")
         return (f"{self.size - self.offset} bytes after offset {self.offset} were not read: {self.reason} "
                 f"(a torn or corrupt tail; everything before it is intact)")
 
@@ -157,6 +166,10 @@ CHUNK = 1 << 20
 #: How much of the file's start the header is first parsed from.
 HEADER_AHEAD = 1 << 16
 _CUT_SHORT = "record cut short"
+#: How far past a damaged record :meth:`CaptureReader.intact_after` looks for an intact one, and how many
+#: bytes it may read and checksum in all while it looks.
+RESYNC_WINDOW = 4 << 20
+RESYNC_BUDGET = 256 << 20
 
 
 def _no_records() -> Generator[Any, None, None]:
@@ -294,12 +307,12 @@ class CaptureReader:
                     base, i = base + i, 0
                     view = memoryview(buf)
                     if len(buf) < head_size:
-                        reading.tail = TailProblem(base, _CUT_SHORT, size)
+                        reading.tail = self._tail(base, _CUT_SHORT)
                         break
                 lsn, xid, length = unpack_head(buf, i)  # the order checked against CaptureRecord's fields above
                 total = head_size + length + crc_size
                 if base + i + total > size:  # also catches a corrupt length before anything is allocated
-                    reading.tail = TailProblem(base + i, _CUT_SHORT, size)
+                    reading.tail = self._tail(base + i, _CUT_SHORT)
                     break
                 if len(buf) - i < total:
                     file.seek(base + len(buf))
@@ -308,14 +321,14 @@ class CaptureReader:
                     base, i = base + i, 0
                     view = memoryview(buf)
                     if len(buf) < total:  # the file is shorter now than when it was opened (cut meanwhile)
-                        reading.tail = TailProblem(base, _CUT_SHORT, size)
+                        reading.tail = self._tail(base, _CUT_SHORT)
                         break
                 data_end = i + head_size + length
                 (stored,) = unpack_crc(buf, data_end)
                 computed = crc32(view[i:data_end])
                 if stored != computed:
-                    reading.tail = TailProblem(base + i, f"checksum mismatch: stored {stored:08x}, computed "
-                                                         f"{computed:08x}", size)
+                    reading.tail = self._tail(base + i, f"checksum mismatch: stored {stored:08x}, computed "
+                                                        f"{computed:08x}")
                     break
                 offset, i = base + i, data_end + crc_size
                 if skip is not None:
@@ -335,6 +348,64 @@ class CaptureReader:
         finally:
             if closing:
                 self.close()
+
+    def _tail(self, offset: int, reason: str) -> TailProblem:
+        """The :class:`TailProblem` of the damaged or cut-short record at ``offset``."""
+        return TailProblem(offset, reason, self.size, self.intact_after(offset))
+
+    def intact_after(self, offset: int) -> int | None:
+        """The offset of the first intact record after the damaged one at ``offset`` (a reading's ``tail``):
+        one whose checksum holds and which the file's end or another such record follows; ``None`` when
+        none does (the damage runs to the end of the file, as an interrupted write leaves it).
+
+        Where the damaged record's length still points at an intact record (a changed byte in its data),
+        that record is found at once; otherwise every offset up to :data:`RESYNC_WINDOW` bytes on is
+        tried.  What this reads and checksums is capped (:data:`RESYNC_BUDGET` bytes), so a file built to
+        make every offset look like the start of a long record ends the search early, with ``None``."""
+        size, head_size, crc_size = self.size, _PLAN.head.size, _PLAN.crc.size
+        budget = [RESYNC_BUDGET]
+
+        def record_end(at: int) -> int | None:
+            """Where the record at ``at`` ends, if its checksum holds."""
+            if at + head_size > size:
+                return None
+            self._file.seek(at)
+            head = self._file.read(head_size)
+            if len(head) < head_size:
+                return None
+            total = head_size + _PLAN.head.unpack(head)[-1] + crc_size
+            if at + total > size or total > budget[0]:
+                return None
+            budget[0] -= total
+            crc, left = zlib.crc32(head), total - head_size - crc_size
+            while left:
+                chunk = self._file.read(min(left, CHUNK))
+                if not chunk:  # the file is shorter now than when it was opened
+                    return None
+                crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+            stored = self._file.read(crc_size)
+            return at + total if len(stored) == crc_size and _PLAN.crc.unpack(stored)[0] == crc else None
+
+        def intact(at: int) -> bool:
+            end = record_end(at)
+            return end is not None and (end == size or record_end(end) is not None)
+
+        # first where the damaged record's length points, then every offset after it in the window
+        unpack_from = _PLAN.head.unpack_from
+        self._file.seek(offset)
+        window = self._file.read(min(1 + RESYNC_WINDOW + head_size, size - offset))
+        if len(window) >= head_size:
+            pointed = offset + head_size + unpack_from(window, 0)[-1] + crc_size
+            if pointed < size and intact(pointed):
+                return pointed
+        for i in range(1, len(window) - head_size + 1):
+            if offset + i + head_size + unpack_from(window, i)[-1] + crc_size > size:
+                continue  # (most offsets: a length no record in the rest of the file can have)
+            if budget[0] <= 0:
+                return None
+            if intact(offset + i):
+                return offset + i
+        return None
 
     def close(self) -> None:
         self._file.close()
@@ -390,9 +461,10 @@ class CaptureWriter:
 
     Continuing a file whose header differs (protocol version, options or client encoding) is refused: its
     records would be read with the wrong context.  A torn or corrupt tail is cut off first and reported in
-    ``recovered``.  Records are gathered in memory and written in batches of about :data:`BATCH` bytes;
-    :meth:`sync` makes everything appended so far durable (write + flush + fsync) and returns the file size,
-    after which the caller may acknowledge the positions appended.
+    ``recovered``; a file damaged inside (intact records after the damaged one) is refused, not cut.
+    Records are gathered in memory and written in batches of about :data:`BATCH` bytes; :meth:`sync` makes
+    everything appended so far durable (write + flush + fsync) and returns the file size, after which the
+    caller may acknowledge the positions appended.
     """
 
     def __init__(self, path: str | os.PathLike[str], header: CaptureHeader) -> None:
@@ -412,6 +484,9 @@ class CaptureWriter:
                 for _, lsn, _, _ in reading:
                     self._last = lsn
                 self.recovered, end = reading.tail, reading.end
+            if self.recovered is not None and self.recovered.intact_from is not None:
+                raise CaptureFileError(self.path, f"cannot append: {self.recovered}; cutting the file there "
+                                                  "would drop them", self.recovered.offset)
             self._file = open(self.path, "r+b")  # noqa: SIM115 -- closed by close()
             self._file.truncate(end)
             self._file.seek(end)

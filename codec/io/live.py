@@ -48,12 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...schema import highest_proto_version
-from ..errors import ReplwireError
+from ..errors import DecodeError, ReplwireError
 from ..scalars import LSN
 from ..stream import snapshot
+from ..wire.fast import parse
 from . import slot
-from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from .positions import PositionTracker
+from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, CaptureWriter, read_capture
+from .positions import PositionTracker, message_completes
 from .slot import quote_identifier
 
 __all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "Server", "connect", "resume_point",
@@ -197,7 +198,11 @@ class Progress:
 def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     """Where to cut an existing capture file so that it ends with what the server confirmed: the offset after
     the last record whose completed position is at or below ``confirmed`` (records after it are sent again),
-    and how many records stay."""
+    and how many records stay.
+
+    A damaged record is where the file's readable part ends.  Intact records after it (the file is damaged
+    inside, not torn at its end) that complete a position at or below ``confirmed`` hold changes the server
+    will not send again: cutting would lose them, so that is refused with a :class:`CaptureError`."""
     with read_capture(path) as reader:
         tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
@@ -211,7 +216,35 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
                 position = tracker.feed(data)
             if position is not None and position <= confirmed:
                 cut, kept = reading.end, count
+        damage = reading.tail
+        if damage is not None and damage.intact_from is not None:
+            lost = _confirmed_after(reader, damage.intact_from, confirmed)
+            if lost is not None:
+                raise CaptureError(f"{path}: {damage}; the records after it complete positions the slot "
+                                   f"already confirmed (up to {LSN(lost)}, confirmed {confirmed}), which the "
+                                   "server will not send again: resuming would cut them off.  Keep this file "
+                                   "as it is (decode reads up to the damage) and capture to another --out")
     return cut, kept
+
+
+def _confirmed_after(reader: CaptureReader, start: int, confirmed: LSN) -> int | None:
+    """The highest position at or below ``confirmed`` that a record of ``reader`` from offset ``start`` on
+    completes (read from each message alone: no stream state is known there), or ``None``."""
+    proto, encoding = reader.header.proto_version, reader.header.client_encoding
+    found = None
+    for _, _, _, data in reader.records(start, raw=True):
+        if not data:
+            continue
+        if data[0] in snapshot.KINDS:
+            position = snapshot.record_completes(data)
+        else:
+            try:
+                position = message_completes(parse(data, proto_version=proto, encoding=encoding))
+            except DecodeError:
+                continue
+        if position is not None and position <= confirmed and (found is None or position > found):
+            found = position
+    return found
 
 
 class LiveCapture:
