@@ -177,12 +177,13 @@ def _identity(cur: Any) -> tuple[str | None, str | None]:
 
 
 @contextmanager
-def set_up(dsn: str, publication: str, *, create_publication: bool = False,
-           for_snapshot: bool = False) -> Iterator[Server]:
+def set_up(dsn: str, publication: str, *, create_publication: bool = False, for_snapshot: bool = False,
+           check: Callable[[Server], None] | None = None) -> Iterator[Server]:
     """The set-up every capture starts with, over an ordinary connection that is closed on leaving: connect,
-    read the server's version, refuse a standby when the set-up is ``for_snapshot``, and check the publication
-    (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a :class:`CaptureError` naming
-    what failed and what to do."""
+    read the server's version, refuse a standby when the set-up is ``for_snapshot``, call ``check`` with the
+    :class:`Server` (the caller's checks that must pass before anything is created on the server), and check
+    the publication (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a
+    :class:`CaptureError` naming what failed and what to do."""
     import psycopg2
 
     conn = connect(dsn)
@@ -196,15 +197,17 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False,
                 if cur.fetchone()[0]:
                     raise CaptureError("the server is a standby (in recovery): take the snapshot from the primary, "
                                        "with --dsn naming it")
+            server = Server(conn, cur, version, conn.get_parameter_status("client_encoding"), *_identity(cur))
+            if check is not None:
+                check(server)
             slot.check_publication(cur, publication, create=create_publication,
                                    hint="(create it with CREATE PUBLICATION, or pass --create-publication, "
                                         "create_publication=True, to create it FOR ALL TABLES)")
-            system_identifier, database = _identity(cur)
         except slot.SlotError as error:
             raise CaptureError(str(error)) from None
         except psycopg2.Error as error:
             raise CaptureError(f"cannot set up the capture: {server_error(error)}") from None
-        yield Server(conn, cur, version, conn.get_parameter_status("client_encoding"), system_identifier, database)
+        yield server
     finally:
         conn.close()
 
@@ -347,17 +350,22 @@ class LiveCapture:
         import psycopg2
 
         name = self.settings.slot
-        with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication) as server:
+
+        def check(server: Server) -> None:  # before the publication or the slot is created
+            header = server.header(self.settings)  # (checks the settings against the server)
+            if existing is not None:
+                if existing.settings != header.settings:
+                    raise CaptureError(f"{self.out} was captured with other settings {existing.settings}, "
+                                       f"not {header.settings}; use another --out file")
+                check_source(self.out, existing, name, server)
+                server.cur.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (name,))
+                if server.cur.fetchone() is None:
+                    self._refuse_new_slot(existing)
+
+        with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication,
+                    check=check) as server:
             header = server.header(self.settings)
             try:
-                if existing is not None:
-                    if existing.settings != header.settings:
-                        raise CaptureError(f"{self.out} was captured with other settings {existing.settings}, "
-                                           f"not {header.settings}; use another --out file")
-                    check_source(self.out, existing, name, server)
-                    server.cur.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (name,))
-                    if server.cur.fetchone() is None:
-                        self._refuse_new_slot(existing)
                 confirmed = slot.check_slot(server.cur, name, two_phase=self.settings.two_phase or None,
                                             create=self.create_slot)
             except slot.SlotError as error:

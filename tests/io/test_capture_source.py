@@ -99,6 +99,13 @@ def test_a_mistyped_slot_is_refused_and_nothing_is_created(major, request, tmp_p
             # other settings: refused before the slot is created too
             with pytest.raises(CaptureError, match="was captured with other settings"):
                 capture(server, out, f"{table}_new", f"{table}_pub", proto_version=1).run(idle_exit=0.2)
+            # nor is a publication created for it
+            with pytest.raises(CaptureError, match=f"captured from slot '{table}_app', not '{table}_apq'"):
+                capture(server, out, f"{table}_apq", f"{table}_pub", create_publication=True).run(idle_exit=0.2)
+            with pytest.raises(CaptureError, match="was captured with other settings"):
+                capture(server, out, f"{table}_apq", f"{table}_newpub", create_publication=True).run(idle_exit=0.2)
+            assert conn.execute("SELECT count(*) FROM pg_publication WHERE pubname = %s",
+                                (f"{table}_newpub",)).fetchone()[0] == 0
             assert out.read_bytes() == before
             assert not slots(conn) & {f"{table}_apq", f"{table}_new"}
             # what the header says
