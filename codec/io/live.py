@@ -142,7 +142,7 @@ def connect(dsn: str, *, replication: bool = False) -> Any:
 class Server:
     """The server as :func:`set_up` found it: the ordinary connection (autocommit) and a cursor of it, its
     ``server_version_num``, and what the file's header records: the connection's client encoding, the server's
-    system identifier (in decimal; ``None`` when the user may not read it) and the database's name."""
+    system identifier (in decimal) and the database's name (each ``None`` when the server does not tell it)."""
 
     conn: Any
     cur: Any

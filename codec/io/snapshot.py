@@ -273,7 +273,8 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                 if reader.header.settings != header.settings:
                     raise CaptureError(f"{path} was captured with other settings {reader.header.settings}, not "
                                        f"{header.settings}; use another --out file")
-                check_source(path, reader.header, settings.slot, server)
+                if state.state != "stream":  # (refused below whatever its source)
+                    check_source(path, reader.header, settings.slot, server)
         cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                     (settings.slot,))
         existing = cur.fetchone()
