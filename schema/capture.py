@@ -4,7 +4,8 @@ Strategy: the file is :data:`HEADER` followed by :data:`RECORD` after :data:`REC
 are a :class:`~replwire.schema.core.Crc32` around their fields, so a reader can tell a complete record
 from a torn or corrupt tail and keep everything before it.  The header records what is needed to parse
 the records again -- the protocol version, the pgoutput options and the client encoding they were
-captured with -- and the server's version.  Declared like the protocol messages, so the same walker documents it.
+captured with -- the server's version, and where the records came from (slot, server, database), so that a
+capture is resumed only from its own slot.  Declared like the protocol messages, so the same walker documents it.
 
 An initial snapshot is stored in the same records: a *snapshot section* at the start of the file, whose
 records' data are the snapshot record kinds below instead of pgoutput messages.  Their first byte (0x01 to
@@ -48,6 +49,16 @@ FORMAT_VERSIONS = (1, 2)
 #: the option is absent (a file captured in UTF8, which is written without it).
 CLIENT_ENCODING = "client_encoding"
 DEFAULT_CLIENT_ENCODING = "UTF8"
+#: The header options that say where the records came from, written by ``replwire capture`` so that resuming
+#: a file from another slot, server or database is refused: the replication slot's name, the server's
+#: system identifier (``SELECT system_identifier FROM pg_control_system()``, in decimal) and the database's
+#: name.  Like :data:`CLIENT_ENCODING` they are not pgoutput options (never sent to a server); a file
+#: without them (captured before they were written, or written by other tools) is from an unknown source.
+SLOT_NAME = "slot_name"
+SYSTEM_IDENTIFIER = "system_identifier"
+DATABASE = "database"
+#: Every header option that is not a pgoutput option.
+NOT_PGOUTPUT = (CLIENT_ENCODING, SLOT_NAME, SYSTEM_IDENTIFIER, DATABASE)
 
 CAPTURE_REF = "capture-file-format"
 CAPTURE_PAGE = "capture-format"  # the docs page the anchors refer to
@@ -67,8 +78,11 @@ HEADER_FIELDS = record(
     field("proto_version", Int8, "pgoutput protocol version the records were captured with (1 to 4)."),
     Field("options", Counted(Int16.construct, OPTION),
           FieldMeta(doc="The pgoutput options of the capture besides proto_version, as name/value pairs, and "
-                        "client_encoding: the connection's client encoding (PostgreSQL's name), which the "
-                        "messages' Strings and text values are in (UTF8 when absent).",
+                        "entries that are not pgoutput options: client_encoding, the connection's client "
+                        "encoding (PostgreSQL's name), which the messages' Strings and text values are in "
+                        "(UTF8 when absent); and where the records came from, which resuming the file checks "
+                        "(each may be absent): slot_name, the replication slot; system_identifier, the "
+                        "server's (pg_control_system(), in decimal); database, the database's name.",
                     spec_type="Int16 count, then each Option", value="items")),
     doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
 )

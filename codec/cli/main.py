@@ -397,6 +397,9 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
     from rich.console import Console
 
+    if not _installed("psycopg2"):
+        raise click.ClickException("replwire capture needs psycopg2, which is not installed: "
+                                   "pip install 'replwire[live]'")
     from ..io.live import CaptureError, CaptureSettings, LiveCapture, Progress
 
     console = Console(stderr=True)
@@ -409,9 +412,9 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
         if now - shown["at"] < (0.5 if console.is_terminal else 5.0):
             return
         shown["at"] = now
-        line = (f"{progress.messages} messages, {progress.bytes / 2**20:.1f} MiB, {progress.transactions} "
-                f"transactions; received {progress.current_lsn}, flushed {progress.flushed_lsn}, "
-                f"lag {progress.lag_bytes} bytes")
+        line = (f"{_count(progress.messages, 'message')}, {progress.bytes / 2**20:.1f} MiB, "
+                f"{_count(progress.transactions, 'transaction')}; received {progress.current_lsn}, "
+                f"flushed {progress.flushed_lsn}, lag {_count(progress.lag_bytes, 'byte')}")
         console.print(line, end="\r" if console.is_terminal else "\n", highlight=False, soft_wrap=True)
 
     def stop_on_sigterm(signum, frame):  # a clean stop, like Ctrl-C
@@ -428,21 +431,25 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
                           via=via, batch_size=batch_size)
+    fresh = False  # a snapshot taken by this run: the stream after it is new, not resumed
     try:
+        capture.check_output()  # before anything is done on the server, the snapshot included
         if initial_snapshot:
-            _snapshot(console, dsn, out, settings, create_publication)
+            fresh = _snapshot(console, dsn, out, settings, create_publication)
         progress = capture.run(idle_exit=idle_exit)
     except CaptureError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
-    resumed = f", resumed after {capture.resumed_records} records" if capture.resumed_records is not None else ""
-    console.print(f"captured {progress.messages} messages ({progress.bytes} bytes), {progress.transactions} "
-                  f"transactions into {out}{resumed}; flushed up to {progress.flushed_lsn}", highlight=False,
-                  soft_wrap=True)
+    resumed = capture.resumed_records
+    after = f", resumed after {_count(resumed, 'record')}" if resumed is not None and not fresh else ""
+    console.print(f"captured {_count(progress.messages, 'message')} ({_count(progress.bytes, 'byte')}), "
+                  f"{_count(progress.transactions, 'transaction')} into {out}{after}; flushed up to "
+                  f"{progress.flushed_lsn}", highlight=False, soft_wrap=True)
 
 
-def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication: bool) -> None:
-    """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr."""
+def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication: bool) -> bool:
+    """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  True when
+    it was taken now (False: the file's snapshot was complete already)."""
     from ..io.snapshot import TableProgress, take_snapshot
 
     def report(table: TableProgress) -> None:
@@ -459,11 +466,13 @@ def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication
         sys.exit(130)
     if result.taken:
         again = " (an interrupted snapshot was dropped and taken again)" if result.retaken else ""
-        console.print(f"snapshot at {result.lsn}: {result.tables} tables, {result.rows:,} rows{again}; streaming "
-                      "the changes after it", highlight=False, soft_wrap=True)
+        console.print(f"snapshot at {result.lsn}: {_count(result.tables, 'table')}, {result.rows:,} "
+                      f"row{'s' if result.rows != 1 else ''}{again}; streaming the changes after it",
+                      highlight=False, soft_wrap=True)
     else:
         console.print(f"the snapshot at {result.lsn} in {out} is complete; resuming the changes after it",
                       highlight=False, soft_wrap=True)
+    return result.taken
 
 
 @main.command("demo")

@@ -56,18 +56,33 @@ class CaptureFileError(ReplwireError, ValueError):
 class CaptureHeader:
     """What a capture file says about its records: the ``proto_version`` and pgoutput ``options`` they were
     captured with, and the connection's ``client_encoding`` (PostgreSQL's name, as the server reported it),
-    which their Strings and text values are in."""
+    which their Strings and text values are in.
+
+    ``slot_name``, ``system_identifier`` (the server's, in decimal) and ``database`` say where the records
+    came from, so that a capture is resumed only from its own slot; ``None`` when the file does not say (one
+    captured before they were recorded, or written by other means).  Like ``client_encoding`` they are
+    stored among the header's options, but they are not pgoutput options: ``options`` never holds them."""
 
     proto_version: int
     server_version: int = 0
     options: dict[str, str] = field(default_factory=dict)
     format_version: int = layout.FORMAT_VERSION
     client_encoding: str = layout.DEFAULT_CLIENT_ENCODING
+    slot_name: str | None = None
+    system_identifier: str | None = None
+    database: str | None = None
 
     @property
     def settings(self) -> tuple[int, dict[str, str], str]:
         """What records appended to a file must have been captured with, as the header says it."""
         return self.proto_version, self.options, self.client_encoding
+
+    @property
+    def source(self) -> dict[str, str | None]:
+        """Where the records came from, by the header option's name: the slot, the server's system identifier
+        and the database (``None`` for what the file does not say)."""
+        return {layout.SLOT_NAME: self.slot_name, layout.SYSTEM_IDENTIFIER: self.system_identifier,
+                layout.DATABASE: self.database}
 
 
 #: A record as :meth:`CaptureReader.records` gives it with ``raw=True``: ``(offset, lsn, xid, data)``.
@@ -244,8 +259,11 @@ class CaptureReader:
                                    8)
         options = {o.name: o.value for o in raw.options}
         encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
+        slot_name, system_identifier, database = (options.pop(name, None) for name in
+                                                  (layout.SLOT_NAME, layout.SYSTEM_IDENTIFIER, layout.DATABASE))
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
-                                    options=options, format_version=raw.format_version, client_encoding=encoding)
+                                    options=options, format_version=raw.format_version, client_encoding=encoding,
+                                    slot_name=slot_name, system_identifier=system_identifier, database=database)
         self.header_end = stream.tell()
 
     def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
@@ -423,11 +441,15 @@ def read_capture(path: str | os.PathLike[str]) -> CaptureReader:
 
 
 def encode_header(header: CaptureHeader) -> bytes:
-    if layout.CLIENT_ENCODING in header.options:
-        raise ValueError(f"{layout.CLIENT_ENCODING} is not a pgoutput option: give it as the header's client_encoding")
+    """The header's bytes: the entries that are not pgoutput options (client encoding, where the records came
+    from) go after the pgoutput options, each only when it says something."""
+    for name in layout.NOT_PGOUTPUT:
+        if name in header.options:
+            raise ValueError(f"{name} is not a pgoutput option: give it as the header's {name}")
     options = [{"name": k, "value": v} for k, v in header.options.items()]
     if header.client_encoding != layout.DEFAULT_CLIENT_ENCODING:  # UTF8 files stay as they always were
         options.append({"name": layout.CLIENT_ENCODING, "value": header.client_encoding})
+    options += [{"name": k, "value": v} for k, v in header.source.items() if v is not None]
     return layout.HEADER.build({"header": {"magic": None, "format_version": header.format_version,
                                            "server_version": header.server_version,
                                            "proto_version": header.proto_version, "options": options}})

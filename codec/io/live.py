@@ -31,8 +31,13 @@ connect reads the same wherever it happens.
 
 Restarting on an existing file resumes from the slot's confirmed position: records after the last one
 the server has confirmed are cut off first (the server sends them again), so the file ends up holding
-every message exactly once.  A streamed transaction whose early blocks were kept is sent again from its
-first block; readers restart such a transaction when its ``first_segment`` Stream Start comes again.
+every message exactly once.  Only the slot the file came from can do that: a new file's header records the
+slot's name, the server's system identifier and the database, and a file that names another is refused; a
+file that holds records is refused too when its slot does not exist (a new slot would start now, and what
+happened between the file's end and now would be in neither).  Both are checked, like the output file itself
+(:func:`check_output`), before anything is created on the server.  A streamed transaction whose early
+blocks were kept is sent again from its first block; readers restart such a transaction when its
+``first_segment`` Stream Start comes again.
 """
 
 from __future__ import annotations
@@ -57,8 +62,8 @@ from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, Captur
 from .positions import PositionTracker, message_completes
 from .slot import quote_identifier
 
-__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "Server", "connect", "resume_point",
-           "server_error", "set_up"]
+__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "Server", "check_output",
+           "check_source", "connect", "resume_point", "server_error", "set_up"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -137,21 +142,49 @@ def connect(dsn: str, *, replication: bool = False) -> Any:
 @dataclass(frozen=True)
 class Server:
     """The server as :func:`set_up` found it: the ordinary connection (autocommit) and a cursor of it, its
-    ``server_version_num`` and the connection's client encoding (what the file's header records)."""
+    ``server_version_num``, and what the file's header records: the connection's client encoding, the server's
+    system identifier (in decimal) and the database's name (each ``None`` when the server does not tell it)."""
 
     conn: Any
     cur: Any
     version: int
     client_encoding: str
+    system_identifier: str | None = None
+    database: str | None = None
+
+    def header(self, settings: CaptureSettings) -> CaptureHeader:
+        """The header of a new capture file of ``settings`` from this server (checks the settings)."""
+        return CaptureHeader(proto_version=settings.protocol(self.version), server_version=self.version,
+                             options=settings.options(self.version), client_encoding=self.client_encoding,
+                             slot_name=settings.slot, system_identifier=self.system_identifier,
+                             database=self.database)
+
+
+def _identity(cur: Any) -> tuple[str | None, str | None]:
+    """The server's system identifier (in decimal) and the database's name, each ``None`` when the server does
+    not tell it: a user who may not call pg_control_system(), or a server that answers only the queries of a
+    replication client's set-up (``replwire serve``'s)."""
+    import psycopg2.errors
+
+    values: list[str | None] = []
+    for query in ("SELECT system_identifier::text FROM pg_control_system()", "SELECT current_database()"):
+        try:
+            cur.execute(query)
+        except (psycopg2.errors.InsufficientPrivilege, psycopg2.errors.FeatureNotSupported):
+            values.append(None)
+        else:
+            values.append(str(cur.fetchone()[0]))
+    return values[0], values[1]
 
 
 @contextmanager
-def set_up(dsn: str, publication: str, *, create_publication: bool = False,
-           for_snapshot: bool = False) -> Iterator[Server]:
+def set_up(dsn: str, publication: str, *, create_publication: bool = False, for_snapshot: bool = False,
+           check: Callable[[Server], None] | None = None) -> Iterator[Server]:
     """The set-up every capture starts with, over an ordinary connection that is closed on leaving: connect,
-    read the server's version, refuse a standby when the set-up is ``for_snapshot``, and check the publication
-    (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a :class:`CaptureError` naming
-    what failed and what to do."""
+    read the server's version, refuse a standby when the set-up is ``for_snapshot``, call ``check`` with the
+    :class:`Server` (the caller's checks that must pass before anything is created on the server), and check
+    the publication (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a
+    :class:`CaptureError` naming what failed and what to do."""
     import psycopg2
 
     conn = connect(dsn)
@@ -165,6 +198,9 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False,
                 if cur.fetchone()[0]:
                     raise CaptureError("the server is a standby (in recovery): take the snapshot from the primary, "
                                        "with --dsn naming it")
+            server = Server(conn, cur, version, conn.get_parameter_status("client_encoding"), *_identity(cur))
+            if check is not None:
+                check(server)
             slot.check_publication(cur, publication, create=create_publication,
                                    hint="(create it with CREATE PUBLICATION, or pass --create-publication, "
                                         "create_publication=True, to create it FOR ALL TABLES)")
@@ -172,9 +208,70 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False,
             raise CaptureError(str(error)) from None
         except psycopg2.Error as error:
             raise CaptureError(f"cannot set up the capture: {server_error(error)}") from None
-        yield Server(conn, cur, version, conn.get_parameter_status("client_encoding"))
+        yield server
     finally:
         conn.close()
+
+
+def check_output(path: str | os.PathLike[str]) -> CaptureHeader | None:
+    """Check, before any work on the server, that a capture can write ``path``: an existing, non-empty file
+    must be a readable capture file (whose header is returned, to resume it), and a new one's directory
+    must exist and be writable.  A problem is a :class:`CaptureError` naming the file and what to do."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise CaptureError(f"{path} is a directory, not a capture file: name a file to capture into")
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        try:
+            with read_capture(path) as reader:
+                header = reader.header
+        except CaptureFileError as error:
+            raise CaptureError(f"{error}: an existing file is resumed, so it must be a capture file (name a new "
+                               "file to start a capture)") from None
+        except OSError as error:
+            raise CaptureError(f"cannot read {path}: {error.strerror}") from None
+        if not os.access(path, os.W_OK):
+            raise CaptureError(f"cannot resume {path}: the file is not writable")
+        return header
+    if os.path.exists(path):  # empty: written from the start
+        if not os.access(path, os.W_OK):
+            raise CaptureError(f"cannot write {path}: the file is not writable")
+        return None
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CaptureError(f"cannot create {path}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise CaptureError(f"cannot create {path}: the directory {directory} is not writable")
+    return None
+
+
+def check_source(path: str | os.PathLike[str], header: CaptureHeader, slot_name: str, server: Server) -> None:
+    """Refuse to resume the capture file ``path`` (whose header is ``header``) from ``slot_name`` on
+    ``server`` when its header names another slot, server or database (what it does not name is not
+    checked: an older file).  The slot the file came from is the only one that continues it."""
+    path = os.fspath(path)
+    if header.slot_name is not None and header.slot_name != slot_name:
+        raise CaptureError(f"{path} was captured from slot {header.slot_name!r}, not {slot_name!r}: resume it "
+                           f"with --slot {header.slot_name}, or use another --out for a capture of slot "
+                           f"{slot_name!r}")
+    here = server.system_identifier
+    if header.system_identifier is not None and here is not None and header.system_identifier != here:
+        raise CaptureError(f"{path} was captured from the server with system identifier "
+                           f"{header.system_identifier}, not this one ({here}): resume it from that server "
+                           "(--dsn), or use another --out")
+    if header.database is not None and server.database is not None and header.database != server.database:
+        raise CaptureError(f"{path} was captured from database {header.database!r}, not {server.database!r}: "
+                           f"resume it with a --dsn naming dbname={header.database}, or use another --out")
+
+
+def _first_record(path: str) -> bytes | None:
+    """The data of the first record of the capture file ``path`` (``None``: it holds no record)."""
+    with read_capture(path) as reader:
+        reading = reader.records(raw=True)
+        try:
+            first = next(reading, None)
+        finally:
+            reading.close()
+    return None if first is None else first[3]
 
 
 @dataclass
@@ -273,40 +370,83 @@ class LiveCapture:
         self.progress = Progress()
         self.resumed_records: int | None = None
 
+    def check_output(self) -> CaptureHeader | None:
+        """:func:`check_output` of this capture's file (:meth:`run` calls it first; a caller with work of its
+        own to do before, such as a snapshot, calls it before that)."""
+        return check_output(self.out)
+
     # -- set-up over a normal connection -------------------------------------------------------------------
 
-    def _prepare_server(self) -> tuple[int, LSN, str]:
+    def _prepare_server(self, existing: CaptureHeader | None) -> tuple[CaptureHeader, LSN]:
+        """Set up, check the existing file (``existing``: its header) against the server and the slot, and
+        only then check or create the slot: the header of the file and the slot's confirmed position."""
         import psycopg2
 
-        with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication) as server:
+        name = self.settings.slot
+
+        def check(server: Server) -> None:  # before the publication or the slot is created
+            header = server.header(self.settings)  # (checks the settings against the server)
+            if existing is not None:
+                if existing.settings != header.settings:
+                    raise CaptureError(f"{self.out} was captured with other settings {existing.settings}, "
+                                       f"not {header.settings}; use another --out file")
+                check_source(self.out, existing, name, server)
+                server.cur.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (name,))
+                if server.cur.fetchone() is None:
+                    self._refuse_new_slot(existing)
+
+        with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication,
+                    check=check) as server:
+            header = server.header(self.settings)
             try:
-                confirmed = slot.check_slot(server.cur, self.settings.slot,
-                                            two_phase=self.settings.two_phase or None, create=self.create_slot)
+                confirmed = slot.check_slot(server.cur, name, two_phase=self.settings.two_phase or None,
+                                            create=self.create_slot)
             except slot.SlotError as error:
                 raise CaptureError(str(error)) from None
             except psycopg2.Error as error:
-                raise CaptureError(f"cannot check or create slot {self.settings.slot!r}: "
-                                   f"{server_error(error)}") from None
-            return server.version, confirmed, server.client_encoding
+                raise CaptureError(f"cannot check or create slot {name!r}: {server_error(error)}") from None
+            return header, confirmed
 
-    def _open_file(self, server_version: int, confirmed: LSN, options: dict[str, str],
-                   client_encoding: str) -> CaptureWriter:
-        header = CaptureHeader(proto_version=self.settings.protocol(server_version), server_version=server_version,
-                               options=options, client_encoding=client_encoding)
-        if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
-            with read_capture(self.out) as reader:
-                if reader.header.settings != header.settings:
-                    raise CaptureError(f"{self.out} was captured with other settings {reader.header.settings}, "
-                                       f"not {header.settings}; use another --out file")
-            cut, self.resumed_records = resume_point(self.out, confirmed)
-            with open(self.out, "r+b") as handle:
-                handle.truncate(cut)
-                handle.flush()
-                os.fsync(handle.fileno())
+    def _refuse_new_slot(self, existing: CaptureHeader) -> None:
+        """The slot does not exist, and the file ``existing`` heads is to be resumed: refused when the file
+        holds records (a new slot would start now, so what happened between the file's end and now would be
+        in neither).  An interrupted snapshot is taken again with its slot by ``take_snapshot``, before this."""
         try:
+            first = _first_record(self.out)
+        except CaptureFileError as error:
+            raise CaptureError(str(error)) from None
+        if first is None:
+            return  # a header only: nothing was captured, nothing to continue
+        name = self.settings.slot
+        if first[:1] and first[0] == snapshot.BEGIN:
+            taken = snapshot.parse_record(first).slot
+            raise CaptureError(f"replication slot {name!r} does not exist, and {self.out} holds a snapshot taken "
+                               f"with slot {taken!r}: a new slot would start now, without the changes between "
+                               f"the snapshot and now (run the same command with --snapshot and --slot {taken} to "
+                               "take an interrupted snapshot again, or use another --out for a new capture)")
+        if existing.slot_name == name:
+            raise CaptureError(f"replication slot {name!r}, which {self.out} was captured from, no longer exists: "
+                               "the changes since the file's end are lost with it; start a new capture file "
+                               "(another --out)")
+        came_from = f"slot {existing.slot_name!r}" if existing.slot_name else "another slot"
+        raise CaptureError(f"replication slot {name!r} does not exist, and {self.out} already holds a capture "
+                           f"(from {came_from}): a new slot would start now, and the changes between the file's "
+                           "end and now would be missing. Use the slot the file was captured from (--slot), or "
+                           "another --out for a new capture")
+
+    def _open_file(self, header: CaptureHeader, confirmed: LSN) -> CaptureWriter:
+        try:
+            if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
+                cut, self.resumed_records = resume_point(self.out, confirmed)
+                with open(self.out, "r+b") as handle:
+                    handle.truncate(cut)
+                    handle.flush()
+                    os.fsync(handle.fileno())
             return CaptureWriter(self.out, header)
         except CaptureFileError as error:
             raise CaptureError(str(error)) from None
+        except OSError as error:
+            raise CaptureError(f"cannot write {self.out}: {error.strerror or error}") from None
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -316,10 +456,10 @@ class LiveCapture:
                                "slot's confirmed position, so a streamed transaction still in progress would be "
                                "stored again by every call (leave streaming off: the server spills large "
                                "transactions to disk and sends them once), or capture over replication")
-        server_version, confirmed, client_encoding = self._prepare_server()
-        options = self.settings.options(server_version)
-        proto = self.settings.protocol(server_version)
-        writer = self._open_file(server_version, confirmed, options, client_encoding)
+        existing = self.check_output()
+        header, confirmed = self._prepare_server(existing)
+        options, proto = header.options, header.proto_version
+        writer = self._open_file(header, confirmed)
         self.progress.flushed_lsn = confirmed
         if self.via == "sql":
             return self._run_sql(writer, proto, options, stop, idle_exit)

@@ -31,8 +31,8 @@ from typing import Any
 from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
-from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from .live import CaptureError, CaptureSettings, connect, server_error, set_up
+from .capture_file import CaptureFileError, CaptureWriter, read_capture
+from .live import CaptureError, CaptureSettings, check_source, connect, server_error, set_up
 from .slot import quote_identifier
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
@@ -263,8 +263,7 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
     path = os.fspath(out)
     with set_up(dsn, settings.publication, create_publication=create_publication, for_snapshot=True) as server:
         conn, cur, version = server.conn, server.cur, server.version
-        header = CaptureHeader(proto_version=settings.protocol(version), server_version=version,
-                               options=settings.options(version), client_encoding=server.client_encoding)
+        header = server.header(settings)
         try:
             state = section_state(path)
         except CaptureFileError as error:
@@ -274,6 +273,8 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                 if reader.header.settings != header.settings:
                     raise CaptureError(f"{path} was captured with other settings {reader.header.settings}, not "
                                        f"{header.settings}; use another --out file")
+                if state.state != "stream":  # (refused below whatever its source)
+                    check_source(path, reader.header, settings.slot, server)
         cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                     (settings.slot,))
         existing = cur.fetchone()

@@ -204,3 +204,77 @@ def test_demo_runs_with_no_configuration():
     assert not any(c.get("new", {}).get("account") == 2 and c["new"]["id"] > 100000 for c in changes)
     os.remove(path)
     os.rmdir(os.path.dirname(path))
+
+
+def slots(conn):
+    return {row[0] for row in conn.execute("SELECT slot_name FROM pg_replication_slots")}
+
+
+def test_capture_says_what_it_did_and_refuses_another_slot(pg18, tmp_path):
+    out = tmp_path / "app.rwcap"
+    with pg18.connect() as conn:
+        make_table(conn, "cli_words")
+        conn.execute("INSERT INTO cli_words VALUES (0, 'before the slot', NULL)")
+
+        def capture(slot, *more):
+            return replwire("capture", "--dsn", pg18.dsn, "--slot", slot, "--publication", "cli_words_pub",
+                            "--out", out, "--idle-exit", "0.5", "--sync-interval", "0.05", *more)
+
+        try:
+            # a fresh run: nothing resumed, and one of everything in the singular
+            first = capture("cli_words_app", "--snapshot")
+            assert first.returncode == 0, first.stderr
+            assert "snapshot at " in first.stderr and ": 1 table, 1 row; streaming" in first.stderr
+            assert "resumed after" not in first.stderr
+            conn.execute("INSERT INTO cli_words VALUES (1, 'one', NULL)")
+            second = capture("cli_words_app")
+            assert second.returncode == 0, second.stderr
+            assert ", 1 transaction into " in second.stderr and "resumed after 6 records" in second.stderr
+            # the slot mistyped: refused, with both names, and no slot created
+            before = out.read_bytes()
+            wrong = capture("cli_words_apq")
+            assert wrong.returncode == 1, wrong.stderr
+            assert wrong.stderr == (f"error: {out} was captured from slot 'cli_words_app', not 'cli_words_apq': "
+                                    "resume it with --slot cli_words_app, or use another --out for a capture of "
+                                    "slot 'cli_words_apq'\n")
+            assert "cli_words_apq" not in slots(conn) and out.read_bytes() == before
+            # a new file, with nothing to capture: fresh, in the plural
+            other = replwire("capture", "--dsn", pg18.dsn, "--slot", "cli_words_new", "--publication",
+                             "cli_words_pub", "--out", tmp_path / "new.rwcap", "--idle-exit", "0.3")
+            assert other.returncode == 0, other.stderr
+            assert "captured 0 messages (0 bytes), 0 transactions into " in other.stderr
+            assert "resumed" not in other.stderr
+        finally:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name LIKE 'cli_words%'")
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["stream", "snapshot"])
+def test_capture_output_problems_are_one_line_and_leave_no_slot(pg18, tmp_path, snapshot):
+    notes = tmp_path / "notes.md"
+    notes.write_text("# notes\n")
+    missing = tmp_path / "nonexistent-dir" / "a.rwcap"
+    with pg18.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS cli_out (id int PRIMARY KEY)")
+        conn.execute("DROP PUBLICATION IF EXISTS cli_out_pub")
+        conn.execute("CREATE PUBLICATION cli_out_pub FOR TABLE cli_out")
+        for out, expected in [(notes, f"error: {notes} at offset 0: not a readable capture file header: "),
+                              (missing, f"error: cannot create {missing}: the directory {missing.parent} does not "
+                                        "exist\n")]:
+            result = replwire("capture", "--dsn", pg18.dsn, "--slot", "cli_out_slot", "--publication", "cli_out_pub",
+                              "--out", out, "--idle-exit", "0.1", *(["--snapshot"] if snapshot else []))
+            assert result.returncode == 1, result.stderr
+            assert result.stderr.startswith(expected) and result.stderr.count("\n") == 1, result.stderr
+            assert "cli_out_slot" not in slots(conn)
+        assert notes.read_text() == "# notes\n"
+
+
+def test_capture_without_psycopg2_says_what_to_install(tmp_path):
+    hide = "import sys; sys.modules['psycopg2'] = None; from replwire.codec.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", hide, "capture", "--dsn", "host=/nonexistent", "--slot", "s",
+                             "--publication", "p", "--out", str(tmp_path / "x.rwcap")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == ("Error: replwire capture needs psycopg2, which is not installed: "
+                             "pip install 'replwire[live]'\n")
+    assert not (tmp_path / "x.rwcap").exists()
