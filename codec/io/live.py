@@ -202,8 +202,8 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False, for_
             if check is not None:
                 check(server)
             slot.check_publication(cur, publication, create=create_publication,
-                                   hint="(create it with CREATE PUBLICATION, or pass --create-publication, "
-                                        "create_publication=True, to create it FOR ALL TABLES)")
+                                   hint="(create it with CREATE PUBLICATION, or have it created FOR ALL TABLES "
+                                        "with --create-publication, create_publication=True from Python)")
         except slot.SlotError as error:
             raise CaptureError(str(error)) from None
         except psycopg2.Error as error:

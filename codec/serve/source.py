@@ -142,7 +142,8 @@ class Source:
                 if not is_capture_file(name):
                     if proto_version is None:
                         raise SourceError(f"{name} is not a capture file: give the protocol version it was read "
-                                          f"with to serve it as COPY-CSV")
+                                          f"with (--proto-version; proto_version= from Python) to serve it as "
+                                          f"COPY-CSV")
                     options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
                     segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
                     continue

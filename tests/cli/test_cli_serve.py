@@ -57,6 +57,12 @@ def receive(conninfo: str, count: int) -> list[bytes]:
         conn.close()
 
 
+def stopped(process: subprocess.Popen) -> str:
+    """What a serving ``process``, stopped now, wrote to stderr (reading it first would wait for ever)."""
+    process.terminate()
+    return process.communicate(timeout=10)[1]
+
+
 def test_serve_plays_a_capture_file_to_a_libpq_client(tmp_path):
     path = tmp_path / "tiny.rwcap"
     expected = write_capture(path)
@@ -64,7 +70,7 @@ def test_serve_plays_a_capture_file_to_a_libpq_client(tmp_path):
                                stderr=subprocess.PIPE, text=True)
     try:
         first = process.stdout.readline()
-        assert "serving 5 messages from 1 file (1 tables)" in first, first + process.stderr.read()
+        assert "serving 5 messages from 1 file (1 table) on 127.0.0.1:" in first, first + stopped(process)
         assert "server_version 16.4, protocol versions 1 to 4" in first
         conninfo = process.stdout.readline().removeprefix("connect with: ").strip()
         assert re.fullmatch(r"host=127\.0\.0\.1 port=\d+ dbname=replwire user=replwire replication=database", conninfo)
@@ -157,5 +163,57 @@ def test_serve_plays_the_copy_csv_of_the_sql_interface(tmp_path):
     csv.write_text("".join(f"0/{0x1000 + 8 * i:X},700,\\x{data.hex()}\n" for i, data in enumerate(expected)))
     assert serve_and_receive([str(csv), "--proto-version", "1"], len(expected)) == expected
     refused = subprocess.run([*REPLWIRE, "serve", str(csv)], capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 1
-    assert "is not a capture file: give the protocol version" in refused.stderr
+    assert refused.returncode == 2  # a usage error, as in decode
+    assert (f"{csv} is not a capture file: to read it as the COPY-CSV of pg_logical_slot_peek_binary_changes, "
+            "give --proto-version") in refused.stderr
+
+
+def test_serve_copy_csv_without_a_protocol_version_is_refused_as_decode_refuses_it(tmp_path):
+    (tmp_path / "notes.md").write_text("# notes\n")
+    serve, decode = (subprocess.run([*REPLWIRE, command, "notes.md"], capture_output=True, text=True, timeout=60,
+                                    cwd=tmp_path) for command in ("serve", "decode"))
+    assert serve.returncode == decode.returncode == 2
+    assert serve.stderr.splitlines()[-1] == decode.stderr.splitlines()[-1] == (
+        "Error: notes.md is not a capture file: to read it as the COPY-CSV of pg_logical_slot_peek_binary_changes, "
+        "give --proto-version with the protocol version it was read with")
+
+
+def test_source_of_copy_csv_without_a_protocol_version_names_the_option_and_the_argument(tmp_path):
+    from replwire.codec.serve import Source, SourceError
+
+    (tmp_path / "notes.md").write_text("# notes\n")
+    with pytest.raises(SourceError, match=r"notes\.md is not a capture file: give the protocol version it was read "
+                                          r"with \(--proto-version; proto_version= from Python\) to serve it as "
+                                          r"COPY-CSV$"):
+        Source.from_captures([tmp_path / "notes.md"])
+
+
+def serve_usage_error(*args: str) -> str:
+    result = subprocess.run([*REPLWIRE, "serve", *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    return result.stderr.splitlines()[-1]
+
+
+def test_serve_says_what_is_wrong_with_its_arguments(tmp_path):
+    path = tmp_path / "tiny.rwcap"
+    write_capture(path)
+    assert serve_usage_error(str(path), "--generate", "5") == (
+        "Error: give capture FILES to serve, or --generate N, not both")
+    assert serve_usage_error() == "Error: give capture FILES to serve, or --generate N"
+    assert serve_usage_error(str(path), "--listen", "127.0.0.1:99999") == (
+        "Error: Invalid value for --listen: port 99999 is out of range (0-65535; 0: any free port)")
+    assert serve_usage_error(str(path), "--listen", "127.0.0.1") == (
+        "Error: Invalid value for --listen: expected HOST:PORT, e.g. 127.0.0.1:5433, not '127.0.0.1'")
+
+
+def test_serve_generated_says_what_it_serves_in_one_parenthesis():
+    process = subprocess.Popen([*REPLWIRE, "serve", "--generate", "5", "--seed", "7", "--listen", "127.0.0.1:0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = iter(process.stdout.readline, "")
+        banner = next((line for line in lines if line.startswith("serving")), "")
+        expected = r"serving \d+ messages from 5 generated transactions \(seed 7, \d tables?\) on 127\.0\.0\.1:\d+: "
+        assert re.match(expected, banner), banner + stopped(process)
+    finally:
+        process.terminate()
+        process.wait(10)

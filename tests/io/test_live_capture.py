@@ -112,8 +112,8 @@ def test_the_slot_holds_the_final_acknowledgement_when_run_returns(major, reques
 def test_set_up_failures_are_clear_errors(pg18, tmp_path):
     settings = CaptureSettings(slot="nope_slot", publication="no_such_publication")
     with pytest.raises(CaptureError, match=r"^publication 'no_such_publication' does not exist \(create it with "
-                       r"CREATE PUBLICATION, or pass --create-publication, create_publication=True, to create it "
-                       r"FOR ALL TABLES\)$"):
+                       r"CREATE PUBLICATION, or have it created FOR ALL TABLES with --create-publication, "
+                       r"create_publication=True from Python\)$"):
         LiveCapture(pg18.dsn, tmp_path / "x.rwcap", settings).run(idle_exit=0.1)
     # no server listens there: the server's own words, on one line, and what to check
     nowhere = f"host={tmp_path} port=1 dbname=postgres"
