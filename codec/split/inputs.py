@@ -47,7 +47,9 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                 encoding: str | None = None, *, need_text: bool = False) -> list[Input]:
     """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
     protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
-    (UTF-8 when not given).  All inputs must agree.
+    (UTF-8 when not given).  All inputs must agree -- and capture files that say where they came from (the
+    slot, the server's system identifier, the database) must say the same: they are to be segments of one
+    stream, and another slot's records would be taken for repeats or for changes of the same rows.
 
     A capture file recorded in ``SQL_ASCII`` holds bytes in no declared encoding (the server sends them
     unconverted): ``encoding``, when given, says which encoding to read them in; otherwise bytes 128-255
@@ -57,6 +59,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     Any other capture file given an ``encoding`` must have been captured in it.
     """
     out: list[Input] = []
+    sources: dict[str, tuple[str, str]] = {}  # header option -> (the first value an input names, that input)
     for index, raw in enumerate(paths):
         path = os.fspath(raw)
         if not os.path.exists(path):
@@ -66,6 +69,14 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                 header, first = reader.header, reader.header_end
             version, recorded = header.proto_version, header.client_encoding
             form = "capture"
+            for name, value in header.source.items():
+                if value is None:
+                    continue
+                seen, where = sources.setdefault(name, (value, path))
+                if seen != value:
+                    raise CaptureFileError(path, f"the inputs are not one stream: {where} was captured with "
+                                                 f"{name} {seen!r}, this file with {value!r} (give the files of "
+                                                 "one capture, in order)")
         elif proto_version is None:
             raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
                                          "COPY-CSV form (proto_version / --proto-version)")

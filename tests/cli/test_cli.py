@@ -116,9 +116,11 @@ def test_decode_without_psycopg_says_what_to_install(tmp_path):
         assert result.stdout == ""
 
 
-def test_decode_of_copy_csv_without_a_protocol_version_names_the_option(tmp_path):
+@pytest.mark.parametrize("command", [["decode"], ["spark", "changes", "--out", "out"]], ids=["decode", "spark"])
+def test_decode_of_copy_csv_without_a_protocol_version_names_the_option(tmp_path, command):
     (tmp_path / "notes.md").write_text("# notes\n")
-    result = run("decode", str(tmp_path / "notes.md"))
+    result = subprocess.run([REPLWIRE, *command, str(tmp_path / "notes.md")], capture_output=True, text=True,
+                            cwd=tmp_path)
     assert result.returncode == 2
     assert (f"{tmp_path / 'notes.md'} is not a capture file: to read it as the COPY-CSV of "
             "pg_logical_slot_peek_binary_changes, give --proto-version") in result.stderr

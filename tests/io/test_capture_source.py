@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, encode_header, read_capture
+from replwire.codec.io.capture_file import (
+    CaptureFileError,
+    CaptureHeader,
+    CaptureWriter,
+    encode_header,
+    read_capture,
+)
 from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture
 from replwire.codec.serve.source import Source
 from replwire.codec.split import open_inputs
@@ -49,6 +55,31 @@ def test_a_header_without_them_is_from_an_unknown_source(tmp_path):
 def test_they_are_not_pgoutput_options(name):
     with pytest.raises(ValueError, match=f"{name} is not a pgoutput option"):
         encode_header(CaptureHeader(proto_version=1, options={name: "x"}))
+
+
+def test_inputs_from_another_slot_server_or_database_are_not_one_stream(tmp_path):
+    """decode and Spark read several files as segments of one stream: files that say they came from different
+    slots, servers or databases are refused (before, another slot's transactions were skipped as repeats, or
+    folded with this one's); a file that does not say where it came from goes with any."""
+    import subprocess
+    import sys
+
+    paths = {}
+    for name, source in (("app", SOURCE), ("other", {**SOURCE, "slot_name": "apq"}),
+                         ("elsewhere", {**SOURCE, "system_identifier": "1"}), ("db", {**SOURCE, "database": "x"}),
+                         ("unknown", {})):
+        paths[name] = tmp_path / f"{name}.rwcap"
+        with CaptureWriter(paths[name], CaptureHeader(proto_version=1, **source)):
+            pass
+    assert len(open_inputs([paths["app"], paths["unknown"], paths["app"]])) == 3
+    for name, field, value in (("other", "slot_name", "apq"), ("elsewhere", "system_identifier", "1"),
+                               ("db", "database", "x")):
+        with pytest.raises(CaptureFileError, match=rf"the inputs are not one stream: .*app.rwcap was captured "
+                                                   rf"with {field} '{SOURCE[field]}', this file with '{value}'"):
+            open_inputs([paths["app"], paths["unknown"], paths[name]])
+    result = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "decode", str(paths["app"]),
+                             str(paths["other"])], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "the inputs are not one stream" in result.stderr, result.stderr
 
 
 def test_appending_checks_the_settings_not_the_source(tmp_path):
