@@ -190,12 +190,18 @@ def _csv_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
 
 
 def _capture_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
+    """The records of a capture file, snapshot section aside.  A file damaged inside (intact records after a
+    damaged one) raises :class:`SourceError`: serving what comes before the damage as the whole stream would
+    hide the rest from every client; a torn end (an interrupted write) ends the records."""
     def records() -> Iterator[tuple[int, bytes]]:
         with read_capture(path) as reader:
-            for _, lsn, _, data in reader.records(raw=True):
+            reading = reader.records(raw=True)
+            for _, lsn, _, data in reading:
                 if data and data[0] in snapshot.KINDS:  # a snapshot section: rows, not the slot's stream
                     continue
                 yield lsn, data
+            if reading.tail is not None and reading.tail.intact_from is not None:
+                raise SourceError(f"{path}: {reading.tail}")
     return records
 
 
@@ -252,6 +258,8 @@ def _scan(segments: Sequence[Segment]) -> Scan:
                         first = streams.pop(message.xid, None)
                         if first is not None:
                             scan.outcomes[(number, first)] = Outcome(ABORTED, lsn)
+        except SourceError:
+            raise
         except ReplwireError as error:
             raise SourceError(f"{segment.name}: message #{ordinal}: {error}") from None
         if decoder.state != "idle" or streams:

@@ -2,7 +2,7 @@
 apart from one torn at its end (an interrupted write), and never cut where that would lose what the server
 will not send again: the reader says where intact records start again, appending refuses, resuming refuses
 when the records after the damage were confirmed, ``replwire decode`` and ``replwire spark changes`` print
-what comes before the damage and exit 1."""
+what comes before the damage and exit 1, ``replwire serve`` refuses to serve the file as if it ended there."""
 
 from __future__ import annotations
 
@@ -163,3 +163,19 @@ def test_spark_changes_writes_what_comes_before_the_damage_and_exits_1(tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"error: {path}: the record at offset {starts[8]} is damaged" in result.stderr
     assert sorted(row["id"] for row in pq.read_table(out / "public.t" / "v1").to_pylist()) == [0, 1]
+
+
+def test_serve_refuses_a_file_damaged_inside_and_serves_a_torn_one(tmp_path):
+    from replwire.codec.serve.source import Source, SourceError
+
+    path = tmp_path / "c.rwcap"
+    starts = write_transactions(path)
+    torn = tmp_path / "torn.rwcap"
+    torn.write_bytes(path.read_bytes()[:-3])
+    damage(path, starts[8] + 20)
+    with pytest.raises(SourceError, match=rf"c.rwcap: the record at offset {starts[8]} is damaged"):
+        Source.from_captures([path]).scan()
+    result = subprocess.run([*REPLWIRE, "serve", str(path), "--listen", "127.0.0.1:0"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and "the file is damaged inside" in result.stderr, result.stderr
+    assert Source.from_captures([torn]).scan().messages == len(starts) - 1
