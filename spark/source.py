@@ -15,7 +15,9 @@ same inputs.
 Options (all optional but the paths):
 
 ``path`` / ``load(paths)``
-    Capture files or COPY-CSV files: consecutive segments of one stream, in this order.
+    Capture files or COPY-CSV files: consecutive segments of one stream, in this order.  A torn end of a
+    capture file (an interrupted write) ends its records; a file damaged inside (intact records after a
+    damaged one) fails the query, naming where.
 ``table``
     ``schema.table``: typed rows of that table instead of the change rows of every table.
 ``schemaVersion``
@@ -144,6 +146,9 @@ class ReplwireReader(DataSourceReader):
         from replwire.codec.split import Shapes
 
         request = _Request(self.options)
+        damaged = [f"{path}: {tail}" for path, tail in request.plan.tails if tail.intact_from is not None]
+        if damaged:  # a DataFrame of what comes before the damage would pass for the whole stream
+            raise ValueError(f"replwire: {'; '.join(damaged)}")
         version, shapes = None, None
         if request.table:
             version = request.version()

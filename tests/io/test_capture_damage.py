@@ -179,3 +179,18 @@ def test_serve_refuses_a_file_damaged_inside_and_serves_a_torn_one(tmp_path):
                             text=True, timeout=120)
     assert result.returncode == 1 and "the file is damaged inside" in result.stderr, result.stderr
     assert Source.from_captures([torn]).scan().messages == len(starts) - 1
+
+
+def test_the_spark_source_fails_on_a_file_damaged_inside_and_reads_a_torn_one(spark, tmp_path):
+    from replwire.spark import register
+
+    register(spark)
+    path = tmp_path / "c.rwcap"
+    starts = write_transactions(path)
+    torn = tmp_path / "torn.rwcap"
+    torn.write_bytes(path.read_bytes()[:-3])
+    damage(path, starts[8] + 20)
+    with pytest.raises(Exception, match=rf"the record at offset {starts[8]} is damaged"):
+        spark.read.format("replwire").load(str(path)).collect()
+    rows = spark.read.format("replwire").load(str(torn)).collect()
+    assert sorted(json.loads(row.new)["id"] for row in rows) == [0, 1, 2, 3, 4]
