@@ -48,6 +48,16 @@ def damage(path, at, mask=0x01):
     path.write_bytes(bytes(raw))
 
 
+def damaged_and_torn(tmp_path):
+    """Two copies of :func:`write_transactions`' file: one with transaction 2's Insert damaged, one torn
+    inside its last record; and the offsets of the records."""
+    path, torn = tmp_path / "c.rwcap", tmp_path / "torn.rwcap"
+    starts = write_transactions(path)
+    torn.write_bytes(path.read_bytes()[:-3])
+    damage(path, starts[8] + 20)
+    return path, torn, starts
+
+
 def tail_of(path):
     with read_capture(path) as reader:
         reading = reader.records(raw=True)
@@ -134,11 +144,7 @@ def test_resuming_refuses_to_cut_off_records_the_slot_confirmed(tmp_path):
 
 
 def test_decode_prints_what_comes_before_the_damage_and_exits_1(tmp_path):
-    path = tmp_path / "c.rwcap"
-    starts = write_transactions(path)
-    torn = tmp_path / "torn.rwcap"
-    torn.write_bytes(path.read_bytes()[:-3])
-    damage(path, starts[8] + 20)  # transaction 2's Insert
+    path, torn, starts = damaged_and_torn(tmp_path)
     result = subprocess.run([*REPLWIRE, "decode", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
     assert [json.loads(line)["new"]["id"] for line in result.stdout.splitlines()] == [0, 1]
@@ -168,11 +174,7 @@ def test_spark_changes_writes_what_comes_before_the_damage_and_exits_1(tmp_path)
 def test_serve_refuses_a_file_damaged_inside_and_serves_a_torn_one(tmp_path):
     from replwire.codec.serve.source import Source, SourceError
 
-    path = tmp_path / "c.rwcap"
-    starts = write_transactions(path)
-    torn = tmp_path / "torn.rwcap"
-    torn.write_bytes(path.read_bytes()[:-3])
-    damage(path, starts[8] + 20)
+    path, torn, starts = damaged_and_torn(tmp_path)
     with pytest.raises(SourceError, match=rf"c.rwcap: the record at offset {starts[8]} is damaged"):
         Source.from_captures([path]).scan()
     result = subprocess.run([*REPLWIRE, "serve", str(path), "--listen", "127.0.0.1:0"], capture_output=True,
@@ -185,11 +187,7 @@ def test_the_spark_source_fails_on_a_file_damaged_inside_and_reads_a_torn_one(sp
     from replwire.spark import register
 
     register(spark)
-    path = tmp_path / "c.rwcap"
-    starts = write_transactions(path)
-    torn = tmp_path / "torn.rwcap"
-    torn.write_bytes(path.read_bytes()[:-3])
-    damage(path, starts[8] + 20)
+    path, torn, starts = damaged_and_torn(tmp_path)
     with pytest.raises(Exception, match=rf"the record at offset {starts[8]} is damaged"):
         spark.read.format("replwire").load(str(path)).collect()
     rows = spark.read.format("replwire").load(str(torn)).collect()
