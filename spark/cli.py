@@ -87,13 +87,11 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
 
-    from replwire.codec.cli.main import need_proto_version
     from replwire.codec.io.capture_file import CaptureFileError
     from replwire.codec.split import open_inputs
     from replwire.spark import jobs
 
     console = Console()
-    need_proto_version(inputs, proto_version)
     try:  # what the jobs refuse, before Spark starts, which takes seconds
         open_inputs(inputs, proto_version, encoding, need_text=True)
     except CaptureFileError as error:

@@ -78,8 +78,10 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                                                  f"{name} {seen!r}, this file with {value!r} (give the files of "
                                                  "one capture, in order)")
         elif proto_version is None:
-            raise CaptureFileError(path, "not a capture file, and no protocol version was given for the "
-                                         "COPY-CSV form (proto_version / --proto-version)")
+            raise CaptureFileError(path, "not a capture file: to read it as the COPY-CSV of "
+                                         "pg_logical_slot_peek_binary_changes, give the protocol version it was "
+                                         "read with (--proto-version; protoVersion for the Spark data source; "
+                                         "proto_version= from Python)")
         else:
             version, first, form, recorded = proto_version, 0, "copy-csv", encoding or UTF8
         if proto_version is not None and form == "capture" and version != proto_version:

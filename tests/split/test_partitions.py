@@ -273,7 +273,7 @@ def test_copy_csv_input_is_split_at_line_boundaries(tmp_path):
 def test_copy_csv_needs_a_protocol_version_and_a_bad_row_is_named(tmp_path):
     csv_path = tmp_path / "rows.csv"
     csv_path.write_text("0/10,5,\\x49\nnot a row\n")
-    with pytest.raises(CaptureFileError, match="no protocol version"):
+    with pytest.raises(CaptureFileError, match="not a capture file: to read it as the COPY-CSV .* give the protocol"):
         open_inputs([csv_path])
     inputs = open_inputs([csv_path], proto_version=1)
     with pytest.raises(CaptureFileError, match=r"rows.csv at offset 12: not an \(lsn, xid, data\) row"):
