@@ -32,7 +32,7 @@ from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
 from .capture_file import CaptureFileError, CaptureWriter, read_capture
-from .live import CaptureError, CaptureSettings, check_source, connect, server_error, set_up
+from .live import CaptureError, CaptureSettings, Server, check_source, connect, server_error, set_up
 from .slot import quote_identifier
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
@@ -261,8 +261,9 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
     import psycopg2
 
     path = os.fspath(out)
-    with set_up(dsn, settings.publication, create_publication=create_publication, for_snapshot=True) as server:
-        conn, cur, version = server.conn, server.cur, server.version
+    checked: list[tuple[SectionState, bool]] = []  # what check() found: the file's section, the slot exists
+
+    def check(server: Server) -> None:  # before the publication is checked or created
         header = server.header(settings)
         try:
             state = section_state(path)
@@ -275,24 +276,34 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                                        f"{header.settings}; use another --out file")
                 if state.state != "stream":  # (refused below whatever its source)
                     check_source(path, reader.header, settings.slot, server)
-        cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                    (settings.slot,))
-        existing = cur.fetchone()
+        server.cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,))
+        existing = server.cur.fetchone() is not None
         if state.state == "stream":
             raise CaptureError(f"{path} already holds a capture without a snapshot: a snapshot starts a new "
                                "capture file (use another --out, or capture without --snapshot)")
+        if state.state == "complete" and not existing:
+            raise CaptureError(f"the snapshot in {path} is complete, but its slot {settings.slot!r} no longer "
+                               "exists: the changes since the snapshot are lost. Start a new capture file")
+        if state.state == "interrupted" and state.slot != settings.slot:
+            raise CaptureError(f"{path} holds an interrupted snapshot of slot {state.slot!r}, not "
+                               f"{settings.slot!r}: run it with --slot {state.slot}, or use another --out")
+        if state.state == "none" and existing:
+            raise CaptureError(f"replication slot {settings.slot!r} already exists: a snapshot needs a new slot, "
+                               "created with it (drop the slot with pg_drop_replication_slot, use another --slot, "
+                               "or capture without --snapshot)")
+        checked.append((state, existing))
+
+    with set_up(dsn, settings.publication, create_publication=create_publication, for_snapshot=True,
+                check=check) as server:
+        conn, cur, version = server.conn, server.cur, server.version
+        header = server.header(settings)
+        state, existing = checked[0]
         if state.state == "complete":
-            if existing is None:
-                raise CaptureError(f"the snapshot in {path} is complete, but its slot {settings.slot!r} no longer "
-                                   "exists: the changes since the snapshot are lost. Start a new capture file")
             assert state.lsn is not None  # a complete section has its SnapshotSlot
             return SnapshotResult(state.lsn, 0, 0, taken=False)
         retaken = state.state == "interrupted"
         if retaken:
-            if state.slot != settings.slot:
-                raise CaptureError(f"{path} holds an interrupted snapshot of slot {state.slot!r}, not "
-                                   f"{settings.slot!r}: run it with --slot {state.slot}, or use another --out")
-            if existing is not None:  # created for this snapshot and never read: nothing of it was acknowledged
+            if existing:  # created for this snapshot and never read: nothing of it was acknowledged
                 try:
                     cur.execute("SELECT pg_drop_replication_slot(%s)", (settings.slot,))
                 except psycopg2.Error as error:
@@ -304,10 +315,6 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                 handle.truncate(start)
                 handle.flush()
                 os.fsync(handle.fileno())
-        elif existing is not None:
-            raise CaptureError(f"replication slot {settings.slot!r} already exists: a snapshot needs a new slot, "
-                               "created with it (drop the slot with pg_drop_replication_slot, use another --slot, "
-                               "or capture without --snapshot)")
         tables = _published_tables(cur, settings.publication, version)
         if not tables:
             raise CaptureError(f"publication {settings.publication!r} publishes no tables: there is nothing to "

@@ -261,6 +261,11 @@ def test_errors_are_clear(pg18, tmp_path):
     run([REPLWIRE, "capture", "--dsn", dsn, "--slot", "s5", "--publication", "pub", "--out",
          str(tmp_path / "plain.rwcap"), "--idle-exit", "0.5"])
     assert "already holds a capture without a snapshot" in fails("s6", "pub", out="plain.rwcap")
+    # refused before the publication is created, as before the slot is
+    assert "was captured with other settings" in fails("s6", "new_pub", "--create-publication", out="plain.rwcap")
+    assert "slot 'taken' already exists" in fails("taken", "new_pub", "--create-publication")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_publication WHERE pubname = 'new_pub'").fetchone()[0] == 0
     (tmp_path / "junk.rwcap").write_bytes(b"not a capture file at all")
     assert "not a replwire file" in fails("s7", "pub", out="junk.rwcap")
     drop_slots(dsn)
