@@ -412,12 +412,11 @@ class CaptureReader:
         unpack_from = _PLAN.head.unpack_from
         self._file.seek(offset)
         window = self._file.read(min(1 + RESYNC_WINDOW + head_size, size - offset))
-        if len(window) >= head_size:
-            pointed = offset + head_size + unpack_from(window, 0)[-1] + crc_size
-            if pointed < size and intact(pointed):
-                return pointed
+        pointed = offset + head_size + unpack_from(window, 0)[-1] + crc_size if len(window) >= head_size else size
+        if pointed < size and intact(pointed):
+            return pointed
         for i in range(1, len(window) - head_size + 1):
-            if offset + i + head_size + unpack_from(window, i)[-1] + crc_size > size:
+            if offset + i + head_size + unpack_from(window, i)[-1] + crc_size > size or offset + i == pointed:
                 continue  # (most offsets: a length no record in the rest of the file can have)
             if budget[0] <= 0:
                 return None
@@ -433,6 +432,14 @@ class CaptureReader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def cut_file(path: str | os.PathLike[str], size: int) -> None:
+    """Cut the file ``path`` to ``size`` bytes, durably (flushed and fsynced before this returns)."""
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def read_capture(path: str | os.PathLike[str]) -> CaptureReader:

@@ -58,12 +58,12 @@ from ..scalars import LSN
 from ..stream import snapshot
 from ..wire.fast import parse
 from . import slot
-from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, CaptureWriter, read_capture
+from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, CaptureWriter, cut_file, read_capture
 from .positions import PositionTracker, message_completes
 from .slot import quote_identifier
 
 __all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "Server", "check_output",
-           "check_source", "connect", "resume_point", "server_error", "set_up"]
+           "check_settings", "check_source", "connect", "resume_point", "server_error", "set_up"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
@@ -244,6 +244,15 @@ def check_output(path: str | os.PathLike[str]) -> CaptureHeader | None:
     return None
 
 
+def check_settings(path: str | os.PathLike[str], header: CaptureHeader, wanted: CaptureHeader) -> None:
+    """Refuse to resume the capture file ``path`` (whose header is ``header``) with other settings than
+    ``wanted``'s (protocol version, pgoutput options, client encoding): its records would be read with the
+    wrong ones."""
+    if header.settings != wanted.settings:
+        raise CaptureError(f"{os.fspath(path)} was captured with other settings {header.settings}, not "
+                           f"{wanted.settings}; use another --out file")
+
+
 def check_source(path: str | os.PathLike[str], header: CaptureHeader, slot_name: str, server: Server) -> None:
     """Refuse to resume the capture file ``path`` (whose header is ``header``) from ``slot_name`` on
     ``server`` when its header names another slot, server or database (what it does not name is not
@@ -387,12 +396,9 @@ class LiveCapture:
         def check(server: Server) -> None:  # before the publication or the slot is created
             header = server.header(self.settings)  # (checks the settings against the server)
             if existing is not None:
-                if existing.settings != header.settings:
-                    raise CaptureError(f"{self.out} was captured with other settings {existing.settings}, "
-                                       f"not {header.settings}; use another --out file")
+                check_settings(self.out, existing, header)
                 check_source(self.out, existing, name, server)
-                server.cur.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (name,))
-                if server.cur.fetchone() is None:
+                if not slot.slot_exists(server.cur, name):
                     self._refuse_new_slot(existing)
 
         with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication,
@@ -438,10 +444,7 @@ class LiveCapture:
         try:
             if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
                 cut, self.resumed_records = resume_point(self.out, confirmed)
-                with open(self.out, "r+b") as handle:
-                    handle.truncate(cut)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                cut_file(self.out, cut)
             return CaptureWriter(self.out, header)
         except CaptureFileError as error:
             raise CaptureError(str(error)) from None

@@ -69,6 +69,12 @@ def check_publication(cur: Cursor, publication: str, *, create: bool = False, hi
     cur.execute(f"CREATE PUBLICATION {quote_identifier(publication)} FOR ALL TABLES")
 
 
+def slot_exists(cur: Cursor, slot: str) -> bool:
+    """Whether the replication slot ``slot`` exists."""
+    cur.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    return cur.fetchone() is not None
+
+
 def check_slot(cur: Cursor, slot: str, *, two_phase: bool | None = None, create: bool = False,
                hint: str = "") -> LSN:
     """The confirmed position of the logical replication slot ``slot``, after checking that it decodes with

@@ -31,9 +31,18 @@ from typing import Any
 from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
-from .capture_file import CaptureFileError, CaptureWriter, read_capture
-from .live import CaptureError, CaptureSettings, Server, check_source, connect, server_error, set_up
-from .slot import quote_identifier
+from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_capture
+from .live import (
+    CaptureError,
+    CaptureSettings,
+    Server,
+    check_settings,
+    check_source,
+    connect,
+    server_error,
+    set_up,
+)
+from .slot import quote_identifier, slot_exists
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
 
@@ -271,13 +280,10 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
             raise CaptureError(str(error)) from None
         if state.state != "none":
             with read_capture(path) as reader:
-                if reader.header.settings != header.settings:
-                    raise CaptureError(f"{path} was captured with other settings {reader.header.settings}, not "
-                                       f"{header.settings}; use another --out file")
+                check_settings(path, reader.header, header)
                 if state.state != "stream":  # (refused below whatever its source)
                     check_source(path, reader.header, settings.slot, server)
-        server.cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,))
-        existing = server.cur.fetchone() is not None
+        existing = slot_exists(server.cur, settings.slot)
         if state.state == "stream":
             raise CaptureError(f"{path} already holds a capture without a snapshot: a snapshot starts a new "
                                "capture file (use another --out, or capture without --snapshot)")
@@ -311,10 +317,7 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                                        f"{server_error(error)}") from None
             with read_capture(path) as reader:
                 start = reader.header_end
-            with open(path, "r+b") as handle:
-                handle.truncate(start)
-                handle.flush()
-                os.fsync(handle.fileno())
+            cut_file(path, start)
         tables = _published_tables(cur, settings.publication, version)
         if not tables:
             raise CaptureError(f"publication {settings.publication!r} publishes no tables: there is nothing to "
