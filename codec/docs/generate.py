@@ -331,7 +331,7 @@ def message_page(spec: MessageSpec, examples: list[Example]) -> str:
     parts = [
         f"# {title(spec)}", "",
         spec.doc, "",
-        "| | |", "|---|---|",
+        "| At a glance | |", "|---|---|",
         f"| Tag byte | `{spec.tag}` (0x{ord(spec.tag):02X}) |",
         f"| Layer | {'pgoutput message' if spec.layer == 'logical' else 'walsender envelope (CopyData payload)'} |",
         f"| Protocol versions | {versions} |",

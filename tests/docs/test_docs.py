@@ -222,6 +222,12 @@ def test_pages_render_in_a_browser(served, browser, site, path, name):
         box = diagram.bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 40
         assert page.locator("svg.replwire-layout text").filter(has_text="relation_id").count() == 1
+        # the summary table has a header that says something, not an empty row
+        assert page.locator("article table").first.locator("thead").inner_text().strip()
+        # a field's name is never broken inside (`relation_i` over `d`): one line box each
+        broken = page.evaluate("""() => Array.from(document.querySelectorAll('article table td:first-child code'))
+            .filter(c => c.getClientRects().length > 1).map(c => c.innerText)""")
+        assert not broken, broken
     shots = site / "screenshots"
     shots.mkdir(exist_ok=True)
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
