@@ -240,7 +240,8 @@ def test_pages_render_in_a_browser(served, browser, site, path, name):
 
 #: The pages a reader opens first, as paths under the site's root.
 MAIN_PAGES = {
-    "home": "", "quickstart": "guide/quickstart/", "api": "api/", "update": "reference/dml/update/",
+    "home": "", "quickstart": "guide/quickstart/", "server": "guide/server/", "parse": "guide/parse/",
+    "api": "api/", "update": "reference/dml/update/",
     "relation": "reference/schema/relation/", "version-matrix": "reference/versions/", "benchmark": "benchmark/",
     "install": "guide/install/", "explain": "guide/explain/", "errors": "guide/errors/",
     "decoder": "guide/decoder/", "cli": "guide/cli/", "spark": "guide/spark/", "framing": "reference/framing/",
