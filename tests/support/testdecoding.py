@@ -105,3 +105,28 @@ def leaf_to_root_map(conn) -> dict[str, str]:
         JOIN pg_class r ON r.oid = pg_partition_root(c.oid) JOIN pg_namespace rn ON rn.oid = r.relnamespace
         WHERE c.relispartition""").fetchall()
     return dict(rows)
+
+
+def published_changes(conn, publication_names: str) -> set[tuple[str, str]]:
+    """The ``(operation, table)`` pairs the server publishes for ``publication_names`` (a capture's
+    ``publication_names`` option), from the catalogs: what test_decoding's records are filtered by, so that a
+    kind of change replwire never produced on a table is still expected of it."""
+    names = [name.strip().strip('"').replace('""', '"') for name in publication_names.split(",")]
+    rows = conn.execute("""
+        SELECT format('%%s.%%s', t.schemaname, t.tablename), p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate
+        FROM pg_publication p JOIN pg_publication_tables t ON t.pubname = p.pubname
+        WHERE p.pubname = ANY(%s)""", (names,)).fetchall()
+    published = set()
+    for table, *flags in rows:
+        published |= {(op, table) for op, on in zip(("INSERT", "UPDATE", "DELETE", "TRUNCATE"), flags) if on}
+    assert published, f"nothing published for {publication_names}"
+    return published
+
+
+def published_only(change, published: set[tuple[str, str]]):
+    """``change`` (test_decoding's) as the server publishes it: None for a table or operation not published,
+    a TRUNCATE narrowed to its published tables."""
+    if change[0] == "TRUNCATE":
+        names = tuple(name for name in change[1] if ("TRUNCATE", name) in published)
+        return (change[0], names, *change[2:]) if names else None
+    return change if (change[0], change[1]) in published else None

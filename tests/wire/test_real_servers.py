@@ -56,6 +56,8 @@ from tests.support.testdecoding import (
     check_binary_values,
     compare_values,
     leaf_to_root_map,
+    published_changes,
+    published_only,
     td_transactions,
 )
 from tests.support.walsender import WalSender, pgoutput_slot
@@ -255,16 +257,16 @@ def test_tuple_values_and_order_match_test_decoding(pg_captures, server):
             via_root = "root" in capture.config  # read through the publish_via_partition_root publication
             pg_committed, pg_loose = pgoutput_transactions(decoded_rows(capture))
             td_committed, td_loose = td_transactions(records, leaf_to_root=root_map if via_root else {})
-            published = {(c[0], c[1]) for changes in pg_committed.values() for c in changes}
+            published = published_changes(conn, capture.options["publication_names"])
             skip_xids = set()
             if capture.options.get("origin") == "none":
                 skip_xids = {xid for step, xid in pg_captures.facts["xids"].items() if step.startswith("origin")}
             messages_on = capture.options.get("messages") == "true"
             pending = []
             for xid in sorted(set(td_committed) | set(pg_committed)):
-                td_changes = [c for c in td_committed.get(xid, [])
-                              if (c[0], c[1]) in published or (c[0] == "MESSAGE" and messages_on)
-                              or (c[0] == "TRUNCATE" and any(("TRUNCATE", c[1]) == p for p in published))]
+                td_changes = [c if c[0] == "MESSAGE" else published_only(c, published)
+                              for c in td_committed.get(xid, []) if c[0] != "MESSAGE" or messages_on]
+                td_changes = [c for c in td_changes if c is not None]
                 if xid in skip_xids:
                     assert xid not in pg_committed, f"{capture.config}: origin 'none' transaction {xid} was sent"
                     continue
