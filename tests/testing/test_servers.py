@@ -344,7 +344,6 @@ def test_walsender_client(pg_server: PgServer) -> None:
         target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
         before = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                               (slot,)).fetchone()[0]  # type: ignore[index]
-        t0 = time.monotonic()
         with WalSender.connect(pg_server, params={"wal_sender_timeout": "2s"}) as ws:
             ws.start_replication(slot, {"proto_version": "1", "publication_names": '"ws_smoke_pub"'})
             frames = ws.collect(target, timeout=15)
@@ -377,7 +376,6 @@ def test_walsender_client(pg_server: PgServer) -> None:
             ws.send_copy_data(status_update_for_tests(commit_end, commit_end, commit_end))
             ws.end_copy()
             assert ws.command_tags[-1] == "START_REPLICATION"
-        assert time.monotonic() - t0 < 10
 
 
 def test_live_walsender_capture(pg_captures: CaptureRun) -> None:
