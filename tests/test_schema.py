@@ -96,8 +96,9 @@ def build_insert(new: list) -> bytes:
 
 
 def test_counted_builds_the_largest_int16_count():
-    # PROTOCOL.md section 4: TupleData is Int16 ncols, read as unsigned 16-bit, then a kind byte per
-    # column ('n' = NULL, nothing follows); section 1.3: Insert is 'I', OID relid, 'N', TupleData
+    # PostgreSQL's docs (TupleData) and proto.c's logicalrep_read_tuple: TupleData is Int16 ncols, read as
+    # unsigned 16-bit, then a kind byte per column ('n' = NULL, nothing follows); the docs' Insert is 'I',
+    # OID relid, 'N', TupleData
     data = build_insert([{"kind": "n", "data": None}] * 65535)
     assert data == b"I" + b"\x00\x00\x00\x01" + b"N" + b"\xff\xff" + b"n" * 65535
 
@@ -110,7 +111,7 @@ def test_counted_refuses_more_items_than_its_int16_count_holds():
 
 
 def test_counted_refuses_too_many_relation_columns():
-    # PROTOCOL.md section 1.2: Relation's ncols is an Int16 too
+    # PostgreSQL's docs (Relation) and proto.c's logicalrep_write_attrs: Relation's ncols is an Int16 too
     column = {"flags": 0, "name": "a", "type_id": 23, "type_modifier": -1}
     relation = {"tag": "R", "xid": None, "relation_id": 1, "namespace": "public", "name": "t",
                 "replica_identity": "d", "columns": [column] * 65536}
@@ -132,13 +133,14 @@ def test_conditions_render_with_quoted_string_literals(cond, text):
 
 
 def test_absent_field_error_quotes_the_kinds():
-    # PROTOCOL.md section 4: only the 't' and 'b' kinds are followed by Int32 len and the bytes
+    # proto.c's logicalrep_read_tuple: only the 't' and 'b' kinds are followed by Int32 len and the bytes
     with pytest.raises(core.WireError) as caught:
         build_insert([{"kind": "n", "data": b"x"}])
     assert caught.value.reason == "must be None here: the field is absent unless (kind == 't') | (kind == 'b')"
 
 
-# PROTOCOL.md section 1.1: Commit is 'C', Int8 flags (always 0), LSN commit_lsn, LSN end_lsn, TS commit_time
+# PostgreSQL's docs (Commit) and proto.c's logicalrep_write_commit: Commit is 'C', Int8 flags (always 0),
+# LSN commit_lsn, LSN end_lsn, TS commit_time
 COMMIT = schema.LOGICAL["C"].declaration
 COMMIT_REST = {"tag": "C", "commit_lsn": 1, "end_lsn": 2, "commit_time": 3}
 COMMIT_BYTES = b"C" + b"\x00" + (1).to_bytes(8, "big") + (2).to_bytes(8, "big") + (3).to_bytes(8, "big")

@@ -36,7 +36,8 @@ COMPLETES = {"Commit": "end_lsn", "StreamCommit": "end_lsn", "Prepare": "end_lsn
 #: A Stream Start opens its xid's streamed transaction; these close it (a Stream Abort only when its subxid
 #: is the transaction itself).
 _OPENS, _CLOSES = "StreamStart", ("StreamCommit", "StreamPrepare", "StreamAbort")
-#: The Message flag bit that makes it transactional (PROTOCOL.md: Message flags).
+#: The Message flag bit that makes it transactional (PostgreSQL's docs, Logical Replication Message Formats:
+#: Message; ``logicalrep_write_message`` in ``src/backend/replication/logical/proto.c``).
 _TRANSACTIONAL = 1
 
 

@@ -2,7 +2,8 @@
 
 Strategy: a pgoutput message cannot be parsed on its own -- whether it starts with the streamed Xid
 depends on whether a Stream Start...Stop block is open, and its tuples mean something only next to the
-last Relation message for their relation.  :class:`Decoder` keeps exactly that state (PROTOCOL.md §8):
+last Relation message for their relation.  :class:`Decoder` keeps exactly that state (what a pgoutput consumer
+must remember, as PostgreSQL's own ``src/backend/replication/logical/worker.c`` does):
 where in the stream it is (:data:`TRANSITIONS`, a table from ``(state, event)`` to the next state, which is
 also what the docs' state diagram is drawn from), the relation cache (a Relation replaces the previous one
 for its OID), the Type cache, and the negotiated protocol version.  Every message is checked against that

@@ -72,7 +72,8 @@ def server_settings(major: int) -> dict[str, str]:
     """The postgresql.conf settings every test server gets (values as written to the file).
 
     ``synchronous_commit`` is deliberately left on: the SQL decoding interface reads only flushed WAL, and a
-    just-committed transaction could otherwise be missing from a capture (PROTOCOL.md §10.16).
+    just-committed transaction could otherwise be missing from a capture (``pg_logical_slot_get_changes`` decodes
+    up to ``GetFlushRecPtr()``: PostgreSQL's ``src/backend/replication/logical/logicalfuncs.c``).
     """
     settings = {
         "wal_level": "logical",

@@ -6,7 +6,8 @@ capture configuration (plus one ``test_decoding`` slot) **before** running the w
 ``pg_logical_slot_get_binary_changes(slot, NULL, NULL, VARIADIC options)`` and drops the slots.
 Which workload statement produces which message kind is documented in :mod:`tests.workload`'s docstring.
 
-Configurations (:func:`capture_configs`) follow PROTOCOL.md §3: every option value is a string; options are sent
+Configurations (:func:`capture_configs`) follow pgoutput's option parsing (``parse_output_parameters`` in
+PostgreSQL's ``src/backend/replication/pgoutput/pgoutput.c``): every option value is a string; options are sent
 only to servers that know them (an unknown option is an error): ``binary``/``messages``/``streaming`` (PG14+, and
 streaming needs proto ≥ 2), ``two_phase`` (PG15+, proto ≥ 3; the slot is created with the ``two_phase`` argument
 of ``pg_create_logical_replication_slot``), ``streaming 'parallel'`` (PG16+, proto 4), ``origin`` (PG16+).
@@ -55,7 +56,8 @@ TEST_DECODING_OPTIONS = {"include-xids": "1", "include-timestamp": "1", "skip-em
 
 
 def max_proto_version(version_num: int) -> int:
-    """Highest pgoutput protocol version a server supports (PROTOCOL.md §3)."""
+    """Highest pgoutput protocol version a server supports (``LOGICALREP_PROTO_MAX_VERSION_NUM`` in PostgreSQL's
+    ``src/include/replication/logicalproto.h`` for each major)."""
     if version_num >= 160000:
         return 4
     if version_num >= 150000:

@@ -38,7 +38,7 @@ big_commit                         > logical_decoding_work_mem: streamed S…E (
                                    (all with [X]). A small transaction of another session
                                    (interleaved) commits in the middle of it.
 big_abort                          streamed then A (subxid = xid); the SQL interface of PG18 skips it as already
-                                   aborted (PROTOCOL.md §10.4), the live walsender capture (with ``sync``) shows
+                                   aborted (docs/reference/quirks.md), the live walsender capture (with ``sync``) shows
                                    it on both servers; nothing without streaming.
 savepoint                          big subtransaction rolled back: A (subxid ≠ xid) between stream blocks, then c.
                                    Without streaming: B, I (rows outside the savepoint only), C.

@@ -35,7 +35,7 @@ from tests.support.walsender import (
 
 pytestmark = pytest.mark.server
 
-#: Every pgoutput message tag (PROTOCOL.md §1).
+#: Every pgoutput message tag (``LogicalRepMsgType`` in PostgreSQL's ``src/include/replication/logicalproto.h``).
 ALL_TAGS = set("BCORYIUDTMSEcAbPKrp")
 assert len(ALL_TAGS) == 19
 BASE_TAGS = set("BCORYIUDT")  # what a plain configuration shows for this workload
@@ -249,7 +249,7 @@ def test_stream_aborts(pg_captures: CaptureRun) -> None:
         assert {n for _, _, n in aborts} == {size}, c.config
         kinds = {(x, "top" if x == sub else "sub") for x, sub, _ in aborts}
         if run.major >= 18:
-            # the SQL interface skips transactions already aborted when decoded (PROTOCOL.md §10.4)
+            # the SQL interface skips transactions already aborted when decoded (docs/reference/quirks.md)
             assert kinds == {(xids["savepoint"], "sub")}, c.config
         else:
             expected = {(aborted["big_abort"], "top"), (xids["savepoint"], "sub")}
