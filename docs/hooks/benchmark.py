@@ -6,7 +6,8 @@ a missing or malformed file fails the build instead of leaving the page empty.  
 -->`` becomes a section with the table of ``bench/results/spark.json`` when that file exists, and nothing
 when it does not; ``<!-- replwire:snapshot-benchmark -->`` likewise with ``bench/results/snapshot.json``, and
 ``<!-- replwire:decode-benchmark -->`` with ``bench/results/decode.json``, and ``<!-- replwire:endtoend-benchmark
--->`` with ``bench/results/endtoend.json``.
+-->`` with ``bench/results/endtoend.json``, and ``<!-- replwire:serve-benchmark -->`` with
+``bench/results/serve.json``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ DECODE_RESULTS = ROOT / "bench" / "results" / "decode.json"
 DECODE_MARKER = "<!-- replwire:decode-benchmark -->"
 ENDTOEND_RESULTS = ROOT / "bench" / "results" / "endtoend.json"
 ENDTOEND_MARKER = "<!-- replwire:endtoend-benchmark -->"
+SERVE_RESULTS = ROOT / "bench" / "results" / "serve.json"
+SERVE_MARKER = "<!-- replwire:serve-benchmark -->"
 
 
 def section(path: pathlib.Path, title: str, intro: str) -> str:
@@ -69,6 +72,10 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "
                 "`pg_recvlogical` draining a second slot of the same changes at the same time (`python -m bench "
                 "endtoend`)"),
+            SERVE_MARKER: section(
+                SERVE_RESULTS, "replwire serve",
+                "Messages per second of a generated stream re-encoded by `replwire serve`'s replay, and received by "
+                "psycopg2's `LogicalReplicationConnection` over loopback (`python -m bench.serve`)"),
         }
     except report.ResultsError as error:
         raise PluginError(f"replwire benchmark: {error}") from error
