@@ -5,7 +5,16 @@ Python ones (:mod:`replwire.codec.wire._generated`) and must give the same outco
 in ``test_fast_equivalence`` (types all the way down; for errors the class, reason, offset, field, tag,
 message and protocol version): every golden vector, every stored real-server message in every context,
 every prefix, truncation and extension of them, damaged bytes, and the valid and invalid message objects
-the strategies draw.  Valid input must stay in C: the entry points count what they forward to Python.
+the strategies draw.  The entry points count the calls that ran one of their C functions (``_ran``) and
+those that went to Python (``_forwarded``), and the tests say which comparison reached C:
+
+* valid input in the common context (UTF-8, bytes, a declared tag or class) runs in C and stays there: the
+  comparison is C's message or bytes against Python's;
+* invalid input runs C's checks, which decline it (never a message for bytes Python rejects), and the
+  error is then the Python codec's, by construction: the comparison shows C declines everything Python
+  rejects, and that nothing C accepts is rejected by Python (a mutant either case);
+* other encodings never run C (the entry points forward them whole): that comparison checks the routing.
+
 Then the choice at import: ``REPLWIRE_IMPL``, a stale or missing extension (in fresh interpreters).
 
 The whole suite runs on the compiled codec by default and again, in part, with ``REPLWIRE_IMPL=python``
@@ -28,6 +37,7 @@ from replwire import schema
 from replwire.codec.testing import strategies
 from replwire.codec.testing.strategies import Context
 from replwire.codec.wire import _generated, fast
+from replwire.schema.core import UTF8, text_codec
 from tests.support.seeds import ALL
 from tests.support.vectors import INVALID, VALID
 from tests.wire.test_fast_equivalence import CONTEXTS, context_of, outcome, shape, vector_context
@@ -46,6 +56,46 @@ def test_the_compiled_codec_is_built_and_in_use():
     from replwire import codec
 
     assert codec.parse is compiled.parse and codec.build_envelope is compiled.build_envelope
+
+
+ENTRIES = {"parse": 0, "build": 1, "parse_envelope": 2, "build_envelope": 3}
+
+
+class Counted:
+    """What the compiled entry points did inside the ``with`` block: per entry point, how many calls ran one
+    of its C functions (``ran``) and how many went to the Python codec (``forwarded``)."""
+
+    def __enter__(self) -> Counted:
+        self._ran, self._forwarded = compiled._ran(), compiled._forwarded()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        ran, forwarded = compiled._ran(), compiled._forwarded()
+        self.ran = dict(zip(ENTRIES, (a - b for a, b in zip(ran, self._ran))))
+        self.forwarded = dict(zip(ENTRIES, (a - b for a, b in zip(forwarded, self._forwarded))))
+
+
+def parse_runs_c(context: Context, data: bytes) -> bool:
+    """Whether the compiled entry point runs a C function on ``data`` rather than forwarding it at once
+    (``logical_context`` and the tag tables of c_module.py)."""
+    if not data:
+        return False
+    if context.layer == "envelope":
+        return chr(data[0]) in schema.ENVELOPE[context.sender or "server"]
+    assert context.proto_version is not None
+    return (text_codec(context.encoding) == UTF8 and 1 <= context.proto_version <= schema.MAX_PROTO_VERSION
+            and not (context.in_stream and context.proto_version < 2) and chr(data[0]) in schema.LOGICAL)
+
+
+def entry(context: Context, parse: bool) -> str:
+    return ("parse" if parse else "build") + ("_envelope" if context.layer == "envelope" else "")
+
+
+def declined_in_c(context: Context, data: bytes, counted: Counted) -> None:
+    """The one compiled call of ``counted`` ran C's checks on ``data`` when it should, and went to Python."""
+    name = entry(context, parse=True)
+    assert counted.ran[name] == (1 if parse_runs_c(context, data) else 0), (context, data.hex())
+    assert counted.forwarded[name] == 1
 
 
 class StaysInC:
@@ -82,9 +132,17 @@ def test_valid_vector_same_message_and_bytes(vector):
 
 @pytest.mark.parametrize("vector", INVALID, ids=lambda v: v.name)
 def test_invalid_vector_same_error(vector):
-    theirs, ours = parse_both(vector_context(vector), vector.wire)
+    with Counted() as counted:
+        theirs, ours = parse_both(vector_context(vector), vector.wire)
     assert theirs[0] == "DecodeError"
     assert ours == theirs
+    declined_in_c(vector_context(vector), vector.wire, counted)
+
+
+def test_invalid_vectors_mostly_reach_c():
+    # the invalid vectors' comparisons above are C's checks against Python's, not Python against itself
+    reached = [v for v in INVALID if parse_runs_c(vector_context(v), v.wire)]
+    assert len(reached) >= len(INVALID) * 3 // 4, (len(reached), len(INVALID))
 
 
 def test_stored_messages_same_in_every_context():
@@ -99,11 +157,17 @@ def test_every_prefix_truncation_and_extension_same_outcome():
     for seed in ALL:
         context = context_of(seed)
         for length in range(len(seed.data)):
-            theirs, ours = parse_both(context, seed.data[:length])
+            with Counted() as counted:
+                theirs, ours = parse_both(context, seed.data[:length])
             assert ours == theirs, (seed.name, length)
+            if theirs[0] != "ok":
+                declined_in_c(context, seed.data[:length], counted)
         for extra in (b"\x00", b"\xff", b"N", b"t\x00\x00\x00\x01x", b"\x7f\xff\xff\xff", seed.data):
-            theirs, ours = parse_both(context, seed.data + extra)
+            with Counted() as counted:
+                theirs, ours = parse_both(context, seed.data + extra)
             assert ours == theirs, (seed.name, extra)
+            if theirs[0] != "ok":
+                declined_in_c(context, seed.data + extra, counted)
 
 
 SEEDS = [(context_of(s), s.data) for s in ALL]
@@ -112,8 +176,13 @@ SEEDS = [(context_of(s), s.data) for s in ALL]
 @given(strategies.mutants(SEEDS))
 def test_mutated_bytes_same_outcome(mutant):
     context, data = mutant
-    theirs, ours = parse_both(context, data)
+    with Counted() as counted:
+        theirs, ours = parse_both(context, data)
     assert ours == theirs
+    name = entry(context, parse=True)
+    assert counted.ran[name] == (1 if parse_runs_c(context, data) else 0)
+    if ours[0] != "ok":
+        assert counted.forwarded[name] == 1
     if ours[0] == "ok":
         assert build_both(context, context.parse(data, COMPILED)) == (("ok", shape(data)),) * 2
 
@@ -131,18 +200,27 @@ def test_generated_messages_same_bytes_in_every_context(case):
 
 
 @given(strategies.cases(encoding="LATIN1"))
-def test_other_encodings_same_outcome(case):
-    theirs, ours = build_both(case.context, case.message)
-    assert ours == theirs and ours[0] == "ok"
-    data = case.context.build(case.message, COMPILED)
-    assert parse_both(case.context, data) == (("ok", shape(case.message)),) * 2
+def test_other_encodings_go_to_the_python_codec(case):
+    # C runs UTF-8 only: in another encoding the compiled entry points forward the call whole, so the
+    # outcomes are Python's by construction; what this checks is that no C function runs on them
+    with Counted() as counted:
+        theirs, ours = build_both(case.context, case.message)
+        assert ours == theirs and ours[0] == "ok"
+        data = case.context.build(case.message, COMPILED)
+        assert parse_both(case.context, data) == (("ok", shape(case.message)),) * 2
+    if case.context.layer == "logical":
+        assert counted.ran == dict.fromkeys(ENTRIES, 0), counted.ran
 
 
 @given(strategies.invalid_cases())
 def test_invalid_message_objects_same_error(invalid):
-    theirs, ours = build_both(invalid.case.context, invalid.case.message)
+    context = invalid.case.context
+    with Counted() as counted:
+        theirs, ours = build_both(context, invalid.case.message)
     assert theirs[0] == "EncodeError"
     assert ours == theirs
+    name = entry(context, parse=False)
+    assert counted.forwarded[name] == 1  # C never builds bytes for a message Python refuses
 
 
 def test_every_declared_message_has_c_functions():

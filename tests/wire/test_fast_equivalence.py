@@ -96,14 +96,20 @@ def vector_context(vector: Vector) -> Context:
 
 
 class NoDeclines:
-    """Asserts that the fast path handled everything itself inside the ``with`` block."""
+    """Asserts that the fast path handled everything itself inside the ``with`` block: the generated Python
+    code declined nothing to the interpreter, and, when the compiled codec is in use (then ``fast``'s entry
+    points are C), it forwarded nothing to the generated Python code: otherwise, under the compiled codec,
+    an unchanged ``DECLINED`` would say nothing."""
 
     def __enter__(self) -> None:
         self.before = dict(fast.DECLINED)
+        self.forwarded = fast._COMPILED._forwarded() if fast._COMPILED is not None else None
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             assert dict(fast.DECLINED) == self.before, "valid input went to the interpreter"
+            if self.forwarded is not None:
+                assert fast._COMPILED._forwarded() == self.forwarded, "valid input went to the Python codec"
 
 
 def assert_same_round_trip(context: Context, data: bytes) -> None:

@@ -241,12 +241,19 @@ static PyObject *run_build(build_fn fn, PyObject *m, int pv, int ins)
 """
 
 ENTRIES = r"""
-/* how many calls of each entry point went to the Python codec (``_forwarded()``, for the tests) */
-static Py_ssize_t FORWARDED[4];
+/* how many calls of each entry point went to the Python codec (``_forwarded()``), and how many ran one of
+   the C functions, whether it then returned or declined (``_ran()``): what the tests count to know that a
+   comparison reached C */
+static Py_ssize_t FORWARDED[4], RAN[4];
 
 static PyObject *c_forwarded(PyObject *self, PyObject *unused)
 {
     return Py_BuildValue("(nnnn)", FORWARDED[0], FORWARDED[1], FORWARDED[2], FORWARDED[3]);
+}
+
+static PyObject *c_ran(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("(nnnn)", RAN[0], RAN[1], RAN[2], RAN[3]);
 }
 
 static PyObject *forward(int which, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -289,6 +296,7 @@ static PyObject *c_parse(PyObject *self, PyObject *const *args, size_t nargsf, P
         Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
         parse_fn fn = n > 0 ? PARSE_LOGICAL[d[0]] : NULL;
         if (fn != NULL) {
+            RAN[0]++;
             PyObject *result = fn(d, n, pv, ins);
             if (result != NULL) return result;
             PyErr_Clear();
@@ -304,6 +312,7 @@ static PyObject *c_build(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (logical_context(nargs, args, kwnames, &pv, &ins) == 0) {
         build_fn fn = build_logical(Py_TYPE(args[0]));
         if (fn != NULL) {
+            RAN[1]++;
             PyObject *result = run_build(fn, args[0], pv, ins);
             if (result != NULL) return result;
             PyErr_Clear();
@@ -328,6 +337,7 @@ static PyObject *c_parse_envelope(PyObject *self, PyObject *const *args, size_t 
     Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
     parse_fn fn = client ? PARSE_CLIENT[d[0]] : PARSE_SERVER[d[0]];
     if (fn != NULL) {
+        RAN[2]++;
         PyObject *result = fn(d, n, 0, 0);
         if (result != NULL) return result;
         PyErr_Clear();
@@ -342,6 +352,7 @@ static PyObject *c_build_envelope(PyObject *self, PyObject *const *args, size_t 
     if (READY && nargs == 1 && kwnames == NULL) {
         build_fn fn = build_envelope(Py_TYPE(args[0]));
         if (fn != NULL) {
+            RAN[3]++;
             PyObject *result = run_build(fn, args[0], 0, 0);
             if (result != NULL) return result;
             PyErr_Clear();
@@ -466,6 +477,8 @@ static PyMethodDef MODULE_METHODS[] = {{
       "The change rows' column buffers of the plain transactions of records (see c_columns.c)."}},
     {{"_forwarded", c_forwarded, METH_NOARGS,
       "How many calls of parse, build, parse_envelope, build_envelope went to the Python codec."}},
+    {{"_ran", c_ran, METH_NOARGS,
+      "How many calls of parse, build, parse_envelope, build_envelope ran a C function of a message."}},
     {{NULL, NULL, 0, NULL}}
 }};
 
