@@ -114,8 +114,14 @@ class Server:
                   "FROM v WHERE ivs IS NOT NULL")}
 
     def same(self, cast: str, column: str, row_id: int, text: str) -> bool:
-        (same,) = self.conn.execute(f"SELECT %s::{cast} IS NOT DISTINCT FROM {column} FROM v WHERE id = %s",
-                                    (text, row_id)).fetchone()
+        """Whether the server reads ``text`` as the value of ``column`` in row ``row_id`` (not if it refuses it)."""
+        import psycopg
+
+        try:
+            (same,) = self.conn.execute(f"SELECT %s::{cast} IS NOT DISTINCT FROM {column} FROM v WHERE id = %s",
+                                        (text, row_id)).fetchone()
+        except psycopg.DataError:
+            return False
         return bool(same)
 
     def check(self, row_id: int, column: str, value: Any, binary: bool, where: str) -> None:
