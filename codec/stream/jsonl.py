@@ -47,8 +47,18 @@ from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import ROWS
 from .assembler import Change, ChangeMaker, Transaction
-from .values import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, RowSchema, ValueLoader, server_text
-from .values import _interval_text as _load_interval
+from .values import (
+    UNCHANGED_TOAST,
+    Infinite,
+    Interval,
+    JsonText,
+    RawValue,
+    RowSchema,
+    ValueLoader,
+    interval_iso,
+    interval_parts,
+    server_text,
+)
 
 
 def json_value(value: Any) -> Any:
@@ -164,8 +174,8 @@ def _bytea_text(data: bytes) -> str | None:
 
 
 def _interval_text(data: bytes) -> str | None:
-    value = _load_interval(data)
-    return None if value is None else _STRING(str(value))
+    parts = interval_parts(data)
+    return None if parts is None else '"' + interval_iso(*parts) + '"'  # (ISO text needs no escapes)
 
 
 # Text-format ('t') columns RowJson writes from the text with one conversion, by the OID their type resolves to:

@@ -157,11 +157,39 @@ _INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 _USECS_PER_HOUR, _USECS_PER_MINUTE, _USECS_PER_SECOND = 3_600_000_000, 60_000_000, 1_000_000
 
 
-def _c_divmod(value: int, by: int) -> tuple[int, int]:
-    """``value / by`` and ``value % by`` as C computes them (truncated toward zero, the rest of value's sign)."""
-    quotient = abs(value) // by
-    rest = abs(value) - quotient * by
-    return (quotient, rest) if value >= 0 else (-quotient, -rest)
+def interval_iso(months: int, days: int, microseconds: int) -> str:
+    """The ISO 8601 text of an interval of these parts, as PostgreSQL writes it under ``intervalstyle =
+    iso_8601`` (see :class:`Interval`)."""
+    if not (months or days or microseconds):
+        return "PT0S"
+    if months == _INT32_MAX and days == _INT32_MAX and microseconds == _INT64_MAX:
+        return "infinity"
+    if months == -_INT32_MAX - 1 and days == -_INT32_MAX - 1 and microseconds == -_INT64_MAX - 1:
+        return "-infinity"
+    # each part with the sign of what it comes from, as C's truncating division gives it
+    years, months = divmod(months, 12) if months >= 0 else (-(-months // 12), -(-months % 12))
+    parts = ["P"]
+    if years:
+        parts.append(f"{years}Y")
+    if months:
+        parts.append(f"{months}M")
+    if days:
+        parts.append(f"{days}D")
+    if microseconds:
+        sign = "-" if microseconds < 0 else ""
+        hours, rest = divmod(-microseconds if sign else microseconds, _USECS_PER_HOUR)
+        minutes, rest = divmod(rest, _USECS_PER_MINUTE)
+        seconds, fraction = divmod(rest, _USECS_PER_SECOND)
+        parts.append("T")
+        if hours:
+            parts.append(f"{sign}{hours}H")
+        if minutes:
+            parts.append(f"{sign}{minutes}M")
+        if fraction:
+            parts.append(f"{sign}{seconds}" + f".{fraction:06d}".rstrip("0") + "S")
+        elif seconds:
+            parts.append(f"{sign}{seconds}S")
+    return "".join(parts)
 
 
 @dataclass(frozen=True)
@@ -190,30 +218,7 @@ class Interval:
         return 0
 
     def __str__(self) -> str:
-        infinite = self.infinite
-        if infinite:
-            return "infinity" if infinite > 0 else "-infinity"
-        if not (self.months or self.days or self.microseconds):
-            return "PT0S"
-        years, months = _c_divmod(self.months, 12)
-        hours, rest = _c_divmod(self.microseconds, _USECS_PER_HOUR)
-        minutes, rest = _c_divmod(rest, _USECS_PER_MINUTE)
-        seconds, fraction = _c_divmod(rest, _USECS_PER_SECOND)
-        parts = ["P"]
-        for value, unit in ((years, "Y"), (months, "M"), (self.days, "D")):
-            if value:
-                parts.append(f"{value}{unit}")
-        if self.microseconds:
-            parts.append("T")
-        for value, unit in ((hours, "H"), (minutes, "M")):
-            if value:
-                parts.append(f"{value}{unit}")
-        if seconds or fraction:
-            text = f"{abs(seconds)}"
-            if fraction:
-                text += f".{abs(fraction):06d}".rstrip("0")
-            parts.append(f"{'-' if seconds < 0 or fraction < 0 else ''}{text}S")
-        return "".join(parts)
+        return interval_iso(self.months, self.days, self.microseconds)
 
     def timedelta(self) -> dt.timedelta:
         """As psycopg loads an interval: a year is 365 days and a month 30 (lossy; what replwire's typed
@@ -237,9 +242,17 @@ _INTERVAL_ISO = re.compile(
 
 def _interval_text(data: bytes) -> Interval | None:
     """The :class:`Interval` of interval_out's text (intervalstyle postgres or iso_8601), or ``None``."""
-    if data == b"infinity" or data == b"-infinity":
-        return _interval_binary(struct.pack(">qii", _INT64_MAX, _INT32_MAX, _INT32_MAX) if data == b"infinity"
-                                else struct.pack(">qii", -_INT64_MAX - 1, -_INT32_MAX - 1, -_INT32_MAX - 1))
+    parts = interval_parts(data)
+    return None if parts is None else Interval(*parts)
+
+
+def interval_parts(data: bytes) -> tuple[int, int, int] | None:
+    """(months, days, microseconds) of interval_out's text (intervalstyle postgres or iso_8601), or ``None``
+    for another form."""
+    if data == b"infinity":
+        return _INT32_MAX, _INT32_MAX, _INT64_MAX
+    if data == b"-infinity":
+        return -_INT32_MAX - 1, -_INT32_MAX - 1, -_INT64_MAX - 1
     match = _INTERVAL_POSTGRES.fullmatch(data)
     if match is not None and data:
         years, months, days, sign, hours, minutes, seconds, fraction = match.groups()
@@ -249,14 +262,14 @@ def _interval_text(data: bytes) -> Interval | None:
             micro += int((fraction or b"").ljust(6, b"0"))
             if sign == b"-":
                 micro = -micro
-        return Interval(int(years or 0) * 12 + int(months or 0), int(days or 0), micro)
+        return int(years or 0) * 12 + int(months or 0), int(days or 0), micro
     match = _INTERVAL_ISO.fullmatch(data)
     if match is not None and data != b"P":
         years, months, days, hours, minutes, minus, seconds, fraction = match.groups()
         micro = ((int(hours or 0) * 60 + int(minutes or 0)) * 60) * _USECS_PER_SECOND
         part = int(seconds or 0) * _USECS_PER_SECOND + int((fraction or b"").ljust(6, b"0"))
         micro += -part if minus else part
-        return Interval(int(years or 0) * 12 + int(months or 0), int(days or 0), micro)
+        return int(years or 0) * 12 + int(months or 0), int(days or 0), micro
     return None
 
 
