@@ -20,7 +20,9 @@ alike); this module only decides *which* OID to load a column as, and what to do
   :class:`Interval` (months, days and microseconds apart; psycopg folds a month into 30 days), ``json`` and
   ``jsonb`` a :class:`JsonText` (the server's text, unparsed: psycopg's floats round long numbers, and its
   JSON ``null`` is ``None`` like SQL NULL), binary ``money`` the ``int`` the server sends (the amount in the
-  currency's smallest unit; psycopg gives the bytes).  Arrays of these types hold the same.
+  currency's smallest unit; psycopg gives the bytes), binary ``float4`` the shortest decimal that reads
+  back as the same single (:func:`float4`: ``1.1`` as in text mode, where psycopg gives the double
+  ``1.100000023841858``).  Arrays of these types hold the same.
 * A value psycopg raises on for another reason (a date before year 1 or after 9999, ...) is kept whole as
   a :class:`RawValue` (kind, bytes, the reason) -- never dropped, never ``None``; for a binary date,
   timestamp, timestamptz, or a range with such a bound, its ``text`` is the server's text of the value
@@ -277,6 +279,30 @@ def _interval_binary(data: bytes) -> Interval:
     """interval_send's form: int64 microseconds, int32 days, int32 months."""
     microseconds, days, months = struct.unpack(">qii", data)
     return Interval(months, days, microseconds)
+
+
+_FLOAT4 = struct.Struct(">f")
+
+
+def float4(data: bytes) -> float:
+    """A binary ``float4`` (float4send: the IEEE single, 4 bytes) as the ``float`` of its shortest decimal
+    that reads back as the same single -- the digits the server's own text has (``1.1``, not the double
+    ``1.100000023841858`` of the single's exact value), so text and binary mode give the same value; NaN,
+    ±Infinity and -0 as they are."""
+    (value,) = _FLOAT4.unpack(data)
+    if value != value or value in (_INF, -_INF) or value == 0:
+        return value
+    low, high = 1, 9  # 9 significant digits always read back as the same single, and more digits than
+    while low < high:  # a number that does also do: the fewest, by bisection
+        digits = (low + high) // 2
+        if _FLOAT4.pack(float(f"{value:.{digits}g}")) == data:
+            high = digits
+        else:
+            low = digits + 1
+    return float(f"{value:.{low}g}")
+
+
+_INF = float("inf")
 
 
 @dataclass(frozen=True)
@@ -684,6 +710,12 @@ def _adapters(codec: str) -> Any:
         def load(self, data: Any) -> Interval:
             return _interval_binary(bytes(data))
 
+    class Float4BinaryLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> float:
+            return float4(bytes(data))
+
     class MoneyBinaryLoader(Loader):
         format = Format.BINARY
 
@@ -698,6 +730,7 @@ def _adapters(codec: str) -> Any:
     adapters.register_loader("interval", IntervalLoader)
     adapters.register_loader("interval", IntervalBinaryLoader)
     adapters.register_loader("money", MoneyBinaryLoader)
+    adapters.register_loader("float4", Float4BinaryLoader)
     if codec == UTF8:
         return adapters
     adapters.register_loader(0, TextLoader)  # a type psycopg has no loader for: its text

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import struct
 from decimal import Decimal
 from typing import Any
 
@@ -228,6 +229,8 @@ def _same(ours: Any, theirs: Any) -> bool:
         return ours.load() == theirs
     if isinstance(ours, int) and isinstance(theirs, bytes):  # binary money: cash_send's int64, which psycopg leaves
         return len(theirs) == 8 and ours == int.from_bytes(theirs, "big", signed=True)
+    if isinstance(ours, float) and isinstance(theirs, float) and ours != theirs:  # binary float4: the shortest
+        return struct.pack(">f", ours) == struct.pack(">f", theirs)  # decimal of the same single, not its double
     if isinstance(ours, list) and isinstance(theirs, list):
         return len(ours) == len(theirs) and all(_same(o, t) for o, t in zip(ours, theirs))
     if isinstance(theirs, float) and math.isnan(theirs):

@@ -4,6 +4,7 @@ tests (tests/stream/test_values_lossless.py, tests/spark/test_spark_values_lossl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -124,9 +125,10 @@ class Server:
             return False
         return bool(same)
 
-    def check(self, row_id: int, column: str, value: Any, binary: bool, where: str) -> None:
+    def check(self, row_id: int, column: str, value: Any, binary: bool, where: str, exact: bool = True) -> None:
         """``value`` (a JSON value as decoded with ``parse_float=Decimal``) is the value of ``column`` in row
-        ``row_id``: exactly the server's text, or the same value cast back by the server."""
+        ``row_id``: exactly the server's text, or the same value cast back by the server (a float also the
+        same number as the server's text, unless not ``exact``: a Spark ``float`` column holds the single)."""
         said = self.text[row_id][column]
         what = (where, row_id, column, value, said)
         if said is None:
@@ -150,7 +152,11 @@ class Server:
             year = said.split("-")[0]
             if said.endswith("BC") or len(year) > 4:  # outside ISO's years: the server's text
                 assert value == said, what
-        else:  # floats: the same value, -0 included
+        else:  # floats: the same value, -0 included, and (exact=True) the same number as the server's text
             assert isinstance(value, (str, Decimal)), what
             (text,) = self.conn.execute(f"SELECT %s::{kind}::text", (str(value),)).fetchone()
             assert text == said, what
+            if exact:
+                expected, got = float(said), float(value)
+                assert (math.isnan(expected) and math.isnan(got)) or (
+                    got == expected and math.copysign(1, got) == math.copysign(1, expected)), what
