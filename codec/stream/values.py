@@ -236,7 +236,7 @@ class Interval:
 # interval_out's text under the default intervalstyle (postgres): [N year[s]] [N mon[s]] [N day[s]]
 # [[+-]H:MM:SS[.f]], each field with its own sign; and under iso_8601: P[nY][nM][nD][T[nH][nM][n[.f]S]]
 _INTERVAL_POSTGRES = re.compile(
-    rb"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
+    rb"(?:([+-]?\d+) years?(?: |$))?(?:([+-]?\d+) mons?(?: |$))?(?:([+-]?\d+) days?(?: |$))?"
     rb"(?:([+-])?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?")
 _INTERVAL_ISO = re.compile(
     rb"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?)(\d+)(?:\.(\d{1,6}))?S)?)?")
@@ -266,7 +266,7 @@ def interval_parts(data: bytes) -> tuple[int, int, int] | None:
                 micro = -micro
         return int(years or 0) * 12 + int(months or 0), int(days or 0), micro
     match = _INTERVAL_ISO.fullmatch(data)
-    if match is not None and data != b"P":
+    if match is not None and any(match.groups()):  # (not a bare P or PT)
         years, months, days, hours, minutes, minus, seconds, fraction = match.groups()
         micro = ((int(hours or 0) * 60 + int(minutes or 0)) * 60) * _USECS_PER_SECOND
         part = int(seconds or 0) * _USECS_PER_SECOND + int((fraction or b"").ljust(6, b"0"))
