@@ -16,14 +16,19 @@ timestamp                              timestamp_ntz
 timestamptz                            timestamp (UTC instants)
 bytea                                  binary
 arrays                                 array<...> of the element's type    one-dimensional
+interval                               string                              ISO 8601, as ``replwire decode``
 text, varchar, char, name, uuid,       string                              the server's text
-json, jsonb, everything else
+json, jsonb, ranges, everything else
 =====================================  ==================================  ==============================
 
 Values are loaded through psycopg (text ``t`` and binary ``b`` columns alike) except string columns in
-text format, which keep the server's exact text.  A string column in binary format becomes text again:
-uuid, json and jsonb exactly; other types as ``replwire decode`` writes them (ISO 8601 dates and
-durations, ``\\x`` hex for bytes of a type replwire cannot read).
+text format, which keep the server's exact text.  A string column in binary format becomes text again,
+the server's text where replwire can write it as the server does: uuid, json and jsonb exactly, ranges and
+multiranges as range_out writes them (a timestamptz bound in UTC, ``+00``); other types as ``replwire
+decode`` writes them (``money`` as the integer amount in the currency's smallest unit, ``\\x`` hex for bytes
+of a type replwire cannot read).  ``interval`` is the ISO 8601 duration ``replwire decode`` writes
+(``P1M1DT1H0.5S``: months, days and time kept apart, as PostgreSQL's ``intervalstyle = iso_8601`` prints
+them) in both formats, so that it agrees with the JSON columns.
 
 Some values have no Spark equivalent: numeric ``NaN``/``Infinity``, date/timestamp ``infinity`` and dates
 outside years 1-9999, multi-dimensional arrays.  They are never turned into NULL: the typed column is left
@@ -55,7 +60,7 @@ _INT: dict[int, tuple[T.DataType, pa.DataType]] = {
 _FLOAT: dict[int, tuple[T.DataType, pa.DataType]] = {
     700: (T.FloatType(), pa.float32()), 701: (T.DoubleType(), pa.float64())}
 _BOOL, _DATE, _TIMESTAMP, _TIMESTAMPTZ, _BYTEA, _NUMERIC = 16, 1082, 1114, 1184, 17, 1700
-_UUID, _JSON, _JSONB = 2950, 114, 3802
+_UUID, _JSON, _JSONB, _INTERVAL = 2950, 114, 3802, 1186
 _UTC = dt.timezone.utc
 
 
@@ -168,6 +173,12 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
                           typed(lambda v: v.astimezone(_UTC)), oid)
     if oid == _BYTEA:
         return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid)
+    if oid == _INTERVAL:  # the ISO 8601 text replwire decode writes (months, days and time apart), in both formats
+        load = loader.load
+
+        def interval(kind: str, data: bytes) -> str:
+            return str(load(kind, data, oid))
+        return ColumnType(T.StringType(), pa.string(), interval, oid)
     return None
 
 

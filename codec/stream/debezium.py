@@ -26,8 +26,10 @@ send for it, in the form Kafka Connect's JSON converter writes with ``schemas.en
 * Column values are typed as ``replwire decode`` types them (:func:`~replwire.codec.stream.jsonl.json_value`),
   not in the connector's default encodings: ``numeric`` is an exact string (the connector's
   ``decimal.handling.mode=string``), dates and times ISO 8601 strings (the connector's default is epoch
-  days/micros), ``bytea`` ``\\x`` hex (its default is base64), ``json``/``jsonb`` JSON (it writes a string
-  holding JSON), ``interval`` an ISO 8601 duration (its default is microseconds).
+  days/micros), ``bytea`` ``\\x`` hex (its default is base64), ``json``/``jsonb`` a string holding the
+  server's JSON text unchanged (as the connector writes it; so JSON ``null`` is ``"null"``, SQL NULL
+  ``null``), ``interval`` an ISO 8601 duration with months, days and time apart (``P1M1DT1H0.5S``; the
+  connector's default is microseconds, a month taken as 30 days), ranges the server's text.
 * An unchanged TOASTed value the server did not send is Debezium's placeholder
   ``"__debezium_unavailable_value"`` (the default of ``unavailable.value.placeholder``) in ``after``, whatever
   the column's type, and the event's ``unchanged_toast`` key (replwire's own, which Debezium consumers

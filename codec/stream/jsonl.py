@@ -6,10 +6,27 @@ with the keys the command line promises: ``op``, ``schema``, ``table``, ``xid``,
 whichever subtransaction made the change; a change of a streamed transaction also has ``subxid``, the xid of
 the (sub)transaction that made it as the server sent it (the top-level xid for the transaction's own changes),
 and a two-phase transaction's changes have ``gid``.  Values become typed JSON without losing
-anything: integers as numbers, ``numeric`` as exact strings, booleans, timestamps and dates in ISO 8601
-(``"infinity"`` where the server has it), ``bytea`` as ``\\x`` hex, arrays as lists, ``json``/``jsonb`` as
-JSON, everything else as text.  An unchanged TOASTed column is left out of ``new`` and named in
-``unchanged_toast`` -- never written as null.
+anything, in text and binary mode alike:
+
+* integers as numbers; ``numeric`` as exact strings in the server's plain form (scale kept: ``"1.10"``,
+  ``"0.0000001000"``; ``"NaN"``, ``"Infinity"``, ``"-Infinity"``); floats as numbers that read back as the
+  same float (``-0.0`` kept), ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` as strings; booleans;
+* dates, times and timestamps in ISO 8601 (timestamptz in UTC), and where ISO's years cannot say it the
+  server's own text: ``"infinity"``, BC dates and years past 9999 (``"4713-01-01 BC"``, ``"10000-01-01
+  00:00:00+00"``; in binary mode written as the server writes them, a timestamptz in UTC);
+* ``interval`` as the ISO 8601 duration PostgreSQL writes under ``intervalstyle = iso_8601``, months, days
+  and time kept apart (``"P1M"``, ``"P30D"``, ``"PT720H"``, ``"P-1M30D"``, ``"P1M1DT1H0.5S"``;
+  :class:`~replwire.codec.stream.values.Interval`);
+* ``json``/``jsonb`` as a JSON *string* holding the server's JSON text, unchanged (no number rounded, key
+  order and duplicate keys of ``json`` kept): JSON ``null`` is ``"null"``, SQL NULL is ``null``;
+* ranges and multiranges as the server's text (``"(,11)"``, ``"[\\"2026-01-01 00:00:00+00\\",)"``), in
+  binary mode written as range_out writes them (a timestamptz bound in UTC);
+* ``money`` as the server's text in text mode (``"$1,234.56"``, its form depends on the server's
+  ``lc_monetary``, which the stream does not carry) and in binary mode as the integer the server sends, the
+  amount in the currency's smallest unit (``123456``: cents under most locales);
+* ``bytea`` as ``\\x`` hex, arrays as lists, everything else as the server's text.
+
+An unchanged TOASTed column is left out of ``new`` and named in ``unchanged_toast`` -- never written as null.
 """
 
 from __future__ import annotations
@@ -30,7 +47,18 @@ from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import ROWS
 from .assembler import Change, ChangeMaker, Transaction
-from .values import UNCHANGED_TOAST, Infinite, RawValue, RowSchema, ValueLoader
+from .values import (
+    UNCHANGED_TOAST,
+    Infinite,
+    Interval,
+    JsonText,
+    RawValue,
+    RowSchema,
+    ValueLoader,
+    interval_iso,
+    interval_parts,
+    server_text,
+)
 
 
 def json_value(value: Any) -> Any:
@@ -43,9 +71,11 @@ def json_value(value: Any) -> Any:
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
         return value
-    if isinstance(value, decimal.Decimal):
-        return str(value) if value.is_finite() else {"NaN": "NaN", "Infinity": "Infinity",
-                                                       "-Infinity": "-Infinity"}.get(str(value), str(value))
+    if isinstance(value, decimal.Decimal):  # numeric's own text: plain digits, the scale kept
+        return format(value, "f") if value.is_finite() else {"NaN": "NaN", "Infinity": "Infinity",
+                                                              "-Infinity": "-Infinity"}.get(str(value), str(value))
+    if isinstance(value, (JsonText, Interval)):
+        return str(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, Infinite):
@@ -64,17 +94,15 @@ def json_value(value: Any) -> Any:
     if isinstance(value, dt.timedelta):
         return _duration(value)
     if hasattr(value, "obj") and type(value).__name__ in ("Json", "Jsonb"):  # psycopg wrappers
-        return value.obj
-    return str(value)
+        return ENCODE(value.obj)
+    text = server_text(value)  # a range or multirange
+    return text if text is not None else str(value)
 
 
 def _duration(value: dt.timedelta) -> str:
-    """ISO 8601 duration of a ``timedelta`` (days and seconds, as psycopg loads an interval)."""
-    sign = "-" if value < dt.timedelta(0) else ""
-    value = abs(value)
-    seconds = value.seconds + value.microseconds / 1_000_000
-    text = f"{seconds:.6f}".rstrip("0").rstrip(".")
-    return f"{sign}P{value.days}DT{text}S"
+    """ISO 8601 duration of a ``timedelta`` as its days and time (what PostgreSQL's ISO 8601 style writes of
+    an interval of those days and microseconds)."""
+    return str(Interval(0, value.days, value.seconds * 1_000_000 + value.microseconds))
 
 
 def _row(values: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -90,7 +118,10 @@ _STRING = json.encoder.encode_basestring  # what ENCODE writes a str with (ensur
 
 # Text-format ('t') columns RowJson writes without the typed value, by the OID their type resolves to: as a
 # JSON string of the text (text types, and types kept as text), or as the integer.
-_STRING_OIDS = frozenset((25, 1043, 1042, 19, None))  # text, varchar, bpchar, name; None: kept as text
+#: text, varchar, bpchar, name; json, jsonb (the server's JSON text, as a string); the built-in ranges and
+#: multiranges (the server's text: int4, num, ts, tstz, date, int8); None: kept as text
+_STRING_OIDS = frozenset((25, 1043, 1042, 19, 114, 3802, 3904, 3906, 3908, 3910, 3912, 3926, 4451, 4532, 4533,
+                          4534, 4535, 4536, None))
 _INTEGER_OIDS = frozenset((20, 21, 23))  # int8, int2, int4
 
 _DATE_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2}")
@@ -142,8 +173,9 @@ def _bytea_text(data: bytes) -> str | None:
     return _STRING("\\x" + digits.decode("ascii").lower())
 
 
-def _json_text(data: bytes) -> str | None:
-    return ENCODE(json_value(json.loads(data)))
+def _interval_text(data: bytes) -> str | None:
+    parts = interval_parts(data)
+    return None if parts is None else '"' + interval_iso(*parts) + '"'  # (ISO text needs no escapes)
 
 
 # Text-format ('t') columns RowJson writes from the text with one conversion, by the OID their type resolves to:
@@ -151,8 +183,7 @@ def _json_text(data: bytes) -> str | None:
 # not in the form the conversion is exact for (the typed value is written then).  bool is written inline.
 _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     700: _float_text, 701: _float_text, 1700: _numeric_text, 2950: _uuid_text, 1082: _date_text,
-    1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 114: _json_text,
-    3802: _json_text,
+    1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 1186: _interval_text,
 }
 _BOOL = 16
 #: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
@@ -167,10 +198,11 @@ class RowJson:
 
     Strategy: per :class:`RowSchema` (and key-only or not) a small function is written and compiled, one
     branch per column, each with the column's name already written as a JSON key; text, varchar, bpchar,
-    name, integer and bool columns in text format skip the typed value (the text is the value: a JSON
-    string, the integer, true or false); float, numeric, uuid, date, time, timestamp(tz), bytea and json(b)
-    text go through one conversion each that gives the same JSON text where the text has the server's usual
-    form (:data:`_TEXT_CONVERSIONS`); everything else through the typed value.  Where the compiled codec is
+    name, json, jsonb, range, multirange, integer and bool columns in text format skip the typed value (the
+    text is the value: a JSON string, the integer, true or false); float, numeric, uuid, date, time,
+    timestamp(tz), bytea and interval text go through one conversion each that gives the same JSON text
+    where the text has the server's usual form (:data:`_TEXT_CONVERSIONS`); everything else through the
+    typed value.  Where the compiled codec is
     in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the same per-column
     plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
     """

@@ -16,8 +16,18 @@ alike); this module only decides *which* OID to load a column as, and what to do
 * ``date``, ``timestamp`` and ``timestamptz`` ``'infinity'``/``'-infinity'`` (which psycopg refuses to
   load) become the sentinels :data:`INFINITY` and :data:`NEG_INFINITY`; ``numeric`` NaN and ±Infinity are
   ``Decimal`` values (psycopg's own), floats are ``float``.
+* Where psycopg's loaders lose information, replwire's own load instead: ``interval`` is an
+  :class:`Interval` (months, days and microseconds apart; psycopg folds a month into 30 days), ``json`` and
+  ``jsonb`` a :class:`JsonText` (the server's text, unparsed: psycopg's floats round long numbers, and its
+  JSON ``null`` is ``None`` like SQL NULL), binary ``money`` the ``int`` the server sends (the amount in the
+  currency's smallest unit; psycopg gives the bytes), binary ``float4`` the shortest decimal that reads
+  back as the same single (:func:`float4`: ``1.1`` as in text mode, where psycopg gives the double
+  ``1.100000023841858``).  Arrays of these types hold the same.
 * A value psycopg raises on for another reason (a date before year 1 or after 9999, ...) is kept whole as
-  a :class:`RawValue` (kind, bytes, the reason) -- never dropped, never ``None``.
+  a :class:`RawValue` (kind, bytes, the reason) -- never dropped, never ``None``; for a binary date,
+  timestamp, timestamptz, or a range with such a bound, its ``text`` is the server's text of the value
+  (``4713-01-01 BC``; a timestamptz in UTC), which ``str()`` gives, as it gives a text value's text.
+  :func:`server_text` writes a range or multirange as the server does.
 * A binary (``'b'``) value is checked against its type's layout before any loader sees it, because
   psycopg's compiled binary loaders read their type's width without looking at the value's length (a
   4-byte ``float8`` would be read past its end).  A fixed-width type (:data:`BINARY_WIDTHS`: the bytes
@@ -43,8 +53,11 @@ typed values without it raises :class:`TypedValuesUnavailable` saying what to in
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import importlib.util
 import json
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,8 +67,8 @@ from ...schema.core import UTF8, text_codec
 from ..errors import ReplwireError
 
 __all__ = [
-    "BINARY_WIDTHS", "INFINITY", "NEG_INFINITY", "UNCHANGED_TOAST", "Infinite", "RawValue", "RowSchema",
-    "TypedValuesUnavailable", "UnchangedToast", "ValueLoader", "text_value",
+    "BINARY_WIDTHS", "INFINITY", "NEG_INFINITY", "UNCHANGED_TOAST", "Infinite", "Interval", "JsonText", "RawValue",
+    "RowSchema", "TypedValuesUnavailable", "UnchangedToast", "ValueLoader", "server_text", "text_value",
 ]
 
 
@@ -142,6 +155,178 @@ INFINITY = Infinite(1)
 NEG_INFINITY = Infinite(-1)
 
 
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
+_USECS_PER_HOUR, _USECS_PER_MINUTE, _USECS_PER_SECOND = 3_600_000_000, 60_000_000, 1_000_000
+
+
+def interval_iso(months: int, days: int, microseconds: int) -> str:
+    """The ISO 8601 text of an interval of these parts, as PostgreSQL writes it under ``intervalstyle =
+    iso_8601`` (see :class:`Interval`)."""
+    if not (months or days or microseconds):
+        return "PT0S"
+    if months == _INT32_MAX and days == _INT32_MAX and microseconds == _INT64_MAX:
+        return "infinity"
+    if months == -_INT32_MAX - 1 and days == -_INT32_MAX - 1 and microseconds == -_INT64_MAX - 1:
+        return "-infinity"
+    # each part with the sign of what it comes from, as C's truncating division gives it
+    years, months = divmod(months, 12) if months >= 0 else (-(-months // 12), -(-months % 12))
+    parts = ["P"]
+    if years:
+        parts.append(f"{years}Y")
+    if months:
+        parts.append(f"{months}M")
+    if days:
+        parts.append(f"{days}D")
+    if microseconds:
+        sign = "-" if microseconds < 0 else ""
+        hours, rest = divmod(-microseconds if sign else microseconds, _USECS_PER_HOUR)
+        minutes, rest = divmod(rest, _USECS_PER_MINUTE)
+        seconds, fraction = divmod(rest, _USECS_PER_SECOND)
+        parts.append("T")
+        if hours:
+            parts.append(f"{sign}{hours}H")
+        if minutes:
+            parts.append(f"{sign}{minutes}M")
+        if fraction:
+            parts.append(f"{sign}{seconds}" + f".{fraction:06d}".rstrip("0") + "S")
+        elif seconds:
+            parts.append(f"{sign}{seconds}S")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An ``interval`` value as PostgreSQL keeps it: ``months``, ``days`` and ``microseconds``, three separate
+    parts (a month is not 30 days, nor a day 24 hours, across a daylight-saving change).
+
+    ``str()`` is the ISO 8601 duration PostgreSQL itself prints under ``SET intervalstyle = iso_8601``
+    (``EncodeInterval`` in src/backend/utils/adt/datetime.c): ``P1Y2M3DT4H5M6.5S``, each part with its own
+    sign (``P-1M30D``), ``PT0S`` for zero, and ``infinity``/``-infinity`` for PostgreSQL 17's infinite
+    intervals.  This is what ``replwire decode``, Debezium events and the Spark columns write.
+    ``timedelta()`` gives the ``datetime.timedelta`` psycopg would (a month taken as 30 days: lossy).
+    """
+
+    months: int
+    days: int
+    microseconds: int
+
+    @property
+    def infinite(self) -> int:
+        """1 for ``infinity``, -1 for ``-infinity``, 0 for a finite interval."""
+        if self.months == _INT32_MAX and self.days == _INT32_MAX and self.microseconds == _INT64_MAX:
+            return 1
+        if self.months == -_INT32_MAX - 1 and self.days == -_INT32_MAX - 1 and self.microseconds == -_INT64_MAX - 1:
+            return -1
+        return 0
+
+    def __str__(self) -> str:
+        return interval_iso(self.months, self.days, self.microseconds)
+
+    def timedelta(self) -> dt.timedelta:
+        """As psycopg loads an interval: a year is 365 days and a month 30 (lossy; what replwire's typed
+        values were before they kept the parts).  An infinite interval raises ``OverflowError``."""
+        if self.infinite:
+            raise OverflowError(f"{self} has no timedelta")
+        years, months = divmod(abs(self.months), 12)
+        folded = 365 * years + 30 * months
+        return dt.timedelta(days=self.days + (folded if self.months >= 0 else -folded),
+                            microseconds=self.microseconds)
+
+
+# interval_out's text under the default intervalstyle (postgres): [N year[s]] [N mon[s]] [N day[s]]
+# [[+-]H:MM:SS[.f]], each field with its own sign; and under iso_8601: P[nY][nM][nD][T[nH][nM][n[.f]S]]
+_INTERVAL_POSTGRES = re.compile(
+    rb"(?:([+-]?\d+) years?(?: |$))?(?:([+-]?\d+) mons?(?: |$))?(?:([+-]?\d+) days?(?: |$))?"
+    rb"(?:([+-])?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?")
+_INTERVAL_ISO = re.compile(
+    rb"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?)(\d+)(?:\.(\d{1,6}))?S)?)?")
+
+
+def _interval_text(data: bytes) -> Interval | None:
+    """The :class:`Interval` of interval_out's text (intervalstyle postgres or iso_8601), or ``None``."""
+    parts = interval_parts(data)
+    return None if parts is None else Interval(*parts)
+
+
+def interval_parts(data: bytes) -> tuple[int, int, int] | None:
+    """(months, days, microseconds) of interval_out's text (intervalstyle postgres or iso_8601), or ``None``
+    for another form."""
+    if data == b"infinity":
+        return _INT32_MAX, _INT32_MAX, _INT64_MAX
+    if data == b"-infinity":
+        return -_INT32_MAX - 1, -_INT32_MAX - 1, -_INT64_MAX - 1
+    match = _INTERVAL_POSTGRES.fullmatch(data)
+    if match is not None and data:
+        years, months, days, sign, hours, minutes, seconds, fraction = match.groups()
+        micro = 0
+        if hours is not None:
+            micro = ((int(hours) * 60 + int(minutes)) * 60 + int(seconds)) * _USECS_PER_SECOND
+            micro += int((fraction or b"").ljust(6, b"0"))
+            if sign == b"-":
+                micro = -micro
+        return int(years or 0) * 12 + int(months or 0), int(days or 0), micro
+    match = _INTERVAL_ISO.fullmatch(data)
+    if match is not None and any(match.groups()):  # (not a bare P or PT)
+        years, months, days, hours, minutes, minus, seconds, fraction = match.groups()
+        micro = ((int(hours or 0) * 60 + int(minutes or 0)) * 60) * _USECS_PER_SECOND
+        part = int(seconds or 0) * _USECS_PER_SECOND + int((fraction or b"").ljust(6, b"0"))
+        micro += -part if minus else part
+        return int(years or 0) * 12 + int(months or 0), int(days or 0), micro
+    return None
+
+
+def _interval_binary(data: bytes) -> Interval:
+    """interval_send's form: int64 microseconds, int32 days, int32 months."""
+    microseconds, days, months = struct.unpack(">qii", data)
+    return Interval(months, days, microseconds)
+
+
+_FLOAT4 = struct.Struct(">f")
+
+
+def float4(data: bytes) -> float:
+    """A binary ``float4`` (float4send: the IEEE single, 4 bytes) as the ``float`` of its shortest decimal
+    that reads back as the same single -- the digits the server's own text has (``1.1``, not the double
+    ``1.100000023841858`` of the single's exact value), so text and binary mode give the same value; NaN,
+    ±Infinity and -0 as they are."""
+    (value,) = _FLOAT4.unpack(data)
+    if value != value or value in (_INF, -_INF) or value == 0:
+        return value
+    low, high = 1, 9  # 9 significant digits always read back as the same single, and more digits than
+    while low < high:  # a number that does also do: the fewest, by bisection
+        digits = (low + high) // 2
+        if _FLOAT4.pack(float(f"{value:.{digits}g}")) == data:
+            high = digits
+        else:
+            low = digits + 1
+    return float(f"{value:.{low}g}")
+
+
+_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class JsonText:
+    """A ``json`` or ``jsonb`` value: the server's JSON text, exactly as it sent it.
+
+    Kept as text, not parsed, so nothing is lost: numbers keep every digit (``1.000000000000000000001``),
+    a ``json`` value keeps its key order, duplicate keys and spacing, and JSON ``null`` (``JsonText("null")``)
+    is not SQL NULL (``None``).  ``str()`` is the text; :meth:`load` parses it (with ``json.loads``'s options,
+    e.g. ``parse_float=decimal.Decimal`` to keep the numbers exact).  ``replwire decode``, Debezium events and
+    the Spark columns write it as a JSON string holding this text.
+    """
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def load(self, **options: Any) -> Any:
+        """The value parsed by ``json.loads(text, **options)``."""
+        return json.loads(self.text, **options)
+
+
+
 @dataclass(frozen=True)
 class RawValue:
     """A value psycopg could not represent (e.g. a date outside years 1-9999), kept whole.
@@ -154,9 +339,113 @@ class RawValue:
     kind: str
     data: bytes
     reason: str
+    #: The server's text of a binary value replwire can write as the server would (a date, timestamp or
+    #: timestamptz outside years 1-9999, or a range with such a bound; see :func:`server_text`), else ``None``.
+    text: str | None = None
 
     def __str__(self) -> str:
+        if self.text is not None:
+            return self.text
         return self.data.decode("utf-8", "replace") if self.kind == "t" else self.data.hex()
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian (year, month, day) of a day count from 2000-01-01, year 0 being 1 BC (what
+    PostgreSQL's j2date gives), for any int (H. Hinnant's civil_from_days)."""
+    z = days + 10957 + 719468  # from 0000-03-01
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _date_server_text(days: int) -> str:
+    """date_out's text (DateStyle ISO) of date_send's day count from 2000-01-01, years before 1 as BC."""
+    if days == _INT32_MAX or days == -_INT32_MAX - 1:
+        return "infinity" if days > 0 else "-infinity"
+    year, month, day = _civil(days)
+    return f"{year if year > 0 else 1 - year:04d}-{month:02d}-{day:02d}{'' if year > 0 else ' BC'}"
+
+
+def _timestamp_server_text(microseconds: int, zone: bool) -> str:
+    """timestamp_out's (``zone``: timestamptz_out's, in UTC, ``+00``) text (DateStyle ISO) of the send
+    function's microseconds from 2000-01-01 00:00, years before 1 as BC."""
+    if microseconds == _INT64_MAX or microseconds == -_INT64_MAX - 1:
+        return "infinity" if microseconds > 0 else "-infinity"
+    days, rest = divmod(microseconds, 86_400 * _USECS_PER_SECOND)
+    year, month, day = _civil(days)
+    seconds, fraction = divmod(rest, _USECS_PER_SECOND)
+    text = (f"{year if year > 0 else 1 - year:04d}-{month:02d}-{day:02d} "
+            f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}")
+    if fraction:
+        text += f".{fraction:06d}".rstrip("0")
+    return text + ("+00" if zone else "") + ("" if year > 0 else " BC")
+
+
+def _offset_text(offset: dt.timedelta) -> str:
+    """A UTC offset as timestamptz_out writes it: +HH, +HH:MM or +HH:MM:SS."""
+    seconds = int(offset.total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{sign}{hours:02d}"
+    if minutes or seconds:
+        text += f":{minutes:02d}"
+    return text + (f":{seconds:02d}" if seconds else "")
+
+
+def _bound_text(value: Any) -> str:
+    """A range bound (a typed value) as its type's output function writes it."""
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f") if value.is_finite() else str(value)
+    if isinstance(value, dt.datetime):
+        text = value.replace(tzinfo=None, microsecond=0).isoformat(" ")
+        if value.microsecond:
+            text += f".{value.microsecond:06d}".rstrip("0")
+        if value.tzinfo is not None:
+            offset = value.utcoffset()
+            text += _offset_text(offset if offset is not None else dt.timedelta(0))
+        return text
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+_RANGE_SPECIAL = frozenset('"\\(),[] \t\n\v\f\r')  # (isspace in the C locale)
+
+
+def _range_quote(text: str) -> str:
+    """A bound's text as range_out writes it (range_bound_escape): in double quotes, ``"`` and ``\\``
+    doubled, when empty or holding a quote, backslash, parenthesis, bracket, comma or white space."""
+    if text and _RANGE_SPECIAL.isdisjoint(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '""') + '"'
+
+
+def server_text(value: Any) -> str | None:
+    """The server's text of a typed range or multirange value (psycopg's ``Range``/``Multirange``), as
+    range_out/multirange_out write it (``[1,11)``, ``(,11)``, ``empty``, ``{[1,3),[5,7)}``; a timestamptz
+    bound with its UTC offset as the datetime has it); ``None`` for any other value."""
+    kind = type(value).__name__
+    if not type(value).__module__.startswith("psycopg"):
+        return None
+    if kind == "Multirange":
+        return "{" + ",".join(_range_text(r) for r in value) + "}"
+    if kind == "Range":
+        return _range_text(value)
+    return None
+
+
+def _range_text(value: Any) -> str:
+    if value.isempty:
+        return "empty"
+    lower = "" if value.lower is None else _range_quote(_bound_text(value.lower))
+    upper = "" if value.upper is None else _range_quote(_bound_text(value.upper))
+    return f"{'[' if value.lower_inc else '('}{lower},{upper}{']' if value.upper_inc else ')'}"
 
 
 # OIDs of the types whose infinities get the sentinels, and their binary extremes.
@@ -173,14 +462,14 @@ _INFINITE_BINARY[_TIMESTAMPTZ] = _INFINITE_BINARY[_TIMESTAMP]
 #: send function writes (src/backend/utils/adt/): boolsend 1 (bool.c); int2send 2, int4send 4 (int.c);
 #: int8send 8 (int8.c); oidsend 4 (oid.c); float4send 4, float8send 8 (float.c); date_send 4, time_send 8,
 #: timetz_send 12 (date.c); timestamp_send 8, timestamptz_send 8, interval_send 16 (timestamp.c);
-#: uuid_send 16 (uuid.c).
+#: uuid_send 16 (uuid.c); cash_send 8 (cash.c).
 BINARY_WIDTHS: dict[int, int] = {16: 1, 21: 2, 23: 4, 20: 8, 26: 4, 700: 4, 701: 8, 1082: 4, 1083: 8, 1266: 12,
-                                 1114: 8, 1184: 8, 1186: 16, 2950: 16}
+                                 1114: 8, 1184: 8, 1186: 16, 2950: 16, 790: 8}
 _NUMERIC = 1700
 _MAXDIM = 6  # MAXDIM of PostgreSQL's arrays (utils/array.h)
 _NAMES = {16: "bool", 21: "int2", 23: "int4", 20: "int8", 26: "oid", 700: "float4", 701: "float8", 1082: "date",
           1083: "time", 1266: "timetz", 1114: "timestamp", 1184: "timestamptz", 1186: "interval", 2950: "uuid",
-          _NUMERIC: "numeric"}
+          790: "money", _NUMERIC: "numeric"}
 
 
 _RECORD = 2249
@@ -377,14 +666,14 @@ class RowSchema:
 
 
 def _adapters(codec: str) -> Any:
-    """The loaders to use for text in ``codec``: psycopg's own for UTF-8 (its default without a connection),
-    else a copy of them whose text loaders decode in ``codec`` (see the module docstring)."""
+    """The loaders replwire uses: a copy of psycopg's with its own for the types psycopg's lose information
+    of -- ``json``/``jsonb`` as :class:`JsonText`, ``interval`` as :class:`Interval`, binary ``money`` as the
+    integer of the send function (the amount in the currency's smallest unit) -- and, for text not in UTF-8,
+    text loaders that decode in ``codec`` (see the module docstring).  Arrays of these types load through
+    them too."""
     import psycopg
     from psycopg.adapt import AdaptersMap, Loader
     from psycopg.pq import Format
-
-    if codec == UTF8:
-        return psycopg.adapters
 
     class TextLoader(Loader):
         def load(self, data: Any) -> str:
@@ -394,8 +683,8 @@ def _adapters(codec: str) -> Any:
         format = Format.BINARY
 
     class JsonLoader(Loader):
-        def load(self, data: Any) -> Any:
-            return json.loads(bytes(data).decode(codec))
+        def load(self, data: Any) -> JsonText:
+            return JsonText(bytes(data).decode(codec))
 
     class JsonBinaryLoader(JsonLoader):
         format = Format.BINARY
@@ -403,20 +692,51 @@ def _adapters(codec: str) -> Any:
     class JsonbBinaryLoader(JsonLoader):
         format = Format.BINARY
 
-        def load(self, data: Any) -> Any:  # a version byte (1), then the text
-            if data and data[0] != 1:
-                raise ValueError(f"unknown jsonb binary format: {data[0]}")
+        def load(self, data: Any) -> JsonText:  # a version byte (1), then the text
+            if not data or data[0] != 1:
+                raise ValueError(f"unknown jsonb binary format: {bytes(data[:1])!r}")
             return super().load(data[1:])
 
+    class IntervalLoader(Loader):
+        def load(self, data: Any) -> Interval:
+            value = _interval_text(bytes(data))
+            if value is None:
+                raise ValueError(f"not an interval text replwire reads: {bytes(data)!r}")
+            return value
+
+    class IntervalBinaryLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> Interval:
+            return _interval_binary(bytes(data))
+
+    class Float4BinaryLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> float:
+            return float4(bytes(data))
+
+    class MoneyBinaryLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> int:  # cash_send: int64
+            return int.from_bytes(bytes(data), "big", signed=True)
+
     adapters = AdaptersMap(psycopg.adapters)
-    adapters.register_loader(0, TextLoader)  # a type psycopg has no loader for: its text
-    for name in ("text", "varchar", "bpchar", "name", '"char"'):
-        adapters.register_loader(name, TextLoader)
-        adapters.register_loader(name, TextBinaryLoader)
     for name in ("json", "jsonb"):
         adapters.register_loader(name, JsonLoader)
     adapters.register_loader("json", JsonBinaryLoader)
     adapters.register_loader("jsonb", JsonbBinaryLoader)
+    adapters.register_loader("interval", IntervalLoader)
+    adapters.register_loader("interval", IntervalBinaryLoader)
+    adapters.register_loader("money", MoneyBinaryLoader)
+    adapters.register_loader("float4", Float4BinaryLoader)
+    if codec == UTF8:
+        return adapters
+    adapters.register_loader(0, TextLoader)  # a type psycopg has no loader for: its text
+    for name in ("text", "varchar", "bpchar", "name", '"char"'):
+        adapters.register_loader(name, TextLoader)
+        adapters.register_loader(name, TextBinaryLoader)
     return adapters
 
 
@@ -549,7 +869,58 @@ class ValueLoader:
         try:
             return self._loader(oid, kind).load(data)
         except Exception as error:  # noqa: BLE001 - psycopg's DataError and friends: keep the value whole
-            return RawValue(type_id, kind, bytes(data), f"{type(error).__name__}: {error}")
+            return RawValue(type_id, kind, bytes(data), f"{type(error).__name__}: {error}",
+                            self._binary_text(oid, bytes(data)) if kind == "b" else None)
+
+    def _binary_text(self, oid: int, data: bytes, depth: int = 0) -> str | None:
+        """The server's text of a binary value (already checked against its layout) psycopg cannot load,
+        where replwire can write it as the server does: a date, timestamp or timestamptz (in UTC) outside
+        Python's years 1-9999, a range or multirange with such a bound; else ``None``."""
+        if oid == _DATE:
+            return _date_server_text(int.from_bytes(data, "big", signed=True))
+        if oid in (_TIMESTAMP, _TIMESTAMPTZ):
+            return _timestamp_server_text(int.from_bytes(data, "big", signed=True), oid == _TIMESTAMPTZ)
+        kind = self._kind(oid)
+        if kind is None or depth >= _NESTING:
+            return None
+        what, inner = kind
+        if what == "range":
+            flags, at, bounds = data[0], 1, []
+            if flags & _RANGE_EMPTY:
+                return "empty"
+            for flag in (_RANGE_LB_INF, _RANGE_UB_INF):
+                if flags & flag:
+                    bounds.append("")
+                    continue
+                length = _int32(data, at)
+                bound = self.load("b", data[at + 4:at + 4 + length], inner)
+                at += 4 + length
+                if isinstance(bound, RawValue):
+                    if bound.text is None:
+                        return None
+                    text = bound.text
+                else:
+                    text = str(bound) if isinstance(bound, Infinite) else _bound_text(bound)
+                bounds.append(_range_quote(text))
+            lower_inc, upper_inc = flags & 0x02, flags & 0x04  # RANGE_LB_INC, RANGE_UB_INC
+            return f"{'[' if lower_inc else '('}{bounds[0]},{bounds[1]}{']' if upper_inc else ')'}"
+        if what == "multirange":
+            count, at, parts = _int32(data, 0), 4, []
+            for _ in range(count):
+                length = _int32(data, at)
+                part = self._range_or_text(inner, data[at + 4:at + 4 + length], depth + 1)
+                if part is None:
+                    return None
+                parts.append(part)
+                at += 4 + length
+            return "{" + ",".join(parts) + "}"
+        return None
+
+    def _range_or_text(self, oid: int, data: bytes, depth: int) -> str | None:
+        value = self.load("b", data, oid)
+        if isinstance(value, RawValue):
+            return value.text if value.text is not None else self._binary_text(oid, data, depth)
+        return server_text(value)
 
     def load_row(self, schema: RowSchema, columns: Any, *, only_keys: bool = False) -> dict[str, Any]:
         """A tuple as ``{column name: value}``; ``only_keys`` keeps just the replica-identity key columns."""

@@ -206,7 +206,8 @@ def test_a_transaction_longer_than_the_row_path_takes(tmp_path, form, monkeypatc
 
 #: column types by OID: text, varchar, name, int2/4/8, bool, numeric, float8, date, timestamptz, uuid, bytea,
 #: jsonb, oid 999999 (unknown to the loaders: kept as text)
-TYPES = [25, 1043, 19, 21, 23, 20, 16, 1700, 701, 1082, 1083, 1114, 1184, 2950, 17, 3802, 999_999]
+TYPES = [25, 1043, 19, 21, 23, 20, 16, 1700, 701, 1082, 1083, 1114, 1184, 2950, 17, 3802, 114, 1186, 3904, 3910,
+         999_999]
 SAMPLES = {
     23: ["-0", "007", "+5", " 1", "1_0", "x", "-2147483648", "0", "12"],
     20: ["9" * 25, "-", "0", "-9223372036854775808", "9223372036854775807"],
@@ -229,6 +230,12 @@ SAMPLES = {
            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1g"],
     17: ["\\x00ff", "\\xABCD", "\\x0", "plain", "\\x", "\\xzz", "\\X00"],
     3802: ['{"a": [1, 2.5, "\\u00e9"]}', "[]", "nul", '"\\ud800"'],
+    114: ['{"n": 1.000000000000000000001, "a": 1, "a": 2}', "null", ' [1,\n 2] '],
+    1186: ["1 mon", "-1 mons +30 days", "1 year 2 mons -3 days +04:05:06.789", "00:00:00", "-00:00:00.5",
+           "1 mon1 day", "P1Y2M3DT4H5M6.5S", "PT", "P", "infinity", "-infinity", "1 day " + "9" * 5000 + ":00:00",
+           "@ 1 mon ago", "1-2"],
+    3904: ["(,11)", "[1,11)", "empty", "[1,", "x"],
+    3910: ['["2026-01-01 00:00:00+00",)', "(,)", "empty"],
 }
 VALUE_TEXT = {23: st.one_of(st.integers(-2**31, 2**31 - 1).map(str), st.sampled_from(SAMPLES[23])),
               20: st.one_of(st.integers(-2**63, 2**63 - 1).map(str), st.sampled_from(SAMPLES[20])),

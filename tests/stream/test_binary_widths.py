@@ -18,9 +18,10 @@ from replwire.codec.stream.values import BINARY_WIDTHS, ValueLoader
 SAMPLES = {"bool": "true", "int2": "1", "int4": "1", "int8": "1", "oid": "1", "float4": "1.5", "float8": "1.5",
            "date": "'2024-01-02'", "time": "'01:02:03'", "timetz": "'01:02:03+04'",
            "timestamp": "'2024-01-02 03:04:05'", "timestamptz": "'2024-01-02 03:04:05+00'",
-           "interval": "'1 day 2 hours'", "uuid": "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'"}
+           "interval": "'1 day 2 hours'", "uuid": "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "money": "'1.25'"}
 OIDS = {"bool": 16, "int2": 21, "int4": 23, "int8": 20, "oid": 26, "float4": 700, "float8": 701, "date": 1082,
-        "time": 1083, "timetz": 1266, "timestamp": 1114, "timestamptz": 1184, "interval": 1186, "uuid": 2950}
+        "time": 1083, "timetz": 1266, "timestamp": 1114, "timestamptz": 1184, "interval": 1186, "uuid": 2950,
+        "money": 790}
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,8 @@ def test_server_sent_layouts_load_as_psycopg_loads_them(pg15, loader):
             sent = bytes(conn.execute(f"SELECT {send}({sql})").fetchone()[0])
             selected = conn.cursor(binary=True).execute(f"SELECT {sql}").fetchone()[0]
             value = loader.load("b", sent, oid)
+            if oid == 1187:  # interval[]: replwire keeps the parts psycopg's timedelta folds (test_values_lossless)
+                value = [v.timedelta() if v is not None else None for v in value]
             assert not isinstance(value, RawValue) and value == selected, (sql, value, selected)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from replwire.codec import Assembler, DecodeError, Decoder, Transaction
 from replwire.codec.stream.routing import Router
-from replwire.codec.stream.values import ValueLoader, text_value
+from replwire.codec.stream.values import JsonText, ValueLoader, text_value
 
 
 def relation(name: bytes, columns: list[tuple[bytes, int]]) -> bytes:
@@ -67,9 +67,9 @@ def test_assembler_reads_names_and_values_in_its_encoding(typed):
     ("LATIN1", "t", 1042, b"\xe9 ", "é "),  # bpchar
     ("LATIN1", "t", 19, b"\xe9", "é"),  # name
     ("LATIN1", "t", 1009, b'{\xe9t\xe9,"a b"}', ["été", "a b"]),  # text[]
-    ("LATIN1", "t", 114, b'{"cl\xe9": "\xe0"}', {"clé": "à"}),  # json
-    ("LATIN1", "t", 3802, b'{"cl\xe9": 1}', {"clé": 1}),  # jsonb
-    ("LATIN1", "b", 3802, b'\x01{"cl\xe9": 1}', {"clé": 1}),  # jsonb in binary: a version byte, then text
+    ("LATIN1", "t", 114, b'{"cl\xe9": "\xe0"}', JsonText('{"clé": "à"}')),  # json: the server's text
+    ("LATIN1", "t", 3802, b'{"cl\xe9": 1}', JsonText('{"clé": 1}')),  # jsonb
+    ("LATIN1", "b", 3802, b'\x01{"cl\xe9": 1}', JsonText('{"clé": 1}')),  # binary: a version byte, then text
     ("LATIN1", "t", 3614, b"'\xe9t\xe9'", "'été'"),  # tsvector: psycopg has no loader, so its text
     ("WIN1252", "t", 25, b"\x80", "€"),
     ("SQL_ASCII", "t", 25, b"cr\xe8me", "cr\udce8me"),

@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 
 from replwire.codec import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, Type
-from replwire.codec.stream.values import ValueLoader, text_value
+from replwire.codec.stream.values import Interval, JsonText, ValueLoader, text_value
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +45,18 @@ def numeric_binary(sign: int) -> bytes:  # ndigits, weight, sign, dscale (numeri
     ("b", struct.pack(">q", 0), 1184, dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)),
     ("t", b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", 2950, uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")),
     ("b", uuid.UUID(int=1).bytes, 2950, uuid.UUID(int=1)),
-    ("t", '{"a": [1, {"b": null}], "ü": "日本"}'.encode(), 3802, {"a": [1, {"b": None}], "ü": "日本"}),
-    ("b", b"\x01" + b'{"k": 1}', 3802, {"k": 1}),  # jsonb_send: version byte 1, then the text
-    ("t", b"[]", 114, []),
+    # json/jsonb: the server's text, unparsed (issue 25)
+    ("t", '{"a": [1, {"b": null}], "ü": "日本"}'.encode(), 3802, JsonText('{"a": [1, {"b": null}], "ü": "日本"}')),
+    ("b", b"\x01" + b'{"k": 1}', 3802, JsonText('{"k": 1}')),  # jsonb_send: version byte 1, then the text
+    ("t", b"[]", 114, JsonText("[]")),
     ("t", b"\\x00fffe", 17, b"\x00\xff\xfe"),
     ("b", b"\x00\xff\xfe", 17, b"\x00\xff\xfe"),
     ("t", b"{{1,2},{3,NULL}}", 1007, [[1, 2], [3, None]]),
     ("t", b'{"a b","c,d","\\"q\\"",NULL,"",\xc3\xbc}', 1009, ["a b", "c,d", '"q"', None, "", "ü"]),
-    ("t", b"3 days 04:05:06.7", 1186, dt.timedelta(days=3, hours=4, minutes=5, seconds=6.7)),
+    ("t", b"3 days 04:05:06.7", 1186, Interval(0, 3, 14_706_700_000)),  # months, days, microseconds apart
+    ("t", b"1 year -2 mons +3 days -00:00:01", 1186, Interval(10, 3, -1_000_000)),
+    ("b", struct.pack(">qii", -1, 2, -3), 1186, Interval(-3, 2, -1)),  # interval_send: time, days, months
+    ("b", struct.pack(">q", -123456), 790, -123456),  # cash_send: the amount in the smallest unit
     ("t", b"192.168.0.1/24", 869, ipaddress.ip_interface("192.168.0.1/24")),
     ("t", b"10.0.0.0/8", 650, ipaddress.ip_network("10.0.0.0/8")),
     ("t", "Grüße".encode(), 25, "Grüße"),
