@@ -210,8 +210,11 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
 @click.option("--format", "output_format", type=click.Choice(["jsonl", "table", "debezium"]), default="jsonl",
               show_default=True, help="One JSON object per change, a readable table, or Debezium's change-event "
                                       "values (one JSON object per event).")
+@click.option("--tombstones/--no-tombstones", default=True, show_default=True,
+              help="With --format debezium: follow each delete with a tombstone, a line 'null' (Debezium's "
+                   "tombstones.on.delete).")
 def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
-                   output_format: str) -> None:
+                   output_format: str, tombstones: bool) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
@@ -239,7 +242,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
 
-        events = DebeziumEvents(_version()).events
+        events = DebeziumEvents(_version(), db=_database(inputs), tombstones=tombstones).events
 
         def lines(item: Transaction | Change) -> Iterator[str]:
             return map(jsonl.ENCODE, events(item))
@@ -371,6 +374,19 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         return open_inputs(files, proto_version, encoding)
     except CaptureFileError as error:
         raise click.UsageError(str(error)) from None
+
+
+def _database(inputs: list) -> str:
+    """The database the capture files among ``inputs`` record (their headers' ``database``), ``""`` if none
+    does (COPY-CSV, or a capture file written before its header recorded it)."""
+    from ..io.capture_file import read_capture
+
+    for source in inputs:
+        if source.form == "capture":
+            with read_capture(source.path) as reader:
+                if reader.header.database:
+                    return reader.header.database
+    return ""
 
 
 class _ChangeTable:
