@@ -75,7 +75,7 @@ def test_capture_then_decode(pg18, tmp_path):
     changes, summary = decoded(out)
     assert [(c["op"], c["table"]) for c in changes] == [("insert", "cli_t"), ("insert", "cli_t"),
                                                        ("update", "cli_t"), ("delete", "cli_t"),
-                                                       ("truncate", None)]
+                                                       ("truncate", "cli_t")]
     first, second, update, delete, truncate = changes
     assert first["new"] == {"id": 1, "v": "Grüße", "big": "x" * 10000}
     assert second["new"] == {"id": 2, "v": None, "big": "small"}

@@ -1,6 +1,7 @@
 """``replwire decode``'s output formats as consumers read them, on a real capture (``replwire capture`` of a
 PostgreSQL 18 database of its own): Debezium's change events where they follow the connector's documented
-behaviour (delete ``before``, tombstones, primary key changes, ``source.db``).
+behaviour (delete ``before``, tombstones, primary key changes, ``source.db``), and one truncate line per
+table.
 
 Expected values come from the server (its database's name, its tables' columns and primary keys) and from
 Debezium's PostgreSQL connector documentation (https://debezium.io/documentation/reference/stable/connectors/
@@ -153,3 +154,18 @@ def test_debezium_primary_key_change_is_delete_tombstone_create(capture):
     assert delete["source"]["txId"] == create["source"]["txId"]
     orders = [(e["transaction"]["total_order"], e["transaction"]["data_collection_order"]) for e in (delete, create)]
     assert orders == [(1, 1), (2, 2)]
+
+
+def test_truncate_lines_one_per_table(capture):
+    """A consumer that keeps the lines of one table sees that table's truncate."""
+    path, _, tables = capture
+    result = replwire("decode", path)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    truncates = [c for c in lines if c["op"] == "truncate"]
+    assert [(c["schema"], c["table"]) for c in truncates] == [("public", "fmt_t"), ("public", "fmt_u")]
+    for c in truncates:
+        assert c["cascade"] is False and c["restart_identity"] is False
+        assert c["relations"] == ["public.fmt_t", "public.fmt_u"]
+    assert [c["op"] for c in lines if c["table"] == "fmt_u"] == ["insert", "truncate"]
+    assert len({c["lsn"] for c in truncates}) == 1  # one Truncate message
