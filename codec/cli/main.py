@@ -237,7 +237,6 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     from ..stream.values import TypedValuesUnavailable
 
     inputs = _decode_inputs(files, proto_version, encoding)
-    table = _ChangeTable() if output_format == "table" else None
     writer: jsonl.JsonLines | None = None  # the compiled row path writes plain transactions as it does
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
@@ -246,6 +245,11 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
         def lines(item: Transaction | Change) -> Iterator[str]:
             return map(jsonl.ENCODE, events(item))
+    elif output_format == "table":  # printed line by line as the changes come, like the others
+        table = _ChangeTable()
+
+        def lines(item: Transaction | Change) -> Iterator[str]:
+            return map(table.line, jsonl.objects(item))
     else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
         try:
             lines = jsonl.JsonLines(inputs[0].encoding)
@@ -304,11 +308,6 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                     continue
                 assert not isinstance(item, Written)
                 counts["transactions"] += isinstance(item, Transaction)
-                if table is not None:
-                    for obj in jsonl.objects(item):
-                        counts["changes"] += 1
-                        table.add(obj)
-                    continue
                 for line in lines(item):
                     pending.append(line)
                     if len(pending) >= 2048:
@@ -325,8 +324,6 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             click.echo(f"error: {_typed_values_missing('decode')}", err=True)
             sys.exit(1)
         flush()
-    if table is not None:
-        table.print()
     click.echo(f"{_count(counts['transactions'], 'transaction')}, {_count(counts['changes'], 'change')} from "
                f"{_count(len(inputs), 'file')}"
                + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
@@ -390,37 +387,44 @@ def _database(inputs: list) -> str:
 
 
 class _ChangeTable:
-    """Changes as a rich table: op, table, xid, commit LSN, the row's values (long ones shortened), and the
-    columns whose unchanged TOASTed value was not sent."""
+    """Changes as a table printed as they come (``--format table``): a header, then one line per change with
+    op, table, xid, commit LSN, the row's values (long ones shortened) and the columns whose unchanged TOASTed
+    value was not sent, in fixed-width columns (a longer name or LSN widens its line, not the table), so
+    nothing is kept but the line being written."""
+
+    WIDTHS = (9, 24, 10, 12)  # op, table, xid, commit_lsn; then values, then unchanged TOAST after " | "
 
     def __init__(self) -> None:
-        from rich.table import Table
+        self.started = False  # the header goes with the first line
 
-        self.table = Table("op", "table", "xid", "commit_lsn", "values", "unchanged TOAST")
+    def header(self) -> str:
+        return self._line("op", "table", "xid", "commit_lsn", "values", "unchanged TOAST")
+
+    def _line(self, *cells: str) -> str:
+        fixed = "".join(cell.ljust(width) + " " for cell, width in zip(cells, self.WIDTHS))
+        return (fixed + cells[4] + (f" | {cells[5]}" if cells[5] else "")).rstrip()
 
     @staticmethod
     def _short(value: object) -> str:
         text = json.dumps(value, ensure_ascii=False)
         return text if len(text) <= 40 else text[:37] + "…"
 
-    def add(self, obj: dict) -> None:
+    def line(self, obj: dict) -> str:
         values = obj.get("new") or obj.get("key") or obj.get("old") or {}
         shown = ", ".join(f"{k}={self._short(v)}" for k, v in values.items())
         if obj["op"] == "truncate":
-            shown = ", ".join(obj["relations"])
+            shown = ("cascade" if obj.get("cascade") else "") + (" restart identity" if obj.get("restart_identity")
+                                                                 else "")
         elif obj["op"] == "message":
             shown = f"{obj['prefix']}: {self._short(obj.get('content_text', obj['content']))}"
         name = f"{obj['schema']}.{obj['table']}" if obj.get("table") else ""
-        self.table.add_row(obj["op"], name, str(obj.get("xid") or ""), obj.get("commit_lsn") or "", shown,
-                           ", ".join(obj.get("unchanged_toast", [])))
-
-    def print(self) -> None:
-        from rich.console import Console
-
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=200)
-        console.print(self.table)
+        xid = obj.get("xid")
+        line = self._line(obj["op"], name, "" if xid is None else str(xid), obj.get("commit_lsn") or "",
+                          shown.strip(), ", ".join(obj.get("unchanged_toast", [])))
+        if not self.started:
+            self.started = True
+            return f"{self.header()}\n{line}"
+        return line
 
 
 @main.command("capture")

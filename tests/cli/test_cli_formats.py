@@ -1,7 +1,7 @@
 """``replwire decode``'s output formats as consumers read them, on a real capture (``replwire capture`` of a
 PostgreSQL 18 database of its own): Debezium's change events where they follow the connector's documented
-behaviour (delete ``before``, tombstones, primary key changes, ``source.db``), and one truncate line per
-table.
+behaviour (delete ``before``, tombstones, primary key changes, ``source.db``), one truncate line per
+table, and the table format printed as the changes come.
 
 Expected values come from the server (its database's name, its tables' columns and primary keys) and from
 Debezium's PostgreSQL connector documentation (https://debezium.io/documentation/reference/stable/connectors/
@@ -169,3 +169,14 @@ def test_truncate_lines_one_per_table(capture):
         assert c["relations"] == ["public.fmt_t", "public.fmt_u"]
     assert [c["op"] for c in lines if c["table"] == "fmt_u"] == ["insert", "truncate"]
     assert len({c["lsn"] for c in truncates}) == 1  # one Truncate message
+
+
+def test_table_format_one_line_per_change(capture):
+    path, _, _ = capture
+    result = replwire("decode", path, "--format", "table")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split()[:4] == ["op", "table", "xid", "commit_lsn"]
+    plain = [json.loads(line) for line in replwire("decode", path).stdout.splitlines()]
+    assert [(r.split()[0], r.split()[1]) for r in rows] == [(c["op"], f"{c['schema']}.{c['table']}") for c in plain]
+    assert "id=3" in rows[6] and 'v="b"' in rows[6]  # the key change, one update line
