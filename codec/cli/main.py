@@ -275,9 +275,14 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             stdout.write("\n".join(pending))
             pending.clear()
 
+    # progress on stderr while stdout goes elsewhere (a file, a pipe), only when stderr is a terminal
+    progress = _Progress() if _is_terminal(sys.stderr) and not _is_terminal(stdout) else None
+
     def flush() -> None:
         flush_pending()
         stdout.flush()
+        if progress is not None:
+            progress.clear()
 
     damaged: list[str] = []  # files damaged inside (intact records after the damage): an error at the end
 
@@ -305,6 +310,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                     counts["transactions"] += item.transactions
                     counts["changes"] += item.changes
                     counts["duplicates"] += item.repeated
+                    if progress is not None:
+                        progress.show(counts["transactions"], counts["changes"])
                     continue
                 assert not isinstance(item, Written)
                 counts["transactions"] += isinstance(item, Transaction)
@@ -315,6 +322,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                         pending.append("")
                         stdout.write("\n".join(pending))
                         pending.clear()
+                if progress is not None:
+                    progress.show(counts["transactions"], counts["changes"] + len(pending))
         except (RecordError, CaptureFileError) as error:
             flush()
             click.echo(f"error: {error}", err=True)
@@ -371,6 +380,44 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         return open_inputs(files, proto_version, encoding)
     except CaptureFileError as error:
         raise click.UsageError(str(error)) from None
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+class _Progress:
+    """``replwire decode``'s progress on a terminal's stderr: one line, rewritten at most twice a second,
+    cleared before anything else is written (a warning, the summary)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.start = self.clock()
+        self.shown = 0.0
+        self.on = False
+
+    def show(self, transactions: int, changes: int) -> None:
+        now = self.clock()
+        if now - self.shown < 0.5:
+            return
+        self.shown = now
+        seconds = now - self.start
+        rate = f" ({changes / seconds:,.0f} changes/s)" if seconds >= 0.5 else ""
+        sys.stderr.write(f"\rdecoding: {transactions:,} transaction{'s' if transactions != 1 else ''}, "
+                         f"{changes:,} change{'s' if changes != 1 else ''} in {seconds:.1f} s{rate}\x1b[K")
+        sys.stderr.flush()
+        self.on = True
+
+    def clear(self) -> None:
+        if self.on:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.on = False
 
 
 def _database(inputs: list) -> str:

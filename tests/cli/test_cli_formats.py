@@ -1,7 +1,7 @@
 """``replwire decode``'s output formats as consumers read them, on a real capture (``replwire capture`` of a
 PostgreSQL 18 database of its own): Debezium's change events where they follow the connector's documented
-behaviour (delete ``before``, tombstones, primary key changes, ``source.db``), one truncate line per
-table, and the table format printed as the changes come.
+behaviour (delete ``before``, tombstones, primary key changes, ``source.db``), one truncate line per table,
+the table format printed as the changes come, and progress only on a terminal.
 
 Expected values come from the server (its database's name, its tables' columns and primary keys) and from
 Debezium's PostgreSQL connector documentation (https://debezium.io/documentation/reference/stable/connectors/
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import subprocess
 import sys
 
@@ -180,3 +182,31 @@ def test_table_format_one_line_per_change(capture):
     plain = [json.loads(line) for line in replwire("decode", path).stdout.splitlines()]
     assert [(r.split()[0], r.split()[1]) for r in rows] == [(c["op"], f"{c['schema']}.{c['table']}") for c in plain]
     assert "id=3" in rows[6] and 'v="b"' in rows[6]  # the key change, one update line
+
+
+def test_progress_only_on_a_terminal(capture):
+    """Progress goes to stderr when it is a terminal (a pty here), never to stdout, nor to a pipe."""
+    path, _, _ = capture
+    piped = replwire("decode", path)
+    assert "decoding:" not in piped.stderr and "decoding:" not in piped.stdout
+    main, secondary = pty.openpty()
+    try:
+        process = subprocess.Popen([REPLWIRE, "decode", str(path)], stdout=subprocess.PIPE, stderr=secondary)
+        os.close(secondary)
+        stdout, _ = process.communicate(timeout=120)
+        shown = b""
+        while select.select([main], [], [], 1)[0]:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the pty's other side closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main)
+    assert process.returncode == 0
+    assert b"decoding: " in shown and b"changes" in shown
+    assert b"\r\x1b[K" in shown  # cleared before the summary
+    assert shown.rstrip().endswith(b"from 1 file")
+    assert b"decoding" not in stdout and stdout == piped.stdout.encode()
