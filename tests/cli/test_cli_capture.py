@@ -197,7 +197,7 @@ def test_demo_runs_with_no_configuration():
     for change in changes:
         count[(change["table"], change["op"])] = count.get((change["table"], change["op"]), 0) + 1
     assert count == {("accounts", "insert"): 3, ("accounts", "update"): 1, ("accounts", "delete"): 1,
-                     ("events", "insert"): 4000 + 10 + 1, (None, "truncate"): 1, (None, "message"): 2}
+                     ("events", "insert"): 4000 + 10 + 1, ("events", "truncate"): 1, (None, "message"): 2}
     update = next(c for c in changes if c["op"] == "update")
     assert update["unchanged_toast"] == ["notes"] and "notes" not in update["new"]
     assert update["new"]["balance"] == "110.50"
