@@ -270,7 +270,6 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
     def flush_pending() -> None:
         if pending:
-            counts["changes"] += len(pending)
             pending.append("")
             stdout.write("\n".join(pending))
             pending.clear()
@@ -314,16 +313,20 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                         progress.show(counts["transactions"], counts["changes"])
                     continue
                 assert not isinstance(item, Written)
-                counts["transactions"] += isinstance(item, Transaction)
+                # changes, not lines: a truncate prints a line per table, Debezium's format tombstones too
+                if isinstance(item, Transaction):
+                    counts["transactions"] += 1
+                    counts["changes"] += len(item.changes)
+                else:
+                    counts["changes"] += 1
                 for line in lines(item):
                     pending.append(line)
                     if len(pending) >= 2048:
-                        counts["changes"] += 2048
                         pending.append("")
                         stdout.write("\n".join(pending))
                         pending.clear()
                 if progress is not None:
-                    progress.show(counts["transactions"], counts["changes"] + len(pending))
+                    progress.show(counts["transactions"], counts["changes"])
         except (RecordError, CaptureFileError) as error:
             flush()
             click.echo(f"error: {error}", err=True)

@@ -166,6 +166,7 @@ def test_truncate_lines_one_per_table(capture):
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     truncates = [c for c in lines if c["op"] == "truncate"]
     assert [(c["schema"], c["table"]) for c in truncates] == [("public", "fmt_t"), ("public", "fmt_u")]
+    assert result.stderr.strip().endswith(f"{len(lines) - 1} changes from 1 file")  # one TRUNCATE, two lines
     for c in truncates:
         assert c["cascade"] is False and c["restart_identity"] is False
         assert c["relations"] == ["public.fmt_t", "public.fmt_u"]
