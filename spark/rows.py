@@ -166,6 +166,9 @@ class ChangeRows:
                 elif old_columns is not None:
                     old = row_json(schema, old_columns)
                     key = row_json(schema, old_columns, only_keys=True)
+        elif op == "truncate" and change.relations:  # one row per table it emptied, naming the table
+            self._truncate(decoded, change)
+            return
         else:
             shape = self._shape(change)
             relations = change.relations
@@ -182,6 +185,21 @@ class ChangeRows:
         append[6](old)
         append[7](key)
         append[8](toasted)
+
+    def _truncate(self, decoded: Decoded, change: Change) -> None:
+        """A truncate's rows, as ``replwire decode`` prints its lines: one per table, with the table's schema,
+        name and relation id, and ``truncated`` listing every table of the one TRUNCATE."""
+        assert change.relations is not None
+        truncated = [f"{s}.{t}" for s, t in change.relations]
+        ids: list[int | None] = list(change.relation_ids) if change.relation_ids else [None] * len(change.relations)
+        append = self._append
+        for (schema, table), relation_id in zip(change.relations, ids):
+            self._shapes.append((change.op, schema, table, relation_id))
+            self._rare[len(self._columns[0])] = (truncated, change.cascade, change.restart_identity, None, None,
+                                                 None)
+            for column, value in zip(append, (len(self._shapes) - 1, self._transaction, change.subxid, change.lsn,
+                                              decoded.position, None, None, None, None)):
+                column(value)
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""

@@ -210,8 +210,11 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
 @click.option("--format", "output_format", type=click.Choice(["jsonl", "table", "debezium"]), default="jsonl",
               show_default=True, help="One JSON object per change, a readable table, or Debezium's change-event "
                                       "values (one JSON object per event).")
+@click.option("--tombstones/--no-tombstones", default=True, show_default=True,
+              help="With --format debezium: follow each delete with a tombstone, a line 'null' (Debezium's "
+                   "tombstones.on.delete).")
 def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
-                   output_format: str) -> None:
+                   output_format: str, tombstones: bool) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
@@ -234,15 +237,19 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     from ..stream.values import TypedValuesUnavailable
 
     inputs = _decode_inputs(files, proto_version, encoding)
-    table = _ChangeTable() if output_format == "table" else None
     writer: jsonl.JsonLines | None = None  # the compiled row path writes plain transactions as it does
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
 
-        events = DebeziumEvents(_version()).events
+        events = DebeziumEvents(_version(), db=_database(inputs), tombstones=tombstones).events
 
         def lines(item: Transaction | Change) -> Iterator[str]:
             return map(jsonl.ENCODE, events(item))
+    elif output_format == "table":  # printed line by line as the changes come, like the others
+        table = _ChangeTable()
+
+        def lines(item: Transaction | Change) -> Iterator[str]:
+            return map(table.line, jsonl.objects(item))
     else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
         try:
             lines = jsonl.JsonLines(inputs[0].encoding)
@@ -263,14 +270,18 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
     def flush_pending() -> None:
         if pending:
-            counts["changes"] += len(pending)
             pending.append("")
             stdout.write("\n".join(pending))
             pending.clear()
 
+    # progress on stderr while stdout goes elsewhere (a file, a pipe), only when stderr is a terminal
+    progress = _Progress() if _is_terminal(sys.stderr) and not _is_terminal(stdout) else None
+
     def flush() -> None:
         flush_pending()
         stdout.flush()
+        if progress is not None:
+            progress.clear()
 
     damaged: list[str] = []  # files damaged inside (intact records after the damage): an error at the end
 
@@ -298,21 +309,24 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                     counts["transactions"] += item.transactions
                     counts["changes"] += item.changes
                     counts["duplicates"] += item.repeated
+                    if progress is not None:
+                        progress.show(counts["transactions"], counts["changes"])
                     continue
                 assert not isinstance(item, Written)
-                counts["transactions"] += isinstance(item, Transaction)
-                if table is not None:
-                    for obj in jsonl.objects(item):
-                        counts["changes"] += 1
-                        table.add(obj)
-                    continue
+                # changes, not lines: a truncate prints a line per table, Debezium's format tombstones too
+                if isinstance(item, Transaction):
+                    counts["transactions"] += 1
+                    counts["changes"] += len(item.changes)
+                else:
+                    counts["changes"] += 1
                 for line in lines(item):
                     pending.append(line)
                     if len(pending) >= 2048:
-                        counts["changes"] += 2048
                         pending.append("")
                         stdout.write("\n".join(pending))
                         pending.clear()
+                if progress is not None:
+                    progress.show(counts["transactions"], counts["changes"])
         except (RecordError, CaptureFileError) as error:
             flush()
             click.echo(f"error: {error}", err=True)
@@ -322,8 +336,6 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
             click.echo(f"error: {_typed_values_missing('decode')}", err=True)
             sys.exit(1)
         flush()
-    if table is not None:
-        table.print()
     click.echo(f"{_count(counts['transactions'], 'transaction')}, {_count(counts['changes'], 'change')} from "
                f"{_count(len(inputs), 'file')}"
                + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
@@ -373,38 +385,96 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         raise click.UsageError(str(error)) from None
 
 
-class _ChangeTable:
-    """Changes as a rich table: op, table, xid, commit LSN, the row's values (long ones shortened), and the
-    columns whose unchanged TOASTed value was not sent."""
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+class _Progress:
+    """``replwire decode``'s progress on a terminal's stderr: one line, rewritten at most twice a second,
+    cleared before anything else is written (a warning, the summary)."""
 
     def __init__(self) -> None:
-        from rich.table import Table
+        import time
 
-        self.table = Table("op", "table", "xid", "commit_lsn", "values", "unchanged TOAST")
+        self.clock = time.monotonic
+        self.start = self.clock()
+        self.shown = 0.0
+        self.on = False
+
+    def show(self, transactions: int, changes: int) -> None:
+        now = self.clock()
+        if now - self.shown < 0.5:
+            return
+        self.shown = now
+        seconds = now - self.start
+        rate = f" ({changes / seconds:,.0f} changes/s)" if seconds >= 0.5 else ""
+        sys.stderr.write(f"\rdecoding: {transactions:,} transaction{'s' if transactions != 1 else ''}, "
+                         f"{changes:,} change{'s' if changes != 1 else ''} in {seconds:.1f} s{rate}\x1b[K")
+        sys.stderr.flush()
+        self.on = True
+
+    def clear(self) -> None:
+        if self.on:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.on = False
+
+
+def _database(inputs: list) -> str:
+    """The database the capture files among ``inputs`` record (their headers' ``database``), ``""`` if none
+    does (COPY-CSV, or a capture file written before its header recorded it)."""
+    from ..io.capture_file import read_capture
+
+    for source in inputs:
+        if source.form == "capture":
+            with read_capture(source.path) as reader:
+                if reader.header.database:
+                    return reader.header.database
+    return ""
+
+
+class _ChangeTable:
+    """Changes as a table printed as they come (``--format table``): a header, then one line per change with
+    op, table, xid, commit LSN, the row's values (long ones shortened) and the columns whose unchanged TOASTed
+    value was not sent, in fixed-width columns (a longer name or LSN widens its line, not the table), so
+    nothing is kept but the line being written."""
+
+    WIDTHS = (9, 24, 10, 12)  # op, table, xid, commit_lsn; then values, then unchanged TOAST after " | "
+
+    def __init__(self) -> None:
+        self.started = False  # the header goes with the first line
+
+    def header(self) -> str:
+        return self._line("op", "table", "xid", "commit_lsn", "values", "unchanged TOAST")
+
+    def _line(self, *cells: str) -> str:
+        fixed = "".join(cell.ljust(width) + " " for cell, width in zip(cells, self.WIDTHS))
+        return (fixed + cells[4] + (f" | {cells[5]}" if cells[5] else "")).rstrip()
 
     @staticmethod
     def _short(value: object) -> str:
         text = json.dumps(value, ensure_ascii=False)
         return text if len(text) <= 40 else text[:37] + "…"
 
-    def add(self, obj: dict) -> None:
+    def line(self, obj: dict) -> str:
         values = obj.get("new") or obj.get("key") or obj.get("old") or {}
         shown = ", ".join(f"{k}={self._short(v)}" for k, v in values.items())
         if obj["op"] == "truncate":
-            shown = ", ".join(obj["relations"])
+            shown = ("cascade" if obj.get("cascade") else "") + (" restart identity" if obj.get("restart_identity")
+                                                                 else "")
         elif obj["op"] == "message":
             shown = f"{obj['prefix']}: {self._short(obj.get('content_text', obj['content']))}"
         name = f"{obj['schema']}.{obj['table']}" if obj.get("table") else ""
-        self.table.add_row(obj["op"], name, str(obj.get("xid") or ""), obj.get("commit_lsn") or "", shown,
-                           ", ".join(obj.get("unchanged_toast", [])))
-
-    def print(self) -> None:
-        from rich.console import Console
-
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=200)
-        console.print(self.table)
+        xid = obj.get("xid")
+        line = self._line(obj["op"], name, "" if xid is None else str(xid), obj.get("commit_lsn") or "",
+                          shown.strip(), ", ".join(obj.get("unchanged_toast", [])))
+        if not self.started:
+            self.started = True
+            return f"{self.header()}\n{line}"
+        return line
 
 
 @main.command("capture")

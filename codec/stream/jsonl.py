@@ -2,7 +2,9 @@
 
 Strategy: one object per change of a committed transaction (and per non-transactional logical message),
 with the keys the command line promises: ``op``, ``schema``, ``table``, ``xid``, ``lsn``, ``commit_lsn``,
-``commit_time``, ``new``/``old``/``key`` and ``unchanged_toast``.  ``xid`` is the top-level transaction's xid,
+``commit_time``, ``new``/``old``/``key`` and ``unchanged_toast``; a truncate is one object per truncated
+table, with its ``schema``/``table``, ``relations`` (every table the one TRUNCATE emptied), ``cascade`` and
+``restart_identity``.  ``xid`` is the top-level transaction's xid,
 whichever subtransaction made the change; a change of a streamed transaction also has ``subxid``, the xid of
 the (sub)transaction that made it as the server sent it (the top-level xid for the transaction's own changes),
 and a two-phase transaction's changes have ``gid``.  Values become typed JSON without losing
@@ -314,10 +316,16 @@ class RowJson:
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
-    """One change as the JSON object ``replwire decode`` prints."""
+    """One change as the JSON object ``replwire decode`` prints (a truncate: the object of its first table;
+    :func:`change_objects` gives one per table)."""
+    return change_objects(change, transaction)[0]
+
+
+def change_objects(change: Change, transaction: Transaction | None) -> list[dict[str, Any]]:
+    """One change as the JSON objects ``replwire decode`` prints: one, or for a truncate one per table."""
     if transaction is None:
-        return _change_object(change, None)
-    return _change_object(change, _transaction_fields(transaction), transaction.streamed)
+        return list(_change_objects(change, None))
+    return list(_change_objects(change, _transaction_fields(transaction), transaction.streamed))
 
 
 def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
@@ -331,6 +339,24 @@ def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
     return out
 
 
+def _change_objects(change: Change, shared: dict[str, Any] | None,
+                    streamed: bool = False) -> Iterator[dict[str, Any]]:
+    """The objects of one change: one, or for a truncate one per truncated table, each with the table's
+    ``schema`` and ``table`` (so a consumer that follows a table sees its truncates), and ``relations``
+    (every table the one TRUNCATE emptied, in the server's order), ``cascade`` and ``restart_identity``."""
+    if change.op != "truncate":
+        yield _change_object(change, shared, streamed)
+        return
+    assert change.relations is not None  # a truncate change names its tables
+    relations = [f"{schema}.{table}" for schema, table in change.relations]
+    for schema, table in change.relations:
+        out = _change_object(change, shared, streamed)
+        out["schema"], out["table"] = schema, table
+        out["relations"] = relations
+        out["cascade"], out["restart_identity"] = change.cascade, change.restart_identity
+        yield out
+
+
 def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"op": change.op, "schema": change.schema, "table": change.table, "xid": None,
                            "lsn": str(change.lsn) if change.lsn is not None else None}
@@ -338,11 +364,7 @@ def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool
         out.update(shared)
     if streamed:
         out["subxid"] = change.subxid
-    if change.op == "truncate":
-        assert change.relations is not None  # a truncate change names its tables
-        out["relations"] = [f"{schema}.{table}" for schema, table in change.relations]
-        out["cascade"], out["restart_identity"] = change.cascade, change.restart_identity
-    elif change.op == "message":
+    if change.op == "message":
         assert change.content is not None  # a message change has its content
         out["prefix"] = change.prefix
         out["content"] = "\\x" + change.content.hex()
@@ -351,7 +373,7 @@ def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool
             out["content_text"] = change.content.decode("utf-8")
         except UnicodeDecodeError:
             pass
-    else:
+    elif change.op != "truncate":  # (a truncate's tables: _change_objects)
         for name in ("new", "old", "key"):
             row = _row(getattr(change, name))
             if row is not None:
@@ -374,9 +396,9 @@ def objects(item: Transaction | Change):
     if isinstance(item, Transaction):
         shared = _transaction_fields(item)
         for change in item.changes:
-            yield _change_object(change, shared, item.streamed)
+            yield from _change_objects(change, shared, item.streamed)
     else:
-        yield _change_object(item, None)
+        yield from _change_objects(item, None)
 
 
 class JsonLines:
@@ -409,7 +431,8 @@ class JsonLines:
             if op is None:  # a truncate or a logical message
                 change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
                                            subxid if streamed else None)
-                yield ENCODE(_change_object(change, shared, streamed))
+                for obj in _change_objects(change, shared, streamed):
+                    yield ENCODE(obj)
                 continue
             cached = starts.get((id(schema), op))
             if cached is None or cached[0] is not schema:
@@ -455,4 +478,4 @@ _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 _WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4, "numeric": 5, "uuid": 6, "bytea": 7, "date": 8, "time": 9,
          "timestamp": 10, "timestamptz": 11}
 
-__all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "json_value", "objects"]
+__all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "change_objects", "json_value", "objects"]

@@ -39,16 +39,23 @@ def _commit_time(transaction):
         return None
 
 
-def expected_row(change, transaction):
-    """One change as a CHANGES row, from the single-process Assembler's typed Change: the row images are
-    the JSON objects ``replwire decode`` prints (jsonl's dict path), not the data source's own writer."""
-    shown = jsonl.change_object(change, transaction)
+def expected_rows(change, transaction):
+    """One change as CHANGES rows, from the single-process Assembler's typed Change: one per JSON object
+    ``replwire decode`` prints for it (a truncate: one per table), with the row images as those objects
+    have them (jsonl's dict path), not the data source's own writer."""
+    return [expected_row(change, transaction, shown) for shown in jsonl.change_objects(change, transaction)]
+
+
+def expected_row(change, transaction, shown):
     t = transaction
+    relation_id = change.relation_id
+    if change.op == "truncate":  # the row of one of its tables
+        relation_id = change.relation_ids[change.relations.index((shown["schema"], shown["table"]))]
     return {
-        "op": change.op, "schema": change.schema, "table": change.table, "xid": t.xid if t else None,
+        "op": change.op, "schema": shown["schema"], "table": shown["table"], "xid": t.xid if t else None,
         "subxid": change.subxid, "lsn": int(change.lsn) if change.lsn else None,
         "commit_lsn": int(t.commit_lsn) if t else None, "end_lsn": int(t.end_lsn) if t else None,
-        "commit_time": _commit_time(t) if t else None, "position": 0, "relation_id": change.relation_id,
+        "commit_time": _commit_time(t) if t else None, "position": 0, "relation_id": relation_id,
         **{name: jsonl.ENCODE(shown[name]) if name in shown else None for name in ("new", "old", "key")},
         "unchanged_toast": (None if change.new is None else
                             [n for n, v in change.new.items() if v is UNCHANGED_TOAST]),
@@ -65,9 +72,9 @@ def expected_changes(spark, paths):
     rows = []
     for item in committed(open_inputs(paths), typed=True):
         if isinstance(item, Transaction):
-            rows += [expected_row(change, item) for change in item.changes]
+            rows += [row for change in item.changes for row in expected_rows(change, item)]
         else:
-            rows.append(expected_row(item, None))
+            rows += expected_rows(item, None)
     return spark.createDataFrame([tuple(r[f.name] for f in CHANGES.fields) for r in rows], CHANGES)
 
 
@@ -259,11 +266,9 @@ def test_changes_job_writes_each_table_and_agrees_with_the_change_rows(spark, pg
         df = spark.read.parquet(str(out / entry["path"])).select("op", "schema", "table", "xid", "lsn", "commit_lsn",
                                                                  "position")
         per_table = df if per_table is None else per_table.unionByName(df)
-    truncates = every.where("op = 'truncate'").select(F.explode("truncated").alias("t"), "*")
-    expected = every.where("op <> 'truncate'").select("op", "schema", "table", "xid", "lsn", "commit_lsn",
-                                                      "position").unionByName(
-        truncates.select("op", F.split("t", r"\.")[0].alias("schema"), F.split("t", r"\.")[1].alias("table"),
-                         "xid", "lsn", "commit_lsn", "position"))
+    # a truncate's rows: one per table it emptied, naming it, as the per-table rows have it
+    truncates = every.where("op = 'truncate'").withColumn("t", F.concat_ws(".", "schema", "table"))
+    expected = every.select("op", "schema", "table", "xid", "lsn", "commit_lsn", "position")
     assertDataFrameEqual(per_table, expected)
     assert summary.changes == expected.count()
     # What apply reads from the manifest instead of from the rows, against the change rows: each table's

@@ -150,8 +150,9 @@ def server_account(conn, names: Names) -> Counter:
 def sink_account(rows) -> Counter:
     out: Counter = Counter()
     for row in rows:
-        if row.op == "truncate":
-            out[(row.xid, row.op, tuple(sorted(row.truncated)))] += 1
+        if row.op == "truncate":  # a row per table it emptied: the statement counted once, at its first table's
+            if f"{row.schema}.{row.table}" == row.truncated[0]:
+                out[(row.xid, row.op, tuple(sorted(row.truncated)))] += 1
         elif row.op == "message":
             out[(row.xid, row.op, bytes(row.content).decode())] += 1
         else:
