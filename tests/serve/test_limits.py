@@ -72,15 +72,20 @@ def error_code(body: bytes) -> str:
 
 
 def closed(sock: socket.socket, timeout: float = 10.0) -> bool:
-    sock.settimeout(timeout)
+    """Whether the server closes ``sock`` within ``timeout`` seconds (what it sends meanwhile is read).
+
+    (``TimeoutError`` is an ``OSError``: it must be caught first, or a socket left open counts as closed.)"""
+    deadline = time.monotonic() + timeout
     try:
-        while sock.recv(65536):
-            pass
-        return True
-    except OSError:
-        return True
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                return True
+        return False
     except TimeoutError:
         return False
+    except ConnectionResetError:
+        return True
 
 
 def served(server: Server) -> list[tuple]:
