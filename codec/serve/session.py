@@ -162,9 +162,8 @@ class Session:
         self.sent_frames += 1
         assert self.replay is not None
         self.last_lsn = lsn
-        # (a frame without a position has no WAL end either: the walsender writes the same LSN into both)
-        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(max(self.replay.position, lsn) if lsn else 0),
-                         send_time=_now(now), data=data)
+        # (the walsender writes the same LSN into both, 0 for a frame without a position: WalSndPrepareWrite)
+        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(lsn), send_time=_now(now), data=data)
         return frontend.build_copy_data(build_envelope(frame))
 
     def tick(self, now: float) -> None:
