@@ -14,9 +14,11 @@ import base64
 import hashlib
 import hmac
 import secrets
+import stringprep
+import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["MECHANISM", "AuthenticationFailed", "ScramExchange", "ScramSecret"]
+__all__ = ["MECHANISM", "AuthenticationFailed", "ScramExchange", "ScramSecret", "password_bytes", "saslprep"]
 
 MECHANISM = "SCRAM-SHA-256"
 ITERATIONS = 4096
@@ -28,6 +30,45 @@ class AuthenticationFailed(Exception):
 
 def _hmac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()
+
+
+_PROHIBITED = (stringprep.in_table_c12, stringprep.in_table_c21_c22, stringprep.in_table_c3,
+               stringprep.in_table_c4, stringprep.in_table_c5, stringprep.in_table_c6, stringprep.in_table_c7,
+               stringprep.in_table_c8, stringprep.in_table_c9, stringprep.in_table_a1)
+
+
+def saslprep(text: str) -> str:
+    """``text`` prepared by SASLprep (RFC 4013, the "SASLprep" profile of stringprep, RFC 3454), as
+    PostgreSQL and libpq run it: non-ASCII spaces mapped to a space, characters "commonly mapped to
+    nothing" removed, then refused (``ValueError``) if that leaves nothing, if it holds a prohibited or
+    unassigned code point, or if it fails the bidirectional check -- PostgreSQL checks the mapped string,
+    before normalizing -- and normalized to NFKC."""
+    mapped = "".join(" " if stringprep.in_table_c12(c) else c for c in text if not stringprep.in_table_b1(c))
+    if not mapped:
+        raise ValueError("SASLprep: empty after mapping")
+    for c in mapped:
+        if any(table(c) for table in _PROHIBITED):
+            raise ValueError(f"SASLprep: prohibited code point U+{ord(c):04X}")
+    if any(stringprep.in_table_d1(c) for c in mapped):
+        if any(stringprep.in_table_d2(c) for c in mapped):
+            raise ValueError("SASLprep: both right-to-left and left-to-right characters")
+        if not (stringprep.in_table_d1(mapped[0]) and stringprep.in_table_d1(mapped[-1])):
+            raise ValueError("SASLprep: a right-to-left string must begin and end with a right-to-left character")
+    return unicodedata.normalize("NFKC", mapped)
+
+
+def password_bytes(password: str) -> bytes:
+    """The bytes SCRAM salts for ``password``, by PostgreSQL's rule (and libpq's, so the two agree): an ASCII
+    password as it is; otherwise its SASLprep form -- or, if it is not valid UTF-8 (a command line's
+    undecodable bytes, kept as surrogates) or SASLprep refuses it, the password as it is."""
+    raw = password.encode("utf-8", "surrogateescape")
+    if password.isascii():
+        return raw
+    try:
+        raw.decode("utf-8")
+        return saslprep(password).encode("utf-8")
+    except ValueError:  # (UnicodeDecodeError is one)
+        return raw
 
 
 @dataclass(frozen=True)
@@ -42,8 +83,7 @@ class ScramSecret:
     @classmethod
     def from_password(cls, password: str, *, salt: bytes | None = None, iterations: int = ITERATIONS) -> ScramSecret:
         salt = salt if salt is not None else secrets.token_bytes(16)
-        # PostgreSQL runs the password through SASLprep; for ASCII passwords that is the identity
-        salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+        salted = hashlib.pbkdf2_hmac("sha256", password_bytes(password), salt, iterations)
         client_key = _hmac(salted, b"Client Key")
         return cls(salt, iterations, hashlib.sha256(client_key).digest(), _hmac(salted, b"Server Key"))
 
@@ -101,7 +141,9 @@ class ScramExchange:
             text = client_final.decode("ascii")
         except UnicodeDecodeError:
             raise AuthenticationFailed("malformed SCRAM message: not ASCII") from None
-        without_proof, _, proof_part = text.rpartition(",p=")
+        without_proof, separator, proof_part = text.rpartition(",p=")
+        if not separator:
+            raise AuthenticationFailed("malformed SCRAM message: no proof")
         attributes = dict(_attributes(without_proof)) if without_proof else {}
         if attributes.get("c") != base64.b64encode(self._gs2.encode()).decode():
             raise AuthenticationFailed("unexpected SCRAM channel-binding attribute in client-final-message")

@@ -24,6 +24,7 @@ import os
 import select
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,6 +44,8 @@ __all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"
 BATCH = 64 * 1024
 #: At most this many connections over the limit wait for their refusal; more are closed at once.
 REFUSING = 1024
+_REQUEST = struct.Struct(">ii")
+_ENCRYPTION_REQUESTS = {(8, frontend.SSL_REQUEST), (8, frontend.GSSENC_REQUEST)}
 
 
 class ServeError(RuntimeError):
@@ -99,6 +102,9 @@ class Server:
         self.faults = faults or Faults()
         self.max_connections = max_connections
         self.log = log or (lambda line: None)
+        if self.settings.password == "":
+            raise ServeError("an empty password is no password: give one clients must prove, or none (then the "
+                             "server listens on loopback only)")
         if not _is_loopback(host) and self.settings.password is None:
             raise ServeError(f"{host} is not a loopback address: serving recorded data there needs a password "
                              f"(clients then authenticate with SCRAM-SHA-256)")
@@ -137,7 +143,9 @@ class Server:
         # (a selector, not select(): a crowd of connections has descriptors past select's 1024)
         selector = selectors.DefaultSelector()
         selector.register(self._socket, selectors.EVENT_READ)
-        refusing: dict[socket.socket, float] = {}  # connections over the limit, until their startup packet came
+        # connections over the limit, until their startup packet came: when they must be answered anyway, and
+        # what they sent so far
+        refusing: dict[socket.socket, tuple[float, bytearray]] = {}
         try:
             while not self._stopping.is_set():
                 try:
@@ -147,10 +155,12 @@ class Server:
                         return
                     continue
                 now = time.monotonic()
-                for conn in [c for c in refusing if c in ready or refusing[c] < now]:
+                for conn in [c for c in refusing if c in ready or refusing[c][0] < now]:
+                    if not self._refusal(conn, refusing[conn][1], timed_out=refusing[conn][0] < now):
+                        continue  # (it asked for encryption, was told no, and its startup packet is to come)
                     del refusing[conn]
                     selector.unregister(conn)
-                    self._refuse(conn)
+                    conn.close()
                 if self._socket not in ready:
                     continue
                 try:
@@ -168,7 +178,7 @@ class Server:
                         conn.close()
                     else:  # answered once its startup packet is read: closing on unread bytes would reset it
                         conn.setblocking(False)
-                        refusing[conn] = now + self.settings.startup_timeout
+                        refusing[conn] = (now + self.settings.startup_timeout, bytearray())
                         selector.register(conn, selectors.EVENT_READ)
                     continue
                 self.served += 1
@@ -182,12 +192,29 @@ class Server:
             selector.close()
 
     @staticmethod
-    def _refuse(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            conn.recv(frontend.MAX_STARTUP)
+    def _refusal(conn: socket.socket, received: bytearray, *, timed_out: bool) -> bool:
+        """Read what a connection over the limit sent; refuse it once its startup packet came (or its time
+        ran out): True when it is answered, to be closed.  An SSL or GSS encryption request before the startup
+        packet is answered ``N`` first, as PostgreSQL does: an error in its place would be read as a failed
+        encryption negotiation ("server sent an error response during SSL exchange")."""
+        try:
+            if not timed_out:
+                data = conn.recv(frontend.MAX_STARTUP)
+                if not data:
+                    return True
+                received += data
+                while len(received) >= 8 and _REQUEST.unpack_from(received) in _ENCRYPTION_REQUESTS:
+                    del received[:8]
+                    conn.send(b"N")
+                if not received:
+                    return False
             conn.send(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
             conn.shutdown(socket.SHUT_WR)
-        conn.close()
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass
+        return True
 
     def close(self) -> None:
         self._stopping.set()

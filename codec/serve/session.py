@@ -46,7 +46,8 @@ class ServeSettings:
 
     ``server_version`` (``server_version_num`` form, e.g. 150004) decides the protocol versions offered and
     what the client is told; ``keepalive_interval`` and ``reply_timeout`` are in seconds; a client that sends
-    nothing for ``reply_timeout`` (during the startup: ``startup_timeout``) is disconnected."""
+    nothing for ``reply_timeout`` is disconnected, and one that has not ended its startup and authentication
+    ``startup_timeout`` seconds after it connected (PostgreSQL's ``authentication_timeout``)."""
 
     server_version: int = 160000
     password: str | None = None
@@ -108,6 +109,7 @@ class Session:
         self._messages: Iterator[tuple[int, bytes]] | None = None
         self._scram: ScramExchange | None = None
         self._secret = _secret(settings.password) if settings.password is not None else None
+        self._connected_at = now  # the startup and authentication must end by startup_timeout after it
         self._last_heard = now
         self._last_keepalive = now
         self._exhausted = False
@@ -171,7 +173,9 @@ class Session:
         if self.closed:
             return
         silent = now - self._last_heard
-        if self.state in ("startup", "auth") and silent > self.settings.startup_timeout:
+        # (counted from the connection's start, as PostgreSQL's authentication_timeout is: a client trickling
+        # its startup packet a byte at a time must not hold its place for longer)
+        if self.state in ("startup", "auth") and now - self._connected_at > self.settings.startup_timeout:
             self._fatal("canceling authentication due to timeout", "08006")
         elif self.state == "streaming":
             if silent > self.settings.reply_timeout:
@@ -185,7 +189,7 @@ class Session:
     def next_deadline(self) -> float:
         """The time by which :meth:`tick` has something to do."""
         if self.state in ("startup", "auth"):
-            return self._last_heard + self.settings.startup_timeout
+            return self._connected_at + self.settings.startup_timeout
         if self.state == "streaming":
             return min(self._last_heard + self.settings.reply_timeout,
                        self._last_keepalive + self.settings.keepalive_interval)
