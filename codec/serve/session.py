@@ -349,7 +349,11 @@ class Session:
             if command.plugin is None:
                 self._error("physical replication slots are not served", "0A000")
                 return
-            position = str(LSN(self.source.scan().last_lsn))
+            # A new slot is offered the whole stream: its consistent point is where the stream starts (a
+            # client that starts where its new slot is consistent, as postgres.js does, gets every
+            # transaction), and nothing is confirmed on it yet.
+            self.slots.drop(command.slot)
+            position = str(LSN(self._stream_start()))
             self._rows(["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
                        [[command.slot, position, None, command.plugin]], None, "CREATE_REPLICATION_SLOT")
         elif isinstance(command, commands.DropSlot):
@@ -360,6 +364,21 @@ class Session:
         else:
             assert isinstance(command, commands.StartReplication)
             self._start(command, now)
+
+    def _stream_start(self) -> int:
+        """The first position the stream served holds (0 if it holds none): starting there, a client is
+        sent every transaction of it."""
+        for segment in self.source.segments:
+            records = segment.records()
+            try:
+                for lsn, _ in records:
+                    if lsn:
+                        return lsn
+            finally:
+                close = getattr(records, "close", None)  # (a generator: its file is closed now)
+                if close is not None:
+                    close()
+        return 0
 
     def _settings(self) -> dict[str, str]:
         """The settings ``SHOW`` and ``current_setting()`` tell."""
