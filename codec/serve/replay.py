@@ -193,6 +193,9 @@ class Replay:
         self.encoding = source.client_encoding
         self._sent: dict[int, Relation] = {}  # what the client holds, per relation OID
         self._types: dict[int, Type] = {}
+        # relation and type OIDs the stream sent again: sent again before the next change that needs them
+        self._stale: set[int] = set()
+        self._stale_types: set[int] = set()
         # per streamed xid: relation OID -> (Relation, subxid it was sent with), until the transaction commits
         self._pending: dict[int, dict[int, tuple[Relation, int]]] = {}
 
@@ -227,13 +230,16 @@ class Replay:
         pending = self._pending.get(stream_xid, {}) if stream_xid is not None else {}
         held = pending[relid][0] if relid in pending else self._sent.get(relid)
         plain = dataclasses.replace(relation, xid=None)
-        if held == plain:
+        if held == plain and relid not in self._stale:
             return
+        self._stale.discard(relid)
         in_stream = stream_xid is not None
         xid = subxid if in_stream else None
         for column in relation.columns:
             kind = types.get(column.type_id)
-            if kind is not None and self._types.get(column.type_id) != dataclasses.replace(kind, xid=None):
+            if kind is not None and (self._types.get(column.type_id) != dataclasses.replace(kind, xid=None)
+                                     or column.type_id in self._stale_types):
+                self._stale_types.discard(column.type_id)
                 self._types[column.type_id] = dataclasses.replace(kind, xid=None)
                 yield lsn, self._build(dataclasses.replace(kind, xid=xid), in_stream)
         if in_stream:
@@ -310,6 +316,8 @@ class Replay:
                 if open_block is None:
                     continue
                 if cls is Relation or cls is Type:
+                    assert isinstance(message, (Relation, Type))
+                    self._forget(message)  # (pgoutput sent it again here: so does a walsender)
                     continue
                 if cls is Message and not request.messages:
                     continue
@@ -479,9 +487,9 @@ class Replay:
     def _forget(self, message: Relation | Type) -> None:
         """Count ``message`` as not held by the client: the next change that needs it sends it again."""
         if isinstance(message, Relation):
-            self._sent.pop(message.relation_id, None)
+            self._stale.add(message.relation_id)
         else:
-            self._types.pop(message.type_id, None)
+            self._stale_types.add(message.type_id)
 
     def _begin(self, txn: Transaction, lsn: int) -> Iterator[tuple[int, bytes]]:
         """The Begin (and Origin) of ``txn`` at ``lsn`` (the Begin's becomes 0 if an Origin follows)."""

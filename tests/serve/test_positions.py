@@ -21,36 +21,42 @@ from tests.support.walsender import WalSender, xlogdata_fields
 
 pytestmark = pytest.mark.server
 
-REAL, CAPTURED = "pos_real", "pos_captured"
+REAL, REAL_STREAMED, CAPTURED = "pos_real", "pos_real_streamed", "pos_captured"
+PLAIN = {"proto_version": "2", "publication_names": "pub"}
+STREAMED = {**PLAIN, "streaming": "on"}
 
 
 @pytest.fixture(scope="module")
 def reference(pg_server, tmp_path_factory):
-    """The workload read without streaming from the real walsender (each XLogData as (data_start, wal_end,
-    payload)), and the path of the same slot content captured by replwire with streaming on."""
-    dsn = workload.publisher(pg_server, "serve_pos", REAL, CAPTURED)
+    """The workload read from the real walsender without streaming and with (per slot: each XLogData as
+    (data_start, wal_end, payload)), and the path of the same slot content captured by replwire with
+    streaming on."""
+    dsn = workload.publisher(pg_server, "serve_pos", REAL, REAL_STREAMED, CAPTURED)
     try:
         workload.run(dsn, workload.WORKLOAD)
         with psycopg.connect(dsn, autocommit=True) as conn:
             end = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
-        with WalSender.connect(pg_server, database="serve_pos") as client:
-            client.start_replication(REAL, {"proto_version": "2", "publication_names": "pub"})
-            real = [xlogdata_fields(f) for f in client.collect(end, timeout=60) if f[:1] == b"w"]
+        real = {}
+        for slot, options in ((REAL, PLAIN), (REAL_STREAMED, STREAMED)):
+            with WalSender.connect(pg_server, database="serve_pos") as client:
+                client.start_replication(slot, options)
+                real[slot] = [(x.data_start, x.wal_end, x.data) for x in
+                              (xlogdata_fields(f) for f in client.collect(end, timeout=60) if f[:1] == b"w")]
         path = workload.capture(dsn, CAPTURED, tmp_path_factory.mktemp("positions") / "streamed.rwcap", proto=2,
                                 streaming="on")
     finally:
-        workload.drop_slot(dsn, REAL)
-        workload.drop_slot(dsn, CAPTURED)
-    return [(x.data_start, x.wal_end, x.data) for x in real], path, pg_server.major
+        for slot in (REAL, REAL_STREAMED, CAPTURED):
+            workload.drop_slot(dsn, slot)
+    return real, path, pg_server.major
 
 
-def served_frames(path, until: int) -> list[tuple[int, int, bytes]]:
+def served_frames(path, until: int, options: dict[str, str]) -> list[tuple[int, int, bytes]]:
     """What ``serve`` sends the same client for ``path``: its XLogData messages, until a keepalive says
     everything to ``until`` was sent."""
     source = Source.from_captures([path])
     with Server(source, settings=ServeSettings(source.server_version, keepalive_interval=0.2)) as server:
         with WalSender((server.address.host, server.address.port), "replwire", "serve_pos", timeout=20) as client:
-            client.start_replication(REAL, {"proto_version": "2", "publication_names": "pub"})
+            client.start_replication(CAPTURED, options)
             frames = client.collect(until, timeout=60)
     return [(x.data_start, x.wal_end, x.data) for x in (xlogdata_fields(f) for f in frames if f[:1] == b"w")]
 
@@ -61,9 +67,14 @@ def test_the_capture_holds_a_streamed_transaction(reference):
     assert {"S", "E", "c"} <= tags, tags
 
 
-def test_every_xlogdata_position_is_the_real_walsenders(reference):
+@pytest.mark.parametrize("slot, options", [(REAL, PLAIN), (REAL_STREAMED, STREAMED)],
+                         ids=["reassembled", "streamed"])
+def test_every_xlogdata_position_is_the_real_walsenders(reference, slot, options):
+    """A client without streaming (serve reassembles the streamed transactions) and one with (serve sends
+    the capture as captured) get what the real walsender sent each."""
     real, path, _ = reference
-    served = served_frames(path, real[-1][0])
+    real = real[slot]
+    served = served_frames(path, real[-1][0], options)
     mismatches = [(i, chr(r[2][0]), hex(r[0]), hex(r[1]), chr(s[2][0]), hex(s[0]), hex(s[1]))
                   for i, (r, s) in enumerate(zip(real, served)) if r[:2] != s[:2] or r[2][:1] != s[2][:1]]
     assert not mismatches, f"{len(mismatches)} of {len(real)} messages differ; the first: {mismatches[:10]}"
