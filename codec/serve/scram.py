@@ -4,7 +4,7 @@ Strategy: the password is turned into PostgreSQL's stored form once (a random sa
 PBKDF2, the stored and server keys), so a connection never handles the password itself.
 :class:`ScramExchange` is one exchange, sans I/O: the client's first message in, the server's first
 message out; the client's final message in, the server's final message out -- or
-:class:`AuthenticationFailed`.  Channel binding is not offered (no TLS), so a client may say ``n`` or
+:class:`AuthenticationFailed`.  Channel binding is not offered (not even over TLS), so a client may say ``n`` or
 ``y`` but not ``p``.
 """
 
@@ -115,7 +115,7 @@ class ScramExchange:
         except UnicodeDecodeError:
             raise AuthenticationFailed("malformed SCRAM message: not ASCII") from None
         if text.startswith("p="):
-            raise AuthenticationFailed("channel binding is not supported by this server (no TLS)")
+            raise AuthenticationFailed("channel binding is not supported by this server")
         if not (text.startswith("n,") or text.startswith("y,")):
             raise AuthenticationFailed("malformed SCRAM message: unexpected channel-binding flag")
         flag, _, rest = text.partition(",")

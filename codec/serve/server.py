@@ -8,7 +8,9 @@ keep one client from harming the others: at most ``max_connections`` sessions (o
 clients" and closed at once), every read bounded by the session's reader, every write bounded by the reply
 timeout (a client that stops reading is dropped like one that stops answering).  A session's failure ends
 that connection only, and is logged.  Serving recorded data, the server listens on loopback unless given a
-password, which clients must then prove with SCRAM-SHA-256.
+password, which clients must then prove with SCRAM-SHA-256.  Given a certificate and key, it answers an SSL
+request ``S`` and runs the TLS handshake (Python's ``ssl``) before the session goes on; clients off loopback
+must then use TLS unless ``allow_plaintext``.
 
 Fault injection (``Faults``): drop the connection once, after ``disconnect_after`` XLogData frames
 (counted over all connections), or every connection after each ``disconnect_every`` frames; delay every
@@ -24,6 +26,7 @@ import os
 import select
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -105,6 +108,7 @@ class Server:
         if self.settings.password == "":
             raise ServeError("an empty password is no password: give one clients must prove, or none (then the "
                              "server listens on loopback only)")
+        self._tls = _tls_context(self.settings)
         if not _is_loopback(host) and self.settings.password is None:
             raise ServeError(f"{host} is not a loopback address: serving recorded data there needs a password "
                              f"(clients then authenticate with SCRAM-SHA-256)")
@@ -251,7 +255,9 @@ class Server:
         return None
 
     def _run(self, conn: socket.socket, peer: Any) -> None:
-        session = Session(self.source, self.settings, self.slots, now=time.time())
+        host = peer[0] if isinstance(peer, tuple) else str(peer)
+        session = Session(self.source, self.settings, self.slots, now=time.time(), peer=host,
+                          loopback=_is_loopback_address(host))
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
         def started(slot: str, start: int, request: Request) -> None:
@@ -292,10 +298,17 @@ class Server:
                 if dropped is not None:
                     session.disconnect(dropped)
                     break
+                if session.start_tls:
+                    conn = self._handshake(conn, session)
+                    poller = select.poll()
+                    poller.register(conn, select.POLLIN)
+                    continue
                 wait = max(0.0, min(session.next_deadline(), next_frame_at if self.faults.delay else now + 1) - now)
                 if session.streaming and not self.faults.delay:
                     wait = 0.0
-                if poller.poll(wait * 1000):
+                # (a TLS connection may hold decrypted bytes the socket no longer shows)
+                buffered = isinstance(conn, ssl.SSLSocket) and conn.pending() > 0
+                if buffered or poller.poll(wait * 1000):
                     session.receive(conn.recv(BATCH), time.time())
                 session.tick(time.time())
             rest = session.output()
@@ -316,6 +329,49 @@ class Server:
             with contextlib.suppress(OSError):
                 conn.close()
             self.log(f"{where}: closed ({session.close_reason}; {session.sent_frames} frames sent)")
+
+
+    def _handshake(self, conn: socket.socket, session: Session) -> socket.socket:
+        """The TLS handshake the session agreed to, within the startup timeout; the encrypted socket."""
+        assert self._tls is not None
+        conn.settimeout(max(0.1, session.next_deadline() - time.time()))
+        try:
+            wrapped = self._tls.wrap_socket(conn, server_side=True)
+        except (OSError, ValueError) as error:  # (ssl.SSLError is an OSError)
+            raise OSError(f"TLS handshake failed: {error}") from None
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+        with self._lock:
+            self._connections.add(wrapped)
+        wrapped.settimeout(self.settings.reply_timeout)
+        session.tls_started()
+        return wrapped
+
+
+def _tls_context(settings: ServeSettings) -> ssl.SSLContext | None:
+    """The server's TLS context from ``settings`` (None without TLS), or :class:`ServeError`."""
+    if settings.tls_cert is None and settings.tls_key is None:
+        return None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise ServeError("TLS needs both a certificate and its private key (--tls-cert and --tls-key)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2  # (PostgreSQL's default ssl_min_protocol_version)
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as error:
+        raise ServeError(f"cannot load the TLS certificate {settings.tls_cert} and key {settings.tls_key}: "
+                         f"{error}") from None
+    return context
+
+
+def _is_loopback_address(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
 
 
 def source_of(stream: Source | str | os.PathLike[str] | Sequence[Any], *, proto_version: int = 4,
@@ -339,7 +395,8 @@ def source_of(stream: Source | str | os.PathLike[str] | Sequence[Any], *, proto_
 def serving(stream: Source | str | os.PathLike[str] | Iterable[Any], *, host: str = "127.0.0.1", port: int = 0,
             server_version: int | None = None, password: str | None = None, proto_version: int = 4,
             keepalive_interval: float = 10.0, reply_timeout: float = 60.0, faults: Faults | None = None,
-            max_connections: int = 64, log: Callable[[str], None] | None = None) -> Iterator[ServerAddress]:
+            max_connections: int = 64, log: Callable[[str], None] | None = None, tls_cert: str | None = None,
+            tls_key: str | None = None, allow_plaintext: bool = False) -> Iterator[ServerAddress]:
     """Serve ``stream`` -- capture file paths (one, or several in the order they were written), a
     ``Source`` (from ``replwire.codec.serve.source``), or built pgoutput messages -- over the replication
     protocol for the ``with`` block; the block gets the [ServerAddress][replwire.codec.serve.server.ServerAddress].
@@ -352,7 +409,8 @@ def serving(stream: Source | str | os.PathLike[str] | Iterable[Any], *, host: st
     items: Any = stream if isinstance(stream, (Source, str, os.PathLike)) else list(stream)
     source = source_of(items, proto_version=proto_version, server_version=server_version)
     settings = ServeSettings(server_version=server_version or source.server_version, password=password,
-                             keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
+                             keepalive_interval=keepalive_interval, reply_timeout=reply_timeout,
+                             tls_cert=tls_cert, tls_key=tls_key, allow_plaintext=allow_plaintext)
     with Server(source, host=host, port=port, settings=settings, faults=faults, max_connections=max_connections,
                 log=log) as server:
         yield server.address

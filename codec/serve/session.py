@@ -56,6 +56,11 @@ class ServeSettings:
     startup_timeout: float = 10.0
     max_message: int = 1 << 20
     system_identifier: str = "7000000000000000000"
+    #: TLS: the server's certificate (chain) and private key, PEM files; None: no TLS (SSL requests are
+    #: answered ``N``).  With TLS, a client off loopback must use it unless ``allow_plaintext``.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    allow_plaintext: bool = False
 
 
 @dataclass
@@ -93,8 +98,13 @@ class Session:
     :meth:`frame` for XLogData messages; call :meth:`tick` with the time now and then."""
 
     def __init__(self, source: Source, settings: ServeSettings, slots: Slots | None = None, *,
-                 now: float = 0.0) -> None:
+                 now: float = 0.0, peer: str = "127.0.0.1", loopback: bool = True) -> None:
         self.source, self.settings = source, settings
+        self.peer, self.loopback = peer, loopback
+        #: Set when the client's SSL request was answered ``S``: the driver now runs the TLS handshake on the
+        #: connection, then calls :meth:`tls_started`.
+        self.start_tls = False
+        self.tls = False
         self.slots = slots if slots is not None else Slots()
         self.reader = frontend.FrontendReader(max_message=settings.max_message)
         self.pid = next(_PIDS)
@@ -195,6 +205,10 @@ class Session:
                        self._last_keepalive + self.settings.keepalive_interval)
         return self._last_heard + self.settings.reply_timeout
 
+    def tls_started(self) -> None:
+        """The driver finished the TLS handshake the client asked for: what follows is encrypted."""
+        self.start_tls, self.tls = False, True
+
     def disconnect(self, reason: str) -> None:
         """End the session from the driver's side (fault injection, server shutdown)."""
         self._close(reason)
@@ -216,7 +230,15 @@ class Session:
 
     def _event(self, event: frontend.Event, now: float) -> None:
         if isinstance(event, frontend.EncryptionRequest):
-            self._out += b"N"
+            if event.code != frontend.SSL_REQUEST or self.settings.tls_cert is None:
+                self._out += b"N"
+                return
+            if self.tls:
+                raise ProtocolViolation("an SSL request on a connection already encrypted")
+            if self.reader.buffered:  # (bytes sent before the handshake must not pass as encrypted ones)
+                raise ProtocolViolation("received unencrypted data after SSL request")
+            self._out += b"S"
+            self.start_tls = True
             return
         if isinstance(event, frontend.CancelRequest):
             self._close("cancel request")
@@ -250,6 +272,11 @@ class Session:
 
     def _startup(self, parameters: dict[str, str]) -> None:
         self.user = parameters["user"]
+        settings = self.settings
+        if settings.tls_cert is not None and not self.tls and not self.loopback and not settings.allow_plaintext:
+            self._fatal(f'connections from host "{self.peer}" must use TLS (sslmode=require): this server '
+                        "accepts connections without it from loopback only", "28000")
+            return
         replication = parameters.get("replication", "").lower()
         if replication != "database":
             self._fatal("this server serves logical replication connections only: connect with "
