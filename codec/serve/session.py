@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import pathlib
 import secrets
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -30,7 +32,7 @@ from ..wire.fast import build_envelope, parse_envelope
 from . import commands, frontend
 from .frontend import ClientMessage, ProtocolViolation
 from .replay import Replay, Request, RequestError
-from .scram import MECHANISM, AuthenticationFailed, ScramExchange, ScramSecret
+from .scram import MECHANISM, MECHANISM_PLUS, AuthenticationFailed, ScramExchange, ScramSecret, certificate_binding
 from .source import Source
 
 __all__ = ["POSTGRES_EPOCH", "ServeSettings", "Session", "Slots"]
@@ -290,9 +292,17 @@ class Session:
         self._parameters = parameters
         if self._secret is not None:
             self.state = "auth"
-            self._out += frontend.build_auth(10, frontend.cstring(MECHANISM) + b"\0")
+            offered = [MECHANISM_PLUS, MECHANISM] if self._binding is not None else [MECHANISM]
+            self._out += frontend.build_auth(10, b"".join(frontend.cstring(m) for m in offered) + b"\0")
             return
         self._welcome()
+
+    @property
+    def _binding(self) -> bytes | None:
+        """Over TLS, the channel-binding data of the server's certificate (None: SCRAM without binding)."""
+        if not self.tls or self.settings.tls_cert is None:
+            return None
+        return _certificate_binding(self.settings.tls_cert)
 
     def _welcome(self) -> None:
         self._out += frontend.build_auth(0)
@@ -317,7 +327,7 @@ class Session:
         try:
             if self._scram is None:
                 mechanism, offset = frontend.read_cstring(event.body)
-                if mechanism != MECHANISM:
+                if mechanism != MECHANISM and not (mechanism == MECHANISM_PLUS and self._binding is not None):
                     raise AuthenticationFailed("client selected an invalid SASL authentication mechanism")
                 if len(event.body) < offset + 4:
                     raise ProtocolViolation("invalid SASL initial response")
@@ -325,7 +335,7 @@ class Session:
                 data = event.body[offset + 4:]
                 if length != len(data):
                     raise ProtocolViolation("invalid SASL initial response length")
-                self._scram = ScramExchange(self._secret)
+                self._scram = ScramExchange(self._secret, binding=self._binding, mechanism=mechanism)
                 self._out += frontend.build_auth(11, self._scram.first(data))
             else:
                 final = self._scram.final(event.body)
@@ -487,6 +497,18 @@ class Session:
 def _secret(password: str) -> ScramSecret:
     """The stored form of a server's password, made once (PBKDF2 is slow on purpose)."""
     return ScramSecret.from_password(password)
+
+
+@functools.lru_cache(maxsize=8)
+def _certificate_binding(path: str) -> bytes | None:
+    """``tls-server-end-point`` data of the first certificate in the PEM file ``path``; None if there is no
+    binding to it (then SCRAM-SHA-256-PLUS is not offered)."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="ascii")
+        end = text.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
+        return certificate_binding(ssl.PEM_cert_to_DER_cert(text[text.index("-----BEGIN CERTIFICATE-----"):end]))
+    except (OSError, ValueError):
+        return None
 
 
 def _now(now: float) -> Timestamp:

@@ -14,6 +14,7 @@ import psycopg2.extras
 import pytest
 
 from replwire.codec.serve import ServeError, Server, ServeSettings, Session
+from replwire.codec.serve.scram import AuthenticationFailed, ScramExchange, ScramSecret, certificate_binding
 from tests.serve.test_limits import startup_packet, tiny_source
 
 FACTORY = psycopg2.extras.LogicalReplicationConnection
@@ -135,3 +136,43 @@ def test_the_command_serves_tls(pki, tmp_path):
     with serving([str(tmp_path / "tiny.rwcap"), "--tls-cert", str(pki / "server.pem"), "--tls-key",
                   str(pki / "server.key")]) as conninfo:
         assert identify(conninfo + f" sslmode=verify-full sslrootcert={pki / 'ca.pem'}") == (True, "replwire")
+
+
+def test_scram_channel_binding_over_tls(pki):
+    """Over TLS, SCRAM-SHA-256-PLUS is offered with tls-server-end-point binding: libpq with
+    channel_binding=require (which refuses to authenticate without it) gets in, with the right password
+    only."""
+    with Server(tiny_source(), settings=settings(pki, password="s3cret")) as server:
+        required = " sslmode=require channel_binding=require"
+        assert identify(server.address.conninfo(password="s3cret") + required) == (True, "replwire")
+        with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+            identify(server.address.conninfo(password="wrong") + required)
+    with Server(tiny_source(), settings=ServeSettings(160000, password="s3cret")) as server:  # no TLS: no binding
+        with pytest.raises(psycopg2.OperationalError, match="channel binding"):
+            identify(server.address.conninfo(password="s3cret") + " channel_binding=require")
+
+
+def test_the_binding_data_is_the_certificates_sha256(pki):
+    """RFC 5929: the hash of the DER certificate by its signature's hash (ECDSA with SHA-256 here), as the
+    openssl command computes it."""
+    der = subprocess.run(["openssl", "x509", "-in", str(pki / "server.pem"), "-outform", "DER"], check=True,
+                         capture_output=True, timeout=60).stdout
+    digest = subprocess.run(["openssl", "dgst", "-sha256", "-binary"], input=der, check=True, capture_output=True,
+                            timeout=60).stdout
+    assert certificate_binding(der) == digest
+    with pytest.raises(ValueError):
+        certificate_binding(der[:40])  # (a truncated certificate: refused, never read past its end)
+
+
+def test_binding_flags_when_the_server_binds():
+    scram = ScramExchange(ScramSecret.from_password("pw", salt=b"s" * 16), binding=b"x" * 32)
+    with pytest.raises(AuthenticationFailed, match="negotiation error"):
+        scram.first(b"y,,n=,r=abc")  # (it could bind and thinks we cannot: the -PLUS offer was removed)
+    with pytest.raises(AuthenticationFailed, match="SCRAM-SHA-256-PLUS"):
+        scram.first(b"p=tls-server-end-point,,n=,r=abc")  # binding asked for with the plain mechanism
+    plus = ScramExchange(ScramSecret.from_password("pw", salt=b"s" * 16), binding=b"x" * 32,
+                         mechanism="SCRAM-SHA-256-PLUS")
+    with pytest.raises(AuthenticationFailed, match="unsupported SCRAM channel-binding type"):
+        plus.first(b"p=tls-unique,,n=,r=abc")
+    with pytest.raises(AuthenticationFailed, match="without channel binding"):
+        plus.first(b"n,,n=,r=abc")
