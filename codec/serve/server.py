@@ -47,7 +47,10 @@ __all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"
 BATCH = 64 * 1024
 #: At most this many connections over the limit wait for their refusal; more are closed at once.
 REFUSING = 1024
+#: At most this many connections over the limit that asked for TLS are refused over TLS at a time.
+TLS_REFUSING = 8
 _REQUEST = struct.Struct(">ii")
+_INT32 = struct.Struct(">i")
 _ENCRYPTION_REQUESTS = {(8, frontend.SSL_REQUEST), (8, frontend.GSSENC_REQUEST)}
 
 
@@ -130,6 +133,7 @@ class Server:
         self._threads: list[threading.Thread] = []
         self._frames = 0
         self._dropped_once = False
+        self._tls_refusing = 0  # connections over the limit being refused over TLS
         self._acceptor: threading.Thread | None = None
         #: ``(slot, start LSN, request)`` of every START_REPLICATION served, in order.
         self.starts: list[tuple[str, int, Request]] = []
@@ -160,11 +164,16 @@ class Server:
                     continue
                 now = time.monotonic()
                 for conn in [c for c in refusing if c in ready or refusing[c][0] < now]:
-                    if not self._refusal(conn, refusing[conn][1], timed_out=refusing[conn][0] < now):
+                    deadline = refusing[conn][0]
+                    outcome = self._refusal(conn, refusing[conn][1], timed_out=deadline < now)
+                    if outcome == "wait":
                         continue  # (it asked for encryption, was told no, and its startup packet is to come)
                     del refusing[conn]
                     selector.unregister(conn)
-                    conn.close()
+                    if outcome == "tls":
+                        self._refuse_over_tls(conn, deadline)
+                    else:
+                        conn.close()
                 if self._socket not in ready:
                     continue
                 try:
@@ -195,30 +204,69 @@ class Server:
                 conn.close()
             selector.close()
 
-    @staticmethod
-    def _refusal(conn: socket.socket, received: bytearray, *, timed_out: bool) -> bool:
+    def _refusal(self, conn: socket.socket, received: bytearray, *, timed_out: bool) -> str:
         """Read what a connection over the limit sent; refuse it once its startup packet came (or its time
-        ran out): True when it is answered, to be closed.  An SSL or GSS encryption request before the startup
-        packet is answered ``N`` first, as PostgreSQL does: an error in its place would be read as a failed
-        encryption negotiation ("server sent an error response during SSL exchange")."""
+        ran out): ``"close"`` when it is answered, to be closed; ``"wait"`` for more; ``"tls"`` when it asked
+        for TLS, which the server has: it is to be refused over TLS.  An encryption request the server
+        cannot take is answered ``N`` first, as PostgreSQL does: an error in its place would be read as a
+        failed encryption negotiation ("server sent an error response during SSL exchange")."""
         try:
             if not timed_out:
                 data = conn.recv(frontend.MAX_STARTUP)
                 if not data:
-                    return True
+                    return "close"
                 received += data
                 while len(received) >= 8 and _REQUEST.unpack_from(received) in _ENCRYPTION_REQUESTS:
+                    if (self._tls is not None and len(received) == 8
+                            and _REQUEST.unpack_from(received)[1] == frontend.SSL_REQUEST):
+                        return "tls"
                     del received[:8]
                     conn.send(b"N")
                 if not received:
-                    return False
+                    return "wait"
             conn.send(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
             conn.shutdown(socket.SHUT_WR)
         except BlockingIOError:
-            return False
+            return "wait"
         except OSError:
             pass
-        return True
+        return "close"
+
+    def _refuse_over_tls(self, conn: socket.socket, deadline: float) -> None:
+        """Tell a connection over the limit that asked for TLS why it is refused, over TLS (a client with
+        ``sslmode=require`` would otherwise only learn that the server "does not support SSL"): in a thread
+        of its own, at most :data:`TLS_REFUSING` at a time (beyond that it is closed), by ``deadline``."""
+        with self._lock:
+            if self._tls_refusing >= TLS_REFUSING:
+                conn.close()
+                return
+            self._tls_refusing += 1
+
+        def refuse() -> None:
+            assert self._tls is not None
+            secure: socket.socket = conn
+            try:
+                conn.setblocking(True)
+                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                conn.sendall(b"S")
+                secure = self._tls.wrap_socket(conn, server_side=True)
+                received = b""
+                while len(received) < 4 or len(received) < min(_INT32.unpack_from(received)[0], frontend.MAX_STARTUP):
+                    secure.settimeout(max(0.1, deadline - time.monotonic()))
+                    data = secure.recv(frontend.MAX_STARTUP)
+                    if not data or len(received) > frontend.MAX_STARTUP:
+                        break
+                    received += data
+                secure.sendall(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
+            except (OSError, ValueError):
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    secure.close()
+                with self._lock:
+                    self._tls_refusing -= 1
+
+        threading.Thread(target=refuse, name="replwire-serve-refusal", daemon=True).start()
 
     def close(self) -> None:
         self._stopping.set()

@@ -176,3 +176,17 @@ def test_binding_flags_when_the_server_binds():
         plus.first(b"p=tls-unique,,n=,r=abc")
     with pytest.raises(AuthenticationFailed, match="without channel binding"):
         plus.first(b"n,,n=,r=abc")
+
+
+@pytest.mark.parametrize("sslmode", ["require", "prefer", "disable"])
+def test_a_client_refused_for_the_limit_is_told_why_whatever_its_sslmode(pki, sslmode):
+    """Over the connection limit, a client that asked for TLS is refused over TLS: libpq with
+    sslmode=require shows "too many clients", not that the server "does not support SSL"."""
+    with Server(tiny_source(), settings=settings(pki), max_connections=1) as server:
+        held = psycopg2.connect(server.address.conninfo(), connection_factory=FACTORY)
+        try:
+            with pytest.raises(psycopg2.OperationalError) as refused:
+                identify(server.address.conninfo() + f" sslmode={sslmode}")
+        finally:
+            held.close()
+    assert "sorry, too many clients already" in str(refused.value)
