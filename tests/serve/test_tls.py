@@ -116,6 +116,12 @@ def test_bytes_after_the_ssl_request_are_refused(pki):
     session.receive(struct.pack(">ii", 8, 80877103) + startup_packet(user="u", replication="database"), 0.0)
     assert session.closed and b"08P01" in session.output()
     assert not session.start_tls
+    twice = Session(tiny_source(), settings(pki))
+    twice.receive(struct.pack(">ii", 8, 80877103), 0.0)
+    assert twice.output() == b"S" and twice.start_tls
+    twice.tls_started()
+    twice.receive(struct.pack(">ii", 8, 80877103), 0.0)  # (again, inside TLS)
+    assert twice.closed and b"08P01" in twice.output()
     plain = Session(tiny_source(), ServeSettings(160000))  # without TLS: N, and the startup goes on in clear
     plain.receive(struct.pack(">ii", 8, 80877103), 0.0)
     assert plain.output() == b"N" and not plain.closed
