@@ -56,6 +56,13 @@ def _server_version(value: int | None) -> int | None:
                    "PostgreSQL subscriber asks for the highest protocol that version speaks.")
 @click.option("--password", envvar="REPLWIRE_SERVE_PASSWORD", show_envvar=True,
               help="Require this password (SCRAM-SHA-256). Prefer the environment variable.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Accept TLS (clients' sslmode=require and up) with this PEM certificate (chain); needs --tls-key. "
+                   "Clients off loopback must then use TLS.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="The PEM private key of --tls-cert.")
+@click.option("--allow-plaintext", is_flag=True,
+              help="With TLS, accept connections without it from addresses off loopback too.")
 @click.option("--disconnect-after", type=click.IntRange(1), metavar="N",
               help="Drop the connection once, after N XLogData messages (counted over all connections).")
 @click.option("--disconnect-every", type=click.IntRange(1), metavar="N",
@@ -79,6 +86,7 @@ def _server_version(value: int | None) -> int | None:
               help="Serve N generated transactions instead of FILES (prints the tables' DDL first).")
 @click.option("--seed", type=int, default=0, show_default=True, help="The seed of --generate.")
 def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: int | None, password: str | None,
+                  tls_cert: str | None, tls_key: str | None, allow_plaintext: bool,
                   disconnect_after: int | None, disconnect_every: int | None, delay: float,
                   keepalive_after_unpositioned: bool, keepalive_interval: float, reply_timeout: float,
                   max_connections: int,
@@ -103,7 +111,8 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
             source = Source.from_captures(files, server_version=_server_version(server_version),
                                           proto_version=proto_version, client_encoding=encoding)
         settings = ServeSettings(server_version=source.server_version, password=password,
-                                 keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
+                                 keepalive_interval=keepalive_interval, reply_timeout=reply_timeout,
+                                 tls_cert=tls_cert, tls_key=tls_key, allow_plaintext=allow_plaintext)
         faults = Faults(disconnect_after=disconnect_after, disconnect_every=disconnect_every, delay=delay,
                         keepalive_after_unpositioned=keepalive_after_unpositioned)
         server = Server(source, host=host, port=port, settings=settings, faults=faults,
@@ -122,6 +131,9 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
                f"on {address.host}:{address.port}: server_version "
                f"{version_text(version)}, protocol versions 1 to {highest_proto_version(version)}")
     click.echo(f"connect with: {address.conninfo()}")
+    if tls_cert is not None:
+        click.echo("TLS: clients may use sslmode=require"
+                   + ("" if allow_plaintext else "; off loopback they must"))
     if password is not None:
         click.echo("clients must authenticate with the password (SCRAM-SHA-256)"
                    + ("" if host in ("127.0.0.1", "::1", "localhost") else f": {host} is not loopback"))

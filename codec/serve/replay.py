@@ -16,10 +16,14 @@ the source does not hold).  :class:`Replay` then walks the source's segments laz
   sends it again from its first block).
 * **reassembled** -- otherwise: every segment goes through an :class:`~replwire.codec.Assembler`, and each
   committed transaction is sent as Begin, changes, Commit (a streamed transaction's aborted subtransactions
-  are gone; a prepared one is sent at its Commit Prepared, as a server does for a client without two-phase).
+  are gone; a prepared one is sent at its Commit Prepared, as a server does for a client without two-phase),
+  at the positions a walsender decoding without streaming gives them (the Begin its first change's, from
+  PostgreSQL 15; see :meth:`Replay._transaction`).
 
 Either way Relation (and Type) messages are sent when the client does not have the one in force -- before
-the first change that needs it -- rather than copied: what the client holds is tracked per connection.  A
+the first change that needs it -- rather than copied: what the client holds is tracked per connection; and
+again where the stream has one inside a transaction that was not streamed (pgoutput sends a Relation again
+after an invalidation: a TRUNCATE, a schema change).  A
 Relation sent inside a streamed transaction counts only once that transaction commits, and is forgotten
 with a subtransaction that is rolled back (the subscriber discards what it spooled for it).  Logical
 messages go only to a client that asked for ``messages``; transactions with an origin not to one that asked
@@ -189,6 +193,9 @@ class Replay:
         self.encoding = source.client_encoding
         self._sent: dict[int, Relation] = {}  # what the client holds, per relation OID
         self._types: dict[int, Type] = {}
+        # relation and type OIDs the stream sent again: sent again before the next change that needs them
+        self._stale: set[int] = set()
+        self._stale_types: set[int] = set()
         # per streamed xid: relation OID -> (Relation, subxid it was sent with), until the transaction commits
         self._pending: dict[int, dict[int, tuple[Relation, int]]] = {}
 
@@ -223,13 +230,16 @@ class Replay:
         pending = self._pending.get(stream_xid, {}) if stream_xid is not None else {}
         held = pending[relid][0] if relid in pending else self._sent.get(relid)
         plain = dataclasses.replace(relation, xid=None)
-        if held == plain:
+        if held == plain and relid not in self._stale:
             return
+        self._stale.discard(relid)
         in_stream = stream_xid is not None
         xid = subxid if in_stream else None
         for column in relation.columns:
             kind = types.get(column.type_id)
-            if kind is not None and self._types.get(column.type_id) != dataclasses.replace(kind, xid=None):
+            if kind is not None and (self._types.get(column.type_id) != dataclasses.replace(kind, xid=None)
+                                     or column.type_id in self._stale_types):
+                self._stale_types.discard(column.type_id)
                 self._types[column.type_id] = dataclasses.replace(kind, xid=None)
                 yield lsn, self._build(dataclasses.replace(kind, xid=xid), in_stream)
         if in_stream:
@@ -306,6 +316,8 @@ class Replay:
                 if open_block is None:
                     continue
                 if cls is Relation or cls is Type:
+                    assert isinstance(message, (Relation, Type))
+                    self._forget(message)  # (pgoutput sent it again here: so does a walsender)
                     continue
                 if cls is Message and not request.messages:
                     continue
@@ -350,7 +362,11 @@ class Replay:
                     self.watermark = max(self.watermark, int(message.rollback_end_lsn))
                     yield lsn, self._build(message)
             elif cls is Relation or cls is Type:
-                continue  # sent when a change needs it
+                # sent when a change needs it -- and again where pgoutput sent it again inside a transaction
+                # (after an invalidation: a TRUNCATE, a schema change), as a walsender does
+                if decoder.xid is not None:
+                    assert isinstance(message, (Relation, Type))
+                    self._forget(message)
             elif cls is Origin:
                 if sending and request.origin == "any":
                     yield lsn, self._build(message)
@@ -379,37 +395,82 @@ class Replay:
         request = self.request
         assembler = Assembler(decoder, typed=False)
         last = self.position
+        # per xid: the position of the transaction's first write (its Begin, Begin Prepare or first Stream
+        # Start; the Origin's when one follows it), which is what a walsender sends with the Begin
+        first: dict[int, int] = {}
+        unplaced: int | None = None  # an xid whose first write was sent without a position
+        # per xid of a transaction not streamed: the Relation and Type messages pgoutput sent again inside
+        # it, each with the position of the change it came before (None until that change is read)
+        again: dict[int, list[tuple[int | None, Relation | Type]]] = {}
         for lsn, data in segment.records():
             self.position = max(self.position, last)  # every frame of the record before is taken
             last = lsn
-            for item in assembler.feed(data, lsn=lsn):
+            items = assembler.feed(data, lsn=lsn)
+            message = decoder.last_message
+            if unplaced is not None:
+                if isinstance(message, Origin) and lsn:
+                    first[unplaced] = lsn
+                unplaced = None
+            if isinstance(message, (Relation, Type)) and decoder.xid is not None and not decoder.in_stream:
+                again.setdefault(decoder.xid, []).append((None, message))
+            elif lsn and decoder.xid in again:
+                again[decoder.xid] = [(lsn if at is None else at, m) for at, m in again[decoder.xid]]
+            if isinstance(message, (Begin, BeginPrepare, StreamStart)) and message.xid not in first:
+                if lsn:
+                    first[message.xid] = lsn
+                else:
+                    unplaced = message.xid
+            elif isinstance(message, StreamAbort) and message.subxid == message.xid:
+                first.pop(message.xid, None)
+            elif isinstance(message, RollbackPrepared):
+                first.pop(message.xid, None)
+                again.pop(message.xid, None)
+            for item in items:
                 if isinstance(item, Change):  # a non-transactional logical message
                     assert isinstance(item.message, Message)
                     if request.messages and item.message.lsn >= self.watermark:
                         yield lsn, self._build(item.message)
                     continue
-                yield from self._transaction(item, assembler.decoder.relations)
+                assert item.xid is not None  # (only a snapshot's rows have none; the Assembler makes none)
+                yield from self._transaction(item, assembler.decoder.relations, first.pop(item.xid, None),
+                                             again.pop(item.xid, []))
         self.position = max(self.position, last)
 
-    def _transaction(self, txn: Transaction, relations: Mapping[int, Relation]) -> Iterator[tuple[int, bytes]]:
-        """Begin, changes, Commit; each frame's position below the commit's, as a server's are (a client may
-        confirm any position it received, and must not confirm a transaction it has only in part)."""
+    def _transaction(self, txn: Transaction, relations: Mapping[int, Relation], first: int | None,
+                     again: list[tuple[int | None, Relation | Type]]) -> Iterator[tuple[int, bytes]]:
+        """Begin, changes, Commit, at the positions a walsender decoding without streaming gives them: each
+        change its own, the Commit its end, and the Begin -- from PostgreSQL 15, whose pgoutput sends it only
+        with the first change it sends (and skips a transaction it sends no change of) -- that change's;
+        before 15, the transaction's first write's (``first``: the ``first_lsn`` of the reorder buffer, what
+        its Begin or first Stream Start was sent with).  Never the commit's: a client may confirm any position
+        it received, and must not confirm a transaction it has only in part.  ``again``: the Relation and
+        Type messages the stream sent again inside the transaction, sent again before the change they came
+        before."""
         request = self.request
-        lsn = min(self.position, int(txn.commit_lsn))
         assert txn.xid is not None  # only a snapshot's rows have none, and the Assembler makes no such transaction
+        deferred = self.source.server_version >= 150000
+        fallback = min(self.position, int(txn.commit_lsn))  # (a stream that does not say where a change is)
         with txn:
             if txn.commit_lsn < self.watermark or (txn.origin is not None and request.origin == "none"):
                 return
-            yield lsn, self._build(Begin(final_lsn=txn.commit_lsn, commit_time=txn.commit_time, xid=txn.xid))
-            if txn.origin is not None and request.origin == "any":
-                name, origin_lsn = txn.origin
-                yield lsn, self._build(Origin(origin_lsn=origin_lsn, name=name))
+            begun = False
+            if not deferred:
+                lsn = first
+                if lsn is None or lsn > txn.commit_lsn:
+                    lsn = next((int(c.lsn) for c in txn.changes if c.lsn and c.lsn < txn.commit_lsn), fallback)
+                yield from self._begin(txn, lsn)
+                begun = True
             for change in txn.changes:
                 message = change.message
                 assert message is not None
                 if isinstance(message, Message) and not request.messages:
                     continue
-                where = int(change.lsn) if change.lsn is not None and change.lsn < txn.commit_lsn else lsn
+                where = int(change.lsn) if change.lsn and change.lsn < txn.commit_lsn else fallback
+                while again and (again[0][0] is None or again[0][0] <= where):
+                    self._forget(again.pop(0)[1])
+                if not begun:
+                    yield from self._begin(txn, where)
+                    begun = True
                 schema: Any = change.row_schema
                 if isinstance(message, _ROWS):
                     types = {t.type_id: t for t in schema.types if t is not None}
@@ -419,5 +480,21 @@ class Replay:
                         yield from self._relations(relations[relid], {}, where, None, None)
                 yield where, self._build(message)
             self.watermark = max(self.watermark, int(txn.end_lsn))
-            yield int(txn.end_lsn), self._build(Commit(flags=0, commit_lsn=txn.commit_lsn, end_lsn=txn.end_lsn,
-                                          commit_time=txn.commit_time))
+            if begun:
+                yield int(txn.end_lsn), self._build(Commit(flags=0, commit_lsn=txn.commit_lsn, end_lsn=txn.end_lsn,
+                                                           commit_time=txn.commit_time))
+
+    def _forget(self, message: Relation | Type) -> None:
+        """Count ``message`` as not held by the client: the next change that needs it sends it again."""
+        if isinstance(message, Relation):
+            self._stale.add(message.relation_id)
+        else:
+            self._stale_types.add(message.type_id)
+
+    def _begin(self, txn: Transaction, lsn: int) -> Iterator[tuple[int, bytes]]:
+        """The Begin (and Origin) of ``txn`` at ``lsn`` (the Begin's becomes 0 if an Origin follows)."""
+        assert txn.xid is not None
+        yield lsn, self._build(Begin(final_lsn=txn.commit_lsn, commit_time=txn.commit_time, xid=txn.xid))
+        if txn.origin is not None and self.request.origin == "any":
+            name, origin_lsn = txn.origin
+            yield lsn, self._build(Origin(origin_lsn=origin_lsn, name=name))

@@ -8,7 +8,9 @@ keep one client from harming the others: at most ``max_connections`` sessions (o
 clients" and closed at once), every read bounded by the session's reader, every write bounded by the reply
 timeout (a client that stops reading is dropped like one that stops answering).  A session's failure ends
 that connection only, and is logged.  Serving recorded data, the server listens on loopback unless given a
-password, which clients must then prove with SCRAM-SHA-256.
+password, which clients must then prove with SCRAM-SHA-256.  Given a certificate and key, it answers an SSL
+request ``S`` and runs the TLS handshake (Python's ``ssl``) before the session goes on; clients off loopback
+must then use TLS unless ``allow_plaintext``.
 
 Fault injection (``Faults``): drop the connection once, after ``disconnect_after`` XLogData frames
 (counted over all connections), or every connection after each ``disconnect_every`` frames; delay every
@@ -24,6 +26,8 @@ import os
 import select
 import selectors
 import socket
+import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,6 +47,11 @@ __all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"
 BATCH = 64 * 1024
 #: At most this many connections over the limit wait for their refusal; more are closed at once.
 REFUSING = 1024
+#: At most this many connections over the limit that asked for TLS are refused over TLS at a time.
+TLS_REFUSING = 8
+_REQUEST = struct.Struct(">ii")
+_INT32 = struct.Struct(">i")
+_ENCRYPTION_REQUESTS = {(8, frontend.SSL_REQUEST), (8, frontend.GSSENC_REQUEST)}
 
 
 class ServeError(RuntimeError):
@@ -99,6 +108,10 @@ class Server:
         self.faults = faults or Faults()
         self.max_connections = max_connections
         self.log = log or (lambda line: None)
+        if self.settings.password == "":
+            raise ServeError("an empty password is no password: give one clients must prove, or none (then the "
+                             "server listens on loopback only)")
+        self._tls = _tls_context(self.settings)
         if not _is_loopback(host) and self.settings.password is None:
             raise ServeError(f"{host} is not a loopback address: serving recorded data there needs a password "
                              f"(clients then authenticate with SCRAM-SHA-256)")
@@ -120,6 +133,7 @@ class Server:
         self._threads: list[threading.Thread] = []
         self._frames = 0
         self._dropped_once = False
+        self._tls_refusing = 0  # connections over the limit being refused over TLS
         self._acceptor: threading.Thread | None = None
         #: ``(slot, start LSN, request)`` of every START_REPLICATION served, in order.
         self.starts: list[tuple[str, int, Request]] = []
@@ -137,7 +151,9 @@ class Server:
         # (a selector, not select(): a crowd of connections has descriptors past select's 1024)
         selector = selectors.DefaultSelector()
         selector.register(self._socket, selectors.EVENT_READ)
-        refusing: dict[socket.socket, float] = {}  # connections over the limit, until their startup packet came
+        # connections over the limit, until their startup packet came: when they must be answered anyway, and
+        # what they sent so far
+        refusing: dict[socket.socket, tuple[float, bytearray]] = {}
         try:
             while not self._stopping.is_set():
                 try:
@@ -147,10 +163,17 @@ class Server:
                         return
                     continue
                 now = time.monotonic()
-                for conn in [c for c in refusing if c in ready or refusing[c] < now]:
+                for conn in [c for c in refusing if c in ready or refusing[c][0] < now]:
+                    deadline = refusing[conn][0]
+                    outcome = self._refusal(conn, refusing[conn][1], timed_out=deadline < now)
+                    if outcome == "wait":
+                        continue  # (it asked for encryption, was told no, and its startup packet is to come)
                     del refusing[conn]
                     selector.unregister(conn)
-                    self._refuse(conn)
+                    if outcome == "tls":
+                        self._refuse_over_tls(conn, deadline)
+                    else:
+                        conn.close()
                 if self._socket not in ready:
                     continue
                 try:
@@ -168,7 +191,7 @@ class Server:
                         conn.close()
                     else:  # answered once its startup packet is read: closing on unread bytes would reset it
                         conn.setblocking(False)
-                        refusing[conn] = now + self.settings.startup_timeout
+                        refusing[conn] = (now + self.settings.startup_timeout, bytearray())
                         selector.register(conn, selectors.EVENT_READ)
                     continue
                 self.served += 1
@@ -181,13 +204,69 @@ class Server:
                 conn.close()
             selector.close()
 
-    @staticmethod
-    def _refuse(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            conn.recv(frontend.MAX_STARTUP)
+    def _refusal(self, conn: socket.socket, received: bytearray, *, timed_out: bool) -> str:
+        """Read what a connection over the limit sent; refuse it once its startup packet came (or its time
+        ran out): ``"close"`` when it is answered, to be closed; ``"wait"`` for more; ``"tls"`` when it asked
+        for TLS, which the server has: it is to be refused over TLS.  An encryption request the server
+        cannot take is answered ``N`` first, as PostgreSQL does: an error in its place would be read as a
+        failed encryption negotiation ("server sent an error response during SSL exchange")."""
+        try:
+            if not timed_out:
+                data = conn.recv(frontend.MAX_STARTUP)
+                if not data:
+                    return "close"
+                received += data
+                while len(received) >= 8 and _REQUEST.unpack_from(received) in _ENCRYPTION_REQUESTS:
+                    if (self._tls is not None and len(received) == 8
+                            and _REQUEST.unpack_from(received)[1] == frontend.SSL_REQUEST):
+                        return "tls"
+                    del received[:8]
+                    conn.send(b"N")
+                if not received:
+                    return "wait"
             conn.send(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
             conn.shutdown(socket.SHUT_WR)
-        conn.close()
+        except BlockingIOError:
+            return "wait"
+        except OSError:
+            pass
+        return "close"
+
+    def _refuse_over_tls(self, conn: socket.socket, deadline: float) -> None:
+        """Tell a connection over the limit that asked for TLS why it is refused, over TLS (a client with
+        ``sslmode=require`` would otherwise only learn that the server "does not support SSL"): in a thread
+        of its own, at most :data:`TLS_REFUSING` at a time (beyond that it is closed), by ``deadline``."""
+        with self._lock:
+            if self._tls_refusing >= TLS_REFUSING:
+                conn.close()
+                return
+            self._tls_refusing += 1
+
+        def refuse() -> None:
+            assert self._tls is not None
+            secure: socket.socket = conn
+            try:
+                conn.setblocking(True)
+                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                conn.sendall(b"S")
+                secure = self._tls.wrap_socket(conn, server_side=True)
+                received = b""
+                while len(received) < 4 or len(received) < min(_INT32.unpack_from(received)[0], frontend.MAX_STARTUP):
+                    secure.settimeout(max(0.1, deadline - time.monotonic()))
+                    data = secure.recv(frontend.MAX_STARTUP)
+                    if not data or len(received) > frontend.MAX_STARTUP:
+                        break
+                    received += data
+                secure.sendall(frontend.build_error("sorry, too many clients already", "53300", severity="FATAL"))
+            except (OSError, ValueError):
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    secure.close()
+                with self._lock:
+                    self._tls_refusing -= 1
+
+        threading.Thread(target=refuse, name="replwire-serve-refusal", daemon=True).start()
 
     def close(self) -> None:
         self._stopping.set()
@@ -224,7 +303,9 @@ class Server:
         return None
 
     def _run(self, conn: socket.socket, peer: Any) -> None:
-        session = Session(self.source, self.settings, self.slots, now=time.time())
+        host = peer[0] if isinstance(peer, tuple) else str(peer)
+        session = Session(self.source, self.settings, self.slots, now=time.time(), peer=host,
+                          loopback=_is_loopback_address(host))
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
         def started(slot: str, start: int, request: Request) -> None:
@@ -265,10 +346,17 @@ class Server:
                 if dropped is not None:
                     session.disconnect(dropped)
                     break
+                if session.start_tls:
+                    conn = self._handshake(conn, session)
+                    poller = select.poll()
+                    poller.register(conn, select.POLLIN)
+                    continue
                 wait = max(0.0, min(session.next_deadline(), next_frame_at if self.faults.delay else now + 1) - now)
                 if session.streaming and not self.faults.delay:
                     wait = 0.0
-                if poller.poll(wait * 1000):
+                # (a TLS connection may hold decrypted bytes the socket no longer shows)
+                buffered = isinstance(conn, ssl.SSLSocket) and conn.pending() > 0
+                if buffered or poller.poll(wait * 1000):
                     session.receive(conn.recv(BATCH), time.time())
                 session.tick(time.time())
             rest = session.output()
@@ -289,6 +377,49 @@ class Server:
             with contextlib.suppress(OSError):
                 conn.close()
             self.log(f"{where}: closed ({session.close_reason}; {session.sent_frames} frames sent)")
+
+
+    def _handshake(self, conn: socket.socket, session: Session) -> socket.socket:
+        """The TLS handshake the session agreed to, within the startup timeout; the encrypted socket."""
+        assert self._tls is not None
+        conn.settimeout(max(0.1, session.next_deadline() - time.time()))
+        try:
+            wrapped = self._tls.wrap_socket(conn, server_side=True)
+        except (OSError, ValueError) as error:  # (ssl.SSLError is an OSError)
+            raise OSError(f"TLS handshake failed: {error}") from None
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+        with self._lock:
+            self._connections.add(wrapped)
+        wrapped.settimeout(self.settings.reply_timeout)
+        session.tls_started()
+        return wrapped
+
+
+def _tls_context(settings: ServeSettings) -> ssl.SSLContext | None:
+    """The server's TLS context from ``settings`` (None without TLS), or :class:`ServeError`."""
+    if settings.tls_cert is None and settings.tls_key is None:
+        return None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise ServeError("TLS needs both a certificate and its private key (--tls-cert and --tls-key)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2  # (PostgreSQL's default ssl_min_protocol_version)
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as error:
+        raise ServeError(f"cannot load the TLS certificate {settings.tls_cert} and key {settings.tls_key}: "
+                         f"{error}") from None
+    return context
+
+
+def _is_loopback_address(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
 
 
 def source_of(stream: Source | str | os.PathLike[str] | Sequence[Any], *, proto_version: int = 4,
@@ -312,7 +443,8 @@ def source_of(stream: Source | str | os.PathLike[str] | Sequence[Any], *, proto_
 def serving(stream: Source | str | os.PathLike[str] | Iterable[Any], *, host: str = "127.0.0.1", port: int = 0,
             server_version: int | None = None, password: str | None = None, proto_version: int = 4,
             keepalive_interval: float = 10.0, reply_timeout: float = 60.0, faults: Faults | None = None,
-            max_connections: int = 64, log: Callable[[str], None] | None = None) -> Iterator[ServerAddress]:
+            max_connections: int = 64, log: Callable[[str], None] | None = None, tls_cert: str | None = None,
+            tls_key: str | None = None, allow_plaintext: bool = False) -> Iterator[ServerAddress]:
     """Serve ``stream`` -- capture file paths (one, or several in the order they were written), a
     ``Source`` (from ``replwire.codec.serve.source``), or built pgoutput messages -- over the replication
     protocol for the ``with`` block; the block gets the [ServerAddress][replwire.codec.serve.server.ServerAddress].
@@ -325,7 +457,8 @@ def serving(stream: Source | str | os.PathLike[str] | Iterable[Any], *, host: st
     items: Any = stream if isinstance(stream, (Source, str, os.PathLike)) else list(stream)
     source = source_of(items, proto_version=proto_version, server_version=server_version)
     settings = ServeSettings(server_version=server_version or source.server_version, password=password,
-                             keepalive_interval=keepalive_interval, reply_timeout=reply_timeout)
+                             keepalive_interval=keepalive_interval, reply_timeout=reply_timeout,
+                             tls_cert=tls_cert, tls_key=tls_key, allow_plaintext=allow_plaintext)
     with Server(source, host=host, port=port, settings=settings, faults=faults, max_connections=max_connections,
                 log=log) as server:
         yield server.address

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import pathlib
 import secrets
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -30,7 +32,7 @@ from ..wire.fast import build_envelope, parse_envelope
 from . import commands, frontend
 from .frontend import ClientMessage, ProtocolViolation
 from .replay import Replay, Request, RequestError
-from .scram import MECHANISM, AuthenticationFailed, ScramExchange, ScramSecret
+from .scram import MECHANISM, MECHANISM_PLUS, AuthenticationFailed, ScramExchange, ScramSecret, certificate_binding
 from .source import Source
 
 __all__ = ["POSTGRES_EPOCH", "ServeSettings", "Session", "Slots"]
@@ -46,7 +48,8 @@ class ServeSettings:
 
     ``server_version`` (``server_version_num`` form, e.g. 150004) decides the protocol versions offered and
     what the client is told; ``keepalive_interval`` and ``reply_timeout`` are in seconds; a client that sends
-    nothing for ``reply_timeout`` (during the startup: ``startup_timeout``) is disconnected."""
+    nothing for ``reply_timeout`` is disconnected, and one that has not ended its startup and authentication
+    ``startup_timeout`` seconds after it connected (PostgreSQL's ``authentication_timeout``)."""
 
     server_version: int = 160000
     password: str | None = None
@@ -55,6 +58,11 @@ class ServeSettings:
     startup_timeout: float = 10.0
     max_message: int = 1 << 20
     system_identifier: str = "7000000000000000000"
+    #: TLS: the server's certificate (chain) and private key, PEM files; None: no TLS (SSL requests are
+    #: answered ``N``).  With TLS, a client off loopback must use it unless ``allow_plaintext``.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    allow_plaintext: bool = False
 
 
 @dataclass
@@ -92,8 +100,13 @@ class Session:
     :meth:`frame` for XLogData messages; call :meth:`tick` with the time now and then."""
 
     def __init__(self, source: Source, settings: ServeSettings, slots: Slots | None = None, *,
-                 now: float = 0.0) -> None:
+                 now: float = 0.0, peer: str = "127.0.0.1", loopback: bool = True) -> None:
         self.source, self.settings = source, settings
+        self.peer, self.loopback = peer, loopback
+        #: Set when the client's SSL request was answered ``S``: the driver now runs the TLS handshake on the
+        #: connection, then calls :meth:`tls_started`.
+        self.start_tls = False
+        self.tls = False
         self.slots = slots if slots is not None else Slots()
         self.reader = frontend.FrontendReader(max_message=settings.max_message)
         self.pid = next(_PIDS)
@@ -108,6 +121,7 @@ class Session:
         self._messages: Iterator[tuple[int, bytes]] | None = None
         self._scram: ScramExchange | None = None
         self._secret = _secret(settings.password) if settings.password is not None else None
+        self._connected_at = now  # the startup and authentication must end by startup_timeout after it
         self._last_heard = now
         self._last_keepalive = now
         self._exhausted = False
@@ -162,9 +176,8 @@ class Session:
         self.sent_frames += 1
         assert self.replay is not None
         self.last_lsn = lsn
-        # (a frame without a position has no WAL end either: the walsender writes the same LSN into both)
-        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(max(self.replay.position, lsn) if lsn else 0),
-                         send_time=_now(now), data=data)
+        # (the walsender writes the same LSN into both, 0 for a frame without a position: WalSndPrepareWrite)
+        frame = XLogData(data_start=LSN(lsn), wal_end=LSN(lsn), send_time=_now(now), data=data)
         return frontend.build_copy_data(build_envelope(frame))
 
     def tick(self, now: float) -> None:
@@ -172,7 +185,9 @@ class Session:
         if self.closed:
             return
         silent = now - self._last_heard
-        if self.state in ("startup", "auth") and silent > self.settings.startup_timeout:
+        # (counted from the connection's start, as PostgreSQL's authentication_timeout is: a client trickling
+        # its startup packet a byte at a time must not hold its place for longer)
+        if self.state in ("startup", "auth") and now - self._connected_at > self.settings.startup_timeout:
             self._fatal("canceling authentication due to timeout", "08006")
         elif self.state == "streaming":
             if silent > self.settings.reply_timeout:
@@ -186,11 +201,15 @@ class Session:
     def next_deadline(self) -> float:
         """The time by which :meth:`tick` has something to do."""
         if self.state in ("startup", "auth"):
-            return self._last_heard + self.settings.startup_timeout
+            return self._connected_at + self.settings.startup_timeout
         if self.state == "streaming":
             return min(self._last_heard + self.settings.reply_timeout,
                        self._last_keepalive + self.settings.keepalive_interval)
         return self._last_heard + self.settings.reply_timeout
+
+    def tls_started(self) -> None:
+        """The driver finished the TLS handshake the client asked for: what follows is encrypted."""
+        self.start_tls, self.tls = False, True
 
     def disconnect(self, reason: str) -> None:
         """End the session from the driver's side (fault injection, server shutdown)."""
@@ -213,7 +232,15 @@ class Session:
 
     def _event(self, event: frontend.Event, now: float) -> None:
         if isinstance(event, frontend.EncryptionRequest):
-            self._out += b"N"
+            if event.code != frontend.SSL_REQUEST or self.settings.tls_cert is None:
+                self._out += b"N"
+                return
+            if self.tls:
+                raise ProtocolViolation("an SSL request on a connection already encrypted")
+            if self.reader.buffered:  # (bytes sent before the handshake must not pass as encrypted ones)
+                raise ProtocolViolation("received unencrypted data after SSL request")
+            self._out += b"S"
+            self.start_tls = True
             return
         if isinstance(event, frontend.CancelRequest):
             self._close("cancel request")
@@ -247,6 +274,11 @@ class Session:
 
     def _startup(self, parameters: dict[str, str]) -> None:
         self.user = parameters["user"]
+        settings = self.settings
+        if settings.tls_cert is not None and not self.tls and not self.loopback and not settings.allow_plaintext:
+            self._fatal(f'connections from host "{self.peer}" must use TLS (sslmode=require): this server '
+                        "accepts connections without it from loopback only", "28000")
+            return
         replication = parameters.get("replication", "").lower()
         if replication != "database":
             self._fatal("this server serves logical replication connections only: connect with "
@@ -260,9 +292,17 @@ class Session:
         self._parameters = parameters
         if self._secret is not None:
             self.state = "auth"
-            self._out += frontend.build_auth(10, frontend.cstring(MECHANISM) + b"\0")
+            offered = [MECHANISM_PLUS, MECHANISM] if self._binding is not None else [MECHANISM]
+            self._out += frontend.build_auth(10, b"".join(frontend.cstring(m) for m in offered) + b"\0")
             return
         self._welcome()
+
+    @property
+    def _binding(self) -> bytes | None:
+        """Over TLS, the channel-binding data of the server's certificate (None: SCRAM without binding)."""
+        if not self.tls or self.settings.tls_cert is None:
+            return None
+        return _certificate_binding(self.settings.tls_cert)
 
     def _welcome(self) -> None:
         self._out += frontend.build_auth(0)
@@ -287,7 +327,7 @@ class Session:
         try:
             if self._scram is None:
                 mechanism, offset = frontend.read_cstring(event.body)
-                if mechanism != MECHANISM:
+                if mechanism != MECHANISM and not (mechanism == MECHANISM_PLUS and self._binding is not None):
                     raise AuthenticationFailed("client selected an invalid SASL authentication mechanism")
                 if len(event.body) < offset + 4:
                     raise ProtocolViolation("invalid SASL initial response")
@@ -295,7 +335,7 @@ class Session:
                 data = event.body[offset + 4:]
                 if length != len(data):
                     raise ProtocolViolation("invalid SASL initial response length")
-                self._scram = ScramExchange(self._secret)
+                self._scram = ScramExchange(self._secret, binding=self._binding, mechanism=mechanism)
                 self._out += frontend.build_auth(11, self._scram.first(data))
             else:
                 final = self._scram.final(event.body)
@@ -346,7 +386,11 @@ class Session:
             if command.plugin is None:
                 self._error("physical replication slots are not served", "0A000")
                 return
-            position = str(LSN(self.source.scan().last_lsn))
+            # A new slot is offered the whole stream: its consistent point is where the stream starts (a
+            # client that starts where its new slot is consistent, as postgres.js does, gets every
+            # transaction), and nothing is confirmed on it yet.
+            self.slots.drop(command.slot)
+            position = str(LSN(self._stream_start()))
             self._rows(["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
                        [[command.slot, position, None, command.plugin]], None, "CREATE_REPLICATION_SLOT")
         elif isinstance(command, commands.DropSlot):
@@ -357,6 +401,21 @@ class Session:
         else:
             assert isinstance(command, commands.StartReplication)
             self._start(command, now)
+
+    def _stream_start(self) -> int:
+        """The first position the stream served holds (0 if it holds none): starting there, a client is
+        sent every transaction of it."""
+        for segment in self.source.segments:
+            records = segment.records()
+            try:
+                for lsn, _ in records:
+                    if lsn:
+                        return lsn
+            finally:
+                close = getattr(records, "close", None)  # (a generator: its file is closed now)
+                if close is not None:
+                    close()
+        return 0
 
     def _settings(self) -> dict[str, str]:
         """The settings ``SHOW`` and ``current_setting()`` tell."""
@@ -438,6 +497,18 @@ class Session:
 def _secret(password: str) -> ScramSecret:
     """The stored form of a server's password, made once (PBKDF2 is slow on purpose)."""
     return ScramSecret.from_password(password)
+
+
+@functools.lru_cache(maxsize=8)
+def _certificate_binding(path: str) -> bytes | None:
+    """``tls-server-end-point`` data of the first certificate in the PEM file ``path``; None if there is no
+    binding to it (then SCRAM-SHA-256-PLUS is not offered)."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="ascii")
+        end = text.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
+        return certificate_binding(ssl.PEM_cert_to_DER_cert(text[text.index("-----BEGIN CERTIFICATE-----"):end]))
+    except (OSError, ValueError):
+        return None
 
 
 def _now(now: float) -> Timestamp:

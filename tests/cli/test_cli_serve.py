@@ -90,6 +90,23 @@ def test_serve_off_loopback_needs_a_password(tmp_path):
     assert "needs a password" in result.stderr
 
 
+def test_serve_refuses_an_empty_password(tmp_path):
+    """``--password ''`` is no password: refused, rather than taken as one that lets it listen off loopback."""
+    path = tmp_path / "tiny.rwcap"
+    write_capture(path)
+    process = subprocess.Popen([*REPLWIRE, "serve", str(path), "--password", "", "--listen", "0.0.0.0:0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()  # (empty when it exits; "serving ..." if it serves)
+        assert first == "", f"it serves: {first}"
+        assert process.wait(60) == 2
+        assert "empty password" in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(10)
+
+
 @contextlib.contextmanager
 def serving(args: list[str]) -> Iterator[str]:
     """A ``replwire serve`` process serving ``args`` on a free loopback port: its conninfo."""

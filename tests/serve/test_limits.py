@@ -8,6 +8,7 @@ syntax_error, 53300 too_many_connections, 28P01 invalid_password, 0A000 feature_
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -18,7 +19,7 @@ import psycopg2.extras
 import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn
-from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Source
+from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Session, Source
 from replwire.codec.serve.frontend import FrontendReader, ProtocolViolation
 
 #: Connections opened at once by the crowd test (the server takes 6).
@@ -72,15 +73,20 @@ def error_code(body: bytes) -> str:
 
 
 def closed(sock: socket.socket, timeout: float = 10.0) -> bool:
-    sock.settimeout(timeout)
+    """Whether the server closes ``sock`` within ``timeout`` seconds (what it sends meanwhile is read).
+
+    (``TimeoutError`` is an ``OSError``: it must be caught first, or a socket left open counts as closed.)"""
+    deadline = time.monotonic() + timeout
     try:
-        while sock.recv(65536):
-            pass
-        return True
-    except OSError:
-        return True
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                return True
+        return False
     except TimeoutError:
         return False
+    except ConnectionResetError:
+        return True
 
 
 def served(server: Server) -> list[tuple]:
@@ -255,10 +261,84 @@ def test_replication_slots_are_created_and_dropped_as_asked(server):
         cur.create_replication_slot("made", output_plugin="pgoutput")
         slot_name, consistent_point, _, plugin = cur.fetchone()
         assert (slot_name, plugin) == ("made", "pgoutput")
-        assert consistent_point == "0/1010"  # the end of the stream served: the tiny source's last commit
+        # where the stream served starts, so a client starting there gets all of it: the tiny source's first
+        # message, which Source.from_messages places at 1 (one past 0)
+        assert consistent_point == "0/1"
         cur.drop_replication_slot("made")
         with pytest.raises(psycopg2.Error) as raised:
             cur.create_replication_slot("physical", slot_type=psycopg2.extras.REPLICATION_PHYSICAL)  # not served
         assert raised.value.pgcode == "0A000"
     finally:
         conn.close()
+
+
+def test_the_startup_timeout_counts_from_the_connection_not_from_its_last_byte():
+    """A client sending its startup packet a byte at a time, each well within the timeout, is still dropped
+    once the timeout has passed since it connected (PostgreSQL's ``authentication_timeout``)."""
+    session = Session(tiny_source(), ServeSettings(160000, startup_timeout=10), now=1000.0)
+    packet = startup_packet(user="u", database="d", replication="database", application_name="x" * 100)
+    for second, byte in enumerate(packet[:-1], start=1):  # one byte a second, never silent for 10
+        session.receive(bytes([byte]), now=1000.0 + second)
+        if not session.closed:
+            assert session.next_deadline() == 1010.0  # (when the server's loop wakes it up)
+        session.tick(1000.0 + second)
+        if session.closed:
+            break
+    assert session.closed, "a client trickling its startup packet kept its place"
+    assert session.close_reason == "canceling authentication due to timeout"
+    assert b"08006" in session.output()
+
+
+def test_a_client_trickling_its_startup_packet_is_dropped(server):
+    """Over a socket: the fixture's server times a startup out after 2 s; the packet here takes 100 sends,
+    each after waiting up to 0.2 s for the server to close the connection."""
+    packet = startup_packet(user="u", database="d", replication="database", application_name="x" * 100)
+    with socket.create_connection((server.address.host, server.address.port)) as sock:
+        for byte in packet[:100]:
+            sock.sendall(bytes([byte]))
+            readable, _, _ = select.select([sock], [], [], 0.2)
+            if readable:
+                break
+        messages = read_messages(sock)
+    assert messages and messages[0][0] == b"E", "the server kept a client trickling its startup packet"
+    assert error_code(messages[0][1]) == "08006"
+    assert served(server)
+
+
+def test_an_empty_password_is_refused():
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with pytest.raises(ServeError, match="empty password"):
+            Server(tiny_source(), host=host, settings=ServeSettings(160000, password=""))
+
+
+def test_a_client_refused_for_the_limit_is_told_why_after_its_ssl_request():
+    """libpq (sslmode=prefer, its default) asks for SSL first: it must be told ``N``, then "too many clients",
+    not get the error as the answer to its SSL request ("server sent an error response during SSL
+    exchange")."""
+    with Server(tiny_source(), settings=ServeSettings(160000), max_connections=1) as server:
+        factory = psycopg2.extras.LogicalReplicationConnection
+        held = psycopg2.connect(server.address.conninfo(), connection_factory=factory)
+        try:
+            with pytest.raises(psycopg2.OperationalError) as refused:
+                psycopg2.connect(server.address.conninfo() + " sslmode=prefer", connection_factory=factory)
+        finally:
+            held.close()
+    assert "sorry, too many clients already" in str(refused.value)
+    assert "SSL" not in str(refused.value)
+
+
+@pytest.mark.parametrize("password, given", [
+    ("\u2168", "\u2168"),  # ROMAN NUMERAL NINE: NFKC makes it "IX" (RFC 4013, section 3, example 5)
+    ("I\u00adX", "IX"),  # SOFT HYPHEN is mapped to nothing (example 1)
+    ("\u00aa", "a"),  # FEMININE ORDINAL INDICATOR: "a" (example 4)
+    ("pa\u0308ss", "p\u00e4ss"),  # a decomposed a-umlaut, composed by NFKC
+    ("\u0627\u0031", "\u0627\u0031"),  # fails the bidirectional check (example 7): used as it is, both sides
+], ids=["nfkc", "mapped-to-nothing", "ordinal", "composed", "bidi-fails"])
+def test_a_non_ascii_password_is_prepared_as_libpq_prepares_it(password, given):
+    """libpq runs the password through SASLprep before SCRAM (and uses it as it is when SASLprep refuses
+    it), as the server must: a correct non-ASCII password is accepted."""
+    with Server(tiny_source(), settings=ServeSettings(160000, password=password)) as server:
+        factory = psycopg2.extras.LogicalReplicationConnection
+        psycopg2.connect(server.address.conninfo(password=given), connection_factory=factory).close()
+        with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+            psycopg2.connect(server.address.conninfo(password=given + "x"), connection_factory=factory)
