@@ -1,0 +1,307 @@
+"""``replwire capture`` is a service: under a workload, the server restarted (fast and immediate) and the
+walsender terminated, one capture process reconnects by itself and its file holds every committed change
+once -- judged against the server's own table -- and a capture that cannot go on (a full disk) says so in
+one line, leaving a file that resumes.
+
+These tests restart their own server (not the session's shared ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from replwire.codec import LSN
+from replwire.codec.io.capture_file import read_capture
+from tests.io.test_capture_disk_full import disk  # noqa: F401, F811 -- the fixture
+
+pytestmark = pytest.mark.server
+
+REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
+
+
+@pytest.fixture(scope="module")
+def own_server():
+    from replwire.codec.testing.localserver import PgServer
+
+    srv = PgServer.start(18)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def restart(srv, how: signal.Signals, until=None) -> None:
+    """Stop the postmaster (SIGINT: fast, SIGQUIT: immediate) and start it again on the same data, once
+    ``until()`` (if given) is true."""
+    assert srv._proc is not None
+    srv._proc.send_signal(how)
+    srv._proc.wait(60)
+    if until is not None:
+        wait_for(until, "the capture to try again while the server is down")
+    srv._launch()
+
+
+class Lines(threading.Thread):
+    """A process's stderr, read as it comes."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.lines = stream, []
+
+    def run(self) -> None:
+        for line in self.stream:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def wait_for(condition, what: str, timeout: float = 90.0, process=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the capture exited ({process.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def slot_state(srv, slot: str):
+    """(active_pid, confirmed_flush_lsn) of ``slot``, or None when the server does not answer."""
+    try:
+        with srv.connect(connect_timeout=2) as conn:
+            row = conn.execute("SELECT active_pid, confirmed_flush_lsn::text FROM pg_replication_slots "
+                               "WHERE slot_name = %s", (slot,)).fetchone()
+    except Exception:  # the server is down or starting up
+        return None
+    return row[0], LSN(row[1])
+
+
+def wal_lsn(srv) -> LSN:
+    with srv.connect() as conn:
+        return LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+
+
+class Workload(threading.Thread):
+    """Small transactions -- an insert of a new id, and every third an update of an earlier row -- and now and
+    then a large one, on and on, riding out the server's restarts (a transaction whose outcome is unknown is
+    run again: the insert skips a row that is there, the update is idempotent by its value)."""
+
+    def __init__(self, srv, table: str) -> None:
+        super().__init__(daemon=True)
+        self.srv, self.table = srv, table
+        self.done = threading.Event()
+        self.committed = 0
+
+    def run(self) -> None:
+        i = 0
+        conn = None
+        while not self.done.is_set():
+            try:
+                if conn is None:
+                    conn = self.srv.connect(connect_timeout=2)
+                with conn.transaction():
+                    if i % 500 == 250:
+                        conn.execute(f"INSERT INTO {self.table} SELECT g, 'big' FROM generate_series(%s, %s) g "
+                                     "ON CONFLICT DO NOTHING", (1_000_000 + i * 1000, 1_000_000 + i * 1000 + 999))
+                    conn.execute(f"INSERT INTO {self.table} VALUES (%s, 'new') ON CONFLICT DO NOTHING", (i,))
+                    if i % 3 == 0 and i:
+                        conn.execute(f"UPDATE {self.table} SET v = %s WHERE id = %s", (f"updated by {i}", i // 2))
+                i += 1
+                self.committed = i
+            except Exception:
+                try:
+                    if conn is not None:
+                        conn.close()
+                except Exception:
+                    pass
+                conn = None
+                time.sleep(0.05)  # the server is restarting: try again
+        if conn is not None:
+            conn.close()
+
+
+def table_rows(srv, table: str) -> dict[int, str]:
+    with srv.connect() as conn:
+        return dict(conn.execute(f"SELECT id, v FROM {table}").fetchall())
+
+
+def applied(path) -> tuple[dict[int, str], list[int]]:
+    """The table as the capture's decoded changes build it, and every inserted id in order."""
+    result = subprocess.run([REPLWIRE, "decode", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows: dict[int, str] = {}
+    inserted = []
+    for line in result.stdout.splitlines():
+        change = json.loads(line)
+        if change["op"] == "insert":
+            inserted.append(change["new"]["id"])
+            rows[change["new"]["id"]] = change["new"]["v"]
+        elif change["op"] == "update":
+            rows[change["new"]["id"]] = change["new"]["v"]
+        elif change["op"] == "delete":
+            del rows[change["key"]["id"]]
+    return rows, inserted
+
+
+def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_server, tmp_path):
+    srv, table, slot = own_server, "recon_t", "recon_slot"
+    out = tmp_path / "recon.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication",
+                                f"{table}_pub", "--no-create-slot", "--out", str(out), "--sync-interval", "0.05",
+                                "--streaming", "on"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stderr = Lines(capture.stderr)
+    stderr.start()
+    workload = Workload(srv, table)
+    workload.start()
+    try:
+        faults = [("terminate", None), ("fast restart", signal.SIGINT), ("immediate restart", signal.SIGQUIT),
+                  ("terminate", None)]
+        for name, how in faults:
+            # the capture is streaming and has confirmed some of the workload
+            before = wait_for(lambda: slot_state(srv, slot), "the slot", process=capture)
+            mark = wal_lsn(srv)
+            first = workload.committed
+            wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] is not None and s[1] > mark,
+                     f"the capture to confirm past {mark} before the {name}", process=capture)
+            walsender = slot_state(srv, slot)[0]
+            if how is None:
+                with srv.connect() as conn:
+                    assert conn.execute("SELECT pg_terminate_backend(%s)", (walsender,)).fetchone()[0]
+            elif how == signal.SIGQUIT:  # down until the capture has failed to connect and backed off
+                tried = stderr.text.count("cannot connect to the server")
+                restart(srv, how, until=lambda: stderr.text.count("cannot connect to the server") >= tried + 2)
+            else:
+                restart(srv, how)
+            # the same process streams again: a new walsender holds the slot and confirms what came after
+            wait_for(lambda: workload.committed > first + 50, f"the workload to go on after the {name}")
+            after = wal_lsn(srv)
+            wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] not in (None, walsender)
+                     and s[1] >= after, f"the capture to stream again after the {name}", process=capture)
+            assert before is not None
+    finally:
+        workload.done.set()
+        workload.join(60)
+    end = wal_lsn(srv)
+    wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[1] >= end, "the capture to catch up",
+             process=capture)
+    capture.send_signal(signal.SIGTERM)  # what a service manager sends: a clean stop
+    capture.wait(60)
+    stderr.join(10)
+    text = stderr.text
+    assert capture.returncode == 0, text
+    assert "Traceback" not in text
+    assert text.count("reconnected: resuming from ") == len(faults), text
+    # one line per attempt, the delay growing while the server was down
+    assert "; reconnecting in 0.5 s (attempt 1)" in text and "; reconnecting in 1 s (attempt 2)" in text, text
+    assert f", reconnected {len(faults)} times; flushed up to " in text, text
+    rows, inserted = applied(out)
+    expected = table_rows(srv, table)
+    assert len(expected) > 1000 and workload.committed > 200
+    assert len(inserted) == len(set(inserted)), "a change was captured twice"
+    assert rows == expected
+
+
+def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
+    srv, table, slot = own_server, "norecon_t", "norecon_slot"
+    out = tmp_path / "norecon.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(f"INSERT INTO {table} VALUES (1, 'one')")
+        mark = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication",
+                                f"{table}_pub", "--no-create-slot", "--out", str(out), "--sync-interval", "0.05",
+                                "--no-reconnect"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    walsender = wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] is not None and s[1] >= mark
+                         and s[0], "the capture to confirm the insert", process=capture)
+    with srv.connect() as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (walsender,))
+    _, stderr = capture.communicate(timeout=60)
+    assert capture.returncode == 3, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in stderr and stderr.endswith("\n") and stderr.splitlines()[-1] == errors[0], stderr
+    assert errors == ["error: lost the connection to the server: terminating connection due to administrator "
+                      "command"], stderr
+    with read_capture(out) as reader:
+        assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BIC"
+
+
+def commit_ends(path) -> list[int]:
+    from replwire.codec import Commit, Decoder
+
+    ends = []
+    with read_capture(path) as reader:
+        decoder = Decoder(proto_version=reader.header.proto_version)
+        for _, _, _, data in reader.records(raw=True):
+            message = decoder.feed(data)
+            if isinstance(message, Commit):
+                ends.append(int(message.end_lsn))
+    return ends
+
+
+def test_a_full_disk_ends_the_capture_with_a_file_that_resumes(own_server, tmp_path, disk):  # noqa: F811
+    from replwire.codec.io.live import CaptureSettings, CaptureWriteError, LiveCapture
+
+    srv, table, slot = own_server, "full_t", "full_slot"
+    out = tmp_path / "full.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for i in range(1000):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, repeat('x', 200))", (i,))
+    settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
+    LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05).run(idle_exit=0.5)
+    with srv.connect() as conn:
+        for i in range(1000, 3000):  # about 0.8 MB more: the disk fills in the middle
+            conn.execute(f"INSERT INTO {table} VALUES (%s, repeat('x', 200))", (i,))
+    disk.room = 300_000
+    with pytest.raises(CaptureWriteError, match=rf"^cannot write {out}: No space left on device; the file was cut "
+                       r"back to its last durable record \(offset \d+\)") as raised:
+        LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05).run(idle_exit=5)
+    assert raised.value.exit_status == 4 and disk.refused >= 1
+    disk.room = None  # space comes back
+    with read_capture(out) as reader:
+        reading = reader.records(raw=True)
+        assert sum(1 for _ in reading) > 0 and reading.tail is None  # nothing damaged, nothing torn
+    ends = commit_ends(out)
+    confirmed = slot_state(srv, slot)[1]
+    assert 0 < len(ends) < 3000 and confirmed <= max(ends), "the slot confirmed what the file does not hold"
+    LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05).run(idle_exit=1)
+    rows, inserted = applied(out)
+    assert len(inserted) == len(set(inserted)) == 3000
+    assert rows == table_rows(srv, table)
+
+
+def test_a_failed_first_capture_leaves_no_file(own_server, tmp_path):
+    srv = own_server
+    out = tmp_path / "first.rwcap"
+    with srv.connect() as conn:
+        conn.execute("CREATE ROLE first_norepl LOGIN")
+        conn.execute("CREATE PUBLICATION first_pub")
+        conn.execute("SELECT pg_create_logical_replication_slot('first_slot', 'pgoutput')")
+    # the set-up passes (an ordinary connection), the replication connection is refused
+    result = subprocess.run([REPLWIRE, "capture", "--dsn", f"{srv.dsn} user=first_norepl", "--slot", "first_slot",
+                             "--publication", "first_pub", "--no-create-slot", "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: cannot open a replication connection: ") and "Traceback" not in \
+        result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert not out.exists()
