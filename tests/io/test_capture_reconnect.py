@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -210,6 +211,8 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
     # one line per attempt, the delay growing while the server was down
     assert "; reconnecting in 0.5 s (attempt 1)" in text and "; reconnecting in 1 s (attempt 2)" in text, text
     assert f", reconnected {len(faults)} times; flushed up to " in text, text
+    # the progress lines: elapsed time, messages and their rate
+    assert re.search(r"^\d+:\d\d:\d\d [\d,]+ messages \([\d,]+/s\), ", text, re.MULTILINE), text
     rows, inserted = applied(out)
     expected = table_rows(srv, table)
     assert len(expected) > 1000 and workload.committed > 200
@@ -305,3 +308,59 @@ def test_a_failed_first_capture_leaves_no_file(own_server, tmp_path):
     assert result.stderr.startswith("error: cannot open a replication connection: ") and "Traceback" not in \
         result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigint", "idle-exit"])
+def test_a_stop_ends_a_capture_that_is_reconnecting(own_server, tmp_path, how):
+    srv, table = own_server, "stopping_t"
+    slot = f"stopping_{how.replace('-', '_')}"
+    out = tmp_path / "stopping.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY)")
+        conn.execute(f"DROP PUBLICATION IF EXISTS {table}_pub")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    command = [REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub",
+               "--no-create-slot", "--out", str(out), "--sync-interval", "0.05"]
+    capture = subprocess.Popen(command + (["--idle-exit", "3"] if how == "idle-exit" else []),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stderr = Lines(capture.stderr)
+    stderr.start()
+    wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] is not None, "the capture to stream",
+             process=capture)
+    assert srv._proc is not None
+    srv._proc.send_signal(signal.SIGINT)  # the server stops, and stays down
+    srv._proc.wait(60)
+    try:
+        if how != "idle-exit":
+            wait_for(lambda: "(attempt 2)" in stderr.text, "two attempts to reconnect", process=capture)
+            capture.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        capture.wait(60)
+        stderr.join(10)
+    finally:
+        srv._launch()
+    text = stderr.text
+    assert capture.returncode == 0, text
+    assert "Traceback" not in text and "error:" not in text, text
+    assert "reconnecting in 0.5 s (attempt 1)" in text, text
+    assert ("stopped while reconnecting" if how != "idle-exit" else "(--idle-exit), the last") in text, text
+    assert "captured 0 messages" in text.splitlines()[-1], text
+
+
+def test_the_summary_counts_the_snapshot_rows_and_progress_waits_for_a_first_message(own_server, tmp_path):
+    srv, table, slot = own_server, "summary_t", "summary_slot"
+    out = tmp_path / "summary.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+        conn.execute(f"INSERT INTO {table} SELECT generate_series(1, 1234)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+    # long enough idle for a progress line after the first (every 5 s when stderr is not a terminal)
+    result = subprocess.run([REPLWIRE, "capture", "--snapshot", "--dsn", srv.dsn, "--slot", slot, "--publication",
+                             f"{table}_pub", "--out", str(out), "--sync-interval", "0.05", "--idle-exit", "5.5"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    waiting = [line for line in lines if " waiting for changes; flushed " in line]
+    assert len(waiting) >= 2 and all(line.split(" ")[0].count(":") == 2 for line in waiting), result.stderr
+    assert "received 0/0" not in result.stderr
+    assert lines[-1].startswith(f"captured 1,234 snapshot rows and 0 messages (0 bytes), 0 transactions into {out}")
