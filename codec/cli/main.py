@@ -479,7 +479,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
             line = f"{clock} waiting for changes; flushed {progress.flushed_lsn}"
         else:
             since = shown["at"] or progress.started  # (the rate since the last line)
-            rate = (progress.messages - shown["messages"]) / max(now - since, 1e-6)
+            rate = max(0, progress.messages - shown["messages"]) / max(now - since, 1e-6)
             line = (f"{clock} {_count(progress.messages, 'message')} ({rate:,.0f}/s), "
                     f"{progress.bytes / 2**20:.1f} MiB, {_count(progress.transactions, 'transaction')}; "
                     f"received {progress.current_lsn}, flushed {progress.flushed_lsn}, "

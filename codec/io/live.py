@@ -415,7 +415,7 @@ class LiveCapture:
     :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture, or on
     Ctrl-C, always after a final sync and acknowledgement.
 
-    Over replication, a connection lost once the capture is streaming (a restart, a failover, the walsender
+    A connection lost once the capture is streaming (a restart, a failover, the walsender
     terminated, the network) is not the end: with ``reconnect`` (the default) the capture resumes from the
     file's last durable record exactly as a new run on the file would -- the same checks of the file, the
     server, the database and the slot -- after ``reconnect_delay`` seconds, doubled after every failed attempt
@@ -544,14 +544,13 @@ class LiveCapture:
         writer = self._open_file(header, confirmed)
         self.progress.flushed_lsn = confirmed
         self._activity = time.monotonic()
+        runner = self._run_sql if self.via == "sql" else self._run_replication
         try:
-            if self.via == "sql":
-                return self._run_sql(writer, proto, options, stop, idle_exit)
             attempts = 0
             while True:
                 started = self.progress.messages
                 try:
-                    return self._run_replication(writer, proto, options, stop, idle_exit)
+                    return runner(writer, proto, options, stop, idle_exit)
                 except ConnectionLost as lost:
                     if not self.reconnect or not self._streamed:
                         raise  # (a first connection that fails is an error, as pg_recvlogical's is)
@@ -785,7 +784,6 @@ class LiveCapture:
         _check_encoding(conn, writer)
         batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
                           + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
-        last_activity = time.monotonic()
         failure: str | None = None
         lost = False
 
@@ -804,6 +802,7 @@ class LiveCapture:
                     before = batch.done
                     # every call is a new pgoutput session
                     rows, wal_end = batch.read(conn, PositionTracker(proto, writer.header.client_encoding))
+                    self._streamed = True
                     everything_read = rows < self.batch_size and writer.mark() == batch.kept
                     batch.settle()
                     # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
@@ -812,10 +811,10 @@ class LiveCapture:
                     if self.on_progress:
                         self.on_progress(progress)
                     if rows:
-                        last_activity = time.monotonic()
+                        self._activity = time.monotonic()
                         if rows >= self.batch_size and batch.done > before:
                             continue  # more is waiting
-                    elif idle_exit is not None and time.monotonic() - last_activity > idle_exit:
+                    elif idle_exit is not None and time.monotonic() - self._activity > idle_exit:
                         break
                     if stop is not None:
                         stop.wait(self.sync_interval)
@@ -852,7 +851,9 @@ class LiveCapture:
                                     f"no further than that ({progress.flushed_lsn}): make room and run the same "
                                     "command again to resume")
         if failure is not None:
-            raise (ConnectionLost if lost else CaptureError)(f"capturing through the SQL functions failed: {failure}")
+            if lost:
+                raise ConnectionLost(f"lost the connection to the server: {failure}")
+            raise CaptureError(f"capturing through the SQL functions failed: {failure}")
         return progress
 
 

@@ -65,16 +65,17 @@ class Lines(threading.Thread):
         return "".join(self.lines)
 
 
-def wait_for(condition, what: str, timeout: float = 90.0, process=None):
+def wait_for(condition, what: str, timeout: float = 90.0, process=None, stderr=None):
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
+        said = f"; it said:\n{stderr.text}" if stderr is not None else ""
         if process is not None and process.poll() is not None:
-            pytest.fail(f"the capture exited ({process.returncode}) while waiting for {what}")
+            pytest.fail(f"the capture exited ({process.returncode}) while waiting for {what}{said}")
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
+            pytest.fail(f"timed out waiting for {what}{said}")
         time.sleep(0.02)
 
 
@@ -99,9 +100,9 @@ class Workload(threading.Thread):
     then a large one, on and on, riding out the server's restarts (a transaction whose outcome is unknown is
     run again: the insert skips a row that is there, the update is idempotent by its value)."""
 
-    def __init__(self, srv, table: str) -> None:
+    def __init__(self, srv, table: str, pace: float = 0.0) -> None:
         super().__init__(daemon=True)
-        self.srv, self.table = srv, table
+        self.srv, self.table, self.pace = srv, table, pace
         self.done = threading.Event()
         self.committed = 0
 
@@ -111,7 +112,7 @@ class Workload(threading.Thread):
         while not self.done.is_set():
             try:
                 if conn is None:
-                    conn = self.srv.connect(connect_timeout=2)
+                    conn = self.srv.connect(connect_timeout=2, application_name="workload")
                 with conn.transaction():
                     if i % 500 == 250:
                         conn.execute(f"INSERT INTO {self.table} SELECT g, 'big' FROM generate_series(%s, %s) g "
@@ -121,6 +122,8 @@ class Workload(threading.Thread):
                         conn.execute(f"UPDATE {self.table} SET v = %s WHERE id = %s", (f"updated by {i}", i // 2))
                 i += 1
                 self.committed = i
+                if self.pace:
+                    time.sleep(self.pace)  # (a pace the SQL functions keep up with: each call decodes again)
             except Exception:
                 try:
                     if conn is not None:
@@ -156,8 +159,21 @@ def applied(path) -> tuple[dict[int, str], list[int]]:
     return rows, inserted
 
 
-def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_server, tmp_path):
-    srv, table, slot = own_server, "recon_t", "recon_slot"
+def capture_backend(srv, slot: str, via: str) -> int | None:
+    """The server process that reads ``slot`` for the capture: the walsender, or (``via`` sql) the backend of
+    the connection that calls the SQL functions."""
+    if via == "replication":
+        state = slot_state(srv, slot)
+        return state[0] if state is not None else None
+    with srv.connect() as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> "
+                            "pg_backend_pid() AND application_name <> 'workload'").fetchall()
+    return rows[0][0] if len(rows) == 1 else None
+
+
+@pytest.mark.parametrize("via", ["replication", "sql"])
+def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_server, tmp_path, via):
+    srv, table, slot = own_server, f"recon_{via}", f"recon_{via}_slot"
     out = tmp_path / "recon.rwcap"
     with srv.connect() as conn:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
@@ -165,36 +181,37 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
     capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication",
                                 f"{table}_pub", "--no-create-slot", "--out", str(out), "--sync-interval", "0.05",
-                                "--streaming", "on"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                "--via", via, *(["--streaming", "on"] if via == "replication" else [])],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     stderr = Lines(capture.stderr)
     stderr.start()
-    workload = Workload(srv, table)
+    workload = Workload(srv, table, pace=0.005 if via == "sql" else 0.0)
     workload.start()
     try:
         faults = [("terminate", None), ("fast restart", signal.SIGINT), ("immediate restart", signal.SIGQUIT),
                   ("terminate", None)]
         for name, how in faults:
             # the capture is streaming and has confirmed some of the workload
-            before = wait_for(lambda: slot_state(srv, slot), "the slot", process=capture)
             mark = wal_lsn(srv)
             first = workload.committed
-            wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] is not None and s[1] > mark,
-                     f"the capture to confirm past {mark} before the {name}", process=capture)
-            walsender = slot_state(srv, slot)[0]
+            wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[1] > mark,
+                     f"the capture to confirm past {mark} before the {name}", process=capture, stderr=stderr)
+            backend = wait_for(lambda: capture_backend(srv, slot, via), "the capture's server process",
+                               process=capture)
             if how is None:
                 with srv.connect() as conn:
-                    assert conn.execute("SELECT pg_terminate_backend(%s)", (walsender,)).fetchone()[0]
+                    assert conn.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone()[0]
             elif how == signal.SIGQUIT:  # down until the capture has failed to connect and backed off
                 tried = stderr.text.count("cannot connect to the server")
                 restart(srv, how, until=lambda: stderr.text.count("cannot connect to the server") >= tried + 2)
             else:
                 restart(srv, how)
-            # the same process streams again: a new walsender holds the slot and confirms what came after
+            # the same process captures again, from another server process, and confirms what came after
             wait_for(lambda: workload.committed > first + 50, f"the workload to go on after the {name}")
             after = wal_lsn(srv)
-            wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] not in (None, walsender)
-                     and s[1] >= after, f"the capture to stream again after the {name}", process=capture)
-            assert before is not None
+            wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[1] >= after
+                     and capture_backend(srv, slot, via) not in (None, backend),
+                     f"the capture to stream again after the {name}", process=capture, stderr=stderr)
     finally:
         workload.done.set()
         workload.join(60)
