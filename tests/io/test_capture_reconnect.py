@@ -87,7 +87,7 @@ def slot_state(srv, slot: str):
                                "WHERE slot_name = %s", (slot,)).fetchone()
     except Exception:  # the server is down or starting up
         return None
-    return row[0], LSN(row[1])
+    return None if row is None else (row[0], LSN(row[1]))
 
 
 def wal_lsn(srv) -> LSN:
@@ -381,3 +381,65 @@ def test_the_summary_counts_the_snapshot_rows_and_progress_waits_for_a_first_mes
     assert len(waiting) >= 2 and all(line.split(" ")[0].count(":") == 2 for line in waiting), result.stderr
     assert "received 0/0" not in result.stderr
     assert lines[-1].startswith(f"captured 1,234 snapshot rows and 0 messages (0 bytes), 0 transactions into {out}")
+
+
+def move(srv, port: int) -> None:
+    """Restart the server on another port: a client of the old one cannot reach it (its socket file is named by
+    the port), as if it were down, while the test can."""
+    assert srv._proc is not None
+    srv._proc.send_signal(signal.SIGINT)
+    srv._proc.wait(60)
+    with open(srv.data_dir / "postgresql.conf", "a", encoding="utf-8") as conf:
+        conf.write(f"\nport = {port}\n")
+    srv.port = port
+    srv._launch()
+
+
+@pytest.mark.parametrize("what", ["slot dropped", "login refused"])
+def test_what_cannot_be_survived_ends_a_reconnecting_capture_in_one_line(own_server, tmp_path, what):
+    srv = own_server
+    name = what.replace(" ", "_")
+    table, slot, out = f"fatal_{name}", f"fatal_{name}_slot", tmp_path / "fatal.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute(f"CREATE ROLE {name}_user LOGIN REPLICATION SUPERUSER")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(f"INSERT INTO {table} VALUES (1)")
+        mark = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    home = srv.port
+    capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", f"{srv.dsn} user={name}_user", "--slot", slot,
+                                "--publication", f"{table}_pub", "--out", str(out), "--sync-interval", "0.05"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stderr = Lines(capture.stderr)
+    stderr.start()
+    wait_for(lambda: (s := slot_state(srv, slot)) is not None and s[0] is not None and s[1] >= mark,
+             "the capture to confirm the insert", process=capture, stderr=stderr)
+    try:
+        move(srv, home + 7)  # the capture loses its connection, and cannot reach the server meanwhile
+        wait_for(lambda: "(attempt 2)" in stderr.text, "attempts to reconnect", process=capture, stderr=stderr)
+        with srv.connect() as conn:
+            if what == "slot dropped":
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            else:
+                conn.execute(f"ALTER ROLE {name}_user NOLOGIN")
+    finally:
+        move(srv, home)
+    capture.wait(90)
+    stderr.join(10)
+    text = stderr.text
+    assert capture.returncode == 1, text
+    errors = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in text and len(errors) == 1 and text.splitlines()[-1] == errors[0], text
+    if what == "slot dropped":
+        assert errors[0] == (f"error: replication slot '{slot}', which {out} was captured from, no longer exists: "
+                             "the changes since the file's end are lost with it; start a new capture file (another "
+                             "--out)"), text
+        with srv.connect() as conn:  # not created again
+            assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                                (slot,)).fetchone()[0] == 0
+    else:
+        assert errors[0].startswith("error: cannot connect to the server: ") and "not permitted to log in" in \
+            errors[0], text
+    with read_capture(out) as reader:  # the file keeps what was captured
+        assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BIC"
