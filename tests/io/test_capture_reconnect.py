@@ -443,3 +443,85 @@ def test_what_cannot_be_survived_ends_a_reconnecting_capture_in_one_line(own_ser
             errors[0], text
     with read_capture(out) as reader:  # the file keeps what was captured
         assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BIC"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of its own (root only), whose size the test sets with ``resize(bytes)``."""
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+
+    def resize(size: int) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(where)], check=True, capture_output=True)
+
+    try:
+        yield where, resize
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_real_full_disk_exits_4_in_one_line_and_the_same_command_resumes(own_server, small_disk):
+    srv, table, slot = own_server, "tmpfs_t", "tmpfs_slot"
+    where, resize = small_disk
+    out = where / "c.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(f"INSERT INTO {table} SELECT g, repeat('x', 200) FROM generate_series(1, 300) g")
+    command = [REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub",
+               "--no-create-slot", "--out", str(out), "--sync-interval", "0.05"]
+    first = subprocess.run(command + ["--idle-exit", "0.5"], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    with srv.connect() as conn:  # about 0.8 MB more, one row a transaction
+        for i in range(301, 3301):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, repeat('y', 200))", (i,))
+    resize(out.stat().st_size + 256 * 1024)  # the disk fills in the middle of them
+    full = subprocess.run(command + ["--idle-exit", "5"], capture_output=True, text=True, timeout=120)
+    assert full.returncode == 4, full.stderr
+    assert "Traceback" not in full.stderr
+    last = full.stderr.splitlines()[-1]
+    assert last.startswith(f"error: cannot write {out}: No space left on device; the file was cut back to its "
+                           "last durable record (offset "), full.stderr
+    assert [line for line in full.stderr.splitlines() if line.startswith("error:")] == [last]
+    durable = int(last.split("(offset ")[1].split(")")[0])
+    assert out.stat().st_size == durable
+    with read_capture(out) as reader:
+        reading = reader.records(raw=True)
+        assert sum(1 for _ in reading) and reading.tail is None
+    ends = commit_ends(out)
+    assert 1 <= len(ends) < 3001 and slot_state(srv, slot)[1] <= max(ends)  # (the first 300 rows: one transaction)
+    resize(10 * 1024 * 1024)  # room again: the same command goes on
+    again = subprocess.run(command + ["--idle-exit", "1"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "resumed after" in again.stderr, again.stderr
+    rows, inserted = applied(out)
+    assert len(inserted) == len(set(inserted)) == 3300
+    assert rows == table_rows(srv, table)
+
+
+def test_a_file_damaged_inside_exits_5_in_one_line(own_server, tmp_path):
+    srv, table, slot = own_server, "damaged_t", "damaged_slot"
+    out = tmp_path / "damaged.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for i in range(3):
+            conn.execute(f"INSERT INTO {table} VALUES (%s)", (i,))
+    command = [REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub",
+               "--no-create-slot", "--out", str(out), "--sync-interval", "0.05", "--idle-exit", "0.5"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    with read_capture(out) as reader:
+        insert = next(r for r in reader.records() if r.data[:1] == b"I")
+    data = bytearray(out.read_bytes())
+    data[insert.offset + 30] ^= 0xFF  # the first transaction's insert; the slot confirmed what follows it
+    out.write_bytes(bytes(data))
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 5, again.stderr
+    assert again.stderr.startswith(f"error: {out}: the record at offset {insert.offset} is damaged")
+    assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
+    assert out.read_bytes() == bytes(data)  # left as it is
