@@ -649,11 +649,12 @@ class LiveCapture:
         failure: Exception | None = None
         walsender: int | None = None
         stopping = False  # stopped on purpose: stop, idle_exit or Ctrl-C
+        started = False  # START_REPLICATION was taken
         try:
             walsender = conn.get_backend_pid()
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
-            self._streamed = True
+            self._streamed = started = True
             while not (stop is not None and stop.is_set()):
                 message = read()
                 if message is None:
@@ -726,7 +727,7 @@ class LiveCapture:
                 raise CaptureError(f"the server stopped the capture: {server_error(failure)}") from None
             if stopping:
                 return progress  # stopped as asked; what the file holds is durable, the rest is sent again
-            if walsender is None or not self._streamed:
+            if not started:
                 raise ConnectionLost(f"cannot start streaming from slot {self.settings.slot!r}: "
                                      f"{server_error(failure)}") from None
             raise ConnectionLost(f"lost the connection to the server: {server_error(failure)}") from None
