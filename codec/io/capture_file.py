@@ -559,7 +559,12 @@ class CaptureWriter:
         self._check()
         if not records:
             return
-        _append_records(self._batch, records)
+        before = len(self._batch)
+        try:
+            _append_records(self._batch, records)
+        except BaseException:  # (a KeyboardInterrupt): all of the records or none
+            del self._batch[before:]
+            raise
         self._last = records[-1][0]
         if len(self._batch) >= BATCH:
             self._write()
@@ -572,6 +577,7 @@ class CaptureWriter:
         """Write the batch whole, or fail (:meth:`_fail`): a short write is followed by the rest."""
         if not self._batch:
             return
+        start = self._file.tell()
         done = 0
         try:
             with memoryview(self._batch) as whole:
@@ -579,6 +585,10 @@ class CaptureWriter:
                     done += self._file.write(whole[done:])
         except OSError as error:
             self._fail(error)
+            raise
+        except BaseException:  # interrupted (a KeyboardInterrupt): the batch is written whole next time
+            self._file.truncate(start)
+            self._file.seek(start)
             raise
         self._batch.clear()
 

@@ -650,6 +650,7 @@ class LiveCapture:
         walsender: int | None = None
         stopping = False  # stopped on purpose: stop, idle_exit or Ctrl-C
         started = False  # START_REPLICATION was taken
+        in_burst = interrupted = False  # (in_burst: records read whose bookkeeping is not done)
         try:
             walsender = conn.get_backend_pid()
             cur.start_replication(slot_name=self.settings.slot, decode=False,
@@ -669,6 +670,7 @@ class LiveCapture:
                 add = burst.append
                 completed = 0
                 durable_now = False
+                in_burst = True
                 try:
                     while message is not None:
                         data = message.payload
@@ -697,14 +699,18 @@ class LiveCapture:
                     current = max((record[0] for record in burst), default=0)  # (0: a message without a position)
                     if current > progress.current_lsn:
                         progress.current_lsn = LSN(current)
+                in_burst = False
                 self._activity = time.monotonic()
                 sync_and_ack(force=durable_now)
             stopping = True
         except KeyboardInterrupt:
             stopping = True
+            # Interrupted in the middle of a burst, the positions and the tracker may be ahead of the file:
+            # what the file holds is made durable (by close()), and nothing more is acknowledged.
+            interrupted = in_burst
         except (psycopg2.Error, OSError, ValueError) as error:  # (ValueError: select() on a closed connection)
             failure = error
-        if failure is None:
+        if failure is None and not interrupted:
             try:
                 sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
             except (psycopg2.Error, OSError) as error:

@@ -155,3 +155,33 @@ def test_a_new_file_whose_header_does_not_fit_is_not_left_behind(tmp_path, disk)
     with pytest.raises(OSError):
         CaptureWriter(path, HEADER)
     assert not path.exists()
+
+
+class InterruptingFile(FullDiskFile):
+    """A write that is interrupted (Ctrl-C) once, after a short write, when the disk's room runs out."""
+
+    def write(self, data) -> int:
+        if self.disk.room == 0:
+            self.disk.room = None
+            raise KeyboardInterrupt
+        return super().write(data)
+
+
+def test_an_interrupted_write_is_taken_back_and_written_whole_again(tmp_path, disk, monkeypatch):
+    path = tmp_path / "interrupted.rwcap"
+    real_open = open
+
+    def interrupting_open(name, mode="r", buffering=-1, *args, **kwargs):
+        if "w" not in mode and "+" not in mode:
+            return real_open(name, mode, buffering, *args, **kwargs)
+        return InterruptingFile(os.fspath(name), mode, disk)
+
+    monkeypatch.setattr(capture_file, "open", interrupting_open, raising=False)
+    writer = CaptureWriter(path, HEADER)
+    writer.extend([record(i) for i in range(10)])
+    writer.sync()
+    disk.room = 5000
+    with pytest.raises(KeyboardInterrupt):
+        writer.extend([record(i) for i in range(10, 700)])  # over a MiB: written as it is appended
+    writer.close()  # what a clean-up does: sync, and close
+    assert read_back(path) == ([0x1000 + i for i in range(700)], None)

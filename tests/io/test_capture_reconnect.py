@@ -525,3 +525,47 @@ def test_a_file_damaged_inside_exits_5_in_one_line(own_server, tmp_path):
     assert again.stderr.startswith(f"error: {out}: the record at offset {insert.offset} is damaged")
     assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
     assert out.read_bytes() == bytes(data)  # left as it is
+
+
+def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_file(own_server, tmp_path,
+                                                                                    monkeypatch):
+    """Ctrl-C (a KeyboardInterrupt, from Python) while a burst's records are being appended: nothing of the burst
+    may be acknowledged unless it is in the file, and the file is whole."""
+    from replwire.codec.io import capture_file
+    from replwire.codec.io.live import CaptureSettings, LiveCapture
+
+    srv, table, slot = own_server, "interrupt_t", "interrupt_slot"
+    out = tmp_path / "interrupt.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for i in range(2000):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, 'v')", (i,))
+    real = capture_file._append_records
+    bursts = []
+
+    def interrupted(out_buffer, records):
+        records = list(records)
+        if len(records) > 10:
+            bursts.append(len(records))
+            if len(bursts) == 2:  # the second burst: half of it, a piece of the next record, and Ctrl-C
+                real(out_buffer, records[:len(records) // 2])
+                out_buffer += b"\x00" * 7
+                raise KeyboardInterrupt
+        real(out_buffer, records)
+
+    monkeypatch.setattr(capture_file, "_append_records", interrupted)
+    settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
+    LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05).run(idle_exit=5)
+    assert len(bursts) == 2
+    monkeypatch.setattr(capture_file, "_append_records", real)
+    with read_capture(out) as reader:
+        reading = reader.records(raw=True)
+        assert sum(1 for _ in reading) and reading.tail is None
+    confirmed = slot_state(srv, slot)[1]
+    assert confirmed <= max(commit_ends(out)), "the slot confirmed a transaction the file does not hold"
+    LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05).run(idle_exit=1)
+    rows, inserted = applied(out)
+    assert len(inserted) == len(set(inserted)) == 2000
+    assert rows == table_rows(srv, table)
