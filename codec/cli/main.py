@@ -453,7 +453,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
     settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
     4 OUT could not be written (a full disk: it is cut back to its last durable record); 5 OUT is damaged
-    inside; 130 interrupted during the snapshot.
+    inside; 130 interrupted before streaming (during the snapshot, say) or by a second signal while
+    reconnecting.
     """
     import signal
     import threading

@@ -413,7 +413,8 @@ class LiveCapture:
     ``"sql"`` (the SQL functions, ``batch_size`` rows asked for per call, polled every ``sync_interval``
     seconds while there is nothing new).  ``progress`` is called with a :class:`Progress` after every sync.
     :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture, or on
-    Ctrl-C, always after a final sync and acknowledgement.
+    Ctrl-C, always after a final sync and acknowledgement (only the sync when Ctrl-C lands in the middle of a
+    burst of messages, whose positions are then not all in the file).
 
     A connection lost once the capture is streaming (a restart, a failover, the walsender
     terminated, the network) is not the end: with ``reconnect`` (the default) the capture resumes from the
