@@ -30,7 +30,11 @@ so a position inside one would lose it.  Only the SQL functions are used, over o
   read again after a failure gets the same rows.
 * :meth:`~ReplwireStreamReader.commit` moves the slot (``pg_replication_slot_advance``) to a batch's end.
   Spark calls it only once the batch is in the query's commit log, so a query restarted from its checkpoint
-  finds every change it has not committed still in the slot, and none twice.
+  finds every change it has not committed still in the slot, and none twice.  Spark calls it for a batch
+  when it plans the next one, so a query that stopped (or has nothing new) leaves the slot at the end of
+  the batch before its last committed one: the checkpoint's commit log holds the last; a query restarted
+  from it starts there, and the changes of that batch, still in the slot, are skipped (their positions are
+  not after the start offset).  The slot holds that batch's WAL meanwhile, nothing more.
 
 ``position`` is the change's index within its transaction (0, 1, ...; 0 for a non-transactional message),
 so ``coalesce(end_lsn, lsn), position`` orders and identifies the changes of the whole stream, however

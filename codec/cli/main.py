@@ -504,18 +504,31 @@ class _ChangeTable:
 @click.option("--snapshot", "initial_snapshot", is_flag=True,
               help="First copy every table of the publication into OUT (an initial snapshot, consistent with a "
                    "new slot created with it), then stream the changes after it.")
+@click.option("--no-reconnect", is_flag=True,
+              help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
+                   "resuming by itself (like pg_recvlogical's --no-loop).")
 def capture_command(dsn: str, slot: str, publication: str, proto_version: int | None, streaming: str | None,
                     binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
-                    batch_size: int, initial_snapshot: bool) -> None:
-    """Capture a logical replication slot into a capture file until Ctrl-C (or --idle-exit).
+                    batch_size: int, initial_snapshot: bool, no_reconnect: bool) -> None:
+    """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
-    command again continues where the server's slot stands, and the file holds every change once.  With
-    --snapshot the slot is created with an exported snapshot and every published table is copied first; a
-    snapshot that was interrupted is taken again from the start by the same command.
+    command again continues where the server's slot stands, and the file holds every change once.  A lost
+    connection (a server restart, a failover, the walsender terminated) is resumed the same way, by itself,
+    after a growing delay (unless --no-reconnect).  With --snapshot the slot is created with an exported
+    snapshot and every published table is copied first; a snapshot that was interrupted is taken again from
+    the start by the same command.
+
+    Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
+    settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
+    4 OUT could not be written (a full disk: it is cut back to its last durable record); 5 OUT is damaged
+    inside; 130 interrupted before streaming (during the snapshot, say) or by a second signal while
+    reconnecting.
     """
     import signal
+    import threading
+    import time
 
     from rich.console import Console
 
@@ -525,24 +538,41 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     from ..io.live import CaptureError, CaptureSettings, LiveCapture, Progress
 
     console = Console(stderr=True)
-    shown = {"at": 0.0}
+    shown = {"at": 0.0, "messages": 0}
 
     def report(progress: Progress) -> None:
-        import time
-
         now = time.monotonic()
         if now - shown["at"] < (0.5 if console.is_terminal else 5.0):
             return
-        shown["at"] = now
-        line = (f"{_count(progress.messages, 'message')}, {progress.bytes / 2**20:.1f} MiB, "
-                f"{_count(progress.transactions, 'transaction')}; received {progress.current_lsn}, "
-                f"flushed {progress.flushed_lsn}, lag {_count(progress.lag_bytes, 'byte')}")
+        elapsed = now - progress.started
+        clock = f"{int(elapsed) // 3600}:{int(elapsed) % 3600 // 60:02d}:{int(elapsed) % 60:02d}"
+        if progress.messages == 0 and progress.current_lsn == 0:
+            line = f"{clock} waiting for changes; flushed {progress.flushed_lsn}"
+        else:
+            since = shown["at"] or progress.started  # (the rate since the last line)
+            rate = max(0, progress.messages - shown["messages"]) / max(now - since, 1e-6)
+            line = (f"{clock} {_count(progress.messages, 'message')} ({rate:,.0f}/s), "
+                    f"{progress.bytes / 2**20:.1f} MiB, {_count(progress.transactions, 'transaction')}; "
+                    f"received {progress.current_lsn}, flushed {progress.flushed_lsn}, "
+                    f"lag {_count(progress.lag_bytes, 'byte')}")
+        shown["at"], shown["messages"] = now, progress.messages
         console.print(line, end="\r" if console.is_terminal else "\n", highlight=False, soft_wrap=True)
 
-    def stop_on_sigterm(signum, frame):  # a clean stop, like Ctrl-C
-        raise KeyboardInterrupt
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True)
 
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    # SIGTERM (what service managers send) is a stop like Ctrl-C.  Once streaming, the first one asks the loop
+    # to stop after its last acknowledgement (also while it reconnects); a second one interrupts.
+    stop = threading.Event()
+    streaming_phase = {"on": False}
+
+    def on_stop_signal(signum, frame):
+        if not streaming_phase["on"] or stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_stop_signal)
+    signal.signal(signal.SIGINT, on_stop_signal)
     if initial_snapshot and via == "sql":
         raise click.UsageError("--snapshot needs a replication connection (the slot is created with an exported "
                                "snapshot); it cannot be used with --via sql")
@@ -552,26 +582,35 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                                binary=binary, messages=messages, two_phase=two_phase)
     capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
-                          via=via, batch_size=batch_size)
-    fresh = False  # a snapshot taken by this run: the stream after it is new, not resumed
+                          via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say)
+    taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
     try:
         capture.check_output()  # before anything is done on the server, the snapshot included
         if initial_snapshot:
-            fresh = _snapshot(console, dsn, out, settings, create_publication)
-        progress = capture.run(idle_exit=idle_exit)
+            taken = _snapshot(console, dsn, out, settings, create_publication)
+        streaming_phase["on"] = True
+        progress = capture.run(stop=stop, idle_exit=idle_exit)
     except CaptureError as error:
+        if console.is_terminal:
+            console.print()  # (after a progress line that ends in a carriage return)
         click.echo(f"error: {error}", err=True)
-        sys.exit(1)
+        sys.exit(error.exit_status)
+    except KeyboardInterrupt:  # (a second Ctrl-C, or one before streaming): what is in OUT is durable
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     resumed = capture.resumed_records
-    after = f", resumed after {_count(resumed, 'record')}" if resumed is not None and not fresh else ""
-    console.print(f"captured {_count(progress.messages, 'message')} ({_count(progress.bytes, 'byte')}), "
-                  f"{_count(progress.transactions, 'transaction')} into {out}{after}; flushed up to "
+    after = f", resumed after {_count(resumed, 'record')}" if resumed is not None and taken is None else ""
+    rows = f"{taken.rows:,} snapshot row{'s' if taken.rows != 1 else ''} and " if taken is not None else ""
+    again = f", reconnected {_count(capture.reconnects, 'time')}" if capture.reconnects else ""
+    console.print(f"captured {rows}{_count(progress.messages, 'message')} ({_count(progress.bytes, 'byte')}), "
+                  f"{_count(progress.transactions, 'transaction')} into {out}{after}{again}; flushed up to "
                   f"{progress.flushed_lsn}", highlight=False, soft_wrap=True)
 
 
-def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication: bool) -> bool:
-    """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  True when
-    it was taken now (False: the file's snapshot was complete already)."""
+def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication: bool):
+    """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  The
+    :class:`~replwire.codec.io.snapshot.SnapshotResult` when it was taken now (``None``: the file's snapshot
+    was complete already)."""
     from ..io.snapshot import TableProgress, take_snapshot
 
     def report(table: TableProgress) -> None:
@@ -594,7 +633,7 @@ def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication
     else:
         console.print(f"the snapshot at {result.lsn} in {out} is complete; resuming the changes after it",
                       highlight=False, soft_wrap=True)
-    return result.taken
+    return result if result.taken else None
 
 
 @main.command("demo")

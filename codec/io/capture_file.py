@@ -30,7 +30,7 @@ import struct
 import zlib
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, BinaryIO
+from typing import Any
 
 from construct import ConstructError
 
@@ -494,6 +494,12 @@ class CaptureWriter:
     Records are gathered in memory and written in batches of about :data:`BATCH` bytes; :meth:`sync` makes
     everything appended so far durable (write + flush + fsync) and returns the file size, after which the
     caller may acknowledge the positions appended.
+
+    A write or fsync that fails (a full disk, an I/O error) cuts the file back to where the last :meth:`sync`
+    left it -- the end of the last durable record -- and raises; the writer is broken from then on (every
+    later call raises the same error), so nothing can be written after bytes of a batch that did not make it
+    whole, whatever space there is by then.  Nothing appended after the last sync was acknowledged: the
+    server sends it again when the capture is resumed.
     """
 
     def __init__(self, path: str | os.PathLike[str], header: CaptureHeader) -> None:
@@ -501,8 +507,11 @@ class CaptureWriter:
         self.header = header
         self.recovered: TailProblem | None = None
         self._last: int | None = None  # the LSN of the last record appended
-        self._file: BinaryIO
+        self._file: Any
         self._batch = bytearray()  # appended, not yet written: the file's logical end is tell() + len(batch)
+        self._durable = 0  # the file's size after the last sync: the end of the last durable record
+        self._failed: OSError | None = None  # the write or fsync that failed (the writer is broken)
+        self._cut = True  # the file ends at _durable (False: a failure's cut is still to be made)
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with CaptureReader(self.path) as reader:
                 if reader.header.settings != header.settings:
@@ -516,19 +525,30 @@ class CaptureWriter:
             if self.recovered is not None and self.recovered.intact_from is not None:
                 raise CaptureFileError(self.path, f"cannot append: {self.recovered}; cutting the file there "
                                                   "would drop them", self.recovered.offset)
-            self._file = open(self.path, "r+b")  # noqa: SIM115 -- closed by close()
-            self._file.truncate(end)
-            self._file.seek(end)
-            self._fsync()
-        else:
-            self._file = open(self.path, "wb")  # noqa: SIM115
-            self._file.write(encode_header(header))
-            self.sync()
-            directory = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+            # unbuffered: every byte that reaches the file is one this writer knows about (see _write)
+            self._file = open(self.path, "r+b", buffering=0)  # noqa: SIM115 -- closed by close()
             try:
-                os.fsync(directory)  # the new file's name is durable too
-            finally:
-                os.close(directory)
+                self._file.truncate(end)
+                self._file.seek(end)
+                self._durable = end
+                self._fsync()
+            except BaseException:
+                self._file.close()
+                raise
+        else:
+            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115
+            try:
+                self._batch += encode_header(header)
+                self.sync()
+                directory = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+                try:
+                    os.fsync(directory)  # the new file's name is durable too
+                finally:
+                    os.close(directory)
+            except BaseException:
+                self._file.close()
+                os.unlink(self.path)  # a file without its whole header is no capture file: not left behind
+                raise
 
     def append(self, lsn: int, xid: int, data: bytes) -> None:
         self.extend(((lsn, xid, data),))
@@ -536,17 +556,68 @@ class CaptureWriter:
     def extend(self, records: Sequence[tuple[int, int, bytes]]) -> None:
         """Append the ``(lsn, xid, data)`` records, in order (a burst costs less than one :meth:`append` per
         record)."""
+        self._check()
         if not records:
             return
-        _append_records(self._batch, records)
+        before = len(self._batch)
+        try:
+            _append_records(self._batch, records)
+        except BaseException:  # (a KeyboardInterrupt): all of the records or none
+            del self._batch[before:]
+            raise
         self._last = records[-1][0]
         if len(self._batch) >= BATCH:
             self._write()
 
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
     def _write(self) -> None:
-        if self._batch:
-            self._file.write(self._batch)
-            self._batch.clear()
+        """Write the batch whole, or fail (:meth:`_fail`): a short write is followed by the rest."""
+        if not self._batch:
+            return
+        start = self._file.tell()
+        done = 0
+        try:
+            with memoryview(self._batch) as whole:
+                while done < len(whole):
+                    done += self._file.write(whole[done:])
+        except OSError as error:
+            self._fail(error)
+            raise
+        except BaseException:  # interrupted (a KeyboardInterrupt): the batch is written whole next time
+            self._file.truncate(start)
+            self._file.seek(start)
+            raise
+        self._batch.clear()
+
+    def _fail(self, error: OSError) -> None:
+        """A write or fsync failed: drop what is gathered, cut the file back to the end of its last durable
+        record, and break the writer (``error`` is raised by every later call)."""
+        self._failed = error
+        self._batch = bytearray()  # (a new one: the failed write's frames may still hold views of the old)
+        self._cut = False
+        self._cut_back()
+
+    def _cut_back(self) -> None:
+        try:
+            self._file.truncate(self._durable)
+            self._file.seek(self._durable)
+            os.fsync(self._file.fileno())
+        except OSError:
+            return  # tried again by close()
+        self._cut = True
+
+    @property
+    def failed(self) -> OSError | None:
+        """The write or fsync that failed, if one did (the file was cut back to :attr:`durable`)."""
+        return self._failed
+
+    @property
+    def durable(self) -> int:
+        """The file's size after the last :meth:`sync`: where its last durable record ends."""
+        return self._durable
 
     @property
     def last_lsn(self) -> LSN | None:
@@ -559,30 +630,43 @@ class CaptureWriter:
 
     def rewind(self, mark: tuple[int, int | None]) -> None:
         """Drop every record appended after ``mark`` (from :meth:`mark`); call :meth:`sync` to make it durable."""
+        self._check()
         size, last_lsn = mark
         written = self._file.tell()
         if size >= written:
             del self._batch[size - written:]
         else:
             self._batch.clear()
-            self._file.flush()
             self._file.truncate(size)
             self._file.seek(size)
+            self._durable = min(self._durable, size)
         self._last = last_lsn
 
     def _fsync(self) -> None:
+        self._check()
         self._write()
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as error:
+            self._fail(error)
+            raise
+        self._durable = self._file.tell()
 
     def sync(self) -> int:
         """Flush and fsync; returns the durable size of the file."""
         self._fsync()
-        return self._file.tell()
+        return self._durable
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.sync()
+        """Sync and close; a broken writer's file is only closed (cut back to its last durable record)."""
+        if self._file.closed:
+            return
+        try:
+            if self._failed is None:
+                self.sync()
+            elif not self._cut:
+                self._cut_back()
+        finally:
             self._file.close()
 
     def __enter__(self) -> CaptureWriter:

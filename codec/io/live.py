@@ -62,15 +62,59 @@ from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, Captur
 from .positions import PositionTracker, message_completes
 from .slot import quote_identifier
 
-__all__ = ["VIAS", "CaptureError", "CaptureSettings", "LiveCapture", "Progress", "Server", "check_output",
-           "check_settings", "check_source", "connect", "resume_point", "server_error", "set_up"]
+__all__ = ["VIAS", "CaptureDamaged", "CaptureError", "CaptureSettings", "CaptureWriteError", "ConnectionLost",
+           "LiveCapture", "Progress", "Server", "check_output", "check_settings", "check_source", "connect",
+           "resume_point", "server_error", "set_up"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
 
 
 class CaptureError(ReplwireError, RuntimeError):
-    """Live capture could not start or go on (server, slot, publication or file problem)."""
+    """Live capture could not start or go on (server, slot, publication or file problem).  ``exit_status`` is
+    the status ``replwire capture`` exits with for it; the subclasses below are the classes a caller may want to
+    tell apart."""
+
+    exit_status = 1
+
+
+class ConnectionLost(CaptureError):
+    """The connection to the server was lost (a restart, a failover, the walsender terminated, the network),
+    or could not be made: trying again later may succeed."""
+
+    exit_status = 3
+
+
+class CaptureWriteError(CaptureError):
+    """The capture file could not be written (a full disk, an I/O error); it was cut back to its last durable
+    record, which is as far as the slot was told."""
+
+    exit_status = 4
+
+
+class CaptureDamaged(CaptureError):
+    """The capture file is damaged inside: resuming it would cut off changes the slot already confirmed."""
+
+    exit_status = 5
+
+
+#: Words of the server's (or libpq's) refusal to connect that trying again will not change.
+_REFUSALS = ("authentication failed", "no pg_hba.conf entry", "does not exist", "permission denied",
+             "not permitted", "must be superuser", "must have", "invalid", "unsupported")
+
+
+def is_lost(error: Exception, conn: Any = None) -> bool:
+    """Whether the driver's ``error`` means the connection went away (or the server cannot take it now), so a
+    new one may succeed: a closed ``conn``, no SQLSTATE (libpq's own "no COPY in progress", "server closed the
+    connection unexpectedly"), a connection exception (08), an operator intervention (57: a shutdown, the
+    walsender terminated, the server starting up), or the slot still held by a walsender that is exiting."""
+    if conn is not None and conn.closed:
+        return True
+    code = getattr(error, "pgcode", None)
+    if code is None:
+        text = str(error).lower()
+        return not any(word in text for word in _REFUSALS)
+    return code[:2] in ("08", "57") or code == "55006"  # object_in_use: "replication slot ... is active for PID"
 
 
 @dataclass(frozen=True)
@@ -133,10 +177,11 @@ def connect(dsn: str, *, replication: bool = False) -> Any:
             return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
         return psycopg2.connect(dsn)
     except psycopg2.Error as error:
+        kind = ConnectionLost if is_lost(error) else CaptureError
         if replication:
-            raise CaptureError(f"cannot open a replication connection: {server_error(error)} (it needs a user with "
-                               "the REPLICATION attribute and a free walsender, max_wal_senders)") from None
-        raise CaptureError(f"cannot connect to the server: {server_error(error)} (check the DSN)") from None
+            raise kind(f"cannot open a replication connection: {server_error(error)} (it needs a user with "
+                       "the REPLICATION attribute and a free walsender, max_wal_senders)") from None
+        raise kind(f"cannot connect to the server: {server_error(error)} (check the DSN)") from None
 
 
 @dataclass(frozen=True)
@@ -207,7 +252,8 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False, for_
         except slot.SlotError as error:
             raise CaptureError(str(error)) from None
         except psycopg2.Error as error:
-            raise CaptureError(f"cannot set up the capture: {server_error(error)}") from None
+            kind = ConnectionLost if is_lost(error, conn) else CaptureError
+            raise kind(f"cannot set up the capture: {server_error(error)}") from None
         yield server
     finally:
         conn.close()
@@ -308,7 +354,13 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
 
     A damaged record is where the file's readable part ends.  Intact records after it (the file is damaged
     inside, not torn at its end) that complete a position at or below ``confirmed`` hold changes the server
-    will not send again: cutting would lose them, so that is refused with a :class:`CaptureError`."""
+    will not send again: cutting would lose them, so that is refused with a :class:`CaptureDamaged`."""
+    cut, kept, _ = _resume_point(path, confirmed)
+    return cut, kept
+
+
+def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
+    """:func:`resume_point`, and how many records the file held."""
     with read_capture(path) as reader:
         tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
@@ -326,11 +378,11 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
         if damage is not None and damage.intact_from is not None:
             lost = _confirmed_after(reader, damage.intact_from, confirmed)
             if lost is not None:
-                raise CaptureError(f"{path}: {damage}; the records after it complete positions the slot "
+                raise CaptureDamaged(f"{path}: {damage}; the records after it complete positions the slot "
                                    f"already confirmed (up to {LSN(lost)}, confirmed {confirmed}), which the "
                                    "server will not send again: resuming would cut them off.  Keep this file "
                                    "as it is (decode reads up to the damage) and capture to another --out")
-    return cut, kept
+    return cut, kept, count
 
 
 def _confirmed_after(reader: CaptureReader, start: int, confirmed: LSN) -> int | None:
@@ -361,13 +413,23 @@ class LiveCapture:
     ``"sql"`` (the SQL functions, ``batch_size`` rows asked for per call, polled every ``sync_interval``
     seconds while there is nothing new).  ``progress`` is called with a :class:`Progress` after every sync.
     :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture, or on
-    Ctrl-C, always after a final sync and acknowledgement.
+    Ctrl-C, always after a final sync and acknowledgement (only the sync when Ctrl-C lands in the middle of a
+    burst of messages, whose positions are then not all in the file).
+
+    A connection lost once the capture is streaming (a restart, a failover, the walsender
+    terminated, the network) is not the end: with ``reconnect`` (the default) the capture resumes from the
+    file's last durable record exactly as a new run on the file would -- the same checks of the file, the
+    server, the database and the slot -- after ``reconnect_delay`` seconds, doubled after every failed attempt
+    up to ``reconnect_max`` seconds; each attempt is told to ``log``.  Without ``reconnect`` the loss is a
+    :class:`ConnectionLost`.  What cannot be survived is a :class:`CaptureError` (the slot dropped, a refused
+    login), a :class:`CaptureWriteError` (the file could not be written) or a :class:`CaptureDamaged`.
     """
 
     def __init__(self, dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *, create_slot: bool = True,
                  create_publication: bool = False, sync_interval: float = 0.5,
                  progress: Callable[[Progress], None] | None = None, via: str = "replication",
-                 batch_size: int = 10_000) -> None:
+                 batch_size: int = 10_000, reconnect: bool = True, reconnect_delay: float = 0.5,
+                 reconnect_max: float = 30.0, log: Callable[[str], None] | None = None) -> None:
         if via not in VIAS:
             raise ValueError(f"via must be one of {VIAS}, not {via!r}")
         if batch_size < 1:
@@ -376,8 +438,13 @@ class LiveCapture:
         self.create_slot, self.create_publication = create_slot, create_publication
         self.sync_interval, self.on_progress = sync_interval, progress
         self.via, self.batch_size = via, batch_size
+        self.reconnect, self.reconnect_delay, self.reconnect_max = reconnect, reconnect_delay, reconnect_max
+        self.log = log
         self.progress = Progress()
         self.resumed_records: int | None = None
+        self.reconnects = 0  # how many times the capture reconnected
+        self._activity = time.monotonic()  # when the last message arrived (for idle_exit)
+        self._streamed = False  # whether streaming ever started (only then is a lost connection reconnected)
 
     def check_output(self) -> CaptureHeader | None:
         """:func:`check_output` of this capture's file (:meth:`run` calls it first; a caller with work of its
@@ -410,7 +477,8 @@ class LiveCapture:
             except slot.SlotError as error:
                 raise CaptureError(str(error)) from None
             except psycopg2.Error as error:
-                raise CaptureError(f"cannot check or create slot {name!r}: {server_error(error)}") from None
+                kind = ConnectionLost if is_lost(error, server.conn) else CaptureError
+                raise kind(f"cannot check or create slot {name!r}: {server_error(error)}") from None
             return header, confirmed
 
     def _refuse_new_slot(self, existing: CaptureHeader) -> None:
@@ -440,16 +508,27 @@ class LiveCapture:
                            "end and now would be missing. Use the slot the file was captured from (--slot), or "
                            "another --out for a new capture")
 
-    def _open_file(self, header: CaptureHeader, confirmed: LSN) -> CaptureWriter:
+    def _open_file(self, header: CaptureHeader, confirmed: LSN, *, again: bool = False) -> CaptureWriter:
+        """The writer of the capture file, cut to what the slot confirmed (``again``: on a reconnection, where
+        what is cut off was counted as received and is received again)."""
         try:
             if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
-                cut, self.resumed_records = resume_point(self.out, confirmed)
+                cut, kept, held = _resume_point(self.out, confirmed)
                 cut_file(self.out, cut)
+                if again:
+                    self.progress.messages -= min(held - kept, self.progress.messages)
+                else:
+                    self.resumed_records = kept
             return CaptureWriter(self.out, header)
         except CaptureFileError as error:
-            raise CaptureError(str(error)) from None
+            damaged = error.offset is not None and "damaged inside" in error.reason
+            raise (CaptureDamaged if damaged else CaptureError)(str(error)) from None
         except OSError as error:
-            raise CaptureError(f"cannot write {self.out}: {error.strerror or error}") from None
+            raise CaptureWriteError(f"cannot write {self.out}: {error.strerror or error}") from None
+
+    def _say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -460,16 +539,80 @@ class LiveCapture:
                                "stored again by every call (leave streaming off: the server spills large "
                                "transactions to disk and sends them once), or capture over replication")
         existing = self.check_output()
+        created = not os.path.exists(self.out)  # (an empty file is not this run's to remove)
         header, confirmed = self._prepare_server(existing)
         options, proto = header.options, header.proto_version
         writer = self._open_file(header, confirmed)
         self.progress.flushed_lsn = confirmed
-        if self.via == "sql":
-            return self._run_sql(writer, proto, options, stop, idle_exit)
-        return self._run_replication(writer, proto, options, stop, idle_exit)
+        self._activity = time.monotonic()
+        runner = self._run_sql if self.via == "sql" else self._run_replication
+        try:
+            attempts = 0
+            while True:
+                started = self.progress.messages
+                try:
+                    return runner(writer, proto, options, stop, idle_exit)
+                except ConnectionLost as lost:
+                    if not self.reconnect or not self._streamed:
+                        raise  # (a first connection that fails is an error, as pg_recvlogical's is)
+                    if self.progress.messages > started:
+                        attempts = 0  # it streamed again: the next loss starts the back-off anew
+                    found = self._reconnect(str(lost), attempts, stop, idle_exit)
+                    if found is None:
+                        return self.progress
+                    writer, attempts = found
+        except BaseException:
+            if created:
+                self._remove_if_empty()
+            raise
+
+    def _remove_if_empty(self) -> None:
+        """A capture that failed before a record reached the new file it created leaves no file behind."""
+        try:
+            if _first_record(self.out) is None:
+                os.unlink(self.out)
+        except (OSError, CaptureFileError):
+            pass
+
+    def _reconnect(self, reason: str, attempts: int, stop: threading.Event | None, idle_exit: float | None
+                   ) -> tuple[CaptureWriter, int] | None:
+        """Resume after a lost connection, as a new run on the file would, trying again with a growing delay
+        until it works; ``None`` when ``stop`` was set or ``idle_exit`` passed meanwhile.  Anything that cannot
+        be survived is raised."""
+        while True:
+            delay = min(self.reconnect_delay * 2 ** attempts, self.reconnect_max)
+            attempts += 1
+            self._say(f"{reason}; reconnecting in {delay:g} s (attempt {attempts})")
+            if stop is not None:
+                stopped = stop.wait(delay)
+            else:
+                time.sleep(delay)
+                stopped = False
+            if stopped:
+                self._say("stopped while reconnecting")
+                return None
+            if idle_exit is not None and time.monotonic() - self._activity > idle_exit:
+                self._say(f"stopped: nothing captured for {idle_exit:g} s (--idle-exit), the last "
+                          f"{delay:g} s while reconnecting")
+                return None
+            try:
+                header, confirmed = self._prepare_server(self.check_output())
+                writer = self._open_file(header, confirmed, again=True)
+            except ConnectionLost as again:
+                reason = str(again)
+                continue
+            self.reconnects += 1
+            self.progress.flushed_lsn = confirmed
+            self._say(f"reconnected: resuming from {confirmed}, the slot's confirmed position")
+            return writer, attempts
 
     def _run_replication(self, writer: CaptureWriter, proto: int, options: dict[str, str],
                          stop: threading.Event | None, idle_exit: float | None) -> Progress:
+        """Stream until stopped; the file is closed on return.  A lost connection is a :class:`ConnectionLost`,
+        a failed write a :class:`CaptureWriteError` (each only after the clean-up, which acknowledges nothing
+        then), a server's error a :class:`CaptureError`."""
+        import psycopg2
+
         tracker = PositionTracker(proto, writer.header.client_encoding)
         progress = self.progress
         try:
@@ -481,7 +624,6 @@ class LiveCapture:
         cur = conn.cursor()
         pending = 0  # the highest position completed since the last acknowledgement (0: none)
         last_sync = time.monotonic()
-        last_activity = time.monotonic()
 
         def sync_and_ack(force: bool = False) -> None:
             nonlocal pending, last_sync
@@ -505,14 +647,21 @@ class LiveCapture:
                 self.on_progress(progress)
 
         read, feed = cur.read_message, tracker.feed
+        failure: Exception | None = None
+        walsender: int | None = None
+        stopping = False  # stopped on purpose: stop, idle_exit or Ctrl-C
+        started = False  # START_REPLICATION was taken
+        in_burst = interrupted = False  # (in_burst: records read whose bookkeeping is not done)
         try:
+            walsender = conn.get_backend_pid()
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
+            self._streamed = started = True
             while not (stop is not None and stop.is_set()):
                 message = read()
                 if message is None:
                     sync_and_ack()
-                    if idle_exit is not None and tracker.idle and time.monotonic() - last_activity > idle_exit:
+                    if idle_exit is not None and tracker.idle and time.monotonic() - self._activity > idle_exit:
                         break
                     select.select([cur], [], [], min(self.sync_interval, 0.2))
                     continue
@@ -522,6 +671,7 @@ class LiveCapture:
                 add = burst.append
                 completed = 0
                 durable_now = False
+                in_burst = True
                 try:
                     while message is not None:
                         data = message.payload
@@ -550,18 +700,46 @@ class LiveCapture:
                     current = max((record[0] for record in burst), default=0)  # (0: a message without a position)
                     if current > progress.current_lsn:
                         progress.current_lsn = LSN(current)
-                last_activity = time.monotonic()
+                in_burst = False
+                self._activity = time.monotonic()
                 sync_and_ack(force=durable_now)
+            stopping = True
         except KeyboardInterrupt:
-            pass
-        finally:
-            walsender = conn.get_backend_pid()
+            stopping = True
+            # Interrupted in the middle of a burst, the positions and the tracker may be ahead of the file:
+            # what the file holds is made durable (by close()), and nothing more is acknowledged.
+            interrupted = in_burst
+        except (psycopg2.Error, OSError, ValueError) as error:  # (ValueError: select() on a closed connection)
+            failure = error
+        if failure is None and not interrupted:
             try:
-                sync_and_ack(force=True)
-            finally:
-                writer.close()
-                conn.close()
-        self._wait_released(walsender)
+                sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
+            except (psycopg2.Error, OSError) as error:
+                failure = error
+        lost = failure is not None and (not isinstance(failure, psycopg2.Error) or is_lost(failure, conn))
+        try:
+            writer.close()  # (a broken writer's file stays cut back to its last durable record)
+        except OSError:
+            pass  # (writer.failed says what)
+        finally:
+            conn.close()
+        if writer.failed is not None:  # what cannot be survived comes first
+            problem = writer.failed
+            raise CaptureWriteError(f"cannot write {self.out}: {problem.strerror or problem}; the file was cut back "
+                                    f"to its last durable record (offset {writer.durable}), and the slot confirmed "
+                                    f"no more than that ({progress.flushed_lsn}): make room and run the same "
+                                    "command again to resume") from None
+        if failure is not None:
+            if not lost:
+                raise CaptureError(f"the server stopped the capture: {server_error(failure)}") from None
+            if stopping:
+                return progress  # stopped as asked; what the file holds is durable, the rest is sent again
+            if not started:
+                raise ConnectionLost(f"cannot start streaming from slot {self.settings.slot!r}: "
+                                     f"{server_error(failure)}") from None
+            raise ConnectionLost(f"lost the connection to the server: {server_error(failure)}") from None
+        if walsender is not None:
+            self._wait_released(walsender)
         return progress
 
     def _wait_released(self, walsender: int, timeout: float = 10.0) -> None:
@@ -614,8 +792,8 @@ class LiveCapture:
         _check_encoding(conn, writer)
         batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
                           + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
-        last_activity = time.monotonic()
         failure: str | None = None
+        lost = False
 
         def advance(target: LSN) -> None:
             if target > progress.flushed_lsn:
@@ -632,6 +810,7 @@ class LiveCapture:
                     before = batch.done
                     # every call is a new pgoutput session
                     rows, wal_end = batch.read(conn, PositionTracker(proto, writer.header.client_encoding))
+                    self._streamed = True
                     everything_read = rows < self.batch_size and writer.mark() == batch.kept
                     batch.settle()
                     # Fewer rows than asked for: the call read all the WAL before wal_end and nothing in it is
@@ -640,10 +819,10 @@ class LiveCapture:
                     if self.on_progress:
                         self.on_progress(progress)
                     if rows:
-                        last_activity = time.monotonic()
+                        self._activity = time.monotonic()
                         if rows >= self.batch_size and batch.done > before:
                             continue  # more is waiting
-                    elif idle_exit is not None and time.monotonic() - last_activity > idle_exit:
+                    elif idle_exit is not None and time.monotonic() - self._activity > idle_exit:
                         break
                     if stop is not None:
                         stop.wait(self.sync_interval)
@@ -653,18 +832,35 @@ class LiveCapture:
                 pass
             except psycopg2.Error as error:
                 failure = server_error(error)
+                lost = is_lost(error, conn)
+            except OSError:
+                pass  # the file could not be written (writer.failed)
         finally:
             try:
-                batch.settle()
-                if not conn.closed:
-                    conn.rollback()  # an interrupted call: what it read after batch.kept is sent again next time
-                    advance(batch.done)
+                if writer.failed is None:
+                    batch.settle()
+                    if not conn.closed:
+                        conn.rollback()  # an interrupted call: what it read after batch.kept is sent again next time
+                        advance(batch.done)
             except psycopg2.Error as error:
                 failure = failure or server_error(error)
+            except OSError:
+                pass
             finally:
-                writer.close()
+                try:
+                    writer.close()
+                except OSError:
+                    pass
                 conn.close()
+        if writer.failed is not None:
+            problem = writer.failed
+            raise CaptureWriteError(f"cannot write {self.out}: {problem.strerror or problem}; the file was cut back "
+                                    f"to its last durable record (offset {writer.durable}), and the slot was moved "
+                                    f"no further than that ({progress.flushed_lsn}): make room and run the same "
+                                    "command again to resume")
         if failure is not None:
+            if lost:
+                raise ConnectionLost(f"lost the connection to the server: {failure}")
             raise CaptureError(f"capturing through the SQL functions failed: {failure}")
         return progress
 
