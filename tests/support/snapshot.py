@@ -113,7 +113,18 @@ def rows_of(folded_rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 
 def selected(dsn: str, query: str) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` as psycopg loads them, but json and jsonb as the server's text (``JsonText``,
+    what replwire's typed values are), so they compare exactly."""
     import psycopg
+    from psycopg.adapt import Loader
+
+    from replwire.codec.stream.values import JsonText
+
+    class JsonTextLoader(Loader):
+        def load(self, data: Any) -> JsonText:
+            return JsonText(bytes(data).decode("utf-8"))
 
     with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in ("json", "jsonb"):
+            conn.adapters.register_loader(name, JsonTextLoader)
         return sorted((tuple(r) for r in conn.execute(query).fetchall()), key=repr)
