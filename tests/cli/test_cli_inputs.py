@@ -70,6 +70,16 @@ def segments(pg18, tmp_path_factory):
     return paths, expected, table
 
 
+def test_spark_cli_names_the_order_it_reads_the_files_in(segments, tmp_path):
+    paths, _, _ = segments
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "taken").write_text("")  # refused before Spark starts: the note comes first
+    result = replwire("spark", "changes", paths[1], paths[2], paths[0], "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"note: reading the inputs in stream order (by the positions their records "
+                                    f"complete): {paths[0]}, {paths[1]}, {paths[2]}\n")
+
+
 def decoded(*paths):
     result = replwire("decode", *paths)
     assert result.returncode == 0, result.stderr
@@ -137,6 +147,8 @@ def test_decode_reads_standard_input_and_a_fifo_once(segments, tmp_path, how):
 def test_files_of_a_slot_created_again_are_refused(segments, pg18, tmp_path):
     """A slot dropped and created again under its name starts at a new consistent point: a file of the old
     slot and one of the new are not one stream (what happened between is in neither)."""
+    from replwire.codec.serve import Source, SourceError
+
     paths, _, _ = segments
     again = tmp_path / "again.rwcap"
     with pg18.connect() as conn:
@@ -145,14 +157,21 @@ def test_files_of_a_slot_created_again_are_refused(segments, pg18, tmp_path):
         finally:
             conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                          "WHERE slot_name = 'inputs_slot'")
+    out = tmp_path / "out"
     for given, reason in (([paths[0], again], "it opens with a snapshot at consistent point"),
                           ([again, paths[1]], "it holds a transaction completed at")):
-        result = replwire("decode", *given)
-        assert result.returncode == 2, result.stderr
-        assert result.stdout == ""
-        assert reason in result.stderr and "the inputs are not one stream" in result.stderr
-        # a usage error, as decode's refusals are: one "Error:" line after the usage lines, no traceback
-        assert "Traceback" not in result.stderr and result.stderr.splitlines()[-1].startswith("Error: ")
+        for command in (["decode"], ["spark", "changes", "--out", out]):
+            result = replwire(*command, *given)
+            assert result.returncode == 2, result.stderr
+            assert result.stdout == "" and not out.exists()
+            assert reason in result.stderr and "the inputs are not one stream" in result.stderr
+            # a usage error, as decode's refusals are: one "Error:" line after the usage lines, no traceback
+            assert "Traceback" not in result.stderr and result.stderr.splitlines()[-1].startswith("Error: ")
+        with pytest.raises(SourceError, match=reason):
+            Source.from_captures(given)
+    result = replwire("serve", paths[0], again, "--listen", "127.0.0.1:0")
+    assert result.returncode == 1 and result.stderr.startswith("error: ") and "not one stream" in result.stderr
+
 
 
 def test_serve_plays_the_files_in_stream_order(segments):
