@@ -188,7 +188,7 @@ def stream_order(inputs: Sequence[Input]) -> list[Input]:
                                              f"{LSN(point)}: a slot has one (give the files of one slot)")
         for i in order:
             completed = starts[i].completed
-            if completed is not None and completed <= point:
+            if completed is not None and completed < point:
                 raise CaptureFileError(inputs[i].path, f"the inputs are not one stream: it holds a transaction "
                                                        f"completed at {LSN(completed)}, before the snapshot in "
                                                        f"{where} started its slot at {LSN(point)} (a file of "
