@@ -30,6 +30,7 @@ from .positions import PositionTracker
 __all__ = ["Input", "open_inputs", "read_records", "stream_order", "text_encoding"]
 
 _POSITION_BITS = 48
+_PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
     protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
     (UTF-8 when not given).  All inputs must agree -- and capture files that say where they came from (the
-    slot, the server's system identifier, the database) must say the same: they are to be segments of one
-    stream, and another slot's records would be taken for repeats or for changes of the same rows.
+    slot, the server's system identifier, the database) and which publications they streamed must say the
+    same: they are to be segments of one stream, and another slot's records would be taken for repeats or
+    for changes of the same rows.
 
     A capture file recorded in ``SQL_ASCII`` holds bytes in no declared encoding (the server sends them
     unconverted): ``encoding``, when given, says which encoding to read them in; otherwise bytes 128-255
@@ -80,14 +82,16 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                 header, first = reader.header, reader.header_end
             version, recorded = header.proto_version, header.client_encoding
             form = "capture"
-            for name, value in header.source.items():
+            # where the records came from, and which publications' changes they are: another publication's
+            # stream holds other tables, and what one file has of them the other lacks
+            for name, value in (*header.source.items(), (_PUBLICATIONS, header.options.get(_PUBLICATIONS))):
                 if value is None:
                     continue
                 seen, where = sources.setdefault(name, (value, path))
                 if seen != value:
                     raise CaptureFileError(path, f"the inputs are not one stream: {where} was captured with "
                                                  f"{name} {seen!r}, this file with {value!r} (give the files of "
-                                                 "one capture, in order)")
+                                                 "one capture)")
         elif proto_version is None:
             raise CaptureFileError(path, "not a capture file: to read it as the COPY-CSV of "
                                          "pg_logical_slot_peek_binary_changes, give the protocol version it was "
