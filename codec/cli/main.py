@@ -343,10 +343,17 @@ def _typed_values_missing(command: str) -> str:
 
 
 def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | None) -> None:
-    """Refuse, as a usage error naming ``--proto-version``, a file that is not a capture file when no
-    ``--proto-version`` was given: it is read as COPY-CSV, which does not record its protocol version."""
-    from ..io.capture_file import is_capture_file
+    """Refuse, as a usage error, what is no regular file (before anything opens it), and, naming
+    ``--proto-version``, a file that is not a capture file when no ``--proto-version`` was given: it is read
+    as COPY-CSV, which does not record its protocol version."""
+    from ..io.capture_file import CaptureFileError, is_capture_file
+    from ..io.segments import check_file
 
+    for path in files:  # (first: a FIFO opened here would be read once, or wait for a writer)
+        try:
+            check_file(os.fspath(path))
+        except CaptureFileError as error:
+            raise click.UsageError(str(error)) from None
     if proto_version is None:
         for path in files:
             try:

@@ -17,6 +17,7 @@ version, so one must be given for it.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -27,7 +28,7 @@ from ..stream import snapshot
 from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
 from .positions import PositionTracker
 
-__all__ = ["Input", "open_inputs", "read_records", "stream_order", "text_encoding"]
+__all__ = ["Input", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]
 
 _POSITION_BITS = 48
 _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
@@ -75,8 +76,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     sources: dict[str, tuple[str, str]] = {}  # header option -> (the first value an input names, that input)
     for index, raw in enumerate(paths):
         path = os.fspath(raw)
-        if not os.path.exists(path):
-            raise CaptureFileError(path, "no such file")
+        check_file(path)
         if is_capture_file(path):
             with read_capture(path) as reader:
                 header, first = reader.header, reader.header_end
@@ -119,6 +119,22 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     if len(out) >= 1 << (63 - _POSITION_BITS):
         raise ValueError("too many inputs for one stream")
     return stream_order(out) if order and len(out) > 1 else out
+
+
+def check_file(path: str) -> None:
+    """Refuse (:class:`CaptureFileError`) what is not a file: a missing path, a directory, and a pipe or FIFO,
+    which could be read only once (its inputs are read more than once: a look at their start first) -- and
+    opening a FIFO with no writer waits for one."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CaptureFileError(path, "no such file") from None
+    except OSError as error:
+        raise CaptureFileError(path, error.strerror or str(error)) from None
+    if not stat.S_ISREG(mode):
+        raise CaptureFileError(path, "not a regular file: a pipe, a FIFO or a device can be read only once "
+                                     "(replwire decode reads one, and - for standard input; otherwise copy it to "
+                                     "a file first)")
 
 
 @dataclass(frozen=True)

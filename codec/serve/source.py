@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ReplwireError
 from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
-from ..io.segments import open_inputs
+from ..io.segments import check_file, open_inputs
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -147,6 +147,7 @@ class Source:
         headers: dict[str, Any] = {}
         try:
             for name in names:
+                check_file(name)  # (before it is opened: a FIFO would be read once, or wait for a writer)
                 if is_capture_file(name):
                     with read_capture(name) as reader:
                         headers[name] = reader.header

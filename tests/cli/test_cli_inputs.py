@@ -205,3 +205,18 @@ def test_spark_apply_and_the_source_take_the_files_in_any_order(segments, spark,
     got = Counter((r.op, int(json.loads(r.new)["id"]) if r.new else None) for r in rows)
     want = Counter(op for op in expected if op[0] != "delete")
     assert {k: v for k, v in got.items() if k[1] is not None} == want
+
+
+@pytest.mark.parametrize("command", [["spark", "changes", "--out", "out"], ["serve", "--listen", "127.0.0.1:0"]],
+                         ids=["spark", "serve"])
+def test_a_fifo_is_refused_where_it_would_be_read_twice(tmp_path, command):
+    """Only decode reads a FIFO (once, into a temporary file): the Spark jobs and serve open their inputs more
+    than once, so a FIFO is refused before anything opens it (opening one with no writer waited for one)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    result = subprocess.run([REPLWIRE, *command, str(fifo)], capture_output=True, text=True, timeout=30,
+                            cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (f"Error: {fifo}: not a regular file: a pipe, a FIFO or a device can "
+                                              "be read only once (replwire decode reads one, and - for standard "
+                                              "input; otherwise copy it to a file first)")
