@@ -93,11 +93,14 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
 
     console = Console()
     try:  # what the jobs refuse, before Spark starts, which takes seconds
-        open_inputs(inputs, proto_version, encoding, need_text=True)
+        ordered = [i.path for i in open_inputs(inputs, proto_version, encoding, need_text=True)]
     except CaptureFileError as error:
         raise click.UsageError(str(error)) from None
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--encoding") from None
+    if ordered != [os.fspath(p) for p in inputs]:  # (the jobs read them in this order too)
+        click.echo(f"note: reading the inputs in stream order (by the positions their records complete): "
+                   f"{', '.join(ordered)}", err=True)
     try:
         jobs.check_out(str(out), overwrite)
     except FileExistsError as error:  # before Spark starts, which takes seconds
@@ -149,8 +152,9 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
 @_options
 def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
                     encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool) -> None:
-    """Write the committed changes of INPUTS -- consecutive segments of one stream, in order (capture files
-    or COPY-CSV) -- as per-table Parquet datasets: OUT/<schema>.<table>/v<N>/ (one per table shape), every
+    """Write the committed changes of INPUTS -- consecutive segments of one stream (capture files or
+    COPY-CSV), in any order: they are read in stream order -- as per-table Parquet datasets:
+    OUT/<schema>.<table>/v<N>/ (one per table shape), every
     row with its op, schema, table, xid, LSNs and commit time."""
     _run("changes", inputs, out, proto_version, encoding, master, partition_mb, overwrite)
 

@@ -200,7 +200,8 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
 def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
             encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
             progress: Callable[[int, int], None] | None = None) -> ChangesSummary:
-    """Write the committed changes of ``paths`` (consecutive segments of one stream, in order) as per-table
+    """Write the committed changes of ``paths`` (consecutive segments of one stream, in any order: they are
+    read in stream order, see :func:`~replwire.codec.split.open_inputs`) as per-table
     Parquet datasets under ``out`` (see the module docstring).  ``proto_version`` and ``encoding`` are
     those of COPY-CSV inputs; ``encoding`` is also the encoding SQL_ASCII inputs are read in, and needed
     for them (see :func:`~replwire.codec.split.open_inputs`).  ``progress(done, total)`` hears how far the

@@ -15,7 +15,9 @@ same inputs.
 Options (all optional but the paths):
 
 ``path`` / ``load(paths)``
-    Capture files or COPY-CSV files: consecutive segments of one stream, in this order.  A torn end of a
+    Capture files or COPY-CSV files: consecutive segments of one stream, in any order (they are read in
+    stream order, by the positions their records complete; files that cannot be one stream are refused,
+    see :func:`~replwire.codec.split.open_inputs`).  A torn end of a
     capture file (an interrupted write) ends its records; a file damaged inside (intact records after a
     damaged one) fails the query, naming where.
 ``table``

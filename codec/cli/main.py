@@ -13,6 +13,7 @@ import os
 import pathlib
 import string
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -201,7 +202,7 @@ def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_m
 
 @main.command("decode")
 @click.argument("files", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path))
+                type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=pathlib.Path))
 @click.option("--proto-version", type=click.IntRange(1, 4),
               help="Protocol version of COPY-CSV inputs (capture files record their own).")
 @click.option("--encoding", help="Client encoding of COPY-CSV inputs: the client_encoding of the session "
@@ -217,7 +218,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                    output_format: str, tombstones: bool) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
-    writes.  Several files are consecutive parts of one stream (a capture resumed after a stop); a
+    writes; - is standard input.  Several files are consecutive parts of one stream (a capture resumed
+    after a stop, in any order: they are read in stream order, by the positions their records hold); a
     transaction that appears again after a resume is printed once.  A capture file's torn end (a write
     interrupted) is a warning; a damaged record with intact records after it is an error (exit 1), once
     everything before it is printed.  Names and text values are read in the
@@ -236,7 +238,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     from ..stream.assembler import Change, Transaction
     from ..stream.values import TypedValuesUnavailable
 
-    inputs = _decode_inputs(files, proto_version, encoding)
+    files, shown = _read_once(files)
+    inputs = _decode_inputs(files, proto_version, encoding, shown)
     writer: jsonl.JsonLines | None = None  # the compiled row path writes plain transactions as it does
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
@@ -289,11 +292,12 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         flush()
         if problem.intact_from is not None:
             damaged.append(path)
-        click.echo(f"{'error' if problem.intact_from is not None else 'warning'}: {path}: {problem}", err=True)
+        click.echo(f"{'error' if problem.intact_from is not None else 'warning'}: {shown(path)}: {problem}",
+                   err=True)
 
     def note(path: str, message: str) -> None:
         flush()
-        click.echo(f"warning: {path}: {message}", err=True)
+        click.echo(f"warning: {shown(path)}: {message}", err=True)
 
     def repeated(item: object) -> None:
         counts["duplicates"] += 1
@@ -329,7 +333,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                     progress.show(counts["transactions"], counts["changes"])
         except (RecordError, CaptureFileError) as error:
             flush()
-            click.echo(f"error: {error}", err=True)
+            click.echo(f"error: {shown(str(error))}", err=True)
             sys.exit(1)
         except TypedValuesUnavailable:
             flush()
@@ -351,10 +355,17 @@ def _typed_values_missing(command: str) -> str:
 
 
 def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | None) -> None:
-    """Refuse, as a usage error naming ``--proto-version``, a file that is not a capture file when no
-    ``--proto-version`` was given: it is read as COPY-CSV, which does not record its protocol version."""
-    from ..io.capture_file import is_capture_file
+    """Refuse, as a usage error, what is no regular file (before anything opens it), and, naming
+    ``--proto-version``, a file that is not a capture file when no ``--proto-version`` was given: it is read
+    as COPY-CSV, which does not record its protocol version."""
+    from ..io.capture_file import CaptureFileError, is_capture_file
+    from ..io.segments import check_file
 
+    for path in files:  # (first: a FIFO opened here would be read once, or wait for a writer)
+        try:
+            check_file(os.fspath(path))
+        except CaptureFileError as error:
+            raise click.UsageError(str(error)) from None
     if proto_version is None:
         for path in files:
             try:
@@ -367,9 +378,52 @@ def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | Non
                                        "protocol version it was read with")
 
 
-def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None) -> list:
-    """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`); what it refuses (a
-    COPY-CSV file without ``--proto-version``, files that disagree, an unknown ``--encoding``) is a usage
+def _read_once(files: tuple[pathlib.Path, ...]) -> tuple[tuple[pathlib.Path, ...], Callable[[str], str]]:
+    """``files`` as paths that can be opened more than once (decoding looks at a file's start, then reads
+    it), and what turns a message naming them back into the names given.  Standard input (``-``, unless it
+    is a file) and whatever is no regular file -- a pipe, a FIFO, ``/dev/stdin`` on a pipe -- is read once,
+    into a temporary file removed when the command ends."""
+    import shutil
+    import stat
+    import tempfile
+
+    names: dict[str, str] = {}
+    out: list[pathlib.Path] = []
+    directory: str | None = None
+    for given in files:
+        dash = str(given) == "-"
+        mode = os.fstat(sys.stdin.fileno()).st_mode if dash else os.stat(given).st_mode
+        if stat.S_ISREG(mode):
+            out.append(pathlib.Path("/dev/stdin") if dash else given)
+            if dash:
+                names["/dev/stdin"] = "standard input"
+            continue
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="replwire-decode-")
+            click.get_current_context().call_on_close(lambda: shutil.rmtree(directory, ignore_errors=True))
+        copy = pathlib.Path(directory, str(len(out)))
+        with open(copy, "wb") as sink:
+            if dash:
+                shutil.copyfileobj(sys.stdin.buffer, sink, 1 << 20)
+            else:
+                with open(given, "rb") as source:
+                    shutil.copyfileobj(source, sink, 1 << 20)
+        names[str(copy)] = "standard input" if dash else str(given)
+        out.append(copy)
+
+    def shown(text: str) -> str:
+        for path, name in names.items():
+            text = text.replace(path, name)
+        return text
+
+    return tuple(out), shown
+
+
+def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
+                   shown: Callable[[str], str] = str) -> list:
+    """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`), in stream order (a note
+    says so when that is not the order given); what it refuses (a COPY-CSV file without
+    ``--proto-version``, files that disagree or are not one stream, an unknown ``--encoding``) is a usage
     error."""
     from ..io.capture_file import CaptureFileError
     from ..split import open_inputs
@@ -378,11 +432,18 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         text_codec(encoding or "UTF8")
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--encoding") from None
-    need_proto_version(files, proto_version)
     try:
-        return open_inputs(files, proto_version, encoding)
+        need_proto_version(files, proto_version)
+    except click.UsageError as error:
+        raise click.UsageError(shown(error.message)) from None
+    try:
+        inputs = open_inputs(files, proto_version, encoding)
     except CaptureFileError as error:
-        raise click.UsageError(str(error)) from None
+        raise click.UsageError(shown(str(error))) from None
+    if [i.path for i in inputs] != [os.fspath(f) for f in files]:
+        click.echo("note: reading the inputs in stream order (by the positions their records complete): "
+                   + ", ".join(shown(i.path) for i in inputs), err=True)
+    return inputs
 
 
 def _is_terminal(stream: object) -> bool:

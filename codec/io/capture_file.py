@@ -692,6 +692,17 @@ def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None
 
 _LSN_TEXT = re.compile(rb"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")  # as the server prints an LSN
 _XID_TEXT = re.compile(rb"[0-9]{1,10}")
+#: The longest line a COPY-CSV row can be: an LSN, an xid, and the data column -- a bytea, which PostgreSQL
+#: holds to 1 GB (MaxAllocSize, 0x3fffffff bytes) -- in hex, with its line break.
+MAX_CSV_LINE = len(b"FFFFFFFF/FFFFFFFF,4294967295,\\x") + 2 * 0x3FFFFFFF + 2
+#: How much of a line is read before its start is checked: a longer line must start like a row.
+_CSV_HEAD = 1 << 16
+_ROW_START = re.compile(rb"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8},[0-9]{1,10},\\x[0-9A-Fa-f]*")
+
+
+def _line(number: int, start: int) -> str:
+    """Line ``number`` of a reading from offset ``start``, as a message names it."""
+    return f"line {number}" if start == 0 else f"line {number} after offset {start}"
 
 
 def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool
@@ -699,9 +710,23 @@ def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, ra
     with open(name, "rb") as handle:
         handle.seek(start)
         offset = start
-        for line in handle:
+        readline = handle.readline
+        lines = 0  # lines read (from ``start``)
+        while True:
+            line = readline(_CSV_HEAD)
+            if not line:
+                break
             if stop is not None and offset >= stop:
                 break
+            lines += 1
+            if len(line) == _CSV_HEAD and line[-1:] != b"\n":  # a long line: read on only if it starts like a row
+                if _ROW_START.fullmatch(line) is None:
+                    raise CaptureFileError(name, f"{_line(lines, start)} is not an (lsn, xid, data) row: its first "
+                                                 f"{_CSV_HEAD} bytes have no line break", offset)
+                line += readline(MAX_CSV_LINE - len(line))
+                if len(line) == MAX_CSV_LINE and line[-1:] != b"\n":
+                    raise CaptureFileError(name, f"{_line(lines, start)} is longer than a row can be ({MAX_CSV_LINE} "
+                                                 "bytes: the data column, a bytea, holds at most 1 GB)", offset)
             here, offset = offset, offset + len(line)
             try:
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")

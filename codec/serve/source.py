@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ReplwireError
 from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+from ..io.segments import check_file, open_inputs
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -110,6 +111,7 @@ class Source:
             raise SourceError("some segments hold binary values and some text: serve them separately")
         self.segments = list(segments)
         self.server_version = server_version or max(s.server_version for s in segments) or 160000
+        self.notes: list[str] = []  # what the scan's notes start with
         self._scan: Scan | None = None
 
     @property
@@ -124,6 +126,7 @@ class Source:
         """The index of the whole source (computed on first use, by reading every segment once)."""
         if self._scan is None:
             self._scan = _scan(self.segments)
+            self._scan.notes[:0] = self.notes
         return self._scan
 
     # -- constructors -----------------------------------------------------------------------------------
@@ -131,29 +134,46 @@ class Source:
     @classmethod
     def from_captures(cls, paths: Iterable[str | os.PathLike[str]], *, server_version: int | None = None,
                       proto_version: int | None = None, client_encoding: str = "UTF8") -> Source:
-        """Capture files, in the order given (a resumed capture's files in the order they were written).  A
-        file that is not a capture file is read as the COPY-CSV of the SQL interface (``lsn,xid,\\x<hex>``
-        rows), which says nothing of how it was made: it needs ``proto_version`` (and its
-        ``client_encoding``), and is served as possibly holding streamed and prepared transactions."""
+        """Capture files of one slot's stream, served in stream order: the files of a resumed capture in any
+        order, as ``replwire decode`` and the Spark jobs take them -- the set is accepted or refused as they
+        accept or refuse it (:func:`~replwire.codec.io.segments.open_inputs`); when the order given is not
+        the stream's, ``scan().notes`` says so.  A file that is not a capture file is read as the COPY-CSV
+        of the SQL interface (``lsn,xid,\\x<hex>`` rows), which says nothing of how it was made: it needs
+        ``proto_version`` (and its ``client_encoding``), and is served as possibly holding streamed and
+        prepared transactions."""
+        names = [os.fspath(path) for path in paths]
+        if not names:
+            raise SourceError("nothing to serve: no segments")
+        headers: dict[str, Any] = {}
+        try:
+            for name in names:
+                check_file(name)  # (before it is opened: a FIFO would be read once, or wait for a writer)
+                if is_capture_file(name):
+                    with read_capture(name) as reader:
+                        headers[name] = reader.header
+                elif proto_version is None:
+                    raise SourceError(f"{name} is not a capture file: give the protocol version it was read "
+                                      f"with (--proto-version; proto_version= from Python) to serve it as "
+                                      f"COPY-CSV")
+            inputs = open_inputs(names, proto_version, None if len(headers) == len(names) else client_encoding)
+        except (CaptureFileError, OSError) as error:
+            raise SourceError(str(error)) from None
         segments = []
-        for path in paths:
-            name = os.fspath(path)
-            try:
-                if not is_capture_file(name):
-                    if proto_version is None:
-                        raise SourceError(f"{name} is not a capture file: give the protocol version it was read "
-                                          f"with (--proto-version; proto_version= from Python) to serve it as "
-                                          f"COPY-CSV")
-                    options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
-                    segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
-                    continue
-                with read_capture(name) as reader:
-                    header = reader.header
-            except (CaptureFileError, OSError) as error:
-                raise SourceError(str(error)) from None
-            segments.append(Segment(name, header.proto_version, dict(header.options), header.client_encoding,
-                                    header.server_version, _capture_records(name)))
-        return cls(segments, server_version=server_version)
+        for source in inputs:
+            name = source.path
+            header = headers.get(name)
+            if header is None:
+                assert proto_version is not None
+                options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
+                segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
+            else:
+                segments.append(Segment(name, header.proto_version, dict(header.options), header.client_encoding,
+                                        header.server_version, _capture_records(name)))
+        served = cls(segments, server_version=server_version)
+        if [source.path for source in inputs] != names:
+            served.notes.append("serving the files in stream order (by the positions their records complete): "
+                                + ", ".join(source.path for source in inputs))
+        return served
 
     @classmethod
     def from_messages(cls, messages: Iterable[WireMessage | tuple[int, WireMessage]], *, proto_version: int = 4,

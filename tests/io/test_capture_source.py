@@ -271,3 +271,25 @@ def test_output_problems_are_found_before_the_slot_is_created(pg18, tmp_path):
             assert "out_slot" not in slots(conn)
         finally:
             conn.execute("DROP PUBLICATION out_pub")
+
+
+def test_inputs_of_another_publication_are_not_one_stream(tmp_path):
+    """A slot streams the changes of the publications a session asks for: files captured with other
+    publication_names hold other tables, and one's transactions would be skipped as repeats of the other's.
+    Refused by decode, the Spark jobs (open_inputs) and serve alike; the other pgoutput options go together."""
+    from replwire.codec.serve.source import SourceError
+
+    paths = {}
+    for name, options in (("app", {"publication_names": '"app_pub"'}), ("binary", {"publication_names": '"app_pub"',
+                                                                                   "binary": "true"}),
+                          ("other", {"publication_names": '"other_pub"'}), ("unknown", {})):
+        paths[name] = tmp_path / f"{name}.rwcap"
+        with CaptureWriter(paths[name], CaptureHeader(proto_version=1, options=options, **SOURCE)):
+            pass
+    assert len(open_inputs([paths["app"], paths["unknown"], paths["binary"]])) == 3
+    reason = r"the inputs are not one stream: .*app.rwcap was captured with publication_names '\"app_pub\"', " \
+             r"this file with '\"other_pub\"'"
+    with pytest.raises(CaptureFileError, match=reason):
+        open_inputs([paths["app"], paths["unknown"], paths["other"]])
+    with pytest.raises(SourceError, match=reason):
+        Source.from_captures([paths["app"], paths["other"]])

@@ -1,0 +1,246 @@
+"""The files of one stream: consecutive segments of one slot's captured stream, and their records.  What
+``replwire decode``, the Spark jobs and sources (through :mod:`replwire.codec.split`) and ``replwire serve``
+accept as one stream is decided here, once.
+
+Strategy: :func:`open_inputs` looks at each file -- its form, protocol version, where its records start and
+how big it is -- and checks they agree, then puts them in stream order (:func:`stream_order`, which reads
+each input's first records); :func:`read_records` reads a range of an input's records, whatever its form,
+through the one reading of each form in :mod:`replwire.codec.io.capture_file`.  A
+record's stream *position* is ``(input << 48) | byte offset`` (:meth:`Input.position`): it orders records
+across inputs and names a transaction by where it opened.
+
+Inputs are replwire capture files and the COPY-CSV form (``COPY (SELECT lsn, xid, data FROM
+pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)``), which records no protocol
+version, so one must be given for it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ...schema.core import SQL_ASCII, UTF8, text_codec
+from ..errors import ReplwireError
+from ..scalars import LSN
+from ..stream import snapshot
+from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
+from .positions import PositionTracker
+
+__all__ = ["Input", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]
+
+_POSITION_BITS = 48
+_PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``; ``encoding`` is
+    the client encoding its Strings and text values are in."""
+
+    path: str
+    form: str
+    proto_version: int
+    size: int
+    first: int
+    index: int = 0
+    encoding: str = UTF8
+
+    def position(self, offset: int) -> int:
+        """The stream position of the record at ``offset``."""
+        return (self.index << _POSITION_BITS) | offset
+
+
+def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None,
+                encoding: str | None = None, *, need_text: bool = False, order: bool = True) -> list[Input]:
+    """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
+    protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
+    (UTF-8 when not given).  All inputs must agree -- and capture files that say where they came from (the
+    slot, the server's system identifier, the database) and which publications they streamed must say the
+    same: they are to be segments of one stream, and another slot's records would be taken for repeats or
+    for changes of the same rows.
+
+    A capture file recorded in ``SQL_ASCII`` holds bytes in no declared encoding (the server sends them
+    unconverted): ``encoding``, when given, says which encoding to read them in; otherwise bytes 128-255
+    are read as the surrogates U+DC80-U+DCFF, which keep every byte but are no Unicode text.  Callers that
+    need Unicode text (Spark, whose strings are UTF-8 and whose Parquet files cannot hold surrogates) pass
+    ``need_text=True``: SQL_ASCII input is then refused up front unless ``encoding`` names a real one.
+    Any other capture file given an ``encoding`` must have been captured in it.
+
+    With ``order`` (the default), several inputs are returned in stream order, whatever order they were given
+    in (:func:`stream_order`; each one's ``index`` is its place in that order): compare the paths with the
+    ones given to tell the user.  Inputs that cannot be one stream by their positions are refused.
+    """
+    out: list[Input] = []
+    sources: dict[str, tuple[str, str]] = {}  # header option -> (the first value an input names, that input)
+    for index, raw in enumerate(paths):
+        path = os.fspath(raw)
+        check_file(path)
+        if is_capture_file(path):
+            with read_capture(path) as reader:
+                header, first = reader.header, reader.header_end
+            version, recorded = header.proto_version, header.client_encoding
+            form = "capture"
+            # where the records came from, and which publications' changes they are: another publication's
+            # stream holds other tables, and what one file has of them the other lacks
+            for name, value in (*header.source.items(), (_PUBLICATIONS, header.options.get(_PUBLICATIONS))):
+                if value is None:
+                    continue
+                seen, where = sources.setdefault(name, (value, path))
+                if seen != value:
+                    raise CaptureFileError(path, f"the inputs are not one stream: {where} was captured with "
+                                                 f"{name} {seen!r}, this file with {value!r} (give the files of "
+                                                 "one capture)")
+        elif proto_version is None:
+            raise CaptureFileError(path, "not a capture file: to read it as the COPY-CSV of "
+                                         "pg_logical_slot_peek_binary_changes, give the protocol version it was "
+                                         "read with (--proto-version; protoVersion for the Spark data source; "
+                                         "proto_version= from Python)")
+        else:
+            version, first, form, recorded = proto_version, 0, "copy-csv", encoding or UTF8
+        if proto_version is not None and form == "capture" and version != proto_version:
+            raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
+                                         f"given")
+        try:
+            codec = text_encoding(recorded, encoding, need_text=need_text)
+        except ValueError as error:
+            raise CaptureFileError(path, str(error)) from None
+        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec))
+    versions = sorted({i.proto_version for i in out})
+    if len(versions) > 1:
+        raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
+                                            f"{versions}")
+    encodings = sorted({i.encoding for i in out})
+    if len(encodings) > 1:
+        raise CaptureFileError(out[0].path, f"the inputs were captured in different client encodings: {encodings}")
+    if not out:
+        raise ValueError("no inputs")
+    if len(out) >= 1 << (63 - _POSITION_BITS):
+        raise ValueError("too many inputs for one stream")
+    return stream_order(out) if order and len(out) > 1 else out
+
+
+def check_file(path: str) -> None:
+    """Refuse (:class:`CaptureFileError`) what is not a file: a missing path, a directory, and a pipe or FIFO,
+    which could be read only once (its inputs are read more than once: a look at their start first) -- and
+    opening a FIFO with no writer waits for one."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CaptureFileError(path, "no such file") from None
+    except OSError as error:
+        raise CaptureFileError(path, error.strerror or str(error)) from None
+    if not stat.S_ISREG(mode):
+        raise CaptureFileError(path, "not a regular file: a pipe, a FIFO or a device can be read only once "
+                                     "(replwire decode reads one, and - for standard input; otherwise copy it to "
+                                     "a file first)")
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where an input's records begin in the stream: the consistent point of the snapshot section it opens
+    with (``snapshot``), else the first position a record of it completes (``completed``: a commit's,
+    prepare's or rollback's end LSN, a non-transactional message's LSN), else the first record LSN it has
+    (``lsn``: an input that holds only part of a transaction)."""
+
+    snapshot: int | None = None
+    completed: int | None = None
+    lsn: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        if self.snapshot is not None:
+            return self.snapshot, 0
+        at = self.completed if self.completed is not None else self.lsn
+        return (-1, 0) if at is None else (at, 1)  # (an input with no position at all goes first: it adds nothing)
+
+
+def _start(source: Input) -> _Start:
+    """Read the first records of ``source`` up to the first position one completes (see :class:`_Start`).  A
+    record that does not decode ends the look (decoding the input reports it, naming the record)."""
+    tracker = PositionTracker(source.proto_version, source.encoding)
+    first: int | None = None
+    reading = read_records(source, raw=True)
+    try:
+        for _, lsn, _, data in reading:
+            if data and data[0] in snapshot.KINDS:
+                if data[0] == snapshot.SLOT and first is None:  # the section names the slot's consistent point
+                    return _Start(snapshot=lsn)
+                continue
+            if first is None and lsn:
+                first = lsn
+            position = tracker.feed(data)
+            if position is not None:
+                return _Start(completed=position, lsn=first)
+    except (ReplwireError, ValueError):  # (CaptureFileError, DecodeError and StreamStateError among them)
+        pass
+    finally:
+        reading.close()
+    return _Start(lsn=first)
+
+
+def stream_order(inputs: Sequence[Input]) -> list[Input]:
+    """``inputs`` -- segments of one slot's stream -- in stream order, each ``index`` its place in it.
+
+    Within a slot's stream the positions its records complete (commit end LSNs, non-transactional messages'
+    LSNs) only grow; a capture resumed into another file starts again at the slot's confirmed position,
+    which is at or before the end of what the file before holds (what comes again is skipped when read).
+    So the inputs are ordered by the first position each completes; an input that opens with a snapshot
+    section starts at the section's consistent point, where its slot was created.  Inputs with equal
+    starts keep the order they were given in.  Refused (:class:`CaptureFileError`): two snapshot sections
+    at different consistent points, and a transaction completed before the snapshot that starts the
+    stream (a slot is created once: such a file is of another slot of that name, and what happened
+    between its end and the snapshot is in neither).
+
+    Not detectable from positions: a missing segment between two given ones (a capture stopped cleanly
+    resumes just past what its file holds, and WAL with nothing for the publication moves no position,
+    so the next file's first position says nothing of what came between)."""
+    starts = [_start(source) for source in inputs]
+    order = sorted(range(len(inputs)), key=lambda i: starts[i].key)
+    snapshots = [(at, inputs[i].path) for i in order if (at := starts[i].snapshot) is not None]
+    if snapshots:
+        point, where = snapshots[0]
+        for other, path in snapshots[1:]:
+            if other != point:
+                raise CaptureFileError(path, f"the inputs are not one stream: it opens with a snapshot at "
+                                             f"consistent point {LSN(other)}, and {where} with one at "
+                                             f"{LSN(point)}: a slot has one (give the files of one slot)")
+        for i in order:
+            completed = starts[i].completed
+            if completed is not None and completed < point:
+                raise CaptureFileError(inputs[i].path, f"the inputs are not one stream: it holds a transaction "
+                                                       f"completed at {LSN(completed)}, before the snapshot in "
+                                                       f"{where} started its slot at {LSN(point)} (a file of "
+                                                       "another slot of that name?)")
+    return [replace(inputs[i], index=place) for place, i in enumerate(order)]
+
+
+def text_encoding(recorded: str, given: str | None = None, *, need_text: bool = False) -> str:
+    """The codec to read the names and text values of input in client encoding ``recorded`` with: that
+    encoding, or for ``SQL_ASCII`` (bytes in no declared encoding) the encoding ``given`` names.  Any other
+    ``recorded`` encoding must be the one ``given``, if one is.  With ``need_text``, SQL_ASCII read as
+    surrogates (no ``given``) is refused (``ValueError``, saying what to do)."""
+    codec = text_codec(recorded)
+    if given is not None:
+        wanted = text_codec(given)
+        if codec == SQL_ASCII:
+            codec = wanted
+        elif codec != wanted:
+            raise ValueError(f"captured in client encoding {codec}, but {given} was given")
+    if need_text and codec == SQL_ASCII:
+        raise ValueError("its text is from a SQL_ASCII database: bytes in no declared encoding, which Unicode "
+                         "strings cannot hold; name the encoding to read them in (--encoding, or the encoding "
+                         "option): UTF8, or LATIN1, which keeps every byte")
+    return codec
+
+
+def read_records(source: Input, start: int | None = None, stop: int | None = None, *,
+                 raw: bool = False) -> Reading:
+    """A :class:`~replwire.codec.io.capture_file.Reading` of the records of ``source`` that start at offsets in
+    ``[start, stop)`` (``start`` a record boundary): :class:`~replwire.codec.io.capture_file.CaptureRecord`
+    s, or ``(offset, lsn, xid, data)`` tuples with ``raw=True``.  A torn or corrupt tail of a capture file
+    ends the records and is the reading's ``tail``; the file is closed when the reading ends."""
+    if source.form == "capture":
+        return read_capture(source.path).records(start, stop, raw=raw, closing=True)
+    return read_copy_csv(source.path, source.first if start is None else start, stop, raw=raw)
