@@ -42,7 +42,8 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (peek,))
         settings = CaptureSettings(slot=slot, publication=f"{table}_pub", messages=True)
         capture = LiveCapture(server.dsn, tmp_path / "live.rwcap", settings, create_slot=False, sync_interval=0.1)
-        runner = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
+        stop = threading.Event()
+        runner = threading.Thread(target=capture.run, kwargs={"stop": stop})
         runner.start()
         for i in range(20):
             conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (i, f"row {i} ü"))
@@ -50,6 +51,8 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
         conn.execute("SELECT pg_logical_emit_message(false, 'live', 'not in a transaction')")
         conn.execute(f"DELETE FROM {table} WHERE id >= 15")
         end = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        wait_for(lambda: confirmed_lsn(conn, slot) >= end, timeout=60)  # all of it acknowledged, so in the file
+        stop.set()
         runner.join(60)
         assert not runner.is_alive()
         wal_flushed = LSN(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
@@ -228,7 +231,8 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
         # a small batch: many calls, each its own pgoutput session, some cut right after a transaction
         capture = LiveCapture(server.dsn, out, settings, create_slot=False, sync_interval=0.05, via="sql",
                               batch_size=7)
-        runner = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
+        stop = threading.Event()
+        runner = threading.Thread(target=capture.run, kwargs={"stop": stop})
         runner.start()
         seen = []  # (the slot's confirmed position, then the completed positions in the file right after)
 
@@ -261,6 +265,8 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
         conn.execute(f"UPDATE {table} SET v = 'updated' WHERE id < 5")
         conn.execute(f"DELETE FROM {table} WHERE id >= 35 AND id < 1000")
         end = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        wait_for(lambda: confirmed_lsn(conn, slot) >= end, timeout=60)  # all of it acknowledged, so in the file
+        stop.set()
         runner.join(60)
         watching.join(10)
         assert not runner.is_alive()

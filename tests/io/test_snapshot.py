@@ -199,8 +199,10 @@ def test_sigkill_in_the_snapshot_and_in_the_stream_then_again_is_exact(major, re
     worker = threading.Thread(target=writes, args=(dsn, 6))
     second = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: section_state(str(out)).state == "complete", timeout=120, what="the snapshot")
+    snapshot_end = out.stat().st_size
     worker.start()
-    time.sleep(0.4)
+    # killed in the stream: once the file holds streamed records after the complete snapshot
+    wait_for(lambda: out.stat().st_size > snapshot_end + 4096, timeout=120, what="streamed records")
     os.kill(second.pid, signal.SIGKILL)
     second.wait(30)
     assert "taken again" in second.stderr.read()
