@@ -15,7 +15,7 @@ import threading
 import click
 
 from ...schema import highest_proto_version
-from ..serve import Faults, ServeError, Server, ServeSettings, Source, SourceError
+from ..serve import Faults, InputsRefused, ServeError, Server, ServeSettings, Source, SourceError
 from ..serve.session import version_text
 from .main import _count, need_proto_version
 
@@ -91,7 +91,7 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
                   keepalive_after_unpositioned: bool, keepalive_interval: float, reply_timeout: float,
                   max_connections: int,
                   proto_version: int | None, encoding: str, generate_count: int | None, seed: int) -> None:
-    """Serve capture FILES (several: the files of one resumed capture, in order; or the COPY-CSV of the SQL
+    """Serve capture FILES (several: the files of one capture's stream, in any order; or the COPY-CSV of the SQL
     interface, with --proto-version) to logical replication
     clients -- PostgreSQL subscribers, psycopg2, pg_recvlogical, any pgoutput consumer -- re-encoded to the
     protocol version and options each asks for, resuming from the position it asks to start at.
@@ -119,7 +119,8 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
                         max_connections=max_connections, log=lambda line: click.echo(line, err=True))
     except (SourceError, ServeError) as error:
         click.echo(f"error: {error}", err=True)
-        sys.exit(2 if isinstance(error, ServeError) else 1)
+        # a refused set of files is a usage error, as in decode and the Spark jobs
+        sys.exit(2 if isinstance(error, (ServeError, InputsRefused)) else 1)
     scan = source.scan()
     for note in scan.notes:
         click.echo(f"note: {note}", err=True)

@@ -9,9 +9,9 @@ sockets, and :func:`serving` is the context manager for tests.
 from .replay import Replay, Request, RequestError
 from .server import Faults, ServeError, Server, ServerAddress, serving, source_of
 from .session import ServeSettings, Session, Slots
-from .source import Segment, Source, SourceError
+from .source import InputsRefused, Segment, Source, SourceError
 
 __all__ = [
-    "Faults", "Replay", "Request", "RequestError", "Segment", "ServeError", "ServeSettings", "Server",
+    "Faults", "InputsRefused", "Replay", "Request", "RequestError", "Segment", "ServeError", "ServeSettings", "Server",
     "ServerAddress", "Session", "Slots", "Source", "SourceError", "serving", "source_of",
 ]

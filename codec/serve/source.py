@@ -57,6 +57,12 @@ class SourceError(ReplwireError, ValueError):
     """A stream that cannot be served: unreadable, out of order, or segments that do not go together."""
 
 
+class InputsRefused(SourceError):
+    """Input files refused before any is read as a stream, as ``replwire decode`` and the Spark jobs refuse
+    them (:func:`~replwire.codec.io.segments.open_inputs`): missing, not a regular file, not a capture file
+    without a protocol version, or files that are not one stream."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How a transaction opened in a segment ended: ``kind`` (:data:`COMMITTED` or :data:`ABORTED`), at
@@ -152,12 +158,12 @@ class Source:
                     with read_capture(name) as reader:
                         headers[name] = reader.header
                 elif proto_version is None:
-                    raise SourceError(f"{name} is not a capture file: give the protocol version it was read "
+                    raise InputsRefused(f"{name} is not a capture file: give the protocol version it was read "
                                       f"with (--proto-version; proto_version= from Python) to serve it as "
                                       f"COPY-CSV")
             inputs = open_inputs(names, proto_version, None if len(headers) == len(names) else client_encoding)
         except (CaptureFileError, OSError) as error:
-            raise SourceError(str(error)) from None
+            raise InputsRefused(str(error)) from None
         segments = []
         for source in inputs:
             name = source.path

@@ -170,7 +170,7 @@ def test_files_of_a_slot_created_again_are_refused(segments, pg18, tmp_path):
         with pytest.raises(SourceError, match=reason):
             Source.from_captures(given)
     result = replwire("serve", paths[0], again, "--listen", "127.0.0.1:0")
-    assert result.returncode == 1 and result.stderr.startswith("error: ") and "not one stream" in result.stderr
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and "not one stream" in result.stderr
 
 
 
