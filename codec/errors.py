@@ -83,3 +83,26 @@ class EncodeError(ReplwireError, ValueError):
 
 def _rebuild_encode_error(reason, message, field):
     return EncodeError(reason, message=message, field=field)
+
+
+def install_hint(*extras: str) -> str:
+    """The command that installs what replwire's optional ``extras`` need (``"live"``, ``"values"``, ...),
+    for the message of an error about a missing dependency: ``pip install`` of the requirements those
+    extras declare in the installed package's metadata.  replwire itself is not on the package index, so
+    ``pip install 'replwire[live]'`` would not find it; the requirements themselves are."""
+    from importlib import metadata
+
+    try:
+        declared = metadata.requires("replwire") or []
+    except metadata.PackageNotFoundError:  # run from a checkout or a zip that is not installed
+        declared = []
+    wanted: list[str] = []
+    for requirement in declared:
+        name, _, marker = requirement.partition(";")
+        if any(f'extra == "{extra}"' in marker or f"extra == '{extra}'" in marker for extra in extras):
+            if name.strip() not in wanted:
+                wanted.append(name.strip())
+    which = " and ".join(f"'{extra}'" for extra in extras)
+    if not wanted:
+        return f"install replwire with its {which} extra{'s' if len(extras) > 1 else ''}"
+    return f"pip install {' '.join(repr(r) for r in wanted)} (replwire's {which} extra{'s' if len(extras) > 1 else ''})"

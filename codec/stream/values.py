@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schema.core import UTF8, text_codec
-from ..errors import ReplwireError
+from ..errors import ReplwireError, install_hint
 
 __all__ = [
     "BINARY_WIDTHS", "INFINITY", "NEG_INFINITY", "UNCHANGED_TOAST", "Infinite", "Interval", "JsonText", "RawValue",
@@ -754,7 +754,7 @@ def _psycopg() -> tuple[Any, Any, Any]:
         from psycopg.pq import Format
     except ImportError as error:  # pragma: no cover - exercised by a subprocess test
         raise TypedValuesUnavailable(
-            "typed values need psycopg 3: pip install 'replwire[values]' (or ask for untyped values: "
+            f"typed values need psycopg 3: {install_hint('values')} (or ask for untyped values: "
             "typed=False gives str for 't' and bytes for 'b' columns)") from error
     return Transformer, registry, Format
 

@@ -112,7 +112,7 @@ def test_decode_without_psycopg_says_what_to_install(tmp_path):
         assert result.returncode == 1, result.stderr
         # decode has no option for untyped values: the install command alone, not the API's typed=False
         assert result.stderr == ("error: replwire decode needs psycopg 3 to type the values it prints: "
-                                 "pip install 'replwire[values]'\n"), output_format
+                                 "pip install 'psycopg[binary]>=3.1' (replwire's 'values' extra)\n"), output_format
         assert result.stdout == ""
 
 
@@ -135,7 +135,8 @@ def test_demo_without_its_drivers_says_what_to_install_before_starting_a_server(
     result = hiding("psycopg2,psycopg", "demo", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr == ("Error: replwire demo captures with psycopg2 and decodes with psycopg 3 (psycopg2 and "
-                             "psycopg missing): pip install 'replwire[live,values]'\n")
+                             "psycopg missing): pip install 'psycopg2-binary>=2.9' 'psycopg[binary]>=3.1' "
+                             "(replwire's 'live' and 'values' extras)\n")
     assert result.stdout == ""
 
 

@@ -276,5 +276,5 @@ def test_capture_without_psycopg2_says_what_to_install(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr == ("Error: replwire capture needs psycopg2, which is not installed: "
-                             "pip install 'replwire[live]'\n")
+                             "pip install 'psycopg2-binary>=2.9' (replwire's 'live' extra)\n")
     assert not (tmp_path / "x.rwcap").exists()

@@ -136,7 +136,8 @@ def test_codec_imports_without_psycopg_and_says_what_to_install():
         "    print('refused:', e)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "refused: typed values need psycopg 3: pip install 'replwire[values]'" in result.stdout
+    assert "refused: typed values need psycopg 3: pip install 'psycopg[binary]>=3.1' (replwire's 'values' extra)" \
+        in result.stdout
 
 
 def test_the_types_resolved_without_psycopg_are_psycopg_builtins():
