@@ -246,7 +246,8 @@ MAIN_PAGES = {
     "install": "guide/install/", "explain": "guide/explain/", "errors": "guide/errors/",
     "decoder": "guide/decoder/", "cli": "guide/cli/", "spark": "guide/spark/", "framing": "reference/framing/",
     "capture": "guide/capture/", "snapshot": "guide/snapshot/", "decode": "guide/decode/",
-    "debezium": "guide/debezium/",
+    "debezium": "guide/debezium/", "spark-jobs": "guide/spark-jobs/", "spark-source": "guide/spark-source/",
+    "spark-streaming": "guide/spark-streaming/",
 }
 
 #: From the browser's layout: what sticks out past the page, which boxes of the article scroll sideways,
