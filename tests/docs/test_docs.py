@@ -245,6 +245,9 @@ MAIN_PAGES = {
     "relation": "reference/schema/relation/", "version-matrix": "reference/versions/", "benchmark": "benchmark/",
     "install": "guide/install/", "explain": "guide/explain/", "errors": "guide/errors/",
     "decoder": "guide/decoder/", "cli": "guide/cli/", "spark": "guide/spark/", "framing": "reference/framing/",
+    "capture": "guide/capture/", "snapshot": "guide/snapshot/", "decode": "guide/decode/",
+    "debezium": "guide/debezium/", "spark-jobs": "guide/spark-jobs/", "spark-source": "guide/spark-source/",
+    "spark-streaming": "guide/spark-streaming/",
 }
 
 #: From the browser's layout: what sticks out past the page, which boxes of the article scroll sideways,
