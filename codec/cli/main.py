@@ -390,8 +390,12 @@ def _read_once(files: tuple[pathlib.Path, ...]) -> tuple[tuple[pathlib.Path, ...
     names: dict[str, str] = {}
     out: list[pathlib.Path] = []
     directory: str | None = None
+    if sum(str(given) == "-" for given in files) > 1:
+        raise click.UsageError("standard input (-) is one input: give it once")
     for given in files:
         dash = str(given) == "-"
+        if dash and (sys.stdin is None or sys.stdin.closed):
+            raise click.UsageError("standard input (-) is closed: there is nothing to read")
         mode = os.fstat(sys.stdin.fileno()).st_mode if dash else os.stat(given).st_mode
         if stat.S_ISREG(mode):
             out.append(pathlib.Path("/dev/stdin") if dash else given)

@@ -177,3 +177,14 @@ def test_help_texts_are_plain_text():
             result = run(*path, "--help")
             assert result.returncode == 0, (path, result.stderr)
             assert not markup.search(result.stdout), (path, markup.search(result.stdout))
+
+
+def test_decode_standard_input_given_twice_or_closed_is_a_usage_error(tmp_path):
+    write_capture(tmp_path / "one.rwcap")
+    with open(tmp_path / "one.rwcap", "rb") as capture:
+        twice = subprocess.run([REPLWIRE, "decode", "-", "-"], stdin=capture, capture_output=True, text=True)
+    assert twice.returncode == 2 and twice.stdout == ""
+    assert twice.stderr.splitlines()[-1] == "Error: standard input (-) is one input: give it once"
+    closed = subprocess.run(f"exec {REPLWIRE} decode - <&-", shell=True, capture_output=True, text=True)
+    assert closed.returncode == 2 and "Traceback" not in closed.stderr
+    assert closed.stderr.splitlines()[-1] == "Error: standard input (-) is closed: there is nothing to read"
