@@ -173,6 +173,11 @@ class Session:
         """In CopyBoth, with messages left to send."""
         return self.state == "streaming" and not self._exhausted
 
+    @property
+    def starting(self) -> bool:
+        """Before the startup and authentication ended: :meth:`next_deadline` is the startup deadline."""
+        return self.state in ("startup", "auth")
+
     def output(self) -> bytes:
         """Everything the session wants sent now (and forget it)."""
         data = bytes(self._out)
