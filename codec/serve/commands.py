@@ -45,6 +45,7 @@ class StartReplication:
 class CreateSlot:
     slot: str
     plugin: str | None  # None: a physical slot
+    temporary: bool = False
 
 
 @dataclass(frozen=True)
@@ -232,12 +233,12 @@ def read_query(text: str) -> Command:
         return StartReplication(slot, parse_lsn(lsn.text), reader.options())
     if head == "create_replication_slot":
         slot = reader.name()
-        reader.accept("temporary")
+        temporary = reader.accept("temporary")
         if reader.accept("physical"):
-            return CreateSlot(slot, None)
+            return CreateSlot(slot, None, temporary)
         if not reader.accept("logical"):
             raise UnknownCommand("syntax error: LOGICAL or PHYSICAL expected")
-        return CreateSlot(slot, reader.name())
+        return CreateSlot(slot, reader.name(), temporary)
     if head == "drop_replication_slot":
         return DropSlot(reader.name())
     if head == "alter_replication_slot":

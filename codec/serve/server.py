@@ -321,6 +321,7 @@ class Server:
         poller.register(conn, select.POLLIN)
         next_frame_at = 0.0
         dropped: str | None = None
+        bounded = False  # (the socket's timeout is the startup deadline's, not the reply timeout)
         try:
             while not session.closed and not self._stopping.is_set():
                 now = time.time()
@@ -357,7 +358,24 @@ class Server:
                 # (a TLS connection may hold decrypted bytes the socket no longer shows)
                 buffered = isinstance(conn, ssl.SSLSocket) and conn.pending() > 0
                 if buffered or poller.poll(wait * 1000):
-                    session.receive(conn.recv(BATCH), time.time())
+                    # (readable may be only part of a TLS record: SSLSocket.recv then waits for the rest, for
+                    # as long as the socket's timeout.  Until the startup ends, that wait ends at the startup
+                    # deadline, so tick enforces it however the client trickles its bytes; after, the reply
+                    # timeout bounds it.)
+                    starting = session.starting
+                    if starting:
+                        conn.settimeout(max(0.01, session.next_deadline() - time.time()))
+                        bounded = True
+                    try:
+                        data = conn.recv(BATCH)
+                    except TimeoutError:
+                        if not starting:
+                            raise
+                    else:
+                        session.receive(data, time.time())
+                    if bounded and not session.starting:
+                        conn.settimeout(self.settings.reply_timeout)
+                        bounded = False
                 session.tick(time.time())
             rest = session.output()
             if rest and dropped is None:

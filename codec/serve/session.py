@@ -67,9 +67,16 @@ class ServeSettings:
 
 @dataclass
 class Slots:
-    """The confirmed (flushed) position of each slot name clients streamed from; thread-safe."""
+    """The slots of one server; thread-safe.
+
+    ``confirmed`` holds the confirmed (flushed) position of each slot name clients streamed from;
+    ``created`` the names clients created (``CREATE_REPLICATION_SLOT``) and did not drop; ``temporary`` the
+    TEMPORARY slots, each with the session (its pid) that made it and whose end drops it.  A name in any of
+    them exists: creating it again is refused, as PostgreSQL refuses it."""
 
     confirmed: dict[str, int] = field(default_factory=dict)
+    created: set[str] = field(default_factory=set)
+    temporary: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def confirm(self, slot: str, lsn: int) -> None:
@@ -81,9 +88,35 @@ class Slots:
         with self._lock:
             return self.confirmed.get(slot, 0)
 
+    def create(self, slot: str, *, owner: int | None = None) -> bool:
+        """Make ``slot`` (TEMPORARY, held by the session ``owner``, when ``owner`` is given); False if a slot
+        of that name exists (created, temporary, or with a confirmed position)."""
+        with self._lock:
+            if slot in self.created or slot in self.temporary or slot in self.confirmed:
+                return False
+            if owner is None:
+                self.created.add(slot)
+            else:
+                self.temporary[slot] = owner
+            return True
+
+    def holder(self, slot: str) -> int | None:
+        """The session (pid) whose TEMPORARY slot ``slot`` is, or None."""
+        with self._lock:
+            return self.temporary.get(slot)
+
     def drop(self, slot: str) -> None:
         with self._lock:
             self.confirmed.pop(slot, None)
+            self.created.discard(slot)
+            self.temporary.pop(slot, None)
+
+    def release(self, owner: int) -> None:
+        """The session ``owner`` ended: drop its TEMPORARY slots (and what was confirmed on them)."""
+        with self._lock:
+            for slot in [slot for slot, holder in self.temporary.items() if holder == owner]:
+                del self.temporary[slot]
+                self.confirmed.pop(slot, None)
 
 
 def _norm_encoding(name: str) -> str:
@@ -139,6 +172,11 @@ class Session:
     def streaming(self) -> bool:
         """In CopyBoth, with messages left to send."""
         return self.state == "streaming" and not self._exhausted
+
+    @property
+    def starting(self) -> bool:
+        """Before the startup and authentication ended: :meth:`next_deadline` is the startup deadline."""
+        return self.state in ("startup", "auth")
 
     def output(self) -> bytes:
         """Everything the session wants sent now (and forget it)."""
@@ -222,6 +260,7 @@ class Session:
             self.state = "closed"
             self.close_reason = reason
             self._messages = None
+            self.slots.release(self.pid)  # (PostgreSQL drops a session's temporary slots when it ends)
 
     def _fatal(self, message: str, sqlstate: str) -> None:
         self._out += frontend.build_error(message, sqlstate, severity="FATAL")
@@ -386,14 +425,25 @@ class Session:
             if command.plugin is None:
                 self._error("physical replication slots are not served", "0A000")
                 return
-            # A new slot is offered the whole stream: its consistent point is where the stream starts (a
-            # client that starts where its new slot is consistent, as postgres.js does, gets every
-            # transaction), and nothing is confirmed on it yet.
-            self.slots.drop(command.slot)
+            # A slot that exists (created here, or with a position a client confirmed) is refused as PostgreSQL
+            # refuses it (slot.c's ReplicationSlotCreate): a client that creates its slot if it does not exist
+            # and then starts at 0/0 (pg_recvlogical --create-slot --if-not-exists --start) resumes after
+            # what it confirmed.  A new slot is offered the whole stream: its consistent point is where the
+            # stream starts (a client that starts where its new slot is consistent, as postgres.js does with
+            # its TEMPORARY slot, gets every transaction), and nothing is confirmed on it yet.
+            if not self.slots.create(command.slot, owner=self.pid if command.temporary else None):
+                self._error(f'replication slot "{command.slot}" already exists', "42710")
+                return
             position = str(LSN(self._stream_start()))
             self._rows(["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
                        [[command.slot, position, None, command.plugin]], None, "CREATE_REPLICATION_SLOT")
         elif isinstance(command, commands.DropSlot):
+            # (any name may be dropped, as any name may be streamed from, save another live session's
+            # temporary slot, which PostgreSQL reports active)
+            holder = self.slots.holder(command.slot)
+            if holder is not None and holder != self.pid:
+                self._error(f'replication slot "{command.slot}" is active for PID {holder}', "55006")
+                return
             self.slots.drop(command.slot)
             out += frontend.build_command_complete("DROP_REPLICATION_SLOT") + frontend.build_ready()
         elif isinstance(command, commands.AlterSlot):
@@ -432,7 +482,8 @@ class Session:
         values: dict[str, tuple[str | None, int]] = {
             "slot_name": (command.slot, 25), "plugin": ("pgoutput", 25), "slot_type": ("logical", 25),
             "database": (self._database, 25), "current_database": (self._database, 25),
-            "temporary": ("f", 16), "two_phase": ("f", 16), "to_jsonb": ("f", 16), "active": ("f", 16),
+            "temporary": ("t" if self.slots.holder(command.slot) is not None else "f", 16),
+            "two_phase": ("f", 16), "to_jsonb": ("f", 16), "active": ("f", 16),
             "active_pid": (None, 23), "confirmed_flush_lsn": (confirmed, 25), "restart_lsn": (confirmed, 25)}
         unknown = [field for field in command.fields if field not in values]
         if unknown:

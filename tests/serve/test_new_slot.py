@@ -10,6 +10,7 @@ rows it reports against the transactions the test built.
 from __future__ import annotations
 
 import json
+import os
 import select
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from replwire.codec import LSN, Begin, Commit, Delete, Insert, Relation, Relatio
 from replwire.codec.serve import Server, ServeSettings, Source
 
 POSTGRES_JS = "postgres@3.4.9"
+PG_RECVLOGICAL = "/usr/lib/postgresql/15/bin/pg_recvlogical"
 
 #: A Node script: subscribe with postgres.js to every change, print each as a JSON line, end after COUNT.
 SUBSCRIBER = """
@@ -102,28 +104,141 @@ def test_postgres_js_receives_every_transaction(postgres_js):
     assert [start for _, start, _ in starts] == [0x1000]  # where the stream starts: its first position
 
 
+def _stream_tags(cur, slot: str, start_lsn: str, commits: int, *, confirm: bool = False) -> bytes:
+    """The first byte of each message START_REPLICATION at ``start_lsn`` sends, until ``commits`` commits
+    or a second of silence; with ``confirm``, each commit's end is confirmed (flushed) as it arrives."""
+    cur.start_replication(slot_name=slot, decode=False, start_lsn=start_lsn,
+                          options={"proto_version": "1", "publication_names": "pub"})
+    tags = b""
+    deadline = time.monotonic() + 30
+    quiet_since = time.monotonic()
+    while tags.count(b"C") < commits and time.monotonic() < deadline:
+        message = cur.read_message()
+        if message is None:
+            if time.monotonic() - quiet_since > 1.0 and commits == 0:
+                break
+            select.select([cur], [], [], 0.2)
+            continue
+        quiet_since = time.monotonic()
+        payload = bytes(message.payload)
+        tags += payload[:1]
+        if confirm and payload[:1] == b"C":
+            cur.send_feedback(flush_lsn=message.data_start, force=True)
+    return tags
+
+
+def _connect(server):
+    return psycopg2.connect(server.address.conninfo(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
+
+
 def test_a_new_slot_is_consistent_where_the_stream_starts():
-    """Over libpq: CREATE_REPLICATION_SLOT answers the stream's first position, whatever an earlier client
-    confirmed on that slot name; START_REPLICATION there gets every transaction."""
+    """Over libpq: CREATE_REPLICATION_SLOT of a new name answers the stream's first position;
+    START_REPLICATION there gets every transaction."""
     with Server(source(), settings=ServeSettings(160000)) as server:
-        server.slots.confirm("made", 0x1510)  # (a client before confirmed everything on this name)
-        conn = psycopg2.connect(server.address.conninfo(),
-                                connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        conn = _connect(server)
         try:
             cur = conn.cursor()
             cur.create_replication_slot("made", output_plugin="pgoutput")
             _, consistent_point, _, _ = cur.fetchone()
             assert consistent_point == "0/1000"
-            cur.start_replication(slot_name="made", decode=False, start_lsn=consistent_point,
-                                  options={"proto_version": "1", "publication_names": "pub"})
-            tags = b""
-            deadline = time.monotonic() + 30
-            while tags.count(b"C") < 3 and time.monotonic() < deadline:
-                message = cur.read_message()
-                if message is None:
-                    select.select([cur], [], [], 1.0)
-                    continue
-                tags += bytes(message.payload)[:1]
+            tags = _stream_tags(cur, "made", consistent_point, 3)
         finally:
             conn.close()
     assert tags == b"BRIICBDCBIC"
+
+
+def test_creating_a_slot_that_exists_is_refused_and_keeps_its_position():
+    """The reviewer's sequence: create a slot, stream, confirm the end, reconnect, create it again (as
+    ``pg_recvlogical --create-slot --if-not-exists --start`` does).  PostgreSQL answers 42710 and keeps the
+    slot, so START_REPLICATION at 0/0 resumes after what was confirmed: nothing is sent again."""
+    with Server(source(), settings=ServeSettings(160000)) as server:
+        conn = _connect(server)
+        try:
+            cur = conn.cursor()
+            cur.create_replication_slot("s", output_plugin="pgoutput")
+            assert _stream_tags(cur, "s", "0/0", 3, confirm=True) == b"BRIICBDCBIC"
+            deadline = time.monotonic() + 10
+            while server.slots.get("s") < 0x1510 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            conn.close()
+        assert server.slots.get("s") == 0x1510
+        conn = _connect(server)
+        try:
+            cur = conn.cursor()
+            with pytest.raises(psycopg2.Error) as raised:
+                cur.create_replication_slot("s", output_plugin="pgoutput")
+            assert raised.value.pgcode == "42710"
+            assert 'replication slot "s" already exists' in str(raised.value)
+            assert _stream_tags(cur, "s", "0/0", 0) == b""
+        finally:
+            conn.close()
+        assert server.slots.get("s") == 0x1510
+        # a slot created and never confirmed on exists too; dropped, its name is new again
+        conn = _connect(server)
+        try:
+            cur = conn.cursor()
+            cur.create_replication_slot("fresh", output_plugin="pgoutput")
+            with pytest.raises(psycopg2.Error) as raised:
+                cur.create_replication_slot("fresh", output_plugin="pgoutput")
+            assert raised.value.pgcode == "42710"
+            cur.drop_replication_slot("s")
+            cur.create_replication_slot("s", output_plugin="pgoutput")
+            assert cur.fetchone()[1] == "0/1000"
+        finally:
+            conn.close()
+
+
+def test_a_temporary_slot_lives_as_long_as_its_session():
+    """A TEMPORARY slot's name is taken while the session that made it lives (another session's CREATE is
+    refused, 42710), and free again once that session ends: PostgreSQL drops it then."""
+    with Server(source(), settings=ServeSettings(160000)) as server:
+        first = _connect(server)
+        try:
+            cur = first.cursor()
+            cur.execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
+            assert cur.fetchone()[1] == "0/1000"
+            second = _connect(server)
+            try:
+                with pytest.raises(psycopg2.Error) as raised:
+                    second.cursor().execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
+                assert raised.value.pgcode == "42710"
+            finally:
+                second.close()
+            assert _stream_tags(cur, "t", "0/0", 3, confirm=True) == b"BRIICBDCBIC"
+        finally:
+            first.close()
+        deadline = time.monotonic() + 10
+        while server.slots.get("t") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.slots.get("t") == 0  # (its confirmed position went with it)
+        again = _connect(server)
+        try:
+            cur = again.cursor()
+            cur.execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
+            assert cur.fetchone()[1] == "0/1000"
+            assert _stream_tags(cur, "t", "0/1000", 3) == b"BRIICBDCBIC"
+        finally:
+            again.close()
+
+
+def test_pg_recvlogical_create_if_not_exists_resumes_after_what_it_confirmed():
+    """``pg_recvlogical --create-slot --if-not-exists --start`` run twice: the first run creates the slot
+    and writes the whole stream, confirming it; the second is told the slot exists (42710, which it takes
+    as "go on") and starts it at 0/0 -- resumed after what was confirmed, it receives nothing."""
+    if not os.access(PG_RECVLOGICAL, os.X_OK):
+        pytest.skip(f"{PG_RECVLOGICAL} (Debian's postgresql-15) is needed")
+    with Server(source(), settings=ServeSettings(150004, keepalive_interval=0.5)) as server:
+        address = server.address
+        command = [PG_RECVLOGICAL, "-h", address.host, "-p", str(address.port), "-U", "replwire",
+                   "-d", "replwire", "--slot", "s", "--create-slot", "--if-not-exists", "--start",
+                   "-P", "pgoutput", "-o", "proto_version=1", "-o", "publication_names=pub", "-f", "-",
+                   "--no-loop", "-F", "0", "-s", "1", "-E", "0/1510"]
+        first = subprocess.run(command, capture_output=True, timeout=60, env={**os.environ, "PGSSLMODE": "disable"})
+        second = subprocess.run(command, capture_output=True, timeout=60, env={**os.environ, "PGSSLMODE": "disable"})
+        starts = [start for _, start, _ in server.starts]
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    assert first.stdout.count(b"C") >= 3 and first.stdout.startswith(b"B")
+    assert second.returncode == 0, second.stderr.decode()[-2000:]
+    assert second.stdout == b""
+    assert starts == [0, 0x1510]

@@ -4,10 +4,13 @@ clients off loopback must use TLS unless the server is told otherwise."""
 
 from __future__ import annotations
 
+import select
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
+import time
 
 import psycopg2
 import psycopg2.extras
@@ -196,3 +199,39 @@ def test_a_client_refused_for_the_limit_is_told_why_whatever_its_sslmode(pki, ss
         finally:
             held.close()
     assert "sorry, too many clients already" in str(refused.value)
+
+
+def test_a_partial_tls_record_does_not_outlast_the_startup_timeout(pki):
+    """The reviewer's sequence: an SSL request, the handshake, then the first 15 bytes of the TLS record
+    holding the startup packet.  The server's read must not wait for the rest of the record for the whole
+    reply timeout (600 s here): the startup timeout (1 s, counted from the connection's start) ends the
+    connection however the client trickles its bytes, encrypted or not."""
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with Server(tiny_source(), settings=settings(pki, startup_timeout=1, reply_timeout=600)) as server, \
+            socket.create_connection((server.address.host, server.address.port), timeout=30) as sock:
+        sock.sendall(struct.pack(">ii", 8, 80877103))
+        assert sock.recv(1) == b"S"
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        while True:  # (the handshake over the raw socket, so the test decides which bytes go out)
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                incoming.write(sock.recv(65536))
+        sock.sendall(outgoing.read())
+        tls.write(startup_packet(user="u", database="d", replication="database"))
+        record = outgoing.read()
+        assert len(record) > 15
+        sock.sendall(record[:15])
+        closed = False
+        deadline = time.monotonic() + 30  # (far below the reply timeout: only the startup timeout ends it)
+        while not closed and time.monotonic() < deadline:
+            readable, _, _ = select.select([sock], [], [], 1.0)
+            if readable:
+                try:
+                    closed = sock.recv(65536) == b""
+                except ConnectionResetError:
+                    closed = True
+    assert closed, "a client holding back the rest of a TLS record outlasted the startup timeout"
