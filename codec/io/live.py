@@ -521,8 +521,7 @@ class LiveCapture:
                     self.resumed_records = kept
             return CaptureWriter(self.out, header)
         except CaptureFileError as error:
-            damaged = error.offset is not None and "damaged inside" in error.reason
-            raise (CaptureDamaged if damaged else CaptureError)(str(error)) from None
+            raise (CaptureDamaged if error.damaged_inside else CaptureError)(str(error)) from None
         except OSError as error:
             raise CaptureWriteError(f"cannot write {self.out}: {error.strerror or error}") from None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -122,9 +123,12 @@ def test_appending_to_a_file_damaged_inside_is_refused_and_leaves_it_whole(tmp_p
     damage(path, starts[5] + 20)
     before = path.read_bytes()
     with pytest.raises(CaptureFileError, match=rf"cannot append: the record at offset {starts[5]} is damaged .* "
-                                               "cutting the file there would drop them"):
+                                               "cutting the file there would drop them") as raised:
         CaptureWriter(path, CaptureHeader(proto_version=1, server_version=180000))
     assert path.read_bytes() == before
+    # told apart by its kind, not its words (capture exits 5 for it), also after crossing a process boundary
+    assert raised.value.damaged_inside and pickle.loads(pickle.dumps(raised.value)).damaged_inside
+    assert not CaptureFileError(str(path), "not a readable capture file header").damaged_inside
 
 
 def test_resuming_refuses_to_cut_off_records_the_slot_confirmed(tmp_path):
