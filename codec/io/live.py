@@ -365,13 +365,18 @@ def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
         tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
         reading = reader.records(raw=True)
-        for _, _, _, data in reading:
+        for offset, _, _, data in reading:
             count += 1
             position: int | None
             if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
                 position = snapshot.record_completes(data)
             else:
-                position = tracker.feed(data)
+                try:
+                    position = tracker.feed(data)
+                except ReplwireError as error:
+                    raise CaptureError(f"{path}: the record at offset {offset} holds a message replwire cannot "
+                                       f"decode ({error}): the file cannot be resumed past it.  Keep this file "
+                                       "as it is and capture to another --out") from None
             if position is not None and position <= confirmed:
                 cut, kept = reading.end, count
         damage = reading.tail
@@ -651,6 +656,7 @@ class LiveCapture:
         stopping = False  # stopped on purpose: stop, idle_exit or Ctrl-C
         started = False  # START_REPLICATION was taken
         in_burst = interrupted = False  # (in_burst: records read whose bookkeeping is not done)
+        refused: CaptureError | None = None  # a message the tracker cannot take: the end of the capture
         try:
             walsender = conn.get_backend_pid()
             cur.start_replication(slot_name=self.settings.slot, decode=False,
@@ -675,8 +681,12 @@ class LiveCapture:
                     while message is not None:
                         data = message.payload
                         start = message.data_start
+                        try:
+                            position = feed(data)  # before it goes into the burst: a refused one is not written
+                        except ReplwireError as error:
+                            refused = _undecodable(start, getattr(cur, "wal_end", 0) or 0, error)
+                            break
                         add((start, 0, data))
-                        position = feed(data)
                         if position is not None:
                             completed += 1
                             if position > pending:
@@ -701,8 +711,10 @@ class LiveCapture:
                         progress.current_lsn = LSN(current)
                 in_burst = False
                 self._activity = time.monotonic()
+                if refused is not None:
+                    break  # (what came before it is in the file: made durable and acknowledged below)
                 sync_and_ack(force=durable_now)
-            stopping = True
+            stopping = refused is None
         except KeyboardInterrupt:
             stopping = True
             # Interrupted in the middle of a burst, the positions and the tracker may be ahead of the file:
@@ -713,9 +725,12 @@ class LiveCapture:
         if failure is None and not interrupted:
             try:
                 sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
-            except (psycopg2.Error, OSError) as error:
+            except (psycopg2.Error, OSError, ValueError) as error:
                 failure = error
-        lost = failure is not None and (not isinstance(failure, psycopg2.Error) or is_lost(failure, conn))
+        # An OSError or ValueError is the connection's only when the connection is gone; otherwise it is this
+        # process's own (a failed write, which writer.failed tells, or the progress callback's), not a loss.
+        lost = failure is not None and (is_lost(failure, conn) if isinstance(failure, psycopg2.Error)
+                                        else bool(conn.closed))
         try:
             writer.close()  # (a broken writer's file stays cut back to its last durable record)
         except OSError:
@@ -728,6 +743,10 @@ class LiveCapture:
                                     f"to its last durable record (offset {writer.durable}), and the slot confirmed "
                                     f"no more than that ({progress.flushed_lsn}): make room and run the same "
                                     "command again to resume") from None
+        if refused is not None:
+            raise refused
+        if failure is not None and not isinstance(failure, psycopg2.Error) and not lost:
+            raise failure  # (not the server's, not the connection's: this process's own)
         if failure is not None:
             if not lost:
                 raise CaptureError(f"the server stopped the capture: {server_error(failure)}") from None
@@ -833,7 +852,9 @@ class LiveCapture:
                 failure = server_error(error)
                 lost = is_lost(error, conn)
             except OSError:
-                pass  # the file could not be written (writer.failed)
+                if writer.failed is None:
+                    raise  # not the file's: this process's own (the progress callback's, say)
+                # the file could not be written (writer.failed)
         finally:
             try:
                 if writer.failed is None:
@@ -844,7 +865,8 @@ class LiveCapture:
             except psycopg2.Error as error:
                 failure = failure or server_error(error)
             except OSError:
-                pass
+                if writer.failed is None:
+                    raise
             finally:
                 try:
                     writer.close()
@@ -862,6 +884,14 @@ class LiveCapture:
                 raise ConnectionLost(f"lost the connection to the server: {failure}")
             raise CaptureError(f"capturing through the SQL functions failed: {failure}")
         return progress
+
+
+def _undecodable(lsn: int, wal_end: int, error: ReplwireError) -> CaptureError:
+    """The end of a capture at a message replwire cannot decode (sent at ``lsn``, 0 when the server sent it
+    without a position, with the server's WAL end then ``wal_end``): nothing of it was written."""
+    where = f"at {LSN(lsn)}" if lsn else f"without a position (the server's WAL end {LSN(wal_end)})"
+    return CaptureError(f"the server sent a message replwire cannot decode, {where}: {error}; it was not written "
+                        "to the file, which holds everything before it and can be resumed")
 
 
 def _check_encoding(conn, writer: CaptureWriter) -> None:
@@ -902,12 +932,15 @@ class _SqlBatch:
                         "%s, NULL, %s, VARIADIC %s::text[])", (self.slot, self.size, self.args))
             for lsn_text, xid, raw in cur:
                 data, lsn = bytes(raw), LSN(lsn_text)
+                try:
+                    position = tracker.feed(data)  # before it is appended: a refused one is not written
+                except ReplwireError as error:
+                    raise _undecodable(lsn, wal_end, error) from None
                 writer.append(lsn, xid, data)
                 rows += 1
                 progress.messages += 1
                 progress.bytes += len(data)
                 progress.current_lsn = max(progress.current_lsn, lsn)
-                position = tracker.feed(data)
                 if position is not None:
                     progress.transactions += 1
                     self.kept, self.done = writer.mark(), max(self.done, LSN(position))

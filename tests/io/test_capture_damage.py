@@ -131,6 +131,20 @@ def test_appending_to_a_file_damaged_inside_is_refused_and_leaves_it_whole(tmp_p
     assert not CaptureFileError(str(path), "not a readable capture file header").damaged_inside
 
 
+def test_resuming_a_file_that_holds_a_message_replwire_cannot_decode_is_a_clear_error(tmp_path):
+    """A file an older replwire wrote a refused message into (it treated the refusal as a lost connection): the
+    resume says where, as a CaptureError (exit 1), instead of a DecodeError's traceback."""
+    path = tmp_path / "c.rwcap"
+    write_transactions(path, 2)
+    with CaptureWriter(path, CaptureHeader(proto_version=1, server_version=180000)) as writer:
+        at = writer.mark()[0]
+        writer.append(END[1] + 0x100, 0, b"Zbogus")
+    with pytest.raises(CaptureError, match=rf"^{path}: the record at offset {at} holds a message replwire cannot "
+                                           r"decode \(.*unknown message tag 'Z'\)") as raised:
+        resume_point(str(path), LSN(END[0]))
+    assert raised.value.exit_status == 1
+
+
 def test_resuming_refuses_to_cut_off_records_the_slot_confirmed(tmp_path):
     path = tmp_path / "c.rwcap"
     starts = write_transactions(path)
