@@ -355,18 +355,33 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     A damaged record is where the file's readable part ends.  Intact records after it (the file is damaged
     inside, not torn at its end) that complete a position at or below ``confirmed`` hold changes the server
     will not send again: cutting would lose them, so that is refused with a :class:`CaptureDamaged`."""
-    cut, kept, _ = _resume_point(path, confirmed)
-    return cut, kept
+    found = _resume_point(path, confirmed)
+    return found.cut, found.kept
 
 
-def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
-    """:func:`resume_point`, and how many records the file held."""
+@dataclass(frozen=True)
+class _Resume:
+    """:func:`resume_point`'s ``cut`` and ``kept``, and what the records cut off held: how many, their
+    bytes, and how many positions they complete (what a capture counted as messages, bytes and
+    transactions when it received them)."""
+
+    cut: int
+    kept: int
+    messages: int
+    bytes: int
+    transactions: int
+
+
+def _resume_point(path: str, confirmed: LSN) -> _Resume:
+    """:func:`resume_point`, with what is cut off."""
     with read_capture(path) as reader:
         tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
+        size = completed = kept_size = kept_completed = 0  # (the bytes and positions of all, and of the kept)
         reading = reader.records(raw=True)
         for offset, _, _, data in reading:
             count += 1
+            size += len(data)
             position: int | None
             if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
                 position = snapshot.record_completes(data)
@@ -377,8 +392,10 @@ def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
                     raise CaptureError(f"{path}: the record at offset {offset} holds a message replwire cannot "
                                        f"decode ({error}): the file cannot be resumed past it.  Keep this file "
                                        "as it is and capture to another --out") from None
-            if position is not None and position <= confirmed:
-                cut, kept = reading.end, count
+            if position is not None:
+                completed += 1
+                if position <= confirmed:
+                    cut, kept, kept_size, kept_completed = reading.end, count, size, completed
         damage = reading.tail
         if damage is not None and damage.intact_from is not None:
             lost = _confirmed_after(reader, damage.intact_from, confirmed)
@@ -387,7 +404,7 @@ def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
                                    f"already confirmed (up to {LSN(lost)}, confirmed {confirmed}), which the "
                                    "server will not send again: resuming would cut them off.  Keep this file "
                                    "as it is (decode reads up to the damage) and capture to another --out")
-    return cut, kept, count
+    return _Resume(cut, kept, count - kept, size - kept_size, completed - kept_completed)
 
 
 def _confirmed_after(reader: CaptureReader, start: int, confirmed: LSN) -> int | None:
@@ -518,12 +535,15 @@ class LiveCapture:
         what is cut off was counted as received and is received again)."""
         try:
             if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
-                cut, kept, held = _resume_point(self.out, confirmed)
-                cut_file(self.out, cut)
-                if again:
-                    self.progress.messages -= min(held - kept, self.progress.messages)
+                found = _resume_point(self.out, confirmed)
+                cut_file(self.out, found.cut)
+                if again:  # (each cut record was received by this run: the file was cut when it started)
+                    progress = self.progress
+                    progress.messages -= min(found.messages, progress.messages)
+                    progress.bytes -= min(found.bytes, progress.bytes)
+                    progress.transactions -= min(found.transactions, progress.transactions)
                 else:
-                    self.resumed_records = kept
+                    self.resumed_records = found.kept
             return CaptureWriter(self.out, header)
         except CaptureFileError as error:
             raise (CaptureDamaged if error.damaged_inside else CaptureError)(str(error)) from None
@@ -917,6 +937,7 @@ class _SqlBatch:
     def __init__(self, slot: str, args: list[str], size: int, writer: CaptureWriter, progress: Progress) -> None:
         self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
         self.kept, self.done = writer.mark(), progress.flushed_lsn
+        self._counted = progress.messages, progress.bytes  # (the counts at kept)
 
     def read(self, conn, tracker: PositionTracker) -> tuple[int, LSN]:
         """Read one call's rows into the file; returns how many, and the WAL position the call read up to at
@@ -944,10 +965,13 @@ class _SqlBatch:
                 if position is not None:
                     progress.transactions += 1
                     self.kept, self.done = writer.mark(), max(self.done, LSN(position))
+                    self._counted = progress.messages, progress.bytes
         conn.commit()
         return rows, wal_end
 
     def settle(self) -> None:
-        """Drop what was appended after the last completed position, and fsync: on disk before the slot moves."""
+        """Drop what was appended after the last completed position, and fsync: on disk before the slot moves.
+        What is dropped is not counted (it is received, and counted, again)."""
         self.writer.rewind(self.kept)
+        self.progress.messages, self.progress.bytes = self._counted
         self.writer.sync()

@@ -145,6 +145,20 @@ def test_resuming_a_file_that_holds_a_message_replwire_cannot_decode_is_a_clear_
     assert raised.value.exit_status == 1
 
 
+def test_resuming_tells_what_it_cuts_off(tmp_path):
+    """What a reconnection takes back from the capture's counts: the records after the cut, their bytes, and
+    the transactions they complete."""
+    from replwire.codec.io.live import _resume_point
+
+    path = tmp_path / "c.rwcap"
+    starts = write_transactions(path)
+    with read_capture(path) as reader:
+        sizes = [len(data) for *_, data in reader.records(raw=True)]
+    found = _resume_point(str(path), LSN(END[2]))  # transactions 3 to 5 come again: 3 records each
+    assert (found.cut, found.kept) == (starts[10], 10)
+    assert (found.messages, found.bytes, found.transactions) == (9, sum(sizes[10:]), 3)
+
+
 def test_resuming_refuses_to_cut_off_records_the_slot_confirmed(tmp_path):
     path = tmp_path / "c.rwcap"
     starts = write_transactions(path)

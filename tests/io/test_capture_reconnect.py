@@ -229,6 +229,12 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
     # one line per attempt, the delay growing while the server was down
     assert "; reconnecting in 0.5 s (attempt 1)" in text and "; reconnecting in 1 s (attempt 2)" in text, text
     assert f", reconnected {len(faults)} times; flushed up to " in text, text
+    # the summary counts what the file holds: what was cut off at a reconnection and received again is
+    # counted once
+    summary = re.search(r"^captured ([\d,]+) messages \(([\d,]+) bytes\), ([\d,]+) transactions into ", text,
+                        re.MULTILINE)
+    assert summary is not None, text
+    assert tuple(int(group.replace(",", "")) for group in summary.groups()) == file_counts(out), text
     # the progress lines: elapsed time, messages and their rate
     assert re.search(r"^\d+:\d\d:\d\d [\d,]+ messages \([\d,]+/s\), ", text, re.MULTILINE), text
     rows, inserted = applied(out)
@@ -236,6 +242,22 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
     assert len(expected) > 1000 and workload.committed > 200
     assert len(inserted) == len(set(inserted)), "a change was captured twice"
     assert rows == expected
+
+
+def file_counts(path) -> tuple[int, int, int]:
+    """The messages, bytes and transactions (messages that complete a position) a capture file holds."""
+    from replwire.codec import Decoder
+    from replwire.codec.io.positions import message_completes
+
+    messages = size = transactions = 0
+    with read_capture(path) as reader:
+        decoder = Decoder(proto_version=reader.header.proto_version, encoding=reader.header.client_encoding)
+        for _, _, _, data in reader.records(raw=True):
+            messages += 1
+            size += len(data)
+            if data and message_completes(decoder.feed(data)) is not None:  # (the Decoder knows the streams)
+                transactions += 1
+    return messages, size, transactions
 
 
 def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
@@ -716,3 +738,68 @@ def test_an_os_error_of_the_capture_s_own_is_not_a_lost_connection(own_server, t
     LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05, via=via).run(idle_exit=0.5)
     rows, inserted = applied(out)
     assert inserted == [1] and rows == table_rows(srv, table)
+
+
+def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own_server, tmp_path, monkeypatch):
+    """A call that ends inside a transaction (the connection lost while its rows came): the records after the
+    last completed position are dropped, and the call after the reconnection sends them again; they are
+    counted once."""
+    import psycopg2
+
+    from replwire.codec.io import live
+    from replwire.codec.io.live import CaptureSettings, LiveCapture
+
+    srv, table, slot = own_server, "sqlcut_t", "sqlcut_slot"
+    out = tmp_path / "sqlcut.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for i in range(3):
+            conn.execute(f"INSERT INTO {table} SELECT g, 'v' FROM generate_series(%s::int, %s::int) g",
+                         (i * 3, i * 3 + 2))
+    real, cut, calls = live.connect, [], []
+
+    class Cutting:
+        """The connection: lost after the second call's first two rows (the second transaction's Begin and
+        first Insert: a call of one row reads one transaction), once."""
+
+        def __init__(self, conn) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        def cursor(self, *args, **kwargs):
+            cur, conn = self._conn.cursor(*args, **kwargs), self._conn
+
+            class Cursor:
+                def __getattr__(self, name):
+                    return getattr(cur, name)
+
+                def __enter__(self):
+                    cur.__enter__()
+                    return self
+
+                def __exit__(self, *exc):
+                    return cur.__exit__(*exc)
+
+                def __iter__(self):
+                    calls.append(True)
+                    for number, row in enumerate(cur):
+                        yield row
+                        if len(calls) == 2 and number == 1 and not cut:  # the second call's Begin and Insert
+                            cut.append(True)
+                            conn.close()
+                            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+            return Cursor()
+
+    monkeypatch.setattr(live, "connect", lambda dsn, replication=False: Cutting(real(dsn, replication=replication)))
+    settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
+    capture = LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05, via="sql",
+                          batch_size=1, reconnect_delay=0.05)
+    progress = capture.run(idle_exit=1)
+    assert cut and capture.reconnects == 1
+    assert (progress.messages, progress.bytes, progress.transactions) == file_counts(out)
+    assert progress.transactions == 3
