@@ -41,10 +41,13 @@ from ..scalars import LSN
 
 
 class CaptureFileError(ReplwireError, ValueError):
-    """A file that is not a readable capture file, or one that cannot be appended to as asked."""
+    """A file that is not a readable capture file, or one that cannot be appended to as asked.
+    ``damaged_inside`` is true when the file is damaged inside (intact records follow a damaged one), which
+    nothing may cut off."""
 
-    def __init__(self, path: str, reason: str, offset: int | None = None) -> None:
+    def __init__(self, path: str, reason: str, offset: int | None = None, *, damaged_inside: bool = False) -> None:
         self.path, self.reason, self.offset = path, reason, offset
+        self.damaged_inside = damaged_inside
         where = f" at offset {offset}" if offset is not None else ""
         super().__init__(f"{path}{where}: {reason}")
 
@@ -524,7 +527,7 @@ class CaptureWriter:
                 self.recovered, end = reading.tail, reading.end
             if self.recovered is not None and self.recovered.intact_from is not None:
                 raise CaptureFileError(self.path, f"cannot append: {self.recovered}; cutting the file there "
-                                                  "would drop them", self.recovered.offset)
+                                                  "would drop them", self.recovered.offset, damaged_inside=True)
             # unbuffered: every byte that reaches the file is one this writer knows about (see _write)
             self._file = open(self.path, "r+b", buffering=0)  # noqa: SIM115 -- closed by close()
             try:

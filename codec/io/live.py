@@ -355,25 +355,47 @@ def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     A damaged record is where the file's readable part ends.  Intact records after it (the file is damaged
     inside, not torn at its end) that complete a position at or below ``confirmed`` hold changes the server
     will not send again: cutting would lose them, so that is refused with a :class:`CaptureDamaged`."""
-    cut, kept, _ = _resume_point(path, confirmed)
-    return cut, kept
+    found = _resume_point(path, confirmed)
+    return found.cut, found.kept
 
 
-def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
-    """:func:`resume_point`, and how many records the file held."""
+@dataclass(frozen=True)
+class _Resume:
+    """:func:`resume_point`'s ``cut`` and ``kept``, and what the records cut off held: how many, their
+    bytes, and how many positions they complete (what a capture counted as messages, bytes and
+    transactions when it received them)."""
+
+    cut: int
+    kept: int
+    messages: int
+    bytes: int
+    transactions: int
+
+
+def _resume_point(path: str, confirmed: LSN) -> _Resume:
+    """:func:`resume_point`, with what is cut off."""
     with read_capture(path) as reader:
         tracker = PositionTracker(reader.header.proto_version, reader.header.client_encoding)
         cut, kept, count = reader.header_end, 0, 0
+        size = completed = kept_size = kept_completed = 0  # (the bytes and positions of all, and of the kept)
         reading = reader.records(raw=True)
-        for _, _, _, data in reading:
+        for offset, _, _, data in reading:
             count += 1
+            size += len(data)
             position: int | None
             if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
                 position = snapshot.record_completes(data)
             else:
-                position = tracker.feed(data)
-            if position is not None and position <= confirmed:
-                cut, kept = reading.end, count
+                try:
+                    position = tracker.feed(data)
+                except ReplwireError as error:
+                    raise CaptureError(f"{path}: the record at offset {offset} holds a message replwire cannot "
+                                       f"decode ({error}): the file cannot be resumed past it.  Keep this file "
+                                       "as it is and capture to another --out") from None
+            if position is not None:
+                completed += 1
+                if position <= confirmed:
+                    cut, kept, kept_size, kept_completed = reading.end, count, size, completed
         damage = reading.tail
         if damage is not None and damage.intact_from is not None:
             lost = _confirmed_after(reader, damage.intact_from, confirmed)
@@ -382,7 +404,7 @@ def _resume_point(path: str, confirmed: LSN) -> tuple[int, int, int]:
                                    f"already confirmed (up to {LSN(lost)}, confirmed {confirmed}), which the "
                                    "server will not send again: resuming would cut them off.  Keep this file "
                                    "as it is (decode reads up to the damage) and capture to another --out")
-    return cut, kept, count
+    return _Resume(cut, kept, count - kept, size - kept_size, completed - kept_completed)
 
 
 def _confirmed_after(reader: CaptureReader, start: int, confirmed: LSN) -> int | None:
@@ -513,16 +535,18 @@ class LiveCapture:
         what is cut off was counted as received and is received again)."""
         try:
             if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
-                cut, kept, held = _resume_point(self.out, confirmed)
-                cut_file(self.out, cut)
-                if again:
-                    self.progress.messages -= min(held - kept, self.progress.messages)
+                found = _resume_point(self.out, confirmed)
+                cut_file(self.out, found.cut)
+                if again:  # (each cut record was received by this run: the file was cut when it started)
+                    progress = self.progress
+                    progress.messages -= min(found.messages, progress.messages)
+                    progress.bytes -= min(found.bytes, progress.bytes)
+                    progress.transactions -= min(found.transactions, progress.transactions)
                 else:
-                    self.resumed_records = kept
+                    self.resumed_records = found.kept
             return CaptureWriter(self.out, header)
         except CaptureFileError as error:
-            damaged = error.offset is not None and "damaged inside" in error.reason
-            raise (CaptureDamaged if damaged else CaptureError)(str(error)) from None
+            raise (CaptureDamaged if error.damaged_inside else CaptureError)(str(error)) from None
         except OSError as error:
             raise CaptureWriteError(f"cannot write {self.out}: {error.strerror or error}") from None
 
@@ -652,6 +676,7 @@ class LiveCapture:
         stopping = False  # stopped on purpose: stop, idle_exit or Ctrl-C
         started = False  # START_REPLICATION was taken
         in_burst = interrupted = False  # (in_burst: records read whose bookkeeping is not done)
+        refused: CaptureError | None = None  # a message the tracker cannot take: the end of the capture
         try:
             walsender = conn.get_backend_pid()
             cur.start_replication(slot_name=self.settings.slot, decode=False,
@@ -676,8 +701,12 @@ class LiveCapture:
                     while message is not None:
                         data = message.payload
                         start = message.data_start
+                        try:
+                            position = feed(data)  # before it goes into the burst: a refused one is not written
+                        except ReplwireError as error:
+                            refused = _undecodable(start, getattr(cur, "wal_end", 0) or 0, error)
+                            break
                         add((start, 0, data))
-                        position = feed(data)
                         if position is not None:
                             completed += 1
                             if position > pending:
@@ -702,8 +731,10 @@ class LiveCapture:
                         progress.current_lsn = LSN(current)
                 in_burst = False
                 self._activity = time.monotonic()
+                if refused is not None:
+                    break  # (what came before it is in the file: made durable and acknowledged below)
                 sync_and_ack(force=durable_now)
-            stopping = True
+            stopping = refused is None
         except KeyboardInterrupt:
             stopping = True
             # Interrupted in the middle of a burst, the positions and the tracker may be ahead of the file:
@@ -714,9 +745,12 @@ class LiveCapture:
         if failure is None and not interrupted:
             try:
                 sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
-            except (psycopg2.Error, OSError) as error:
+            except (psycopg2.Error, OSError, ValueError) as error:
                 failure = error
-        lost = failure is not None and (not isinstance(failure, psycopg2.Error) or is_lost(failure, conn))
+        # An OSError or ValueError is the connection's only when the connection is gone; otherwise it is this
+        # process's own (a failed write, which writer.failed tells, or the progress callback's), not a loss.
+        lost = failure is not None and (is_lost(failure, conn) if isinstance(failure, psycopg2.Error)
+                                        else bool(conn.closed))
         try:
             writer.close()  # (a broken writer's file stays cut back to its last durable record)
         except OSError:
@@ -729,6 +763,10 @@ class LiveCapture:
                                     f"to its last durable record (offset {writer.durable}), and the slot confirmed "
                                     f"no more than that ({progress.flushed_lsn}): make room and run the same "
                                     "command again to resume") from None
+        if refused is not None:
+            raise refused
+        if failure is not None and not isinstance(failure, psycopg2.Error) and not lost:
+            raise failure  # (not the server's, not the connection's: this process's own)
         if failure is not None:
             if not lost:
                 raise CaptureError(f"the server stopped the capture: {server_error(failure)}") from None
@@ -834,7 +872,9 @@ class LiveCapture:
                 failure = server_error(error)
                 lost = is_lost(error, conn)
             except OSError:
-                pass  # the file could not be written (writer.failed)
+                if writer.failed is None:
+                    raise  # not the file's: this process's own (the progress callback's, say)
+                # the file could not be written (writer.failed)
         finally:
             try:
                 if writer.failed is None:
@@ -845,7 +885,8 @@ class LiveCapture:
             except psycopg2.Error as error:
                 failure = failure or server_error(error)
             except OSError:
-                pass
+                if writer.failed is None:
+                    raise
             finally:
                 try:
                     writer.close()
@@ -863,6 +904,14 @@ class LiveCapture:
                 raise ConnectionLost(f"lost the connection to the server: {failure}")
             raise CaptureError(f"capturing through the SQL functions failed: {failure}")
         return progress
+
+
+def _undecodable(lsn: int, wal_end: int, error: ReplwireError) -> CaptureError:
+    """The end of a capture at a message replwire cannot decode (sent at ``lsn``, 0 when the server sent it
+    without a position, with the server's WAL end then ``wal_end``): nothing of it was written."""
+    where = f"at {LSN(lsn)}" if lsn else f"without a position (the server's WAL end {LSN(wal_end)})"
+    return CaptureError(f"the server sent a message replwire cannot decode, {where}: {error}; it was not written "
+                        "to the file, which holds everything before it and can be resumed")
 
 
 def _check_encoding(conn, writer: CaptureWriter) -> None:
@@ -888,6 +937,7 @@ class _SqlBatch:
     def __init__(self, slot: str, args: list[str], size: int, writer: CaptureWriter, progress: Progress) -> None:
         self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
         self.kept, self.done = writer.mark(), progress.flushed_lsn
+        self._counted = progress.messages, progress.bytes  # (the counts at kept)
 
     def read(self, conn, tracker: PositionTracker) -> tuple[int, LSN]:
         """Read one call's rows into the file; returns how many, and the WAL position the call read up to at
@@ -903,19 +953,25 @@ class _SqlBatch:
                         "%s, NULL, %s, VARIADIC %s::text[])", (self.slot, self.size, self.args))
             for lsn_text, xid, raw in cur:
                 data, lsn = bytes(raw), LSN(lsn_text)
+                try:
+                    position = tracker.feed(data)  # before it is appended: a refused one is not written
+                except ReplwireError as error:
+                    raise _undecodable(lsn, wal_end, error) from None
                 writer.append(lsn, xid, data)
                 rows += 1
                 progress.messages += 1
                 progress.bytes += len(data)
                 progress.current_lsn = max(progress.current_lsn, lsn)
-                position = tracker.feed(data)
                 if position is not None:
                     progress.transactions += 1
                     self.kept, self.done = writer.mark(), max(self.done, LSN(position))
+                    self._counted = progress.messages, progress.bytes
         conn.commit()
         return rows, wal_end
 
     def settle(self) -> None:
-        """Drop what was appended after the last completed position, and fsync: on disk before the slot moves."""
+        """Drop what was appended after the last completed position, and fsync: on disk before the slot moves.
+        What is dropped is not counted (it is received, and counted, again)."""
         self.writer.rewind(self.kept)
+        self.progress.messages, self.progress.bytes = self._counted
         self.writer.sync()

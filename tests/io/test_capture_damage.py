@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -122,9 +123,40 @@ def test_appending_to_a_file_damaged_inside_is_refused_and_leaves_it_whole(tmp_p
     damage(path, starts[5] + 20)
     before = path.read_bytes()
     with pytest.raises(CaptureFileError, match=rf"cannot append: the record at offset {starts[5]} is damaged .* "
-                                               "cutting the file there would drop them"):
+                                               "cutting the file there would drop them") as raised:
         CaptureWriter(path, CaptureHeader(proto_version=1, server_version=180000))
     assert path.read_bytes() == before
+    # told apart by its kind, not its words (capture exits 5 for it), also after crossing a process boundary
+    assert raised.value.damaged_inside and pickle.loads(pickle.dumps(raised.value)).damaged_inside
+    assert not CaptureFileError(str(path), "not a readable capture file header").damaged_inside
+
+
+def test_resuming_a_file_that_holds_a_message_replwire_cannot_decode_is_a_clear_error(tmp_path):
+    """A file an older replwire wrote a refused message into (it treated the refusal as a lost connection): the
+    resume says where, as a CaptureError (exit 1), instead of a DecodeError's traceback."""
+    path = tmp_path / "c.rwcap"
+    write_transactions(path, 2)
+    with CaptureWriter(path, CaptureHeader(proto_version=1, server_version=180000)) as writer:
+        at = writer.mark()[0]
+        writer.append(END[1] + 0x100, 0, b"Zbogus")
+    with pytest.raises(CaptureError, match=rf"^{path}: the record at offset {at} holds a message replwire cannot "
+                                           r"decode \(.*unknown message tag 'Z'\)") as raised:
+        resume_point(str(path), LSN(END[0]))
+    assert raised.value.exit_status == 1
+
+
+def test_resuming_tells_what_it_cuts_off(tmp_path):
+    """What a reconnection takes back from the capture's counts: the records after the cut, their bytes, and
+    the transactions they complete."""
+    from replwire.codec.io.live import _resume_point
+
+    path = tmp_path / "c.rwcap"
+    starts = write_transactions(path)
+    with read_capture(path) as reader:
+        sizes = [len(data) for *_, data in reader.records(raw=True)]
+    found = _resume_point(str(path), LSN(END[2]))  # transactions 3 to 5 come again: 3 records each
+    assert (found.cut, found.kept) == (starts[10], 10)
+    assert (found.messages, found.bytes, found.transactions) == (9, sum(sizes[10:]), 3)
 
 
 def test_resuming_refuses_to_cut_off_records_the_slot_confirmed(tmp_path):

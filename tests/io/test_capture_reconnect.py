@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -228,6 +229,12 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
     # one line per attempt, the delay growing while the server was down
     assert "; reconnecting in 0.5 s (attempt 1)" in text and "; reconnecting in 1 s (attempt 2)" in text, text
     assert f", reconnected {len(faults)} times; flushed up to " in text, text
+    # the summary counts what the file holds: what was cut off at a reconnection and received again is
+    # counted once
+    summary = re.search(r"^captured ([\d,]+) messages \(([\d,]+) bytes\), ([\d,]+) transactions into ", text,
+                        re.MULTILINE)
+    assert summary is not None, text
+    assert tuple(int(group.replace(",", "")) for group in summary.groups()) == file_counts(out), text
     # the progress lines: elapsed time, messages and their rate
     assert re.search(r"^\d+:\d\d:\d\d [\d,]+ messages \([\d,]+/s\), ", text, re.MULTILINE), text
     rows, inserted = applied(out)
@@ -235,6 +242,22 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
     assert len(expected) > 1000 and workload.committed > 200
     assert len(inserted) == len(set(inserted)), "a change was captured twice"
     assert rows == expected
+
+
+def file_counts(path) -> tuple[int, int, int]:
+    """The messages, bytes and transactions (messages that complete a position) a capture file holds."""
+    from replwire.codec import Decoder
+    from replwire.codec.io.positions import message_completes
+
+    messages = size = transactions = 0
+    with read_capture(path) as reader:
+        decoder = Decoder(proto_version=reader.header.proto_version, encoding=reader.header.client_encoding)
+        for _, _, _, data in reader.records(raw=True):
+            messages += 1
+            size += len(data)
+            if data and message_completes(decoder.feed(data)) is not None:  # (the Decoder knows the streams)
+                transactions += 1
+    return messages, size, transactions
 
 
 def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
@@ -569,3 +592,214 @@ def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_fi
     rows, inserted = applied(out)
     assert len(inserted) == len(set(inserted)) == 2000
     assert rows == table_rows(srv, table)
+
+
+class _Injecting:
+    """A connection that hands out ``bogus`` once, right after the first Commit -- from the replication
+    cursor's ``read_message`` or from the SQL functions' rows -- the seam where the server's messages arrive,
+    so replwire's own refusal of one is tested without a server that sends it."""
+
+    sent = False
+
+    def __init__(self, conn, bogus: bytes) -> None:
+        self._conn, self._bogus = conn, bogus
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def __enter__(self):
+        self._conn.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._conn.__exit__(*exc)
+
+    def cursor(self, *args, **kwargs):
+        cur, bogus, injecting = self._conn.cursor(*args, **kwargs), self._bogus, type(self)
+
+        class Cursor:
+            pending = None
+
+            def __getattr__(self, name):
+                return getattr(cur, name)
+
+            def __enter__(self):
+                cur.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return cur.__exit__(*exc)
+
+            def fileno(self):
+                return cur.fileno()
+
+            def read_message(self):
+                after = self.pending
+                if after is not None:  # the fake, with a position after the Commit's
+                    self.pending = None
+                    return types.SimpleNamespace(payload=bogus, data_start=after.data_start + 64,
+                                                 wal_end=after.wal_end)
+                message = cur.read_message()
+                if message is not None and message.payload[:1] == b"C" and not injecting.sent:
+                    injecting.sent = True
+                    self.pending = message
+                return message
+
+            def __iter__(self):
+                for lsn, xid, data in cur:
+                    yield lsn, xid, data
+                    if bytes(data[:1]) == b"C" and not injecting.sent:
+                        injecting.sent = True
+                        yield str(LSN(LSN(lsn) + 64)), xid, bogus
+
+        return Cursor()
+
+
+@pytest.mark.parametrize("via", ["replication", "sql"])
+def test_a_message_replwire_cannot_decode_ends_the_capture_in_one_line_and_the_file_resumes(own_server, tmp_path,
+                                                                                             monkeypatch, via):
+    from click.testing import CliRunner
+
+    from replwire.codec.cli.main import main
+    from replwire.codec.io import live
+
+    srv, table, slot = own_server, f"bogus_{via}", f"bogus_{via}_slot"
+    out = tmp_path / "bogus.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(f"INSERT INTO {table} VALUES (1, 'one')")
+        first = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        conn.execute(f"INSERT INTO {table} VALUES (2, 'two')")
+    real = live.connect
+
+    class Injecting(_Injecting):
+        sent = False
+
+    def connect(dsn, *, replication=False):
+        return Injecting(real(dsn, replication=replication), b"Zbogus")
+
+    monkeypatch.setattr(live, "connect", connect)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    args = ["capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub", "--no-create-slot",
+            "--out", str(out), "--sync-interval", "0.05", "--idle-exit", "1", "--via", via]
+    try:
+        result = CliRunner().invoke(main, args)
+        assert Injecting.sent
+        text = result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), text
+        assert result.exit_code == 1, text
+        errors = [line for line in text.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and text.splitlines()[-1] == errors[0] and "reconnect" not in text, text
+        assert errors[0].startswith("error: the server sent a message replwire cannot decode, at "), text
+        assert "unknown message tag 'Z'" in errors[0], text
+        with read_capture(out) as reader:  # nothing of it, and everything before it
+            records = [r.data for r in reader.records()]
+        assert b"Zbogus" not in records
+        assert "".join(chr(r[0]) for r in records if r[:1] != b"R") == "BIC"
+        assert slot_state(srv, slot)[1] >= first  # what came before it was acknowledged
+        # the same command resumes the file (without the fake message) and captures what came after
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0 and result.exception is None, result.output
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    rows, inserted = applied(out)
+    assert inserted == [1, 2] and rows == table_rows(srv, table)
+
+
+@pytest.mark.parametrize("via", ["replication", "sql"])
+def test_an_os_error_of_the_capture_s_own_is_not_a_lost_connection(own_server, tmp_path, via):
+    """The progress callback's OSError (stderr a closed pipe) is neither a lost connection to reconnect from
+    nor (through the SQL functions) a failed write to pass over: it ends the capture as itself, and the file
+    resumes."""
+    from replwire.codec.io.live import CaptureSettings, LiveCapture
+
+    srv, table, slot = own_server, f"own_{via}", f"own_{via}_slot"
+    out = tmp_path / "own.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(f"INSERT INTO {table} VALUES (1, 'one')")
+    calls = []
+
+    def progress(_):
+        calls.append(True)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
+    capture = LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05, via=via, progress=progress,
+                          reconnect_delay=0.05)
+    with pytest.raises(BrokenPipeError):
+        capture.run(idle_exit=2)
+    assert len(calls) == 1 and capture.reconnects == 0
+    LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05, via=via).run(idle_exit=0.5)
+    rows, inserted = applied(out)
+    assert inserted == [1] and rows == table_rows(srv, table)
+
+
+def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own_server, tmp_path, monkeypatch):
+    """A call that ends inside a transaction (the connection lost while its rows came): the records after the
+    last completed position are dropped, and the call after the reconnection sends them again; they are
+    counted once."""
+    import psycopg2
+
+    from replwire.codec.io import live
+    from replwire.codec.io.live import CaptureSettings, LiveCapture
+
+    srv, table, slot = own_server, "sqlcut_t", "sqlcut_slot"
+    out = tmp_path / "sqlcut.rwcap"
+    with srv.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for i in range(3):
+            conn.execute(f"INSERT INTO {table} SELECT g, 'v' FROM generate_series(%s::int, %s::int) g",
+                         (i * 3, i * 3 + 2))
+    real, cut, calls = live.connect, [], []
+
+    class Cutting:
+        """The connection: lost after the second call's first two rows (the second transaction's Begin and
+        first Insert: a call of one row reads one transaction), once."""
+
+        def __init__(self, conn) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        def cursor(self, *args, **kwargs):
+            cur, conn = self._conn.cursor(*args, **kwargs), self._conn
+
+            class Cursor:
+                def __getattr__(self, name):
+                    return getattr(cur, name)
+
+                def __enter__(self):
+                    cur.__enter__()
+                    return self
+
+                def __exit__(self, *exc):
+                    return cur.__exit__(*exc)
+
+                def __iter__(self):
+                    calls.append(True)
+                    for number, row in enumerate(cur):
+                        yield row
+                        if len(calls) == 2 and number == 1 and not cut:  # the second call's Begin and Insert
+                            cut.append(True)
+                            conn.close()
+                            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+            return Cursor()
+
+    monkeypatch.setattr(live, "connect", lambda dsn, replication=False: Cutting(real(dsn, replication=replication)))
+    settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
+    capture = LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05, via="sql",
+                          batch_size=1, reconnect_delay=0.05)
+    progress = capture.run(idle_exit=1)
+    assert cut and capture.reconnects == 1
+    assert (progress.messages, progress.bytes, progress.transactions) == file_counts(out)
+    assert progress.transactions == 3
