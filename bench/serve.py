@@ -97,9 +97,11 @@ def main() -> None:
         print(f"{name}: {rate:,.0f} msg/s")
     load_end = os.getloadavg()[0]
     print(f"load average after: {load_end:.1f}")
+    # the machine (and the commit) read before the file is opened: opening it makes the checkout dirty
+    results = as_results(rates, count, args.transactions, [load_start, load_end])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(as_results(rates, count, args.transactions, [load_start, load_end]), handle, indent=1)
+        json.dump(results, handle, indent=1)
     print(f"results: {args.out}")
 
 
