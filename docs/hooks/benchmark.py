@@ -38,13 +38,24 @@ SERVE_RESULTS = ROOT / "bench" / "results" / "serve.json"
 SERVE_MARKER = "<!-- replwire:serve-benchmark -->"
 
 
+def committed(results: dict, path: pathlib.Path) -> dict:
+    """``results``, if it was measured on a committed state of replwire: the page shows no figure that no
+    commit can reproduce (the benchmarks record ``replwire_commit`` with ``+uncommitted`` otherwise)."""
+    machine = results.get("machine")
+    commit = machine.get("replwire_commit") if isinstance(machine, dict) else None
+    if isinstance(commit, str) and commit.endswith("+uncommitted"):
+        raise report.ResultsError(f"{path.name}: measured on uncommitted changes ({commit}): run the benchmark "
+                                  "again on a committed state")
+    return results
+
+
 def section(path: pathlib.Path, title: str, intro: str) -> str:
     """The section of one optional results file: ``title``, ``intro`` and the file's table, or ``""`` when
     the file does not exist."""
     if not path.exists():
         return ""
     return (f"## {title}\n\n{intro}, from `bench/results/{path.name}`.\n\n"
-            + report.generic(report.load_generic(path)))
+            + report.generic(committed(report.load_generic(path), path)))
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
@@ -53,7 +64,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     if MARKER not in markdown or SPARK_MARKER not in markdown:
         raise PluginError(f"replwire benchmark: {PAGE} must keep the markers {MARKER} and {SPARK_MARKER}")
     try:
-        results = report.load(RESULTS)
+        results = committed(report.load(RESULTS), RESULTS)
         body = report.markdown(results, chart=report.svg(results))
         sections = {
             SPARK_MARKER: section(SPARK_RESULTS, "Spark pipeline", "The Spark pipeline benchmark's own results"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -74,6 +75,22 @@ def test_worked_examples_are_real_captures_where_servers_send_the_message():
 @pytest.mark.parametrize("page", sorted((ROOT / "docs").rglob("*.md")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_examples_print_what_they_say(page):
     check_examples(page)
+
+
+def test_results_measured_on_uncommitted_changes_fail_the_build(tmp_path):
+    spec = importlib.util.spec_from_file_location("benchmark_hook", ROOT / "docs" / "hooks" / "benchmark.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    results = json.loads((ROOT / "bench" / "results" / "snapshot.json").read_text())
+    assert "+" not in results["machine"]["replwire_commit"]
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(results))
+    assert "Initial snapshot" in hook.section(path, "Initial snapshot", "intro")
+    results["machine"]["replwire_commit"] += "+uncommitted"
+    path.write_text(json.dumps(results))
+    with pytest.raises(hook.report.ResultsError, match="uncommitted"):
+        hook.section(path, "Initial snapshot", "intro")
 
 
 def test_a_field_without_description_fails_the_build():
