@@ -17,7 +17,7 @@ IN_VENV := PATH="$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(VENV)"
 
 # what runs again on the pure-Python codec: the codec's own tests (vectors, real-server captures in every
 # context, errors, properties, fuzz invariants) and the decoder's and assembler's: about a minute and a
-# half (3,577 tests in 76 s on two cores); the rest of the suite reaches the codec through these, and
+# half (3,577 tests in 50 to 76 s on two cores); the rest of the suite reaches the codec through these, and
 # tests/wire/test_compiled.py compares the two codecs on that input: valid input gives the same messages
 # and bytes from C as from Python, invalid input is declined by C's checks (the errors themselves are
 # Python's, which C forwards to), and other encodings never reach C
