@@ -87,9 +87,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from replwire.codec.errors import ReplwireError
+from replwire.codec.io.segments import text_encoding
 from replwire.codec.io.slot import SlotError, check_slot, server_version, wal_end
 from replwire.codec.scalars import LSN
-from replwire.codec.split.inputs import text_encoding
 
 from .options import Options
 

@@ -22,7 +22,7 @@ from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
-from .inputs import Input, read_records
+from ..io.segments import Input, read_records
 
 if TYPE_CHECKING:
     from ..messages import Relation

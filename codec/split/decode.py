@@ -19,6 +19,7 @@ from ...schema.core import UTF8
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
 from ..io.capture_file import TailProblem
+from ..io.segments import Input, read_records
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
@@ -28,7 +29,6 @@ from ..stream.routing import CHANGE, LONE, Router
 from ..wire.fast import ROWS
 from .compiled import CompiledPath
 from .first_pass import Part
-from .inputs import Input, read_records
 
 if TYPE_CHECKING:
     from ..messages import Relation

@@ -32,6 +32,7 @@ from typing import Any
 from ..collector import fewer_collections
 from ..errors import DecodeError
 from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv, record_frame
+from ..io.segments import Input
 from ..messages import Begin, BeginPrepare, Commit, Relation, StreamStart, Type
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
@@ -39,7 +40,6 @@ from ..stream.decoder import IDLE, Decoder
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
 from ..wire.fast import ROWS, parse
-from .inputs import Input
 
 __all__ = ["Part", "Plan", "RelationVersion", "Shapes", "plan"]
 

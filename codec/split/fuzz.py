@@ -185,8 +185,8 @@ def _skim(flags: int, body: bytes) -> None:
     import os
     import tempfile
 
+    from ..io.segments import open_inputs
     from .first_pass import _ROW_TAG_BYTES, _Skimmer, _take_run
-    from .inputs import open_inputs
 
     capture, version = flags & 1, 1 + (flags >> 2) % 4
     limit = len(body) - (flags >> 4) * 3  # records starting at or past the limit are not read
