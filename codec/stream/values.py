@@ -242,12 +242,6 @@ _INTERVAL_ISO = re.compile(
     rb"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?)(\d+)(?:\.(\d{1,6}))?S)?)?")
 
 
-def _interval_text(data: bytes) -> Interval | None:
-    """The :class:`Interval` of interval_out's text (intervalstyle postgres or iso_8601), or ``None``."""
-    parts = interval_parts(data)
-    return None if parts is None else Interval(*parts)
-
-
 def interval_parts(data: bytes) -> tuple[int, int, int] | None:
     """(months, days, microseconds) of interval_out's text (intervalstyle postgres or iso_8601), or ``None``
     for another form."""
@@ -699,10 +693,10 @@ def _adapters(codec: str) -> Any:
 
     class IntervalLoader(Loader):
         def load(self, data: Any) -> Interval:
-            value = _interval_text(bytes(data))
-            if value is None:
+            parts = interval_parts(bytes(data))
+            if parts is None:
                 raise ValueError(f"not an interval text replwire reads: {bytes(data)!r}")
-            return value
+            return Interval(*parts)
 
     class IntervalBinaryLoader(Loader):
         format = Format.BINARY
