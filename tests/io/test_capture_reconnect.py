@@ -22,6 +22,7 @@ import pytest
 from replwire.codec import LSN
 from replwire.codec.io.capture_file import read_capture
 from tests.io.test_capture_disk_full import disk  # noqa: F401, F811 -- the fixture
+from tests.support.capture import commit_ends
 
 pytestmark = pytest.mark.server
 
@@ -48,6 +49,15 @@ def restart(srv, how: signal.Signals, until=None) -> None:
     if until is not None:
         wait_for(until, "the capture to try again while the server is down")
     srv._launch()
+
+
+def published(conn, table: str, *, slot: str | None = None, columns: str = "id int PRIMARY KEY, v text") -> None:
+    """Create ``table`` (of ``columns``), the publication ``<table>_pub`` of it and, if ``slot`` is given, a
+    pgoutput slot of that name."""
+    conn.execute(f"CREATE TABLE {table} ({columns})")
+    conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+    if slot is not None:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
 
 
 class Lines(threading.Thread):
@@ -177,9 +187,7 @@ def test_capture_reconnects_through_restarts_and_a_terminated_walsender(own_serv
     srv, table, slot = own_server, f"recon_{via}", f"recon_{via}_slot"
     out = tmp_path / "recon.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
     capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication",
                                 f"{table}_pub", "--no-create-slot", "--out", str(out), "--sync-interval", "0.05",
                                 "--via", via, *(["--streaming", "on"] if via == "replication" else [])],
@@ -264,9 +272,7 @@ def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
     srv, table, slot = own_server, "norecon_t", "norecon_slot"
     out = tmp_path / "norecon.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         conn.execute(f"INSERT INTO {table} VALUES (1, 'one')")
         mark = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
     capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication",
@@ -286,28 +292,13 @@ def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
         assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BIC"
 
 
-def commit_ends(path) -> list[int]:
-    from replwire.codec import Commit, Decoder
-
-    ends = []
-    with read_capture(path) as reader:
-        decoder = Decoder(proto_version=reader.header.proto_version)
-        for _, _, _, data in reader.records(raw=True):
-            message = decoder.feed(data)
-            if isinstance(message, Commit):
-                ends.append(int(message.end_lsn))
-    return ends
-
-
 def test_a_full_disk_ends_the_capture_with_a_file_that_resumes(own_server, tmp_path, disk):  # noqa: F811
     from replwire.codec.io.live import CaptureSettings, CaptureWriteError, LiveCapture
 
     srv, table, slot = own_server, "full_t", "full_slot"
     out = tmp_path / "full.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         for i in range(1000):
             conn.execute(f"INSERT INTO {table} VALUES (%s, repeat('x', 200))", (i,))
     settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
@@ -424,8 +415,7 @@ def test_what_cannot_be_survived_ends_a_reconnecting_capture_in_one_line(own_ser
     name = what.replace(" ", "_")
     table, slot, out = f"fatal_{name}", f"fatal_{name}_slot", tmp_path / "fatal.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        published(conn, table, columns="id int PRIMARY KEY")
         conn.execute(f"CREATE ROLE {name}_user LOGIN REPLICATION SUPERUSER")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         conn.execute(f"INSERT INTO {table} VALUES (1)")
@@ -491,9 +481,7 @@ def test_a_real_full_disk_exits_4_in_one_line_and_the_same_command_resumes(own_s
     where, resize = small_disk
     out = where / "c.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         conn.execute(f"INSERT INTO {table} SELECT g, repeat('x', 200) FROM generate_series(1, 300) g")
     command = [REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub",
                "--no-create-slot", "--out", str(out), "--sync-interval", "0.05"]
@@ -529,9 +517,7 @@ def test_a_file_damaged_inside_exits_5_in_one_line(own_server, tmp_path):
     srv, table, slot = own_server, "damaged_t", "damaged_slot"
     out = tmp_path / "damaged.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot, columns="id int PRIMARY KEY")
         for i in range(3):
             conn.execute(f"INSERT INTO {table} VALUES (%s)", (i,))
     command = [REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub",
@@ -560,9 +546,7 @@ def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_fi
     srv, table, slot = own_server, "interrupt_t", "interrupt_slot"
     out = tmp_path / "interrupt.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         for i in range(2000):
             conn.execute(f"INSERT INTO {table} VALUES (%s, 'v')", (i,))
     real = capture_file._append_records
@@ -594,7 +578,25 @@ def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_fi
     assert rows == table_rows(srv, table)
 
 
-class _Injecting:
+class _Through:
+    """A stand-in for a connection or a cursor (``target``): everything it does not define itself, the
+    ``with`` block included, goes to the target."""
+
+    def __init__(self, target) -> None:
+        self._target = target
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+    def __enter__(self):
+        self._target.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._target.__exit__(*exc)
+
+
+class _Injecting(_Through):
     """A connection that hands out ``bogus`` once, right after the first Commit -- from the replication
     cursor's ``read_message`` or from the SQL functions' rows -- the seam where the server's messages arrive,
     so replwire's own refusal of one is tested without a server that sends it."""
@@ -602,33 +604,14 @@ class _Injecting:
     sent = False
 
     def __init__(self, conn, bogus: bytes) -> None:
-        self._conn, self._bogus = conn, bogus
-
-    def __getattr__(self, name):
-        return getattr(self._conn, name)
-
-    def __enter__(self):
-        self._conn.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._conn.__exit__(*exc)
+        super().__init__(conn)
+        self._bogus = bogus
 
     def cursor(self, *args, **kwargs):
-        cur, bogus, injecting = self._conn.cursor(*args, **kwargs), self._bogus, type(self)
+        cur, bogus, injecting = self._target.cursor(*args, **kwargs), self._bogus, type(self)
 
-        class Cursor:
+        class Cursor(_Through):
             pending = None
-
-            def __getattr__(self, name):
-                return getattr(cur, name)
-
-            def __enter__(self):
-                cur.__enter__()
-                return self
-
-            def __exit__(self, *exc):
-                return cur.__exit__(*exc)
 
             def fileno(self):
                 return cur.fileno()
@@ -652,7 +635,7 @@ class _Injecting:
                         injecting.sent = True
                         yield str(LSN(LSN(lsn) + 64)), xid, bogus
 
-        return Cursor()
+        return Cursor(cur)
 
 
 @pytest.mark.parametrize("via", ["replication", "sql"])
@@ -666,9 +649,7 @@ def test_a_message_replwire_cannot_decode_ends_the_capture_in_one_line_and_the_f
     srv, table, slot = own_server, f"bogus_{via}", f"bogus_{via}_slot"
     out = tmp_path / "bogus.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         conn.execute(f"INSERT INTO {table} VALUES (1, 'one')")
         first = LSN(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
         conn.execute(f"INSERT INTO {table} VALUES (2, 'two')")
@@ -719,9 +700,7 @@ def test_an_os_error_of_the_capture_s_own_is_not_a_lost_connection(own_server, t
     srv, table, slot = own_server, f"own_{via}", f"own_{via}_slot"
     out = tmp_path / "own.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         conn.execute(f"INSERT INTO {table} VALUES (1, 'one')")
     calls = []
 
@@ -752,38 +731,20 @@ def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own
     srv, table, slot = own_server, "sqlcut_t", "sqlcut_slot"
     out = tmp_path / "sqlcut.rwcap"
     with srv.connect() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        published(conn, table, slot=slot)
         for i in range(3):
             conn.execute(f"INSERT INTO {table} SELECT g, 'v' FROM generate_series(%s::int, %s::int) g",
                          (i * 3, i * 3 + 2))
     real, cut, calls = live.connect, [], []
 
-    class Cutting:
+    class Cutting(_Through):
         """The connection: lost after the second call's first two rows (the second transaction's Begin and
         first Insert: a call of one row reads one transaction), once."""
 
-        def __init__(self, conn) -> None:
-            self._conn = conn
-
-        def __getattr__(self, name):
-            return getattr(self._conn, name)
-
         def cursor(self, *args, **kwargs):
-            cur, conn = self._conn.cursor(*args, **kwargs), self._conn
+            cur, conn = self._target.cursor(*args, **kwargs), self._target
 
-            class Cursor:
-                def __getattr__(self, name):
-                    return getattr(cur, name)
-
-                def __enter__(self):
-                    cur.__enter__()
-                    return self
-
-                def __exit__(self, *exc):
-                    return cur.__exit__(*exc)
-
+            class Cursor(_Through):
                 def __iter__(self):
                     calls.append(True)
                     for number, row in enumerate(cur):
@@ -793,7 +754,7 @@ def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own
                             conn.close()
                             raise psycopg2.OperationalError("server closed the connection unexpectedly")
 
-            return Cursor()
+            return Cursor(cur)
 
     monkeypatch.setattr(live, "connect", lambda dsn, replication=False: Cutting(real(dsn, replication=replication)))
     settings = CaptureSettings(slot=slot, publication=f"{table}_pub")

@@ -24,18 +24,18 @@ from replwire.codec import (
     LSN,
     Begin,
     Commit,
-    Decoder,
     Insert,
     Relation,
     RelationColumn,
     Timestamp,
     TupleColumn,
 )
-from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
+from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
 from replwire.codec.serve import Faults, Server, ServeSettings
 from replwire.codec.serve.replay import Replay, Request
 from replwire.codec.serve.session import Slots
 from replwire.codec.serve.source import Source
+from tests.support.capture import commit_ends
 
 REPLWIRE = [sys.executable, "-m", "replwire.codec.cli"]
 STAMP = Timestamp(800_000_000_000_000)
@@ -69,18 +69,6 @@ class WatchedSlots(Slots):
     def confirm(self, slot: str, lsn: int) -> None:
         self.on_confirm(lsn)
         super().confirm(slot, lsn)
-
-
-def committed_in(path) -> list[int]:
-    """The end positions of the commits the capture file holds."""
-    ends = []
-    with read_capture(path) as reader:
-        decoder = Decoder(proto_version=reader.header.proto_version)
-        for _, _, _, data in reader.records(raw=True):
-            message = decoder.feed(data)
-            if isinstance(message, Commit):
-                ends.append(int(message.end_lsn))
-    return ends
 
 
 def test_served_frames_carry_the_walsenders_positions():
@@ -124,7 +112,7 @@ def test_capture_confirms_nothing_it_has_not_fsynced(tmp_path):
             _, stderr = process[0].communicate()
             pytest.fail(f"no confirmation covered the first transaction: confirmed {confirmed}; capture: {stderr}")
     first = next(lsn for lsn in confirmed if lsn >= FIRST_END)
-    durable = committed_in(out)
+    durable = commit_ends(out)
     assert [end for end in durable if end <= first] == [FIRST_END], (
         f"the server was told {LSN(first)} is flushed, but the capture file holds only the commits ending at "
         f"{[str(LSN(e)) for e in durable]}")

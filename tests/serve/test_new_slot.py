@@ -9,6 +9,7 @@ rows it reports against the transactions the test built.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -127,23 +128,25 @@ def _stream_tags(cur, slot: str, start_lsn: str, commits: int, *, confirm: bool 
     return tags
 
 
-def _connect(server):
-    return psycopg2.connect(server.address.conninfo(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
+@contextlib.contextmanager
+def _replication(server):
+    """A cursor of a replication connection to ``server``, closed on leaving."""
+    conn = psycopg2.connect(server.address.conninfo(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    try:
+        yield conn.cursor()
+    finally:
+        conn.close()
 
 
 def test_a_new_slot_is_consistent_where_the_stream_starts():
     """Over libpq: CREATE_REPLICATION_SLOT of a new name answers the stream's first position;
     START_REPLICATION there gets every transaction."""
     with Server(source(), settings=ServeSettings(160000)) as server:
-        conn = _connect(server)
-        try:
-            cur = conn.cursor()
+        with _replication(server) as cur:
             cur.create_replication_slot("made", output_plugin="pgoutput")
             _, consistent_point, _, _ = cur.fetchone()
             assert consistent_point == "0/1000"
             tags = _stream_tags(cur, "made", consistent_point, 3)
-        finally:
-            conn.close()
     assert tags == b"BRIICBDCBIC"
 
 
@@ -152,32 +155,22 @@ def test_creating_a_slot_that_exists_is_refused_and_keeps_its_position():
     ``pg_recvlogical --create-slot --if-not-exists --start`` does).  PostgreSQL answers 42710 and keeps the
     slot, so START_REPLICATION at 0/0 resumes after what was confirmed: nothing is sent again."""
     with Server(source(), settings=ServeSettings(160000)) as server:
-        conn = _connect(server)
-        try:
-            cur = conn.cursor()
+        with _replication(server) as cur:
             cur.create_replication_slot("s", output_plugin="pgoutput")
             assert _stream_tags(cur, "s", "0/0", 3, confirm=True) == b"BRIICBDCBIC"
             deadline = time.monotonic() + 10
             while server.slots.get("s") < 0x1510 and time.monotonic() < deadline:
                 time.sleep(0.05)
-        finally:
-            conn.close()
         assert server.slots.get("s") == 0x1510
-        conn = _connect(server)
-        try:
-            cur = conn.cursor()
+        with _replication(server) as cur:
             with pytest.raises(psycopg2.Error) as raised:
                 cur.create_replication_slot("s", output_plugin="pgoutput")
             assert raised.value.pgcode == "42710"
             assert 'replication slot "s" already exists' in str(raised.value)
             assert _stream_tags(cur, "s", "0/0", 0) == b""
-        finally:
-            conn.close()
         assert server.slots.get("s") == 0x1510
         # a slot created and never confirmed on exists too; dropped, its name is new again
-        conn = _connect(server)
-        try:
-            cur = conn.cursor()
+        with _replication(server) as cur:
             cur.create_replication_slot("fresh", output_plugin="pgoutput")
             with pytest.raises(psycopg2.Error) as raised:
                 cur.create_replication_slot("fresh", output_plugin="pgoutput")
@@ -185,41 +178,28 @@ def test_creating_a_slot_that_exists_is_refused_and_keeps_its_position():
             cur.drop_replication_slot("s")
             cur.create_replication_slot("s", output_plugin="pgoutput")
             assert cur.fetchone()[1] == "0/1000"
-        finally:
-            conn.close()
 
 
 def test_a_temporary_slot_lives_as_long_as_its_session():
     """A TEMPORARY slot's name is taken while the session that made it lives (another session's CREATE is
     refused, 42710), and free again once that session ends: PostgreSQL drops it then."""
     with Server(source(), settings=ServeSettings(160000)) as server:
-        first = _connect(server)
-        try:
-            cur = first.cursor()
+        with _replication(server) as cur:
             cur.execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
             assert cur.fetchone()[1] == "0/1000"
-            second = _connect(server)
-            try:
+            with _replication(server) as other:
                 with pytest.raises(psycopg2.Error) as raised:
-                    second.cursor().execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
+                    other.execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
                 assert raised.value.pgcode == "42710"
-            finally:
-                second.close()
             assert _stream_tags(cur, "t", "0/0", 3, confirm=True) == b"BRIICBDCBIC"
-        finally:
-            first.close()
         deadline = time.monotonic() + 10
         while server.slots.get("t") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.slots.get("t") == 0  # (its confirmed position went with it)
-        again = _connect(server)
-        try:
-            cur = again.cursor()
+        with _replication(server) as cur:
             cur.execute('CREATE_REPLICATION_SLOT "t" TEMPORARY LOGICAL pgoutput')
             assert cur.fetchone()[1] == "0/1000"
             assert _stream_tags(cur, "t", "0/1000", 3) == b"BRIICBDCBIC"
-        finally:
-            again.close()
 
 
 def test_pg_recvlogical_create_if_not_exists_resumes_after_what_it_confirmed():

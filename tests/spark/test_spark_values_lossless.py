@@ -11,19 +11,13 @@ from decimal import Decimal
 
 import pytest
 
-from tests.support.encodings import connect
-from tests.support.lossless import COLUMNS, Server, workload
+from tests.support.lossless import COLUMNS, Server, captured_fixture
 
 pytestmark = pytest.mark.server
 pytest.importorskip("pyspark")
 
 
-@pytest.fixture(scope="module", params=[15, 18], ids=["pg15", "pg18"])
-def captured(request, tmp_path_factory):
-    server = request.getfixturevalue(f"pg{request.param}")
-    captures = workload(server, tmp_path_factory.mktemp("lossless"), "spark")
-    with connect(server, captures[False].dbname, "UTF8") as conn:
-        yield captures, Server(conn)
+captured = captured_fixture("spark")
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])

@@ -20,18 +20,12 @@ from click.testing import CliRunner
 from replwire.codec import LSN, Assembler, Transaction
 from replwire.codec.cli.main import main
 from replwire.codec.stream import jsonl
-from tests.support.encodings import connect
-from tests.support.lossless import COLUMNS, ROWS, Server, workload
+from tests.support.lossless import COLUMNS, ROWS, Server, captured_fixture
 
 pytestmark = pytest.mark.server
 
 
-@pytest.fixture(scope="module", params=[15, 18], ids=["pg15", "pg18"])
-def captured(request, tmp_path_factory):
-    server = request.getfixturevalue(f"pg{request.param}")
-    captures = workload(server, tmp_path_factory.mktemp("lossless"), "stream")
-    with connect(server, captures[False].dbname, "UTF8") as conn:
-        yield captures, Server(conn)
+captured = captured_fixture("stream")
 
 
 def _parse(line: str) -> dict:

@@ -47,7 +47,7 @@ from . import walsender, workload
 
 __all__ = [
     "CaptureConfig", "Capture", "CaptureRun", "WalsenderCapture", "TDColumn", "TDRecord", "TDParseError",
-    "UNCHANGED_TOAST", "TEST_DECODING_OPTIONS", "capture_configs", "walsender_configs", "capture_all",
+    "UNCHANGED_TOAST", "TEST_DECODING_OPTIONS", "capture_configs", "walsender_configs", "capture_all", "commit_ends",
     "parse_test_decoding", "parse_test_decoding_line", "max_proto_version",
 ]
 
@@ -713,3 +713,18 @@ def _value(cur: _Cursor) -> str | None | _UnchangedToast:
     if word == "false":
         return "f"
     return word
+
+
+def commit_ends(path: Any) -> list[int]:
+    """The end positions of the commits a capture file holds."""
+    from replwire.codec import Commit, Decoder
+    from replwire.codec.io.capture_file import read_capture
+
+    ends = []
+    with read_capture(path) as reader:
+        decoder = Decoder(proto_version=reader.header.proto_version)
+        for _, _, _, data in reader.records(raw=True):
+            message = decoder.feed(data)
+            if isinstance(message, Commit):
+                ends.append(int(message.end_lsn))
+    return ends

@@ -160,3 +160,18 @@ class Server:
                 expected, got = float(said), float(value)
                 assert (math.isnan(expected) and math.isnan(got)) or (
                     got == expected and math.copysign(1, got) == math.copysign(1, expected)), what
+
+
+def captured_fixture(name: str) -> Any:
+    """A module fixture, on the PostgreSQL 15 and 18 servers in turn: the :func:`workload`'s captures (under
+    database ``lossless_<name>_<major>``) and a :class:`Server` on that database to check values with."""
+    import pytest
+
+    @pytest.fixture(scope="module", params=[15, 18], ids=["pg15", "pg18"])
+    def captured(request: Any, tmp_path_factory: Any) -> Any:
+        server = request.getfixturevalue(f"pg{request.param}")
+        captures = workload(server, tmp_path_factory.mktemp("lossless"), name)
+        with connect(server, captures[False].dbname, "UTF8") as conn:
+            yield captures, Server(conn)
+
+    return captured
