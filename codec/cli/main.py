@@ -244,7 +244,8 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     if output_format == "debezium":
         from ..stream.debezium import DebeziumEvents
 
-        events = DebeziumEvents(_version(), db=_database(inputs), tombstones=tombstones).events
+        database = next((i.database for i in inputs if i.database), "")  # from the headers open_inputs read
+        events = DebeziumEvents(_version(), db=database, tombstones=tombstones).events
 
         def lines(item: Transaction | Change) -> Iterator[str]:
             return map(jsonl.ENCODE, events(item))
@@ -486,19 +487,6 @@ class _Progress:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
             self.on = False
-
-
-def _database(inputs: list) -> str:
-    """The database the capture files among ``inputs`` record (their headers' ``database``), ``""`` if none
-    does (COPY-CSV, or a capture file written before its header recorded it)."""
-    from ..io.capture_file import read_capture
-
-    for source in inputs:
-        if source.form == "capture":
-            with read_capture(source.path) as reader:
-                if reader.header.database:
-                    return reader.header.database
-    return ""
 
 
 class _ChangeTable:

@@ -37,7 +37,8 @@ _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publicatio
 @dataclass(frozen=True)
 class Input:
     """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``; ``encoding`` is
-    the client encoding its Strings and text values are in."""
+    the client encoding its Strings and text values are in; ``database`` the database a capture file's header
+    says it was captured from (``""`` when it does not say)."""
 
     path: str
     form: str
@@ -46,6 +47,7 @@ class Input:
     first: int
     index: int = 0
     encoding: str = UTF8
+    database: str = ""
 
     def position(self, offset: int) -> int:
         """The stream position of the record at ``offset``."""
@@ -80,7 +82,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
         if is_capture_file(path):
             with read_capture(path) as reader:
                 header, first = reader.header, reader.header_end
-            version, recorded = header.proto_version, header.client_encoding
+            version, recorded, database = header.proto_version, header.client_encoding, header.database or ""
             form = "capture"
             # where the records came from, and which publications' changes they are: another publication's
             # stream holds other tables, and what one file has of them the other lacks
@@ -98,7 +100,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                                          "read with (--proto-version; protoVersion for the Spark data source; "
                                          "proto_version= from Python)")
         else:
-            version, first, form, recorded = proto_version, 0, "copy-csv", encoding or UTF8
+            version, first, form, recorded, database = proto_version, 0, "copy-csv", encoding or UTF8, ""
         if proto_version is not None and form == "capture" and version != proto_version:
             raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
                                          f"given")
@@ -106,7 +108,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
             codec = text_encoding(recorded, encoding, need_text=need_text)
         except ValueError as error:
             raise CaptureFileError(path, str(error)) from None
-        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec))
+        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec, database))
     versions = sorted({i.proto_version for i in out})
     if len(versions) > 1:
         raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
