@@ -6,7 +6,8 @@ each) and Primary keepalive ``k``; the client sends Standby status update ``r`` 
 ``h``.
 """
 
-from .core import DOCS_REPLICATION, Family, Int8, Int32, Lsn, RestBytes, Timestamp, Xid, field, message
+from .fields import DOCS_REPLICATION, Int8, Int32, Lsn, RestBytes, Timestamp, Xid, field
+from .message_spec import Family, message
 
 COMMON = Family(layer="envelope", docs_page=DOCS_REPLICATION, family="envelope")
 

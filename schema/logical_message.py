@@ -7,7 +7,8 @@ pgoutput does not check the protocol version for ``messages``, so Message exists
 
 from construct import this
 
-from .core import Int8, LengthPrefixedBytes, Lsn, String, Xid, field, message
+from .fields import Int8, LengthPrefixedBytes, Lsn, String, Xid, field
+from .message_spec import message
 from .relation import STREAM_XID_DOC
 
 MESSAGE = message(

@@ -5,7 +5,8 @@ Strategy: fixed layouts.  Begin Prepare has no flags byte; the others have one t
 Prepare shares Prepare's layout (its xid comes after the timestamps, unlike Stream Commit's).
 """
 
-from .core import Family, Lsn, String, Timestamp, Xid, ZeroFlags, field, message
+from .fields import Lsn, String, Timestamp, Xid, ZeroFlags, field
+from .message_spec import Family, message
 
 GID_DOC = "Global identifier of the prepared transaction (the name given to PREPARE TRANSACTION)."
 FLAGS_DOC = "Flags; none are defined, so this is always 0."

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ... import schema
-from ...schema.core import MessageSpec
+from ...schema.message_spec import MessageSpec
 from .. import walker
 from ..wire.explain import explain
 from ..wire.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES, build, build_envelope
@@ -126,7 +126,7 @@ def record_name(node: walker.Node) -> str:
 
 def presence(node: walker.Node) -> str:
     """When the field is on the wire: "always", or each presence condition (a condition as the error
-    messages quote it, from :func:`replwire.schema.core.render_condition`)."""
+    messages quote it, from :func:`replwire.schema.constructs.render_condition`)."""
     parts = []
     while True:
         if isinstance(node, walker.When):

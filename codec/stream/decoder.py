@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 
-from ...schema.core import UTF8, text_codec
+from ...schema.encodings import UTF8, text_codec
 from ..errors import DecodeError, ReplwireError
 from ..messages import (
     Begin,

@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import ROWS

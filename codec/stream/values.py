@@ -63,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema.core import UTF8, text_codec
+from ...schema.encodings import UTF8, text_codec
 from ..errors import ReplwireError, install_hint
 
 __all__ = [

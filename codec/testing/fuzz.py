@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..errors import DecodeError, EncodeError
 from ..wire import fast, reference
 from . import strategies

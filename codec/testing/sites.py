@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage

@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from ... import schema
-from ...schema.core import UTF8, text_codec
+from ...schema.encodings import UTF8, text_codec
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage

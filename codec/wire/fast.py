@@ -35,7 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..messages import Record, WireMessage
 from ..scalars import LSN, Timestamp
 from . import _generated

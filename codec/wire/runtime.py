@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..errors import EncodeError
 from ..messages import WireMessage
 from ..scalars import LSN, Timestamp

@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 from .... import schema
-from ....schema.core import UTF8, MessageSpec
+from ....schema.encodings import UTF8
+from ....schema.message_spec import MessageSpec
 from ... import walker
 from . import c_scan
 from .c_build import CBuildGen

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .... import schema
-from ....schema.core import UTF8
+from ....schema.encodings import UTF8
 from ... import walker
 from ...messages import Record as RecordBase
 from ...messages import WireMessage

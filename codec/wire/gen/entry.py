@@ -32,7 +32,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ....schema.core import UTF8, MessageSpec
+from ....schema.encodings import UTF8
+from ....schema.message_spec import MessageSpec
 from .common import CLASSES, Lines, Namespace
 
 #: The messages whose bodies the entry points carry inline, commonest first: Insert (most of the messages

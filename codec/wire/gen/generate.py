@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .... import schema
-from ....schema.core import MessageSpec
+from ....schema.message_spec import MessageSpec
 from ... import walker
 from .build import BuildGen
 from .common import CLASSES, ENVELOPE_CONTEXT, LOGICAL_CONTEXTS, Ctx, Lines, Namespace, gate_open
