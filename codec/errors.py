@@ -8,6 +8,8 @@ and says where and what: message, field path with array indexes, byte offset, ta
 
 from __future__ import annotations
 
+__all__ = ["DecodeError", "EncodeError", "ReplwireError", "install_hint"]
+
 
 class ReplwireError(Exception):
     """Root of every error replwire raises on purpose."""

@@ -27,6 +27,13 @@ from ..schema.wire_error import WireError, annotate, location
 from .errors import EncodeError
 from .scalars import LSN, Timestamp
 
+__all__ = [
+    "Begin", "BeginPrepare", "Commit", "CommitPrepared", "Delete", "HotStandbyFeedback", "Insert", "Message", "Origin",
+    "Prepare", "PrimaryKeepalive", "Record", "Relation", "RelationColumn", "RollbackPrepared", "StandbyStatusUpdate",
+    "StreamAbort", "StreamCommit", "StreamPrepare", "StreamStart", "StreamStop", "Truncate", "TupleColumn", "Type",
+    "Update", "WireMessage", "XLogData", "value_fields",
+]
+
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
 else:

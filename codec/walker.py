@@ -31,6 +31,13 @@ from ..schema import constructs
 from ..schema.fields import Field, FieldMeta
 from ..schema.message_spec import MessageSpec
 
+__all__ = [
+    "AnyOf", "ArrayOf", "CharOf", "Checksummed", "Compare", "Condition", "CountedArray", "DerivedCount", "FieldNode",
+    "IfBytesRemain", "Int", "KNOWN_CONSTRUCTS", "Layout", "LengthPrefixed", "MagicBytes", "MarkedBy", "Node", "Record",
+    "Ref", "Rest", "TagByte", "Text", "UnknownConstruct", "When", "Zero", "condition", "evaluate", "fixed_size",
+    "iter_nodes", "layout", "min_size", "node", "record_node",
+]
+
 
 class UnknownConstruct(TypeError):
     """A declaration uses a construct class the walker does not know."""

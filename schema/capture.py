@@ -37,6 +37,13 @@ from .fields import (
 )
 from .message_spec import message
 
+__all__ = [
+    "CLIENT_ENCODING", "DATABASE", "DEFAULT_CLIENT_ENCODING", "FORMAT_VERSION", "FORMAT_VERSIONS", "HEADER",
+    "HEADER_FIELDS", "MAGIC", "NOT_PGOUTPUT", "OPTION", "RECORD", "RECORD_FIELDS", "SLOT_NAME", "SNAPSHOT_BEGIN",
+    "SNAPSHOT_END", "SNAPSHOT_RECORDS", "SNAPSHOT_ROWS", "SNAPSHOT_SCHEMA_MESSAGE", "SNAPSHOT_SLOT", "SNAPSHOT_TABLE",
+    "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER",
+]
+
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"
 #: The format version this code writes.

@@ -16,6 +16,8 @@ from .fields import Field, FieldMeta, Int8, LengthPrefixedBytes, Oid, WireType, 
 from .message_spec import message
 from .relation import STREAM_XID_DOC
 
+__all__ = ["DELETE", "INSERT", "MESSAGES", "TRUNCATE", "TUPLE_COLUMN", "UPDATE"]
+
 TUPLEDATA_REF = "PROTOCOL-LOGICALREP-MESSAGE-FORMATS-TUPLEDATA"
 
 COLUMN_KIND = WireType(Char("nutb", "tuple column kind"), "Byte1", "char")

@@ -11,6 +11,8 @@ from .fields import Int8, LengthPrefixedBytes, Lsn, String, Xid, field
 from .message_spec import message
 from .relation import STREAM_XID_DOC
 
+__all__ = ["MESSAGE", "MESSAGES"]
+
 MESSAGE = message(
     b"M", "Message",
     field("xid", Xid, STREAM_XID_DOC, since=2, when=this._params.in_stream),

@@ -13,6 +13,8 @@ from .constructs import Tail
 from .fields import Int8, Lsn, Timestamp, Xid, ZeroFlags, field
 from .message_spec import message
 
+__all__ = ["MESSAGES", "STREAM_ABORT", "STREAM_COMMIT", "STREAM_START", "STREAM_STOP"]
+
 STREAM_START = message(
     b"S", "StreamStart",
     field("xid", Xid, "Xid of the top-level transaction being streamed."),

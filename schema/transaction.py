@@ -7,6 +7,8 @@ always sends as 0 and whose reader rejects anything else (:data:`ZeroFlags`).
 from .fields import Lsn, String, Timestamp, Xid, ZeroFlags, field
 from .message_spec import message
 
+__all__ = ["BEGIN", "COMMIT", "MESSAGES", "ORIGIN"]
+
 BEGIN = message(
     b"B", "Begin",
     field("final_lsn", Lsn, "LSN of the commit record of the transaction; equal to the Commit's commit_lsn."),

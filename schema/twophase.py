@@ -8,6 +8,8 @@ Prepare shares Prepare's layout (its xid comes after the timestamps, unlike Stre
 from .fields import Lsn, String, Timestamp, Xid, ZeroFlags, field
 from .message_spec import Family, message
 
+__all__ = ["BEGIN_PREPARE", "COMMIT_PREPARED", "MESSAGES", "PREPARE", "ROLLBACK_PREPARED", "STREAM_PREPARE"]
+
 GID_DOC = "Global identifier of the prepared transaction (the name given to PREPARE TRANSACTION)."
 FLAGS_DOC = "Flags; none are defined, so this is always 0."
 

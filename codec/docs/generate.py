@@ -23,6 +23,11 @@ from .. import walker
 from ..wire.explain import explain
 from ..wire.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES, build, build_envelope
 
+__all__ = [
+    "DocsError", "Example", "FRAMING", "all_specs", "check_example", "field_table", "framing_svg", "message_page",
+    "nav", "nested_records", "page_path", "pages", "pick_examples", "wire_type",
+]
+
 #: Families in reading order, with their titles.
 FAMILIES = {
     "transaction": "Transaction",

@@ -46,6 +46,12 @@ from ..wire import fast, reference
 from . import strategies
 from .strategies import Case, Context, Invalid, all_contexts
 
+__all__ = [
+    "CONTEXTS", "Context", "Finding", "check", "check_case", "check_invalid", "default_seed_paths", "drives_encoder",
+    "generated_seeds", "join", "load_seed_file", "load_seeds", "other_codecs", "replay", "run", "save_reproducer",
+    "split", "target_seeds", "write_corpus",
+]
+
 #: The client encodings fuzzed besides UTF-8: one byte per character, SQL_ASCII's bytes unconverted, and a
 #: multibyte encoding whose trail bytes can be ASCII.
 OTHER_ENCODINGS = ("LATIN1", "SQL_ASCII", "SJIS")

@@ -20,6 +20,8 @@ from ..messages import WireMessage
 from ..scalars import LSN, Timestamp
 from . import reference
 
+__all__ = ["Explanation", "Segment", "explain"]
+
 
 @dataclass(frozen=True)
 class Segment:

@@ -44,6 +44,8 @@ from ..walker import (
 )
 from . import reference
 
+__all__ = ["build", "parse"]
+
 #: Message classes by declaration.
 CLASSES: dict[int, type[WireMessage]] = {id(cls.spec): cls for cls in WireMessage.__subclasses__()}
 

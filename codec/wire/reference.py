@@ -24,6 +24,11 @@ from .. import messages
 from ..errors import DecodeError, EncodeError
 from ..messages import WireMessage
 
+__all__ = [
+    "ENVELOPE_CLASSES", "LOGICAL_CLASSES", "as_bytes", "build", "build_envelope", "check_context", "envelope_class",
+    "logical_class", "parse", "parse_envelope", "parse_with",
+]
+
 #: Message classes by tag, per layer; built from the classes, checked against the schema registries.
 LOGICAL_CLASSES: dict[str, type[WireMessage]] = {
     cls.spec.tag: cls for cls in WireMessage.__subclasses__() if cls.spec.layer == "logical"}

@@ -26,6 +26,11 @@ from ..scalars import LSN, Timestamp
 from . import interpreter
 from .reference import as_bytes, check_context, envelope_class, logical_class
 
+__all__ = [
+    "DECLINE", "DECLINED", "DECLINE_BUILD", "Decline", "INTS", "build_envelope_other", "build_other", "build_slow",
+    "by_tag", "parse_envelope_other", "parse_other", "parse_slow",
+]
+
 #: How often a generated function handed its input to the interpreter, by ("parse"|"build", message name).
 DECLINED: Counter[tuple[str, str]] = Counter()
 

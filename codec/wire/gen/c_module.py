@@ -36,6 +36,8 @@ from .common import CLASSES
 from .entry import HOT, SIGNATURES
 from .fingerprint import fingerprint
 
+__all__ = ["docstring", "generate"]
+
 #: The module's name, and the name its entry points report as their module (the one that exports them).
 MODULE = "replwire.codec.wire._compiled"
 EXPORTED_BY = "replwire.codec.wire.fast"

@@ -19,6 +19,12 @@ from ...messages import WireMessage
 from ...scalars import LSN, Timestamp
 from ...walker import AnyOf, CharOf, Compare, DerivedCount, FieldNode, Int, Record, Ref, TagByte, When, Zero
 
+__all__ = [
+    "ARGS", "CLASSES", "Ctx", "ENVELOPE_CONTEXT", "Known", "LOGICAL_CONTEXTS", "Lines", "Namespace", "branch_order",
+    "context_args", "fixed_format", "gate_open", "make_object", "python_values", "record_class", "referenced",
+    "runtime", "static", "value_fields",
+]
+
 #: The parse contexts of the logical layer: (proto_version, in_stream).
 LOGICAL_CONTEXTS = tuple((v, s) for v in range(1, schema.MAX_PROTO_VERSION + 1) for s in (False, True)
                          if v >= 2 or not s)

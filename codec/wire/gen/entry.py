@@ -36,6 +36,8 @@ from ....schema.encodings import UTF8
 from ....schema.message_spec import MessageSpec
 from .common import CLASSES, Lines, Namespace
 
+__all__ = ["HOT", "SIGNATURES", "entry_points"]
+
 #: The messages whose bodies the entry points carry inline, commonest first: Insert (most of the messages
 #: of a real change stream) and the envelope frame that carries every message.  Each body inline adds its
 #: local variables to the entry point's frame, which every call pays to set up and clear, so only the

@@ -44,6 +44,8 @@ from .common import CLASSES, ENVELOPE_CONTEXT, LOGICAL_CONTEXTS, Ctx, Lines, Nam
 from .entry import entry_points
 from .parse import ParseGen
 
+__all__ = ["COMMAND", "MODULE", "generate", "write"]
+
 # ---------------------------------------------------------------------------------------------------------
 # the module
 
