@@ -15,7 +15,7 @@ import dataclasses
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from construct import Construct, FormatField, Struct
 
@@ -40,8 +40,9 @@ else:
     from typing_extensions import dataclass_transform
 
 _RECORD_CLASSES: dict[int, type[Record]] = {}
+_D = TypeVar("_D", bound="_Declared")
 
-_SCALAR_TYPES: dict[str, Any] = {
+_SCALAR_TYPES: dict[str, type] = {
     "lsn": LSN, "timestamp": Timestamp, "xid": int, "oid": int, "int": int, "text": str, "char": str,
     "bytes": bytes,
 }
@@ -88,10 +89,10 @@ def _converters(f: Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], A
         if isinstance(element, Struct):
             cls = _RECORD_CLASSES[id(element)]
 
-            def load_items(values, cls=cls):
+            def load_items(values: list[Any] | None, cls: type[Record] = cls) -> list[Record] | None:
                 return None if values is None else [cls._from_wire(v) for v in values]
 
-            def dump_items(values, cls=cls):
+            def dump_items(values: object, cls: type[Record] = cls) -> list[dict[str, Any]] | None:
                 if values is None:
                     return None
                 if not isinstance(values, (list, tuple)):
@@ -110,7 +111,7 @@ def _converters(f: Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], A
             return load_items, dump_items, types.GenericAlias(list, (cls,))
         check = _scalar_check(element, "int")
 
-        def dump_ints(values, check=check):
+        def dump_ints(values: object, check: Callable[[object], None] = check) -> list[Any] | None:
             if values is None:
                 return None
             if not isinstance(values, (list, tuple)):
@@ -128,10 +129,10 @@ def _converters(f: Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], A
     py_type = _SCALAR_TYPES[kind]
     check = _scalar_check(core, kind)
 
-    def load(value, py_type=py_type):
+    def load(value: Any, py_type: type = py_type) -> Any:
         return value if value is None or py_type in (int, str, bytes) else py_type(value)
 
-    def dump(value, check=check):
+    def dump(value: Any, check: Callable[[object], None] = check) -> Any:
         if value is not None:
             check(value)
             if kind == "bytes":  # bytearray and memoryview are accepted, and built as bytes
@@ -141,23 +142,24 @@ def _converters(f: Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], A
     return load, dump, py_type
 
 
-def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
+def _scalar_check(construct: Construct, kind: str) -> Callable[[object], None]:
     if isinstance(construct, MustBeZero):  # an int first (not 0.0 or "0"), then the construct wants 0
         construct = construct.subcon
     bounds = _int_bounds(construct)
     if bounds is not None:
         low, high, label = bounds
 
-        def check_int(value):
+        def check_int(value: object) -> None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise WireError(f"expected int, got {type(value).__name__}")
             if not low <= value <= high:
                 raise WireError(f"{value} is out of range for {label} ({low} to {high})")
 
         return check_int
-    expected = {"text": str, "char": str, "bytes": (bytes, bytearray, memoryview)}.get(kind)
+    kinds: dict[str, type | tuple[type, ...]] = {"text": str, "char": str, "bytes": (bytes, bytearray, memoryview)}
+    expected = kinds.get(kind)
 
-    def check_type(value):
+    def check_type(value: object) -> None:
         if expected is not None and not isinstance(value, expected):
             name = expected.__name__ if isinstance(expected, type) else "bytes"
             raise WireError(f"expected {name}, got {type(value).__name__}")
@@ -168,7 +170,7 @@ def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
 def _required(dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``dump`` for a field that is always on the wire: ``None`` is refused by name."""
 
-    def dump_required(value):
+    def dump_required(value: object) -> Any:
         if value is None:
             raise WireError("a value is required")
         return dump(value)
@@ -181,7 +183,7 @@ class _DeclaredType(type):
     gets one ``__slots__`` entry per value field, which must exist before the class does (so instances are
     small and quick to fill in, and have no ``__dict__``)."""
 
-    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any):
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> _DeclaredType:
         declaration = kwargs["spec"].declaration if kwargs.get("spec") is not None else kwargs.get("record")
         if declaration is not None:
             namespace["__slots__"] = tuple(f.name for f in value_fields(declaration))
@@ -198,7 +200,7 @@ class _Declared(metaclass=_DeclaredType):
 
     __slots__ = ()
     _declaration: ClassVar[Struct]
-    _fields: ClassVar[tuple[tuple[str, Callable, Callable], ...]]
+    _fields: ClassVar[tuple[tuple[str, Callable[[Any], Any], Callable[[Any], Any]], ...]]
 
     @classmethod
     def _setup(cls, declaration: Struct) -> None:
@@ -237,7 +239,7 @@ class _Declared(metaclass=_DeclaredType):
             setattr(self, name, value)
 
     @classmethod
-    def _from_wire(cls, raw: Any):
+    def _from_wire(cls: type[_D], raw: Any) -> _D:
         return cls(**{name: load(raw[name]) for name, load, _ in cls._fields})
 
     def _to_wire(self) -> dict[str, Any]:

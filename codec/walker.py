@@ -13,6 +13,7 @@ gives, kept on the :class:`When` node.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -426,7 +427,7 @@ def _record_min_size(record: Record) -> int:
     return sum(sizes.values())
 
 
-def iter_nodes(n: Node):
+def iter_nodes(n: Node) -> Iterator[Node]:
     """Every node under ``n`` (``n`` included), depth first."""
     yield n
     if isinstance(n, Record):

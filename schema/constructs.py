@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Any
+from typing import Any, BinaryIO
 
-from construct import Const, Construct, ConstructError, IfThenElse, Pass, SizeofError, Subconstruct
+from construct import Const, Construct, ConstructError, Container, IfThenElse, Pass, SizeofError, Subconstruct
 from construct.core import evaluate, stream_read, stream_tell, stream_write
 from construct.expr import BinExpr, ExprMixin, UniExpr, opnames
 
@@ -49,7 +49,7 @@ class Tag(Construct):
         self.message = message
         self.min_proto = min_proto
 
-    def _check_version(self, context, path) -> None:
+    def _check_version(self, context: Container, path: str) -> None:
         if self.min_proto is None:
             return
         proto = context._params.get("proto_version")
@@ -57,7 +57,7 @@ class Tag(Construct):
             raise WireError(f"{self.message} exists from protocol version {self.min_proto} on, "
                             f"not in protocol version {proto}", path=path)
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> str:
         got = stream_read(stream, 1, path)
         if got != self.tag:
             raise WireError(f"expected tag {self.tag.decode('latin-1')!r}, got {got.decode('latin-1')!r}",
@@ -65,12 +65,12 @@ class Tag(Construct):
         self._check_version(context, path)
         return self.tag.decode("ascii")
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> str:
         self._check_version(context, path)
         stream_write(stream, self.tag, 1, path)
         return self.tag.decode("ascii")
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         return 1
 
 
@@ -88,7 +88,7 @@ class When(IfThenElse):
     def subcon(self) -> Construct:
         return self.thensubcon
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Any, stream: BinaryIO, context: Container, path: str) -> Any:
         present = bool(evaluate(self.condfunc, context))
         if present and obj is None and not accepts_none(self.thensubcon):
             raise WireError(f"a value is required here (present because {render_condition(self.condfunc)})",
@@ -125,7 +125,7 @@ def accepts_none(subcon: Construct) -> bool:
     return isinstance(subcon, Tail) or (isinstance(subcon, Marked) and subcon.optional)
 
 
-def _at_end(stream, path) -> bool:
+def _at_end(stream: BinaryIO, path: str) -> bool:
     position = stream_tell(stream, path)
     more = stream.read(1)
     stream.seek(position)
@@ -140,17 +140,17 @@ class Tail(Subconstruct):
     ``None``.
     """
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> Any:
         if _at_end(stream, path):
             return None
         return self.subcon._parsereport(stream, context, path)
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Any, stream: BinaryIO, context: Container, path: str) -> Any:
         if obj is None:
             return None
         return self.subcon._build(obj, stream, context, path)
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         raise SizeofError("a tail has no fixed size", path=path)
 
 
@@ -168,7 +168,7 @@ class Marked(Subconstruct):
         self.optional = optional
         self.expect = expect or repr(marker.decode("ascii"))
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> Any:
         position = stream_tell(stream, path)
         got = stream.read(1)
         if got == self.marker:
@@ -180,7 +180,7 @@ class Marked(Subconstruct):
             raise WireError(f"truncated: needed 1 byte for the marker {self.expect}, 0 available", path=path)
         raise WireError(f"bad marker {got.decode('latin-1')!r}: expected {self.expect}", path=path)
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Any, stream: BinaryIO, context: Container, path: str) -> Any:
         if obj is None:
             if self.optional:
                 return None
@@ -188,11 +188,11 @@ class Marked(Subconstruct):
         stream_write(stream, self.marker, 1, path)
         return self.subcon._build(obj, stream, context, path)
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         raise SizeofError("a marked record has no fixed size", path=path)
 
 
-def _parse_items(subcon, count, stream, context, path):
+def _parse_items(subcon: Construct, count: int, stream: BinaryIO, context: Container, path: str) -> list[Any]:
     items = []
     trace = context._params.get("_trace")
     for index in range(count):
@@ -213,7 +213,8 @@ def _parse_items(subcon, count, stream, context, path):
     return items
 
 
-def _build_items(subcon, obj, stream, context, path):
+def _build_items(subcon: Construct, obj: object, stream: BinaryIO, context: Container,
+                 path: str) -> list[Any] | tuple[Any, ...]:
     if not isinstance(obj, (list, tuple)):
         raise WireError(f"expected a list, got {type(obj).__name__}", path=path)
     for index, item in enumerate(obj):
@@ -233,17 +234,17 @@ class Items(Subconstruct):
         super().__init__(subcon)
         self.count = count
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> list[Any]:
         return _parse_items(self.subcon, evaluate(self.count, context), stream, context, path)
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> list[Any] | tuple[Any, ...]:
         items = _build_items(self.subcon, obj, stream, context, path)
         count = evaluate(self.count, context)
         if count != len(items):
             raise WireError(f"{len(items)} items given but the count says {count}", path=path)
         return items
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         raise SizeofError("an array has no fixed size", path=path)
 
 
@@ -261,11 +262,11 @@ class Counted(Subconstruct):
         super().__init__(subcon)
         self.countfield = countfield
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> list[Any]:
         count = self.countfield._parsereport(stream, context, path)
         return _parse_items(self.subcon, count, stream, context, path)
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> list[Any] | tuple[Any, ...]:
         if not isinstance(obj, (list, tuple)):
             raise WireError(f"expected a list, got {type(obj).__name__}", path=path)
         label, most = count_limit(self.countfield)
@@ -274,7 +275,7 @@ class Counted(Subconstruct):
         self.countfield._build(len(obj), stream, context, path)
         return _build_items(self.subcon, obj, stream, context, path)
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         raise SizeofError("an array has no fixed size", path=path)
 
 
@@ -286,7 +287,7 @@ class PgString(Construct):
     every byte string decodes (see :data:`SQL_ASCII`).
     """
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> str:
         start = stream_tell(stream, path)
         rest = stream.read()
         end = rest.find(b"\0")
@@ -296,12 +297,12 @@ class PgString(Construct):
         stream.seek(start + end + 1)
         return decode_string(rest[:end], context._params.get("encoding", UTF8))
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> object:
         raw = encode_string(obj, context._params.get("encoding", UTF8))
         stream_write(stream, raw + b"\0", len(raw) + 1, path)
         return obj
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         raise SizeofError("a String has no fixed size", path=path)
 
 
@@ -313,24 +314,24 @@ class Char(Construct):
         self.choices = choices
         self.what = what
 
-    def _check(self, value: str, path) -> None:
+    def _check(self, value: str, path: str) -> None:
         if value not in self.choices:
             allowed = ", ".join(repr(c) for c in self.choices)
             raise WireError(f"unknown {self.what} {value!r} (expected one of {allowed})", path=path)
 
-    def _parse(self, stream, context, path):
-        value = stream_read(stream, 1, path).decode("latin-1")
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> str:
+        value: str = stream_read(stream, 1, path).decode("latin-1")
         self._check(value, path)
         return value
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> str:
         if not isinstance(obj, str) or len(obj) != 1:
             raise WireError(f"expected a one-character str, got {obj!r}", path=path)
         self._check(obj, path)
         stream_write(stream, obj.encode("latin-1"), 1, path)
         return obj
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         return 1
 
 
@@ -340,13 +341,13 @@ class MustBeZero(Const):
     def __init__(self, subcon: Construct) -> None:
         super().__init__(0, subcon)
 
-    def _parse(self, stream, context, path):
-        value = self.subcon._parsereport(stream, context, path)
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> int:
+        value: int = self.subcon._parsereport(stream, context, path)
         if value != 0:
             raise WireError(f"must be 0, got {value}", path=path)
         return value
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> int:
         # None is what Struct passes for an omitted field (a Const builds from nothing): it builds as 0.
         # Otherwise only an int will do: 0.0 and False equal 0 but are not the wire's integer.
         if obj is not None:
@@ -365,24 +366,24 @@ class Magic(Construct):
         super().__init__()
         self.value = value
 
-    def _parse(self, stream, context, path):
-        got = stream_read(stream, len(self.value), path)
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> bytes:
+        got: bytes = stream_read(stream, len(self.value), path)
         if got != self.value:
             raise WireError(f"not a replwire file: expected {self.value!r}, got {got!r}", path=path)
         return got
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: object, stream: BinaryIO, context: Container, path: str) -> bytes:
         stream_write(stream, self.value, len(self.value), path)
         return self.value
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Container, path: str) -> int:
         return len(self.value)
 
 
 class Crc32(Subconstruct):
     """A record followed by the CRC-32 (zlib's, big-endian Int32) of its bytes; a mismatch is an error."""
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> Any:
         start = stream_tell(stream, path)
         value = self.subcon._parsereport(stream, context, path)
         end = stream_tell(stream, path)
@@ -394,7 +395,7 @@ class Crc32(Subconstruct):
             raise WireError(f"checksum mismatch: stored {expected:08x}, computed {actual:08x}", path=path)
         return value
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Any, stream: BinaryIO, context: Container, path: str) -> Any:
         start = stream_tell(stream, path)
         value = self.subcon._build(obj, stream, context, path)
         end = stream_tell(stream, path)
@@ -403,5 +404,6 @@ class Crc32(Subconstruct):
         stream_write(stream, zlib.crc32(raw).to_bytes(4, "big"), 4, path)
         return value
 
-    def _sizeof(self, context, path):
-        return self.subcon._sizeof(context, path) + 4
+    def _sizeof(self, context: Container, path: str) -> int:
+        size: int = self.subcon._sizeof(context, path)
+        return size + 4

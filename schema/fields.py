@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from construct import (
     Construct,
     ConstructError,
+    Container,
     GreedyBytes,
     Int8ub,
     Int16ub,
@@ -92,9 +93,9 @@ class Field(Renamed):
         super().__init__(subcon, newname=name, newdocs=meta.doc)
         self.meta = meta
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: BinaryIO, context: Container, path: str) -> Any:
         start = stream_tell(stream, path)
-        trace = context._params.get("_trace")
+        trace: Trace | None = context._params.get("_trace")
         if trace is not None:
             trace.stack.append(self.name)
         try:
@@ -109,7 +110,7 @@ class Field(Renamed):
             if trace is not None:
                 trace.stack.pop()
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Any, stream: BinaryIO, context: Container, path: str) -> Any:
         start = stream_tell(stream, path)
         try:
             return self.subcon._build(obj, stream, context, path)

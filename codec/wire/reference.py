@@ -107,7 +107,9 @@ def build_with(message: WireMessage, *, proto_version: int | None, in_stream: bo
     spec = message.spec
     values = message.to_wire()
     try:
-        return spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream, encoding=encoding)
+        built: bytes = spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream,
+                                              encoding=encoding)
+        return built
     except ConstructError as error:
         _, field = location(error)
         raise EncodeError(_reason(error), message=spec.name, field=field) from None

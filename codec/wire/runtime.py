@@ -80,15 +80,16 @@ def parse_other(tables: Tables, data: Any, proto_version: Any, in_stream: Any, e
     table, codec = _context(tables, proto_version, in_stream, encoding)
     if data.__class__ is not bytes:
         data = as_bytes(data)
-    function: Any = table[data[0]] if data else None
+    function: Callable[..., WireMessage] | None = table[data[0]] if data else None
     if function is None:
         logical_class(data, proto_version)  # raises the empty-input or unknown-tag DecodeError
+        raise AssertionError("every known tag has a parser in every context")
     return function(data, proto_version, in_stream, codec)
 
 
 def build_other(tables: Tables, message: Any, proto_version: Any, in_stream: Any, encoding: Any) -> bytes:
     table, codec = _context(tables, proto_version, in_stream, encoding)
-    function = table.get(message.__class__)
+    function: Callable[..., bytes] | None = table.get(message.__class__)
     if function is None:
         if not isinstance(message, WireMessage) or message.spec.layer != "logical":
             raise EncodeError(f"expected a pgoutput message object, got {type(message).__name__}")
@@ -99,6 +100,7 @@ def build_other(tables: Tables, message: Any, proto_version: Any, in_stream: Any
 def parse_envelope_other(tables: dict[str, list[Any]], data: Any, sender: Any) -> WireMessage:
     if data.__class__ is not bytes:
         data = as_bytes(data)
+    function: Callable[..., WireMessage] | None
     try:
         function = tables[sender][data[0]]
     except (KeyError, IndexError, TypeError):

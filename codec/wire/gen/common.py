@@ -8,6 +8,7 @@ Strategy: small helpers over the walker's model (:mod:`replwire.codec.walker`), 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,7 +169,7 @@ def branch_order(name: str, choices: str, later: tuple[FieldNode, ...], ctx: Ctx
     return sorted(choices, key=lambda c: -present(c))
 
 
-def _refs(cond: walker.Condition):
+def _refs(cond: walker.Condition) -> Iterator[Ref]:
     if isinstance(cond, AnyOf):
         for part in cond.parts:
             yield from _refs(part)
