@@ -8,6 +8,10 @@ and says where and what: message, field path with array indexes, byte offset, ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+__all__ = ["DecodeError", "EncodeError", "ReplwireError", "install_hint"]
+
 
 class ReplwireError(Exception):
     """Root of every error replwire raises on purpose."""
@@ -47,12 +51,13 @@ class DecodeError(ReplwireError, ValueError):
         suffix = f" ({', '.join(context)})" if context else ""
         return f"{where + ' ' if where else ''}at offset {self.offset}{suffix}: {self.reason}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., DecodeError], tuple[object, ...]]:
         return (_rebuild_decode_error, (self.reason, self.offset, self.tag, self.message, self.field,
                                         self.proto_version))
 
 
-def _rebuild_decode_error(reason, offset, tag, message, field, proto_version):
+def _rebuild_decode_error(reason: str, offset: int, tag: str | None, message: str | None, field: str | None,
+                          proto_version: int | None) -> DecodeError:
     return DecodeError(reason, offset=offset, tag=tag, message=message, field=field,
                        proto_version=proto_version)
 
@@ -77,11 +82,11 @@ class EncodeError(ReplwireError, ValueError):
         where = ".".join(part for part in (self.message, self.field) if part).replace(".[", "[")
         return f"{where}: {self.reason}" if where else self.reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., EncodeError], tuple[object, ...]]:
         return (_rebuild_encode_error, (self.reason, self.message, self.field))
 
 
-def _rebuild_encode_error(reason, message, field):
+def _rebuild_encode_error(reason: str, message: str | None, field: str | None) -> EncodeError:
     return EncodeError(reason, message=message, field=field)
 
 

@@ -15,14 +15,24 @@ import dataclasses
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from construct import Construct, FormatField, Struct
 
-from ..schema import core as wire
 from ..schema import dml, envelope, logical_message, relation, stream, transaction, twophase
+from ..schema.constructs import Counted, Items, Marked, MustBeZero, Tail, When
+from ..schema.fields import Field
+from ..schema.message_spec import MessageSpec
+from ..schema.wire_error import WireError, annotate, location
 from .errors import EncodeError
 from .scalars import LSN, Timestamp
+
+__all__ = [
+    "Begin", "BeginPrepare", "Commit", "CommitPrepared", "Delete", "HotStandbyFeedback", "Insert", "Message", "Origin",
+    "Prepare", "PrimaryKeepalive", "Record", "Relation", "RelationColumn", "RollbackPrepared", "StandbyStatusUpdate",
+    "StreamAbort", "StreamCommit", "StreamPrepare", "StreamStart", "StreamStop", "Truncate", "TupleColumn", "Type",
+    "Update", "WireMessage", "XLogData", "value_fields",
+]
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -30,31 +40,32 @@ else:
     from typing_extensions import dataclass_transform
 
 _RECORD_CLASSES: dict[int, type[Record]] = {}
+_D = TypeVar("_D", bound="_Declared")
 
-_SCALAR_TYPES: dict[str, Any] = {
+_SCALAR_TYPES: dict[str, type] = {
     "lsn": LSN, "timestamp": Timestamp, "xid": int, "oid": int, "int": int, "text": str, "char": str,
     "bytes": bytes,
 }
 
 
-def value_fields(declaration: Struct) -> list[wire.Field]:
+def value_fields(declaration: Struct) -> list[Field]:
     """The fields of a declaration that are attributes of its class (not the tag, not derived counts)."""
     return [sc for sc in declaration.subcons
-            if isinstance(sc, wire.Field) and sc.meta.value not in ("tag", "count")]
+            if isinstance(sc, Field) and sc.meta.value not in ("tag", "count")]
 
 
 def strip_presence(subcon: Construct) -> Construct:
     """The construct under the presence wrappers (When, Tail, Marked) of a field."""
-    while isinstance(subcon, (wire.When, wire.Tail, wire.Marked)):
+    while isinstance(subcon, (When, Tail, Marked)):
         subcon = subcon.subcon
     return subcon
 
 
-def is_optional(f: wire.Field) -> bool:
+def is_optional(f: Field) -> bool:
     """Whether the field can be absent (its value ``None``)."""
     sc = f.subcon
-    while isinstance(sc, (wire.When, wire.Tail, wire.Marked)):
-        if isinstance(sc, (wire.When, wire.Tail)) or sc.optional:
+    while isinstance(sc, (When, Tail, Marked)):
+        if isinstance(sc, (When, Tail)) or sc.optional:
             return True
         sc = sc.subcon
     return False
@@ -70,46 +81,46 @@ def _int_bounds(construct: Construct) -> tuple[int, int, str] | None:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1, f"signed {bits}-bit"
 
 
-def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Any]:
+def _converters(f: Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Any]:
     """(wire value -> Python value, Python value -> wire value, annotation) for one field."""
     core = strip_presence(f.subcon)
-    if isinstance(core, (wire.Counted, wire.Items)):
+    if isinstance(core, (Counted, Items)):
         element = core.subcon
         if isinstance(element, Struct):
             cls = _RECORD_CLASSES[id(element)]
 
-            def load_items(values, cls=cls):
+            def load_items(values: list[Any] | None, cls: type[Record] = cls) -> list[Record] | None:
                 return None if values is None else [cls._from_wire(v) for v in values]
 
-            def dump_items(values, cls=cls):
+            def dump_items(values: object, cls: type[Record] = cls) -> list[dict[str, Any]] | None:
                 if values is None:
                     return None
                 if not isinstance(values, (list, tuple)):
-                    raise wire.WireError(f"expected a list of {cls.__name__}, got {type(values).__name__}")
+                    raise WireError(f"expected a list of {cls.__name__}, got {type(values).__name__}")
                 out = []
                 for index, item in enumerate(values):
                     try:
                         if not isinstance(item, cls):
-                            raise wire.WireError(f"expected {cls.__name__}, got {type(item).__name__}")
+                            raise WireError(f"expected {cls.__name__}, got {type(item).__name__}")
                         out.append(item._to_wire())
-                    except wire.WireError as failure:
-                        wire.annotate(failure, index=index)
+                    except WireError as failure:
+                        annotate(failure, index=index)
                         raise
                 return out
 
             return load_items, dump_items, types.GenericAlias(list, (cls,))
         check = _scalar_check(element, "int")
 
-        def dump_ints(values, check=check):
+        def dump_ints(values: object, check: Callable[[object], None] = check) -> list[Any] | None:
             if values is None:
                 return None
             if not isinstance(values, (list, tuple)):
-                raise wire.WireError(f"expected a list, got {type(values).__name__}")
+                raise WireError(f"expected a list, got {type(values).__name__}")
             for index, item in enumerate(values):
                 try:
                     check(item)
-                except wire.WireError as failure:
-                    wire.annotate(failure, index=index)
+                except WireError as failure:
+                    annotate(failure, index=index)
                     raise
             return list(values)
 
@@ -118,10 +129,10 @@ def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], An
     py_type = _SCALAR_TYPES[kind]
     check = _scalar_check(core, kind)
 
-    def load(value, py_type=py_type):
+    def load(value: Any, py_type: type = py_type) -> Any:
         return value if value is None or py_type in (int, str, bytes) else py_type(value)
 
-    def dump(value, check=check):
+    def dump(value: Any, check: Callable[[object], None] = check) -> Any:
         if value is not None:
             check(value)
             if kind == "bytes":  # bytearray and memoryview are accepted, and built as bytes
@@ -131,26 +142,27 @@ def _converters(f: wire.Field) -> tuple[Callable[[Any], Any], Callable[[Any], An
     return load, dump, py_type
 
 
-def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
-    if isinstance(construct, wire.MustBeZero):  # an int first (not 0.0 or "0"), then the construct wants 0
+def _scalar_check(construct: Construct, kind: str) -> Callable[[object], None]:
+    if isinstance(construct, MustBeZero):  # an int first (not 0.0 or "0"), then the construct wants 0
         construct = construct.subcon
     bounds = _int_bounds(construct)
     if bounds is not None:
         low, high, label = bounds
 
-        def check_int(value):
+        def check_int(value: object) -> None:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise wire.WireError(f"expected int, got {type(value).__name__}")
+                raise WireError(f"expected int, got {type(value).__name__}")
             if not low <= value <= high:
-                raise wire.WireError(f"{value} is out of range for {label} ({low} to {high})")
+                raise WireError(f"{value} is out of range for {label} ({low} to {high})")
 
         return check_int
-    expected = {"text": str, "char": str, "bytes": (bytes, bytearray, memoryview)}.get(kind)
+    kinds: dict[str, type | tuple[type, ...]] = {"text": str, "char": str, "bytes": (bytes, bytearray, memoryview)}
+    expected = kinds.get(kind)
 
-    def check_type(value):
+    def check_type(value: object) -> None:
         if expected is not None and not isinstance(value, expected):
             name = expected.__name__ if isinstance(expected, type) else "bytes"
-            raise wire.WireError(f"expected {name}, got {type(value).__name__}")
+            raise WireError(f"expected {name}, got {type(value).__name__}")
 
     return check_type
 
@@ -158,9 +170,9 @@ def _scalar_check(construct: Construct, kind: str) -> Callable[[Any], None]:
 def _required(dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``dump`` for a field that is always on the wire: ``None`` is refused by name."""
 
-    def dump_required(value):
+    def dump_required(value: object) -> Any:
         if value is None:
-            raise wire.WireError("a value is required")
+            raise WireError("a value is required")
         return dump(value)
 
     return dump_required
@@ -171,7 +183,7 @@ class _DeclaredType(type):
     gets one ``__slots__`` entry per value field, which must exist before the class does (so instances are
     small and quick to fill in, and have no ``__dict__``)."""
 
-    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any):
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> _DeclaredType:
         declaration = kwargs["spec"].declaration if kwargs.get("spec") is not None else kwargs.get("record")
         if declaration is not None:
             namespace["__slots__"] = tuple(f.name for f in value_fields(declaration))
@@ -188,7 +200,7 @@ class _Declared(metaclass=_DeclaredType):
 
     __slots__ = ()
     _declaration: ClassVar[Struct]
-    _fields: ClassVar[tuple[tuple[str, Callable, Callable], ...]]
+    _fields: ClassVar[tuple[tuple[str, Callable[[Any], Any], Callable[[Any], Any]], ...]]
 
     @classmethod
     def _setup(cls, declaration: Struct) -> None:
@@ -200,13 +212,13 @@ class _Declared(metaclass=_DeclaredType):
         slots = {f.name: cls.__dict__[f.name] for f in value_fields(declaration)}
         for f in value_fields(declaration):
             load, dump, annotation = _converters(f)
-            if not is_optional(f) and not isinstance(strip_presence(f.subcon), wire.MustBeZero):
+            if not is_optional(f) and not isinstance(strip_presence(f.subcon), MustBeZero):
                 dump = _required(dump)
             fields.append((f.name, load, dump))
             if is_optional(f):
                 annotations[f.name] = annotation | None
                 setattr(cls, f.name, dataclasses.field(default=None))
-            elif isinstance(strip_presence(f.subcon), wire.MustBeZero):
+            elif isinstance(strip_presence(f.subcon), MustBeZero):
                 annotations[f.name] = annotation
                 setattr(cls, f.name, dataclasses.field(default=0))
             else:
@@ -227,7 +239,7 @@ class _Declared(metaclass=_DeclaredType):
             setattr(self, name, value)
 
     @classmethod
-    def _from_wire(cls, raw: Any):
+    def _from_wire(cls: type[_D], raw: Any) -> _D:
         return cls(**{name: load(raw[name]) for name, load, _ in cls._fields})
 
     def _to_wire(self) -> dict[str, Any]:
@@ -235,8 +247,8 @@ class _Declared(metaclass=_DeclaredType):
         for name, _, dump in self._fields:
             try:
                 out[name] = dump(getattr(self, name))
-            except wire.WireError as failure:
-                wire.annotate(failure, name=name)
+            except WireError as failure:
+                annotate(failure, name=name)
                 raise
         return out
 
@@ -259,10 +271,10 @@ class WireMessage(_Declared):
     ``spec`` is the declaration's ``replwire.schema.MessageSpec``; ``tag`` its tag character."""
 
     __slots__ = ()
-    spec: ClassVar[wire.MessageSpec]
+    spec: ClassVar[MessageSpec]
     tag: ClassVar[str]
 
-    def __init_subclass__(cls, spec: wire.MessageSpec | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, spec: MessageSpec | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if spec is not None:
             cls.spec = spec
@@ -275,13 +287,13 @@ class WireMessage(_Declared):
         """The message as the dict its construct declaration builds from (values checked)."""
         try:
             wire_values = self._to_wire()
-        except wire.WireError as failure:
-            raise EncodeError(failure.reason, message=type(self).__name__, field=wire.location(failure)[1]) from None
+        except WireError as failure:
+            raise EncodeError(failure.reason, message=type(self).__name__, field=location(failure)[1]) from None
         wire_values["tag"] = None
         return wire_values
 
 
-def _docstring(spec: wire.MessageSpec) -> str:
+def _docstring(spec: MessageSpec) -> str:
     lines = [f"{spec.name} ``{spec.tag}``: {spec.doc}", "", "Attributes:"]
     for f in value_fields(spec.declaration):
         lines.append(f"    {f.name}: {f.meta.doc}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+__all__ = ["LSN", "Timestamp"]
+
 _LSN_TEXT = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 
 #: 2000-01-01 00:00:00 UTC, the origin of PostgreSQL timestamps.

@@ -6,13 +6,14 @@ same small, typed model (:class:`Layout` and the node classes below) instead of 
 :func:`layout` knows every construct class used in :mod:`replwire.schema` and raises
 :class:`UnknownConstruct` for any other, so a new construct in a declaration cannot be silently misread by
 a consumer.  Conditions (``this`` expressions) become :class:`Ref`/:class:`Compare`/:class:`AnyOf` trees
-that can be evaluated or compiled; their text is the one :func:`replwire.schema.core.render_condition`
+that can be evaluated or compiled; their text is the one :func:`replwire.schema.constructs.render_condition`
 gives, kept on the :class:`When` node.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,16 @@ from construct import (
 )
 from construct.expr import BinExpr, Path
 
-from ..schema import core as wire
-from ..schema.core import FieldMeta, MessageSpec
+from ..schema import constructs
+from ..schema.fields import Field, FieldMeta
+from ..schema.message_spec import MessageSpec
+
+__all__ = [
+    "AnyOf", "ArrayOf", "CharOf", "Checksummed", "Compare", "Condition", "CountedArray", "DerivedCount", "FieldNode",
+    "IfBytesRemain", "Int", "KNOWN_CONSTRUCTS", "Layout", "LengthPrefixed", "MagicBytes", "MarkedBy", "Node", "Record",
+    "Ref", "Rest", "TagByte", "Text", "UnknownConstruct", "When", "Zero", "condition", "evaluate", "fixed_size",
+    "iter_nodes", "layout", "min_size", "node", "record_node",
+]
 
 
 class UnknownConstruct(TypeError):
@@ -179,7 +188,7 @@ class DerivedCount:
 @dataclass(frozen=True)
 class When:
     """``node`` is on the wire exactly when ``condition`` holds; ``text`` is the condition as
-    :func:`replwire.schema.core.render_condition` prints it (in error messages and in the docs)."""
+    :func:`replwire.schema.constructs.render_condition` prints it (in error messages and in the docs)."""
 
     condition: Condition
     node: Node
@@ -255,9 +264,9 @@ Node = (Int | Zero | TagByte | Text | CharOf | LengthPrefixed | Rest | DerivedCo
 
 #: Every construct class the walker understands (checked against the schema by a test).
 KNOWN_CONSTRUCTS: tuple[type, ...] = (
-    Struct, wire.Field, wire.Tag, wire.When, wire.Tail, wire.Marked, wire.Counted, wire.Items, wire.PgString,
-    wire.Char, wire.MustBeZero, FormatField, Prefixed, Rebuild, type(GreedyBytes), type(Pass), wire.Magic,
-    wire.Crc32,
+    Struct, Field, constructs.Tag, constructs.When, constructs.Tail, constructs.Marked, constructs.Counted,
+    constructs.Items, constructs.PgString, constructs.Char, constructs.MustBeZero, FormatField, Prefixed, Rebuild,
+    type(GreedyBytes), type(Pass), constructs.Magic, constructs.Crc32,
 )
 
 
@@ -280,27 +289,27 @@ def node(c: Construct, names: dict[int, str] | None = None) -> Node:
     kind = type(c)
     if kind is Struct:
         return Record(tuple(field_node(sc, names) for sc in c.subcons), names.get(id(c)))
-    if kind is wire.Tag:
+    if kind is constructs.Tag:
         return TagByte(c.tag.decode("ascii"), c.min_proto)
-    if kind is wire.When:
-        return When(condition(c.condfunc), node(c.thensubcon, names), wire.render_condition(c.condfunc))
-    if kind is wire.Tail:
+    if kind is constructs.When:
+        return When(condition(c.condfunc), node(c.thensubcon, names), constructs.render_condition(c.condfunc))
+    if kind is constructs.Tail:
         return IfBytesRemain(node(c.subcon, names))
-    if kind is wire.Marked:
+    if kind is constructs.Marked:
         return MarkedBy(c.marker.decode("ascii"), c.optional, c.expect, node(c.subcon, names))
-    if kind is wire.Counted:
+    if kind is constructs.Counted:
         return CountedArray(_int(c.countfield), node(c.subcon, names))
-    if kind is wire.Items:
+    if kind is constructs.Items:
         return ArrayOf(_ref(c.count).name, node(c.subcon, names))
-    if kind is wire.PgString:
+    if kind is constructs.PgString:
         return Text()
-    if kind is wire.Magic:
+    if kind is constructs.Magic:
         return MagicBytes(c.value)
-    if kind is wire.Crc32:
+    if kind is constructs.Crc32:
         return Checksummed(node(c.subcon, names))
-    if kind is wire.Char:
+    if kind is constructs.Char:
         return CharOf(c.choices, c.what)
-    if kind is wire.MustBeZero:
+    if kind is constructs.MustBeZero:
         return Zero(_int(c.subcon))
     if kind is FormatField:
         return _int(c)
@@ -325,7 +334,7 @@ def _length_of(func: Any) -> str:
 
 
 def field_node(c: Construct, names: dict[int, str]) -> FieldNode:
-    if type(c) is not wire.Field:
+    if type(c) is not Field:
         raise UnknownConstruct(f"every member of a declaration must be a Field, got {c!r}")
     return FieldNode(c.name, c.meta, node(c.subcon, names))
 
@@ -418,7 +427,7 @@ def _record_min_size(record: Record) -> int:
     return sum(sizes.values())
 
 
-def iter_nodes(n: Node):
+def iter_nodes(n: Node) -> Iterator[Node]:
     """Every node under ``n`` (``n`` included), depth first."""
     yield n
     if isinstance(n, Record):

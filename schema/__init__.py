@@ -1,14 +1,15 @@
 """The PostgreSQL logical replication wire format, declared once with construct.
 
 Every pgoutput message (protocol versions 1 to 4) and every walsender envelope message is one
-:class:`~replwire.schema.core.MessageSpec` whose ``declaration`` is a construct ``Struct``; the
+:class:`~replwire.schema.message_spec.MessageSpec` whose ``declaration`` is a construct ``Struct``; the
 version- and state-dependent fields are conditions inside it on the parse context (``proto_version``,
 ``in_stream``).  The registries below are built from the family modules, never written out twice.
 This package imports construct only.
 """
 
 from . import capture, dml, envelope, logical_message, relation, stream, transaction, twophase
-from .core import FieldMeta, MessageSpec
+from .fields import FieldMeta
+from .message_spec import MessageSpec
 from .versions import PROTO_FIRST_SERVER, highest_proto_version
 
 #: Highest pgoutput protocol version (PostgreSQL 16 and later).

@@ -1,7 +1,7 @@
 """replwire capture files: a header, then one checksummed record per pgoutput message.
 
 Strategy: the file is :data:`HEADER` followed by :data:`RECORD` after :data:`RECORD` until its end.  Both
-are a :class:`~replwire.schema.core.Crc32` around their fields, so a reader can tell a complete record
+are a :class:`~replwire.schema.constructs.Crc32` around their fields, so a reader can tell a complete record
 from a torn or corrupt tail and keep everything before it.  The header records what is needed to parse
 the records again -- the protocol version, the pgoutput options and the client encoding they were
 captured with -- the server's version, and where the records came from (slot, server, database), so that a
@@ -17,9 +17,8 @@ and its rows as ``COPY ... TO STDOUT`` wrote them, whole rows in records of boun
 LSN.  Format version 2 added the section; a version 1 file is a version 2 file without one.
 """
 
-from .core import (
-    Counted,
-    Crc32,
+from .constructs import Counted, Crc32, Magic
+from .fields import (
     Field,
     FieldMeta,
     Int8,
@@ -28,16 +27,22 @@ from .core import (
     Int64,
     LengthPrefixedBytes,
     Lsn,
-    Magic,
     Oid,
     RestBytes,
     String,
     Xid,
     counted,
     field,
-    message,
     record,
 )
+from .message_spec import message
+
+__all__ = [
+    "CLIENT_ENCODING", "DATABASE", "DEFAULT_CLIENT_ENCODING", "FORMAT_VERSION", "FORMAT_VERSIONS", "HEADER",
+    "HEADER_FIELDS", "MAGIC", "NOT_PGOUTPUT", "OPTION", "RECORD", "RECORD_FIELDS", "SLOT_NAME", "SNAPSHOT_BEGIN",
+    "SNAPSHOT_END", "SNAPSHOT_RECORDS", "SNAPSHOT_ROWS", "SNAPSHOT_SCHEMA_MESSAGE", "SNAPSHOT_SLOT", "SNAPSHOT_TABLE",
+    "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER",
+]
 
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"

@@ -2,7 +2,7 @@
 
 Strategy: TupleData is a counted array of :data:`TUPLE_COLUMN` records whose ``data`` is present exactly
 for the text (``t``) and binary (``b``) kinds.  The old-row images of Update and Delete are
-:class:`~replwire.schema.core.Marked` records: ``K`` (old key) or ``O`` (old row), never both; Update's
+:class:`~replwire.schema.constructs.Marked` records: ``K`` (old key) or ``O`` (old row), never both; Update's
 may be absent, Delete's may not.  The new row always follows an ``N``.  Every message here carries the
 streamed-transaction Xid inside a Stream Start...Stop block.
 """
@@ -11,24 +11,12 @@ from typing import Any
 
 from construct import Int16ub, Int32ub, Rebuild, len_, this
 
-from .core import (
-    Char,
-    Counted,
-    Field,
-    FieldMeta,
-    Int8,
-    Items,
-    LengthPrefixedBytes,
-    Marked,
-    Oid,
-    When,
-    WireType,
-    Xid,
-    field,
-    message,
-    record,
-)
+from .constructs import Char, Counted, Items, Marked, When
+from .fields import Field, FieldMeta, Int8, LengthPrefixedBytes, Oid, WireType, Xid, field, record
+from .message_spec import message
 from .relation import STREAM_XID_DOC
+
+__all__ = ["DELETE", "INSERT", "MESSAGES", "TRUNCATE", "TUPLE_COLUMN", "UPDATE"]
 
 TUPLEDATA_REF = "PROTOCOL-LOGICALREP-MESSAGE-FORMATS-TUPLEDATA"
 

@@ -6,7 +6,13 @@ each) and Primary keepalive ``k``; the client sends Standby status update ``r`` 
 ``h``.
 """
 
-from .core import DOCS_REPLICATION, Family, Int8, Int32, Lsn, RestBytes, Timestamp, Xid, field, message
+from .fields import DOCS_REPLICATION, Int8, Int32, Lsn, RestBytes, Timestamp, Xid, field
+from .message_spec import Family, message
+
+__all__ = [
+    "CLIENT_MESSAGES", "HOT_STANDBY_FEEDBACK", "PRIMARY_KEEPALIVE", "SERVER_MESSAGES", "STANDBY_STATUS_UPDATE",
+    "XLOG_DATA",
+]
 
 COMMON = Family(layer="envelope", docs_page=DOCS_REPLICATION, family="envelope")
 

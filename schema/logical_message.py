@@ -7,8 +7,11 @@ pgoutput does not check the protocol version for ``messages``, so Message exists
 
 from construct import this
 
-from .core import Int8, LengthPrefixedBytes, Lsn, String, Xid, field, message
+from .fields import Int8, LengthPrefixedBytes, Lsn, String, Xid, field
+from .message_spec import message
 from .relation import STREAM_XID_DOC
+
+__all__ = ["MESSAGE", "MESSAGES"]
 
 MESSAGE = message(
     b"M", "Message",

@@ -7,7 +7,11 @@ Stream Start...Stop block (``this._params.in_stream``).  A Relation's columns ar
 
 from construct import this
 
-from .core import Char, Int8, Int16, Oid, SignedInt32, String, WireType, Xid, counted, field, message, record
+from .constructs import Char
+from .fields import Int8, Int16, Oid, SignedInt32, String, WireType, Xid, counted, field, record
+from .message_spec import message
+
+__all__ = ["MESSAGES", "RELATION", "RELATION_COLUMN", "STREAM_XID_DOC", "TYPE"]
 
 STREAM_XID_DOC = ("Xid of the (sub)transaction that made the change; present exactly inside a Stream "
                   "Start...Stop block of a streamed transaction.")

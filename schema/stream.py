@@ -4,12 +4,16 @@ Strategy: protocol 2 and later (PostgreSQL 14, ``streaming`` on or parallel).  A
 sent in S...E blocks before it ends, and then ends with Stream Commit or Stream Abort, always sent outside
 any block.  Stream Abort has a tail (abort LSN and time) only under ``streaming=parallel``, which needs
 protocol 4; the payload length is the only thing on the wire that tells the two forms apart, so the tail
-is a :class:`~replwire.schema.core.Tail` guarded by the protocol version.
+is a :class:`~replwire.schema.constructs.Tail` guarded by the protocol version.
 """
 
 from construct import this
 
-from .core import Int8, Lsn, Tail, Timestamp, Xid, ZeroFlags, field, message
+from .constructs import Tail
+from .fields import Int8, Lsn, Timestamp, Xid, ZeroFlags, field
+from .message_spec import message
+
+__all__ = ["MESSAGES", "STREAM_ABORT", "STREAM_COMMIT", "STREAM_START", "STREAM_STOP"]
 
 STREAM_START = message(
     b"S", "StreamStart",

@@ -4,7 +4,10 @@ Strategy: plain fixed layouts.  The only rule beyond the layout is Commit's flag
 always sends as 0 and whose reader rejects anything else (:data:`ZeroFlags`).
 """
 
-from .core import Lsn, String, Timestamp, Xid, ZeroFlags, field, message
+from .fields import Lsn, String, Timestamp, Xid, ZeroFlags, field
+from .message_spec import message
+
+__all__ = ["BEGIN", "COMMIT", "MESSAGES", "ORIGIN"]
 
 BEGIN = message(
     b"B", "Begin",

@@ -5,13 +5,16 @@ Strategy: fixed layouts.  Begin Prepare has no flags byte; the others have one t
 Prepare shares Prepare's layout (its xid comes after the timestamps, unlike Stream Commit's).
 """
 
-from .core import Family, Lsn, String, Timestamp, Xid, ZeroFlags, field, message
+from .fields import Field, Lsn, String, Timestamp, Xid, ZeroFlags, field
+from .message_spec import Family, message
+
+__all__ = ["BEGIN_PREPARE", "COMMIT_PREPARED", "MESSAGES", "PREPARE", "ROLLBACK_PREPARED", "STREAM_PREPARE"]
 
 GID_DOC = "Global identifier of the prepared transaction (the name given to PREPARE TRANSACTION)."
 FLAGS_DOC = "Flags; none are defined, so this is always 0."
 
 
-def prepare_fields():
+def prepare_fields() -> tuple[Field, ...]:
     """The layout Prepare and Stream Prepare share."""
     return (
         field("flags", ZeroFlags, FLAGS_DOC),

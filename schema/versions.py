@@ -4,6 +4,8 @@ A server speaks every protocol version from 1 up to the highest its release intr
 say which version each message and field needs (``min_proto``, ``since``), this table which server that is.
 """
 
+__all__ = ["PROTO_FIRST_SERVER", "highest_proto_version"]
+
 #: The first PostgreSQL major that speaks each pgoutput protocol version.
 PROTO_FIRST_SERVER: dict[int, int] = {1: 10, 2: 14, 3: 15, 4: 16}
 

@@ -17,6 +17,8 @@ import click
 
 from replwire.codec.errors import install_hint
 
+__all__ = ["spark"]
+
 _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False,
                                                                             path_type=pathlib.Path))
 

@@ -126,7 +126,7 @@ def _texts(encoding: str) -> Callable[[list[bytes | None]], pa.Array]:
 
 def _element_of(oid: int, loader: ValueLoader) -> int | None:
     registry = loader._registry  # psycopg's type registry: which built-in array type has this OID
-    cache = _element_of.__dict__.setdefault("cache", {})
+    cache: dict[int, int] = _element_of.__dict__.setdefault("cache", {})
     if not cache:
         for info in registry:
             if info.array_oid:

@@ -3,7 +3,8 @@
 Every import statement of every module (at module level or inside a function) is resolved to the module it
 names; a module may import its own part and the parts below it, never one above or beside it.  The
 public ``replwire.codec`` package itself (``__init__``, the facade that imports everything) is for users:
-only the top layer (the CLI and the Spark adapters, users of the API themselves) may import it.
+only the top layer (the CLI and the Spark adapters, users of the API themselves) may import it.  Inside
+``replwire.schema`` the building blocks the declarations are written with are in order too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ LAYERS: dict[str, int] = {
     "replwire.spark": 7,
 }
 TOP = max(LAYERS.values())
+
+#: The building blocks of the declarations, in order: each imports only those before it, and the message
+#: families (the rest of replwire.schema) are written with them.
+SCHEMA_BLOCKS = ["replwire.schema.wire_error", "replwire.schema.encodings", "replwire.schema.constructs",
+                 "replwire.schema.fields", "replwire.schema.message_spec"]
 
 
 def part(module: str) -> str | None:
@@ -102,6 +108,14 @@ def test_imports_only_go_down(module, path):
         if LAYERS[other] >= LAYERS[own]:
             wrong.append(f"line {line}: {target} ({other}, layer {LAYERS[other]}) from layer {LAYERS[own]}")
     assert wrong == [], f"{module} imports upward or sideways:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("block", SCHEMA_BLOCKS)
+def test_a_schema_building_block_imports_only_the_blocks_before_it(block):
+    path = dict(modules())[block]
+    below = SCHEMA_BLOCKS[: SCHEMA_BLOCKS.index(block)]
+    wrong = [f"line {line}: {target}" for line, target in imported(block, path) if target not in below]
+    assert wrong == [], f"{block} imports what is not below it:\n" + "\n".join(wrong)
 
 
 def test_the_check_sees_an_upward_import(tmp_path):

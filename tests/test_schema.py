@@ -10,7 +10,9 @@ from construct import Struct, this
 from replwire import schema
 from replwire.codec import DecodeError, parse
 from replwire.codec.wire.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES
-from replwire.schema import core
+from replwire.schema.constructs import Tag, When, render_condition
+from replwire.schema.fields import Field
+from replwire.schema.wire_error import WireError
 
 ALL_SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.values() for s in specs.values()]
 
@@ -18,7 +20,7 @@ ALL_SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.valu
 def fields_of(struct: Struct):
     """Every Field of a declaration, nested records included."""
     for sc in struct.subcons:
-        assert isinstance(sc, core.Field), f"unnamed or undocumented member {sc!r}"
+        assert isinstance(sc, Field), f"unnamed or undocumented member {sc!r}"
         yield sc
         inner = sc.subcon
         while not isinstance(inner, Struct) and hasattr(inner, "subcon"):
@@ -50,12 +52,12 @@ def test_message_versions(spec):
     expected_min = {"S": 2, "E": 2, "c": 2, "A": 2, "b": 3, "P": 3, "K": 3, "r": 3, "p": 3}.get(spec.tag, 1)
     assert spec.min_proto == expected_min
     tag = spec.declaration.subcons[0]
-    assert isinstance(tag.subcon, core.Tag) and tag.subcon.tag.decode() == spec.tag
+    assert isinstance(tag.subcon, Tag) and tag.subcon.tag.decode() == spec.tag
 
 
 def test_stream_xid_is_declared_exactly_on_the_messages_that_carry_it():
     carrying = {spec.tag for spec in schema.LOGICAL_MESSAGES
-                if any(f.name == "xid" and isinstance(f.subcon, core.When) for f in spec.declaration.subcons)}
+                if any(f.name == "xid" and isinstance(f.subcon, When) for f in spec.declaration.subcons)}
     assert carrying == set("RYIUDTM")
 
 
@@ -104,7 +106,7 @@ def test_counted_builds_the_largest_int16_count():
 
 
 def test_counted_refuses_more_items_than_its_int16_count_holds():
-    with pytest.raises(core.WireError) as caught:
+    with pytest.raises(WireError) as caught:
         build_insert([{"kind": "n", "data": None}] * 65536)
     assert caught.value.reason == "65536 items do not fit the Int16 count (at most 65535)"
     assert caught.value.replwire_path == ["new"]
@@ -115,7 +117,7 @@ def test_counted_refuses_too_many_relation_columns():
     column = {"flags": 0, "name": "a", "type_id": 23, "type_modifier": -1}
     relation = {"tag": "R", "xid": None, "relation_id": 1, "namespace": "public", "name": "t",
                 "replica_identity": "d", "columns": [column] * 65536}
-    with pytest.raises(core.WireError, match="65536 items do not fit the Int16 count") as caught:
+    with pytest.raises(WireError, match="65536 items do not fit the Int16 count") as caught:
         schema.LOGICAL["R"].declaration.build(relation, proto_version=1, in_stream=False)
     assert caught.value.replwire_path == ["columns"]
 
@@ -129,12 +131,12 @@ def test_counted_refuses_too_many_relation_columns():
     (this._params.in_stream, "in_stream"),
 ])
 def test_conditions_render_with_quoted_string_literals(cond, text):
-    assert core.render_condition(cond) == text
+    assert render_condition(cond) == text
 
 
 def test_absent_field_error_quotes_the_kinds():
     # proto.c's logicalrep_read_tuple: only the 't' and 'b' kinds are followed by Int32 len and the bytes
-    with pytest.raises(core.WireError) as caught:
+    with pytest.raises(WireError) as caught:
         build_insert([{"kind": "n", "data": b"x"}])
     assert caught.value.reason == "must be None here: the field is absent unless (kind == 't') | (kind == 'b')"
 
@@ -162,7 +164,7 @@ def test_must_be_zero_builds_zero_when_omitted():
     (1, "must be 0, got 1"),
 ])
 def test_must_be_zero_refuses_anything_but_the_int_0(flags, reason):
-    with pytest.raises(core.WireError) as caught:
+    with pytest.raises(WireError) as caught:
         COMMIT.build({**COMMIT_REST, "flags": flags}, proto_version=1, in_stream=False)
     assert caught.value.reason == reason
     assert caught.value.replwire_path == ["flags"]

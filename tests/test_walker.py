@@ -8,7 +8,7 @@ from construct import Container, this
 
 from replwire import schema
 from replwire.codec import walker
-from replwire.schema import core
+from replwire.schema import constructs, fields
 
 SPECS = list(schema.LOGICAL_MESSAGES) + [s for specs in schema.ENVELOPE.values() for s in specs.values()]
 
@@ -33,8 +33,8 @@ def test_walker_knows_every_construct_class_in_the_schema():
                        *(construct_classes(d) for d in schema.CAPTURE_FILE.values()))
     unknown = used - set(walker.KNOWN_CONSTRUCTS)
     assert not unknown, unknown
-    assert {core.Tag, core.When, core.Tail, core.Marked, core.Counted, core.Items, core.PgString, core.Char,
-            core.MustBeZero, core.Magic, core.Crc32} <= used
+    assert {constructs.Tag, constructs.When, constructs.Tail, constructs.Marked, constructs.Counted, constructs.Items,
+            constructs.PgString, constructs.Char, constructs.MustBeZero, constructs.Magic, constructs.Crc32} <= used
 
 
 def test_capture_file_declarations_walk():
@@ -66,7 +66,7 @@ def test_walker_refuses_unknown_constructs(unknown):
     with pytest.raises(walker.UnknownConstruct):
         walker.node(unknown)
     with pytest.raises(walker.UnknownConstruct):
-        walker.node(construct.Struct(core.field("x", core.WireType(unknown, "?", "int"), "doc")))
+        walker.node(construct.Struct(fields.field("x", fields.WireType(unknown, "?", "int"), "doc")))
 
 
 def test_unnamed_members_are_refused():
@@ -102,8 +102,8 @@ def test_conditions_keep_the_declarations_text():
     assert tuple_column.fields[1].node.text == "(kind == 't') | (kind == 'b')"
     for spec in SPECS:
         for f in spec.declaration.subcons:
-            if isinstance(f.subcon, core.When):
-                assert texts[f"{spec.name}.{f.name}"] == core.render_condition(f.subcon.condfunc)
+            if isinstance(f.subcon, constructs.When):
+                assert texts[f"{spec.name}.{f.name}"] == constructs.render_condition(f.subcon.condfunc)
 
 
 def test_fixed_sizes():

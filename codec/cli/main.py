@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import click
 
-from ...schema.core import text_codec
+from ...schema.encodings import text_codec
 from ..errors import DecodeError, install_hint
 from ..wire.reference import parse, parse_envelope
 

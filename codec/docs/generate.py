@@ -18,10 +18,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ... import schema
-from ...schema.core import MessageSpec
+from ...schema.message_spec import MessageSpec
 from .. import walker
-from ..wire.explain import explain
+from ..messages import WireMessage
+from ..wire.explain import Explanation, explain
 from ..wire.reference import ENVELOPE_CLASSES, LOGICAL_CLASSES, build, build_envelope
+
+__all__ = [
+    "DocsError", "Example", "FRAMING", "all_specs", "check_example", "field_table", "framing_svg", "message_page",
+    "nav", "nested_records", "page_path", "pages", "pick_examples", "wire_type",
+]
 
 #: Families in reading order, with their titles.
 FAMILIES = {
@@ -126,7 +132,7 @@ def record_name(node: walker.Node) -> str:
 
 def presence(node: walker.Node) -> str:
     """When the field is on the wire: "always", or each presence condition (a condition as the error
-    messages quote it, from :func:`replwire.schema.core.render_condition`)."""
+    messages quote it, from :func:`replwire.schema.constructs.render_condition`)."""
     parts = []
     while True:
         if isinstance(node, walker.When):
@@ -241,7 +247,7 @@ def nested_records(record: walker.Record) -> list[walker.Record]:
 # examples
 
 
-def check_example(spec: MessageSpec, example: Example):
+def check_example(spec: MessageSpec, example: Example) -> Explanation:
     """Explain, decode and re-build an example; refuse one that does not give back its bytes."""
     if spec.layer == "logical":
         if example.proto_version is None:
@@ -276,7 +282,7 @@ def example_section(spec: MessageSpec, example: Example) -> str:
     return "\n".join(lines)
 
 
-def pretty(message) -> str:
+def pretty(message: WireMessage) -> str:
     """A message's repr with one field per line, and one list item per line."""
     lines = [f"{type(message).__name__}("]
     for f in dataclasses.fields(message):
@@ -290,7 +296,7 @@ def pretty(message) -> str:
     return "\n".join([*lines, ")"])
 
 
-def _shape(message) -> tuple:
+def _shape(message: WireMessage) -> tuple[str | bool, ...]:
     keys = tuple(n for n in ("key", "old") if getattr(message, n, None) is not None)
     tail = getattr(message, "abort_lsn", "") is not None if hasattr(message, "abort_lsn") else None
     return keys + ((tail,) if tail is not None else ())
@@ -298,7 +304,7 @@ def _shape(message) -> tuple:
 
 def pick_examples(spec: MessageSpec, candidates: Iterable[Example], limit: int = 3) -> list[Example]:
     """The shortest example of each distinct shape (stream state, old-row image, Stream Abort form)."""
-    best: dict[tuple, Example] = {}
+    best: dict[tuple[bool, tuple[str | bool, ...]], Example] = {}
     sender = "server" if spec.tag in "wk" else "client"
     classes = LOGICAL_CLASSES if spec.layer == "logical" else ENVELOPE_CLASSES[sender]
     for example in candidates:
@@ -506,9 +512,13 @@ def pages(examples: Iterable[Example], fallback: Iterable[Example] = ()) -> dict
     return out
 
 
-def nav() -> list:
+#: A part of the site's navigation: pages by title, and sections (a title and its pages).
+Nav = list[dict[str, str | list[dict[str, str]]]]
+
+
+def nav() -> Nav:
     """The reference section of the site's navigation."""
-    section: list = [{"Overview": "reference/index.md"}, {"Version matrix": "reference/versions.md"},
+    section: Nav = [{"Overview": "reference/index.md"}, {"Version matrix": "reference/versions.md"},
                      {"Stream framing": "reference/framing.md"}, {"Streamed transactions": "reference/streaming.md"},
                      {"Quirks": "reference/quirks.md"}, {"Capture file format": "reference/capture-format.md"}]
     for family, family_title in FAMILIES.items():

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 
 from ...schema import LOGICAL
-from ...schema.core import MessageSpec
+from ...schema.message_spec import MessageSpec
 from .. import walker
 from ..messages import Message, WireMessage
 from ..scalars import LSN

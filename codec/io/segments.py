@@ -21,7 +21,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ...schema.core import SQL_ASCII, UTF8, text_codec
+from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..errors import ReplwireError
 from ..scalars import LSN
 from ..stream import snapshot

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..collector import fewer_collections
 from ..messages import Relation
 from ..stream.assembler import relation_namespace

@@ -6,3 +6,5 @@ changes; ``assembler`` buffers and emits committed transactions; ``values`` load
 OID; ``jsonl`` writes changes as JSON; ``fold`` turns a table's committed changes into its current rows.
 Nothing here opens a file or a connection.
 """
+
+__all__: list[str] = []

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, overload
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..messages import (
     Begin,
     BeginPrepare,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 
-from ...schema.core import UTF8, text_codec
+from ...schema.encodings import UTF8, text_codec
 from ..errors import DecodeError, ReplwireError
 from ..messages import (
     Begin,
@@ -110,11 +110,11 @@ class StreamStateError(ReplwireError, ValueError):
     def __str__(self) -> str:
         return f"message #{self.index} ({self.message}, in state {self.state!r}): {self.reason}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., StreamStateError], tuple[object, ...]]:
         return (_rebuild_state_error, (self.reason, self.index, self.message, self.state))
 
 
-def _rebuild_state_error(reason, index, message, state):
+def _rebuild_state_error(reason: str, index: int, message: str, state: str) -> StreamStateError:
     return StreamStateError(reason, index=index, message=message, state=state)
 
 

@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import ROWS
@@ -232,7 +232,7 @@ class RowJson:
                     plan = None
                 made = self._plans[id(schema)] = (schema, plan)
             if made[1] is not None:
-                text = compiled.rows_row(made[1], columns, only_keys, toasted)
+                text: str | None = compiled.rows_row(made[1], columns, only_keys, toasted)
                 if text is not None:
                     return text
         cached = self._writers.get((id(schema), only_keys))
@@ -312,7 +312,8 @@ class RowJson:
         lines.append("    return '{' + ','.join(parts) + '}'")
         namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_calls": [c[3] for c in columns]}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
-        return namespace["write"]
+        write: Callable[..., str] = namespace["write"]
+        return write
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
@@ -391,7 +392,7 @@ def _commit_datetime(transaction: Transaction) -> Any:
         return int(transaction.commit_time)
 
 
-def objects(item: Transaction | Change):
+def objects(item: Transaction | Change) -> Iterator[dict[str, Any]]:
     """The JSON objects of one assembler item: every change of a transaction, or a lone message."""
     if isinstance(item, Transaction):
         shared = _transaction_fields(item)

@@ -63,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema.core import UTF8, text_codec
+from ...schema.encodings import UTF8, text_codec
 from ..errors import ReplwireError, install_hint
 
 __all__ = [
@@ -283,6 +283,7 @@ def float4(data: bytes) -> float:
     that reads back as the same single -- the digits the server's own text has (``1.1``, not the double
     ``1.100000023841858`` of the single's exact value), so text and binary mode give the same value; NaN,
     ±Infinity and -0 as they are."""
+    value: float
     (value,) = _FLOAT4.unpack(data)
     if value != value or value in (_INF, -_INF) or value == 0:
         return value

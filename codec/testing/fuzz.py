@@ -38,13 +38,21 @@ import tempfile
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..errors import DecodeError, EncodeError
+from ..messages import WireMessage
 from ..wire import fast, reference
 from . import strategies
 from .strategies import Case, Context, Invalid, all_contexts
+
+__all__ = [
+    "CONTEXTS", "Context", "Finding", "check", "check_case", "check_invalid", "default_seed_paths", "drives_encoder",
+    "generated_seeds", "join", "load_seed_file", "load_seeds", "other_codecs", "replay", "run", "save_reproducer",
+    "split", "target_seeds", "write_corpus",
+]
 
 #: The client encodings fuzzed besides UTF-8: one byte per character, SQL_ASCII's bytes unconverted, and a
 #: multibyte encoding whose trail bytes can be ASCII.
@@ -60,12 +68,12 @@ class Finding(AssertionError):
     """The fuzz invariant does not hold for an input."""
 
 
-def other_codecs() -> tuple:
+def other_codecs() -> tuple[ModuleType, ...]:
     """The codecs run differentially against the reference path: the generated fast codec."""
     return (fast,)
 
 
-def check(context: Context, data: bytes, codecs: tuple | None = None) -> object | None:
+def check(context: Context, data: bytes, codecs: tuple[ModuleType, ...] | None = None) -> object | None:
     """The invariant for one input: returns the parsed message, or ``None`` when ``data`` is refused
     with a well-formed :class:`DecodeError`; raises :class:`Finding` (or lets any other exception out)
     otherwise.  Each of ``codecs`` (default :func:`other_codecs`) must give the same message and the
@@ -101,11 +109,11 @@ def _check_error(context: Context, data: bytes, error: DecodeError) -> None:
         raise Finding("DecodeError without a message") from error
 
 
-def _decode_error_key(error: DecodeError) -> tuple:
+def _decode_error_key(error: DecodeError) -> tuple[object, ...]:
     return error.reason, error.offset, error.field, error.tag, error.message, error.proto_version
 
 
-def _same_error(context: Context, data: bytes, error: DecodeError, codec) -> None:
+def _same_error(context: Context, data: bytes, error: DecodeError, codec: ModuleType) -> None:
     try:
         theirs = context.parse(data, codec)
     except DecodeError as other:
@@ -117,7 +125,7 @@ def _same_error(context: Context, data: bytes, error: DecodeError, codec) -> Non
                   f"it: {error}")
 
 
-def check_case(case: Case, codecs: tuple | None = None) -> None:
+def check_case(case: Case, codecs: tuple[ModuleType, ...] | None = None) -> None:
     """The encoder invariant for a valid message: in every context of its class (in the case's encoding)
     where it fits it builds, parses back to itself, and every codec agrees; in every other context building
     refuses it."""
@@ -142,7 +150,7 @@ def check_case(case: Case, codecs: tuple | None = None) -> None:
                 raise Finding(f"{codec.__name__} builds {case.message!r} in {context}, where it does not fit")
 
 
-def check_invalid(invalid: Invalid, codecs: tuple | None = None) -> None:
+def check_invalid(invalid: Invalid, codecs: tuple[ModuleType, ...] | None = None) -> None:
     """The encoder invariant for a damaged message: every codec refuses it with an ``EncodeError`` that
     names the damaged field (and the message class), and all say the same."""
     codecs = other_codecs() if codecs is None else codecs
@@ -208,11 +216,12 @@ def _encoder_target() -> Callable[[bytes], object]:
 
     @settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.one_of(strategies.cases(), strategies.invalid_cases()))
-    def encoder(item):
+    def encoder(item: Case | Invalid) -> None:
         check_case(item) if isinstance(item, Case) else check_invalid(item)
 
     # given() is typed as returning a plain callable, without the .hypothesis handle it attaches
-    return encoder.hypothesis.fuzz_one_input  # type: ignore[attr-defined]
+    fuzz: Callable[[bytes], object] = encoder.hypothesis.fuzz_one_input  # type: ignore[attr-defined]
+    return fuzz
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -231,7 +240,7 @@ def _vector_wire(fields: list[str]) -> bytes:
     return bytes(out)
 
 
-def _context_of(layer: str, ctx: dict, sender: str | None) -> Context:
+def _context_of(layer: str, ctx: dict[str, Any], sender: str | None) -> Context:
     if layer == "envelope":
         return Context("envelope", sender=sender)
     return Context("logical", ctx.get("proto_version"), bool(ctx.get("in_stream", False)),
@@ -275,12 +284,12 @@ def generated_seeds(per_class: int = 4) -> list[tuple[Context, bytes]]:
 
     found: list[tuple[Context, bytes]] = []
 
-    def collector(cls, context):
+    def collector(cls: type[WireMessage], context: Context) -> Callable[[], None]:
         @fixed_seed(0)
         @settings(max_examples=per_class, database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck))
         @given(strategies.messages(cls, context))
-        def collect(message):
+        def collect(message: WireMessage) -> None:
             found.append((context, context.build(message)))
 
         return collect
@@ -425,14 +434,15 @@ def _target(spec: str | None) -> Callable[[bytes], None]:
     if not spec:
         return fuzz_one_input
     module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    target: Callable[[bytes], None] = getattr(importlib.import_module(module), name)
+    return target
 
 
 #: Whose code libFuzzer gets coverage feedback from (instrumenting everything loaded takes a minute).
 INSTRUMENTED = ("replwire.", "construct")
 
 
-def _instrument(atheris) -> int:  # pragma: no cover -- runs in the libFuzzer child process
+def _instrument(atheris: ModuleType) -> int:  # pragma: no cover -- runs in the libFuzzer child process
     """Instrument the functions of the modules in :data:`INSTRUMENTED` (methods included)."""
     import gc
     import types

@@ -146,7 +146,7 @@ def _row(draw: Callable[..., Any], relation: Relation, key: int) -> Row:
 
 
 def _logical_message(draw: Callable[..., Any], xid: int | None) -> WireMessage:
-    drawn = draw(_LOGICAL_MESSAGE)
+    drawn: Message = draw(_LOGICAL_MESSAGE)
     return dataclasses.replace(drawn, xid=xid, flags=1, lsn=LSN(0))
 
 

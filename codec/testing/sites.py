@@ -15,10 +15,11 @@ so a damaged message can be walked too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage
@@ -86,7 +87,8 @@ def walk(message: WireMessage, params: dict[str, Any]) -> list[Site]:
     return out
 
 
-def _visit_record(record: Record, obj: Any, params: dict[str, Any], path: tuple, offset: int, out: list[Site]) -> int:
+def _visit_record(record: Record, obj: Any, params: dict[str, Any], path: tuple[str | int, ...], offset: int,
+                  out: list[Site]) -> int:
     drawn: dict[str, Any] = {}
     for f in record.fields:
         here = path + (f.name,)
@@ -106,9 +108,10 @@ def _visit_record(record: Record, obj: Any, params: dict[str, Any], path: tuple,
     return offset
 
 
-def _visit(n: Any, current: Any, params: dict[str, Any], siblings: dict, path: tuple, offset: int, present: bool,
-           optional: bool, kind: str, out: list[Site]) -> int:
-    def site(node=n, role="value", size=None, value=current, at=offset):
+def _visit(n: Any, current: Any, params: dict[str, Any], siblings: dict[str, Any], path: tuple[str | int, ...],
+           offset: int, present: bool, optional: bool, kind: str, out: list[Site]) -> int:
+    def site(node: Any = n, role: str = "value", size: int | None = None, value: Any = current,
+             at: int = offset) -> None:
         out.append(Site(path, node, value, role, at, size, present, optional, kind, siblings))
 
     if isinstance(n, When):
@@ -147,9 +150,10 @@ def _visit(n: Any, current: Any, params: dict[str, Any], siblings: dict, path: t
         site(node=n.length, role="length", size=n.length.size, value=len(current))
         site(size=len(current), at=offset + n.length.size)
         return offset + n.length.size + len(current)
-    size = {Int: lambda: n.size, Zero: lambda: n.int.size, CharOf: lambda: 1, Rest: lambda: len(current),
-            MagicBytes: lambda: len(n.value),
-            Text: lambda: len(current.encode(params.get("encoding", UTF8))) + 1}[type(n)]()
+    sizes: dict[type, Callable[[], int]] = {
+        Int: lambda: n.size, Zero: lambda: n.int.size, CharOf: lambda: 1, Rest: lambda: len(current),
+        MagicBytes: lambda: len(n.value), Text: lambda: len(current.encode(params.get("encoding", UTF8))) + 1}
+    size = sizes[type(n)]()
     site(size=size)
     return offset + size
 

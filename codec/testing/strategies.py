@@ -21,14 +21,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
 from ... import schema
-from ...schema.core import UTF8, text_codec
+from ...schema.encodings import UTF8, text_codec
 from .. import messages as classes
 from .. import walker
 from ..messages import WireMessage
@@ -85,15 +85,23 @@ class Context:
 
     def parse(self, data: bytes, codec: Any = reference) -> WireMessage:
         """Parse with ``codec`` (a module with ``parse`` and ``parse_envelope``; the reference path)."""
+        message: WireMessage
         if self.layer == "envelope":
-            return codec.parse_envelope(data, sender=self.sender)
-        return codec.parse(data, proto_version=self.proto_version, in_stream=self.in_stream, encoding=self.encoding)
+            message = codec.parse_envelope(data, sender=self.sender)
+        else:
+            message = codec.parse(data, proto_version=self.proto_version, in_stream=self.in_stream,
+                                  encoding=self.encoding)
+        return message
 
     def build(self, message: Any, codec: Any = reference) -> bytes:
         """Build with ``codec`` (a module with ``build`` and ``build_envelope``; the reference path)."""
+        data: bytes
         if self.layer == "envelope":
-            return codec.build_envelope(message)
-        return codec.build(message, proto_version=self.proto_version, in_stream=self.in_stream, encoding=self.encoding)
+            data = codec.build_envelope(message)
+        else:
+            data = codec.build(message, proto_version=self.proto_version, in_stream=self.in_stream,
+                               encoding=self.encoding)
+        return data
 
     @property
     def params(self) -> dict[str, Any]:
@@ -406,7 +414,7 @@ class Invalid:
     how: str
 
 
-def _replace(obj: Any, path: tuple, new: Any) -> Any:
+def _replace(obj: Any, path: tuple[str | int, ...], new: Any) -> Any:
     if not path:
         return new
     head, rest = path[0], path[1:]
@@ -459,7 +467,7 @@ def _damage(site: Site, context: Context) -> list[tuple[str, st.SearchStrategy]]
 
 
 @st.composite
-def _invalid(draw, source: st.SearchStrategy[Case]) -> Invalid:
+def _invalid(draw: Callable[..., Any], source: st.SearchStrategy[Case]) -> Invalid:
     case = draw(source)
     cls = type(case.message)
     options: list[tuple[str, str | None, Any]] = []
@@ -517,7 +525,7 @@ def _interesting(site: Site, remaining: int) -> list[int]:
 
 
 @st.composite
-def _mutant(draw, seeds: Sequence[tuple[Context, bytes, list[Site]]]) -> tuple[Context, bytes]:
+def _mutant(draw: Callable[..., Any], seeds: Sequence[tuple[Context, bytes, list[Site]]]) -> tuple[Context, bytes]:
     context, original, layout_spans = draw(st.sampled_from(seeds))
     data = bytearray(original)
     # first overwrite fields in place (the spans still hold), then the byte-level damage that shifts them

@@ -5,3 +5,5 @@ exact errors and awkward inputs; ``fast`` is the codec generated from them (by `
 module ``_generated``, with ``runtime`` for what that code calls), the one :mod:`replwire.codec` exports;
 ``explain`` annotates a message byte by byte.
 """
+
+__all__: list[str] = []

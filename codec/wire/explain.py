@@ -1,6 +1,6 @@
 """Explain one message byte by byte: which field every byte belongs to, and what it means.
 
-Strategy: parse through the reference declarations with a ``replwire.schema.core.Trace``, which
+Strategy: parse through the reference declarations with a ``replwire.schema.fields.Trace``, which
 records where each field started and ended; then cut the message into segments that cover every byte
 exactly once -- a field's own bytes, and for arrays and marked records the header bytes (marker, count)
 that belong to the container rather than to any element.  Values are shown the way the message classes
@@ -13,10 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema import core as wire
+from ...schema.encodings import UTF8
+from ...schema.fields import FieldMeta, Trace
+from ...schema.wire_error import path_text
 from ..messages import WireMessage
 from ..scalars import LSN, Timestamp
 from . import reference
+
+__all__ = ["Explanation", "Segment", "explain"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Segment:
     end: int
     raw: bytes
     value: str
-    meta: wire.FieldMeta | None
+    meta: FieldMeta | None
     header: bool = False
 
 
@@ -59,7 +63,7 @@ class Explanation:
         return "\n".join(lines)
 
 
-def _show(value: Any, meta: wire.FieldMeta | None) -> str:
+def _show(value: Any, meta: FieldMeta | None) -> str:
     if value is None:
         return "absent"
     kind = meta.value if meta else None
@@ -79,14 +83,14 @@ def _show(value: Any, meta: wire.FieldMeta | None) -> str:
 
 
 def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = False,
-            sender: str | None = None, encoding: str = wire.UTF8) -> Explanation:
+            sender: str | None = None, encoding: str = UTF8) -> Explanation:
     """Explain one pgoutput message (``proto_version`` given, its Strings in ``encoding``) or one envelope
     frame (``sender`` given).
 
     Raises [DecodeError][replwire.codec.DecodeError] exactly as parsing does.
     """
     data = reference.as_bytes(data)
-    trace = wire.Trace()
+    trace = Trace()
     if sender is not None:
         cls = reference.envelope_class(data, sender)
         message = reference.parse_with(cls, data, proto_version=None, in_stream=False, trace=trace)
@@ -104,14 +108,14 @@ def explain(data: bytes, *, proto_version: int | None = None, in_stream: bool = 
         children = sorted((s[1], s[2]) for s in spans
                           if len(s[0]) > len(path) and s[0][:len(path)] == path and s[2] > s[1])
         if not children:
-            segments.append(Segment(wire.path_text(path), start, end, data[start:end], _show(value, meta), meta))
+            segments.append(Segment(path_text(path), start, end, data[start:end], _show(value, meta), meta))
             continue
         # bytes of the container that no element covers: markers and counts
         position = start
         for child_start, child_end in children:
             if child_start > position:
                 raw = data[position:child_start]
-                segments.append(Segment(wire.path_text(path), position, child_start, raw, _header(raw, value),
+                segments.append(Segment(path_text(path), position, child_start, raw, _header(raw, value),
                                         meta, header=True))
             position = max(position, child_end)
     segments.sort(key=lambda s: s.start)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..messages import Record, WireMessage
 from ..scalars import LSN, Timestamp
 from . import _generated
@@ -108,7 +108,7 @@ def _documented(model: _F) -> _F:
     """The generated entry point of ``model``'s name, with ``model``'s docstring and annotations: ``model``
     is the documentation and the type of the public function, the generated code its body (the common
     case inline, see :mod:`replwire.codec.wire.gen.entry`)."""
-    function = getattr(_generated, model.__name__)
+    function: _F = getattr(_generated, model.__name__)
     if _parameters(function) != _parameters(model):
         raise TypeError(f"the generated {model.__name__} does not have the parameters of the documented one")
     if _COMPILED is not None:  # its documentation and signature are generated from the model's

@@ -6,10 +6,10 @@ builds it node by node and says exactly where and what went wrong: the same :cla
 :class:`EncodeError` class, byte offset, field path and reason as the construct reference path.
 
 Strategy: one small function per node class of :mod:`replwire.codec.walker`, mirroring what the construct
-classes of :mod:`replwire.schema.core` do, in the same order.  A failure is the reference's
-:class:`~replwire.schema.core.WireError` carrying the reason; every field and array element it passes on
+classes of :mod:`replwire.schema.constructs` do, in the same order.  A failure is the reference's
+:class:`~replwire.schema.wire_error.WireError` carrying the reason; every field and array element it passes on
 the way out adds its name or index (and the innermost byte offset) with
-:func:`~replwire.schema.core.annotate`, exactly as the construct classes do.  Values go through the
+:func:`~replwire.schema.wire_error.annotate`, exactly as the construct classes do.  Values go through the
 message classes' own conversions (``_from_wire`` when parsing, ``to_wire`` when building), so the objects
 and the value checks are the reference's.  Nothing here is written per message.
 """
@@ -20,7 +20,9 @@ import struct
 from functools import cache
 from typing import Any
 
-from ...schema.core import UTF8, MessageSpec, WireError, annotate, decode_string, encode_string, location
+from ...schema.encodings import UTF8, decode_string, encode_string
+from ...schema.message_spec import MessageSpec
+from ...schema.wire_error import WireError, annotate, location
 from .. import walker
 from ..errors import DecodeError, EncodeError
 from ..messages import WireMessage
@@ -42,6 +44,8 @@ from ..walker import (
 )
 from . import reference
 
+__all__ = ["build", "parse"]
+
 #: Message classes by declaration.
 CLASSES: dict[int, type[WireMessage]] = {id(cls.spec): cls for cls in WireMessage.__subclasses__()}
 
@@ -59,7 +63,7 @@ def truncated(needed: int, available: int) -> str:
 
 
 def accepts_none(n: walker.Node) -> bool:
-    """Whether ``None`` builds as "absent" (see :func:`replwire.schema.core.accepts_none`)."""
+    """Whether ``None`` builds as "absent" (see :func:`replwire.schema.constructs.accepts_none`)."""
     return isinstance(n, IfBytesRemain) or (isinstance(n, MarkedBy) and n.optional)
 
 

@@ -4,7 +4,7 @@ Strategy: dispatch on the tag per layer (logical, or envelope per sender), run t
 construct parser or builder with the context ``proto_version``/``in_stream``/``encoding``, and translate every
 failure at the boundary.  Parsing returns a message or raises :class:`DecodeError`; building returns
 bytes or raises :class:`EncodeError`.  The failing field's path, array index and byte offset come from
-the annotations :mod:`replwire.schema.core` puts on the exception.
+the annotations :mod:`replwire.schema.wire_error` puts on the exception.
 """
 
 from __future__ import annotations
@@ -16,10 +16,18 @@ from typing import Any
 from construct import ConstructError, StreamError
 
 from ... import schema
-from ...schema import core as wire
+from ...schema.encodings import UTF8, text_codec
+from ...schema.fields import Trace
+from ...schema.message_spec import MessageSpec
+from ...schema.wire_error import WireError, location
 from .. import messages
 from ..errors import DecodeError, EncodeError
 from ..messages import WireMessage
+
+__all__ = [
+    "ENVELOPE_CLASSES", "LOGICAL_CLASSES", "as_bytes", "build", "build_envelope", "check_context", "envelope_class",
+    "logical_class", "parse", "parse_envelope", "parse_with",
+]
 
 #: Message classes by tag, per layer; built from the classes, checked against the schema registries.
 LOGICAL_CLASSES: dict[str, type[WireMessage]] = {
@@ -32,9 +40,9 @@ assert {t: c.spec for t, c in LOGICAL_CLASSES.items()} == schema.LOGICAL, "a log
 _SHORT_READ = re.compile(r"expected (\d+), found (\d+)")
 
 
-def check_context(proto_version: Any, in_stream: Any, encoding: Any = wire.UTF8) -> str:
+def check_context(proto_version: Any, in_stream: Any, encoding: Any = UTF8) -> str:
     """Refuse a parse/build context that cannot occur on the wire (a caller error: ``ValueError``); the
-    Python codec of its ``encoding`` (see :func:`replwire.schema.core.text_codec`)."""
+    Python codec of its ``encoding`` (see :func:`replwire.schema.encodings.text_codec`)."""
     if isinstance(proto_version, bool) or not isinstance(proto_version, int) \
             or not 1 <= proto_version <= schema.MAX_PROTO_VERSION:
         raise ValueError(f"proto_version must be an int from 1 to {schema.MAX_PROTO_VERSION}, "
@@ -43,11 +51,11 @@ def check_context(proto_version: Any, in_stream: Any, encoding: Any = wire.UTF8)
         raise ValueError(f"in_stream must be True or False, got {in_stream!r}")
     if in_stream and proto_version < 2:
         raise ValueError("in_stream=True needs proto_version 2 or later (streaming starts at protocol 2)")
-    return wire.text_codec(encoding)
+    return text_codec(encoding)
 
 
 def _reason(error: ConstructError) -> str:
-    if isinstance(error, wire.WireError):
+    if isinstance(error, WireError):
         return error.reason
     text = str(error.args[0]) if error.args else type(error).__name__
     if isinstance(error, StreamError):
@@ -58,7 +66,7 @@ def _reason(error: ConstructError) -> str:
     return text
 
 
-def _absent_fields_hint(spec: wire.MessageSpec, proto_version: int | None) -> str:
+def _absent_fields_hint(spec: MessageSpec, proto_version: int | None) -> str:
     later = [f.name for f in messages.value_fields(spec.declaration)
              if proto_version is not None and f.meta.since > proto_version and f.meta.since > 1
              and f.name != "xid"]
@@ -67,12 +75,12 @@ def _absent_fields_hint(spec: wire.MessageSpec, proto_version: int | None) -> st
     return f"; {', '.join(later)} exist only from protocol {max_since(spec)} on"
 
 
-def max_since(spec: wire.MessageSpec) -> int:
+def max_since(spec: MessageSpec) -> int:
     return max(f.meta.since for f in messages.value_fields(spec.declaration))
 
 
 def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None, in_stream: bool,
-               encoding: str = wire.UTF8, trace: wire.Trace | None = None) -> WireMessage:
+               encoding: str = UTF8, trace: Trace | None = None) -> WireMessage:
     """Parse ``data`` as exactly one ``cls`` message, its Strings in the codec ``encoding`` (recording where
     each field is in ``trace``, if given)."""
     spec = cls.spec
@@ -81,7 +89,7 @@ def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None
         raw = spec.declaration.parse_stream(stream, proto_version=proto_version, in_stream=in_stream,
                                             encoding=encoding, _trace=trace)
     except ConstructError as error:
-        offset, field = wire.location(error)
+        offset, field = location(error)
         raise DecodeError(_reason(error), offset=offset if offset is not None else stream.tell(),
                           tag=spec.tag, message=spec.name, field=field, proto_version=proto_version) from None
     end = stream.tell()
@@ -94,14 +102,16 @@ def parse_with(cls: type[WireMessage], data: bytes, *, proto_version: int | None
 
 
 def build_with(message: WireMessage, *, proto_version: int | None, in_stream: bool,
-               encoding: str = wire.UTF8) -> bytes:
+               encoding: str = UTF8) -> bytes:
     """Build ``message`` with its own declaration, its Strings in the codec ``encoding``."""
     spec = message.spec
     values = message.to_wire()
     try:
-        return spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream, encoding=encoding)
+        built: bytes = spec.declaration.build(values, proto_version=proto_version, in_stream=in_stream,
+                                              encoding=encoding)
+        return built
     except ConstructError as error:
-        _, field = wire.location(error)
+        _, field = location(error)
         raise EncodeError(_reason(error), message=spec.name, field=field) from None
 
 
@@ -122,7 +132,7 @@ def logical_class(data: bytes, proto_version: int) -> type[WireMessage]:
     return cls
 
 
-def parse(data: Any, *, proto_version: int, in_stream: bool = False, encoding: str = wire.UTF8) -> WireMessage:
+def parse(data: Any, *, proto_version: int, in_stream: bool = False, encoding: str = UTF8) -> WireMessage:
     """Parse exactly one pgoutput message (reference path)."""
     codec = check_context(proto_version, in_stream, encoding)
     data = as_bytes(data)
@@ -130,7 +140,7 @@ def parse(data: Any, *, proto_version: int, in_stream: bool = False, encoding: s
                       encoding=codec)
 
 
-def build(message: Any, *, proto_version: int, in_stream: bool = False, encoding: str = wire.UTF8) -> bytes:
+def build(message: Any, *, proto_version: int, in_stream: bool = False, encoding: str = UTF8) -> bytes:
     """Build one pgoutput message (reference path)."""
     codec = check_context(proto_version, in_stream, encoding)
     if not isinstance(message, WireMessage) or message.spec.layer != "logical":

@@ -19,12 +19,17 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ...schema.core import UTF8
+from ...schema.encodings import UTF8
 from ..errors import EncodeError
 from ..messages import WireMessage
 from ..scalars import LSN, Timestamp
 from . import interpreter
 from .reference import as_bytes, check_context, envelope_class, logical_class
+
+__all__ = [
+    "DECLINE", "DECLINED", "DECLINE_BUILD", "Decline", "INTS", "build_envelope_other", "build_other", "build_slow",
+    "by_tag", "parse_envelope_other", "parse_other", "parse_slow",
+]
 
 #: How often a generated function handed its input to the interpreter, by ("parse"|"build", message name).
 DECLINED: Counter[tuple[str, str]] = Counter()
@@ -75,15 +80,16 @@ def parse_other(tables: Tables, data: Any, proto_version: Any, in_stream: Any, e
     table, codec = _context(tables, proto_version, in_stream, encoding)
     if data.__class__ is not bytes:
         data = as_bytes(data)
-    function: Any = table[data[0]] if data else None
+    function: Callable[..., WireMessage] | None = table[data[0]] if data else None
     if function is None:
         logical_class(data, proto_version)  # raises the empty-input or unknown-tag DecodeError
+        raise AssertionError("every known tag has a parser in every context")
     return function(data, proto_version, in_stream, codec)
 
 
 def build_other(tables: Tables, message: Any, proto_version: Any, in_stream: Any, encoding: Any) -> bytes:
     table, codec = _context(tables, proto_version, in_stream, encoding)
-    function = table.get(message.__class__)
+    function: Callable[..., bytes] | None = table.get(message.__class__)
     if function is None:
         if not isinstance(message, WireMessage) or message.spec.layer != "logical":
             raise EncodeError(f"expected a pgoutput message object, got {type(message).__name__}")
@@ -94,6 +100,7 @@ def build_other(tables: Tables, message: Any, proto_version: Any, in_stream: Any
 def parse_envelope_other(tables: dict[str, list[Any]], data: Any, sender: Any) -> WireMessage:
     if data.__class__ is not bytes:
         data = as_bytes(data)
+    function: Callable[..., WireMessage] | None
     try:
         function = tables[sender][data[0]]
     except (KeyError, IndexError, TypeError):

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, Phase, example, find, given, settings
 from hypothesis.errors import NoSuchExample
 
 from replwire import schema
-from replwire.codec import Begin, Commit, EncodeError, StreamStart, Truncate, TupleColumn, walker
+from replwire.codec import Begin, Commit, EncodeError, StreamStart, Truncate, TupleColumn, WireMessage, walker
 from replwire.codec.testing import strategies
 from replwire.codec.testing.strategies import Case, Context
 from replwire.codec.wire import reference
@@ -138,7 +138,7 @@ def test_integers_reach_the_ends_of_their_wire_range(kind, low, high):
     for end in (low, high):
         find(strategies.cases(), lambda case, e=end: e in _field_values(case, kind), settings=SEARCH)
     assert isinstance(find(strategies.cases(), lambda case: bool(_field_values(case, kind)), settings=SEARCH)
-                      .message, reference.WireMessage)
+                      .message, WireMessage)
 
 
 @pytest.mark.parametrize("name, wanted", [

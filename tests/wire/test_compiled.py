@@ -37,7 +37,7 @@ from replwire import schema
 from replwire.codec.testing import strategies
 from replwire.codec.testing.strategies import Context
 from replwire.codec.wire import _generated, fast
-from replwire.schema.core import UTF8, text_codec
+from replwire.schema.encodings import UTF8, text_codec
 from tests.support.seeds import ALL
 from tests.support.vectors import INVALID, VALID
 from tests.wire.test_fast_equivalence import CONTEXTS, context_of, outcome, shape, vector_context

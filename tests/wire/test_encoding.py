@@ -16,7 +16,7 @@ from replwire.codec import DecodeError, EncodeError, Message, Origin, Relation, 
 from replwire.codec.testing import fuzz, strategies
 from replwire.codec.testing.strategies import Context
 from replwire.codec.wire import fast, interpreter, reference
-from replwire.schema.core import text_codec
+from replwire.schema.encodings import text_codec
 
 CODECS = (reference, fast)
 ENCODINGS = ("LATIN1", "SQL_ASCII", "WIN1252", "SJIS", "EUC_JP")

@@ -44,6 +44,7 @@ from replwire.codec.testing import strategies
 from replwire.codec.testing.strategies import Context
 from replwire.codec.wire import fast, reference
 from replwire.codec.wire.gen import generate as fastgen
+from replwire.codec.wire.gen.common import ENVELOPE_CONTEXT, LOGICAL_CONTEXTS
 from tests.support.seeds import ALL, Seed
 from tests.support.vectors import INVALID, VALID, Vector
 
@@ -325,11 +326,11 @@ def test_calling_errors_same(call):
 
 def test_every_message_has_a_generated_function_in_every_context():
     generated = fastgen.generate()
-    for version, in_stream in fastgen.LOGICAL_CONTEXTS:
+    for version, in_stream in LOGICAL_CONTEXTS:
         assert set(generated.parsers["logical", None, (version, in_stream)]) == set(schema.LOGICAL)
         assert {c.spec.tag for c in generated.builders["logical", (version, in_stream)]} == set(schema.LOGICAL)
     for sender, specs in schema.ENVELOPE.items():
-        assert set(generated.parsers["envelope", sender, fastgen.ENVELOPE_CONTEXT]) == set(specs)
+        assert set(generated.parsers["envelope", sender, ENVELOPE_CONTEXT]) == set(specs)
 
 
 def test_the_committed_generated_module_is_what_the_generator_writes():

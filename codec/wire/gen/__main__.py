@@ -1,8 +1,11 @@
 """``python -m replwire.codec.wire.gen``: write every source generated from the declarations -- the fast
 codec's module and the message classes' type-checking blocks."""
 
+from ... import messages
 from . import annotations, generate
+
+__all__: list[str] = []
 
 if __name__ == "__main__":
     print(f"{'wrote' if generate.write() else 'up to date:'} {generate.MODULE}")
-    print(f"{'wrote' if annotations.write() else 'up to date:'} {annotations.messages.__file__}")
+    print(f"{'wrote' if annotations.write() else 'up to date:'} {messages.__file__}")

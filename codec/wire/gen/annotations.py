@@ -21,6 +21,8 @@ from typing import Any
 
 from ... import messages
 
+__all__ = ["COMMAND", "render", "write"]
+
 #: The command that rewrites the blocks (and every other generated source).
 COMMAND = "python -m replwire.codec.wire.gen"
 

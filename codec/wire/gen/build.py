@@ -62,6 +62,8 @@ from .common import (
     value_fields,
 )
 
+__all__ = ["BuildGen"]
+
 
 @dataclass
 class State:

@@ -39,6 +39,8 @@ from ...walker import (
 from .c_common import C_INT, CGen, Scope, condition, int_literal
 from .common import CLASSES, record_class, value_fields
 
+__all__ = ["CBuildGen"]
+
 
 class CBuildGen(CGen):
     """The C build function of one message (see the module docstring)."""

@@ -16,6 +16,8 @@ from ... import walker
 from ...walker import AnyOf, Int, Ref
 from .common import Lines
 
+__all__ = ["CGen", "C_INT", "Scope", "c_ident", "class_var", "condition", "int_literal", "read_int", "slot"]
+
 #: C type, maximum and minimum of each ``struct`` integer format.
 C_INT = {
     "B": ("uint64_t", 0xFF, 0), "H": ("uint64_t", 0xFFFF, 0), "L": ("uint64_t", 0xFFFFFFFF, 0),

@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 from .... import schema
-from ....schema.core import UTF8, MessageSpec
+from ....schema.encodings import UTF8
+from ....schema.message_spec import MessageSpec
 from ... import walker
 from . import c_scan
 from .c_build import CBuildGen
@@ -34,6 +35,8 @@ from .c_parse import CParseGen
 from .common import CLASSES
 from .entry import HOT, SIGNATURES
 from .fingerprint import fingerprint
+
+__all__ = ["docstring", "generate"]
 
 #: The module's name, and the name its entry points report as their module (the one that exports them).
 MODULE = "replwire.codec.wire._compiled"

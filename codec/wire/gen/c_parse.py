@@ -47,6 +47,8 @@ from ...walker import (
 from .c_common import CGen, Scope, c_ident, condition, read_int
 from .common import CLASSES, record_class
 
+__all__ = ["CParseGen"]
+
 
 def make_value(kind: str, cvar: str, n: Int) -> str:
     """The C expression of the Python value of an integer field (as the message classes convert it)."""

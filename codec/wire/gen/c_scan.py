@@ -26,6 +26,8 @@ from .c_common import c_ident
 from .c_parse import CParseGen
 from .common import CLASSES, record_class
 
+__all__ = ["generate"]
+
 #: The messages the compiled row path scans.
 SCANNED = ("Begin", "Commit", "Insert", "Update", "Delete")
 

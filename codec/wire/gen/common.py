@@ -8,16 +8,23 @@ Strategy: small helpers over the walker's model (:mod:`replwire.codec.walker`), 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .... import schema
-from ....schema.core import UTF8
+from ....schema.encodings import UTF8
 from ... import walker
 from ...messages import Record as RecordBase
 from ...messages import WireMessage
 from ...scalars import LSN, Timestamp
 from ...walker import AnyOf, CharOf, Compare, DerivedCount, FieldNode, Int, Record, Ref, TagByte, When, Zero
+
+__all__ = [
+    "ARGS", "CLASSES", "Ctx", "ENVELOPE_CONTEXT", "Known", "LOGICAL_CONTEXTS", "Lines", "Namespace", "branch_order",
+    "context_args", "fixed_format", "gate_open", "make_object", "python_values", "record_class", "referenced",
+    "runtime", "static", "value_fields",
+]
 
 #: The parse contexts of the logical layer: (proto_version, in_stream).
 LOGICAL_CONTEXTS = tuple((v, s) for v in range(1, schema.MAX_PROTO_VERSION + 1) for s in (False, True)
@@ -162,7 +169,7 @@ def branch_order(name: str, choices: str, later: tuple[FieldNode, ...], ctx: Ctx
     return sorted(choices, key=lambda c: -present(c))
 
 
-def _refs(cond: walker.Condition):
+def _refs(cond: walker.Condition) -> Iterator[Ref]:
     if isinstance(cond, AnyOf):
         for part in cond.parts:
             yield from _refs(part)

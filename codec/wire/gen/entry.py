@@ -32,8 +32,11 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ....schema.core import UTF8, MessageSpec
+from ....schema.encodings import UTF8
+from ....schema.message_spec import MessageSpec
 from .common import CLASSES, Lines, Namespace
+
+__all__ = ["HOT", "SIGNATURES", "entry_points"]
 
 #: The messages whose bodies the entry points carry inline, commonest first: Insert (most of the messages
 #: of a real change stream) and the envelope frame that carries every message.  Each body inline adds its

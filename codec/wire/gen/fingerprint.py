@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+__all__ = ["fingerprint"]
+
 _CODEC = Path(__file__).resolve().parent.parent.parent  # replwire/codec
 _PACKAGE = _CODEC.parent  # replwire
 

@@ -37,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from .... import schema
-from ....schema.core import MessageSpec
+from ....schema.message_spec import MessageSpec
 from ... import walker
 from .build import BuildGen
 from .common import CLASSES, ENVELOPE_CONTEXT, LOGICAL_CONTEXTS, Ctx, Lines, Namespace, gate_open
 from .entry import entry_points
 from .parse import ParseGen
+
+__all__ = ["COMMAND", "MODULE", "generate", "write"]
 
 # ---------------------------------------------------------------------------------------------------------
 # the module
@@ -86,6 +88,12 @@ _pack = _struct.pack
 _ZERO = 0
 """
 
+#: The parse functions' key: layer, sender (``None`` for the logical layer), context (proto_version,
+#: in_stream; ``(None, False)`` for the envelope).
+ParseKey = tuple[str, str | None, tuple[int | None, bool]]
+#: The build functions' key: layer, context.
+BuildKey = tuple[str, tuple[int | None, bool]]
+
 
 @dataclass
 class Generated:
@@ -94,9 +102,9 @@ class Generated:
     source: str
     namespace: Namespace
     #: parse function name per (layer, sender or None, context) and tag
-    parsers: dict[tuple, dict[str, str]] = field(default_factory=dict)
+    parsers: dict[ParseKey, dict[str, str]] = field(default_factory=dict)
     #: build function name per (layer, context) and message class
-    builders: dict[tuple, dict[type, str]] = field(default_factory=dict)
+    builders: dict[BuildKey, dict[type, str]] = field(default_factory=dict)
     #: the text of each generated per-message function, by name
     functions: dict[str, str] = field(default_factory=dict)
     #: the functions of messages that do not exist in their context (their protocol version)
@@ -125,7 +133,7 @@ def generate() -> Generated:
 
     layouts: dict[int, walker.Layout] = {}
 
-    def add(specs: list[MessageSpec], key_parse: tuple, key_build: tuple, ctx: Ctx) -> None:
+    def add(specs: list[MessageSpec], key_parse: ParseKey, key_build: BuildKey, ctx: Ctx) -> None:
         parsers = result.parsers.setdefault(key_parse, {})
         builders = result.builders.setdefault(key_build, {})
         for spec in specs:

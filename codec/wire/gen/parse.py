@@ -61,6 +61,8 @@ from .common import (
     value_fields,
 )
 
+__all__ = ["ParseGen"]
+
 
 @dataclass
 class State:
