@@ -156,7 +156,14 @@ def fuzz_command(seconds: int, artifacts: pathlib.Path, corpus: pathlib.Path | N
     from ..testing import fuzz
 
     if reproduce:
-        sys.exit(_reproduce(fuzz, reproduce, target, fuzz_mode))
+        failed = 0
+        for path in reproduce:
+            failure = fuzz.reproduce(path, target, fuzz_mode)
+            failed += failure is not None
+            click.echo(f"{path}: {'FAILS' if failure else 'ok'}")
+            if failure:
+                click.echo(failure, err=True)
+        sys.exit(1 if failed else 0)
     paths = list(seed_paths) or fuzz.default_seed_paths()
     report = fuzz.run(seconds, artifacts, corpus=corpus, seed_paths=paths, max_len=max_len, target=target,
                       fuzz_mode=fuzz_mode, echo=click.echo)
@@ -176,28 +183,6 @@ def _installed(module: str) -> bool:
     except ImportError:
         return False
     return True
-
-
-def _reproduce(fuzz, paths: tuple[pathlib.Path, ...], target: str | None, fuzz_mode: str) -> int:
-    failed = 0
-    for path in paths:
-        raw, mode = path.read_bytes(), fuzz_mode
-        if path.suffix == ".json":  # a reproducer saved beside the raw input
-            saved = json.loads(raw)
-            if "encoder" in saved:
-                raw, mode = bytes.fromhex(saved["encoder"]), saved["mode"]
-            else:
-                vector, mode = saved["vector"], "decoder"
-                ctx = vector.get("ctx", {})
-                context = fuzz.Context(vector["layer"], ctx.get("proto_version"), ctx.get("in_stream", False),
-                                       vector.get("sender"), ctx.get("encoding", "utf-8"))
-                raw = fuzz.join(context, bytes.fromhex(vector["wire"][0].split()[0]))
-        failure = fuzz.replay(raw, target, mode)
-        failed += failure is not None
-        click.echo(f"{path}: {'FAILS' if failure else 'ok'}")
-        if failure:
-            click.echo(failure, err=True)
-    return 1 if failed else 0
 
 
 @main.command("decode")
