@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import json
 import os
 import pathlib
 import string
@@ -214,123 +213,42 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
     are typed by their column's type through psycopg 3 (replwire's values extra).
     """
-    from collections.abc import Iterator
-
-    from ..collector import fewer_collections
+    from ..decode_output import write_changes
     from ..io.capture_file import CaptureFileError, TailProblem
-    from ..split import RecordError, Written, committed
-    from ..stream import jsonl
-    from ..stream.assembler import Change, Transaction
+    from ..split import RecordError
     from ..stream.values import TypedValuesUnavailable
 
     files, shown = _read_once(files)
     inputs = _decode_inputs(files, proto_version, encoding, shown)
-    writer: jsonl.JsonLines | None = None  # the compiled row path writes plain transactions as it does
-    if output_format == "debezium":
-        from ..stream.debezium import DebeziumEvents
-
-        database = next((i.database for i in inputs if i.database), "")  # from the headers open_inputs read
-        events = DebeziumEvents(_version(), db=database, tombstones=tombstones).events
-
-        def lines(item: Transaction | Change) -> Iterator[str]:
-            return map(jsonl.ENCODE, events(item))
-    elif output_format == "table":  # printed line by line as the changes come, like the others
-        table = _ChangeTable()
-
-        def lines(item: Transaction | Change) -> Iterator[str]:
-            return map(table.line, jsonl.objects(item))
-    else:  # JSON lines straight from the wire tuples (the same text as ENCODE of jsonl.objects)
-        try:
-            lines = jsonl.JsonLines(inputs[0].encoding)
-        except TypedValuesUnavailable:  # its value loader needs psycopg, and says so at once
-            click.echo(f"error: {_typed_values_missing('decode')}", err=True)
-            sys.exit(1)
-        if output_format == "jsonl":
-            writer = lines
-    # stdout written in batches of lines, not one write per line; flushed before anything goes to stderr, so
-    # the two stay in order on a terminal.
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
     # escapes \udc80-\udcff, which json.loads reads back to the same surrogates.
     stdout = sys.stdout
     if isinstance(stdout, io.TextIOWrapper):
         stdout.reconfigure(errors="backslashreplace")
-    counts = {"transactions": 0, "changes": 0, "duplicates": 0}
-    pending: list[str] = []
-
-    def flush_pending() -> None:
-        if pending:
-            pending.append("")
-            stdout.write("\n".join(pending))
-            pending.clear()
-
     # progress on stderr while stdout goes elsewhere (a file, a pipe), only when stderr is a terminal
     progress = _Progress() if _is_terminal(sys.stderr) and not _is_terminal(stdout) else None
 
-    def flush() -> None:
-        flush_pending()
-        stdout.flush()
-        if progress is not None:
-            progress.clear()
-
-    damaged: list[str] = []  # files damaged inside (intact records after the damage): an error at the end
-
-    def warn(path: str, problem: TailProblem) -> None:
-        flush()
-        if problem.intact_from is not None:
-            damaged.append(path)
+    def tail(path: str, problem: TailProblem) -> None:
         click.echo(f"{'error' if problem.intact_from is not None else 'warning'}: {shown(path)}: {problem}",
                    err=True)
 
-    def note(path: str, message: str) -> None:
-        flush()
+    def warn(path: str, message: str) -> None:
         click.echo(f"warning: {shown(path)}: {message}", err=True)
 
-    def repeated(item: object) -> None:
-        counts["duplicates"] += 1
-
-    with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
-        try:
-            for item in committed(inputs, tail=warn, repeated=repeated, warn=note,
-                                  rows=output_format != "jsonl", lines=writer):
-                if item.__class__ is Written:  # lines the compiled row path wrote
-                    assert isinstance(item, Written)
-                    flush_pending()
-                    stdout.write(item.text)
-                    counts["transactions"] += item.transactions
-                    counts["changes"] += item.changes
-                    counts["duplicates"] += item.repeated
-                    if progress is not None:
-                        progress.show(counts["transactions"], counts["changes"])
-                    continue
-                assert not isinstance(item, Written)
-                # changes, not lines: a truncate prints a line per table, Debezium's format tombstones too
-                if isinstance(item, Transaction):
-                    counts["transactions"] += 1
-                    counts["changes"] += len(item.changes)
-                else:
-                    counts["changes"] += 1
-                for line in lines(item):
-                    pending.append(line)
-                    if len(pending) >= 2048:
-                        pending.append("")
-                        stdout.write("\n".join(pending))
-                        pending.clear()
-                if progress is not None:
-                    progress.show(counts["transactions"], counts["changes"])
-        except (RecordError, CaptureFileError) as error:
-            flush()
-            click.echo(f"error: {shown(str(error))}", err=True)
-            sys.exit(1)
-        except TypedValuesUnavailable:
-            flush()
-            click.echo(f"error: {_typed_values_missing('decode')}", err=True)
-            sys.exit(1)
-        flush()
-    click.echo(f"{_count(counts['transactions'], 'transaction')}, {_count(counts['changes'], 'change')} from "
+    try:
+        counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=_version(), tail=tail,
+                               warn=warn, progress=progress)
+    except (RecordError, CaptureFileError) as error:
+        click.echo(f"error: {shown(str(error))}", err=True)
+        sys.exit(1)
+    except TypedValuesUnavailable:
+        click.echo(f"error: {_typed_values_missing('decode')}", err=True)
+        sys.exit(1)
+    click.echo(f"{_count(counts.transactions, 'transaction')}, {_count(counts.changes, 'change')} from "
                f"{_count(len(inputs), 'file')}"
-               + (f" ({counts['duplicates']} repeated after a resume, skipped)" if counts["duplicates"] else ""),
+               + (f" ({counts.repeated} repeated after a resume, skipped)" if counts.repeated else ""),
                err=True)
-    if damaged:
+    if counts.damaged:
         sys.exit(1)
 
 
@@ -472,47 +390,6 @@ class _Progress:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
             self.on = False
-
-
-class _ChangeTable:
-    """Changes as a table printed as they come (``--format table``): a header, then one line per change with
-    op, table, xid, commit LSN, the row's values (long ones shortened) and the columns whose unchanged TOASTed
-    value was not sent, in fixed-width columns (a longer name or LSN widens its line, not the table), so
-    nothing is kept but the line being written."""
-
-    WIDTHS = (9, 24, 10, 12)  # op, table, xid, commit_lsn; then values, then unchanged TOAST after " | "
-
-    def __init__(self) -> None:
-        self.started = False  # the header goes with the first line
-
-    def header(self) -> str:
-        return self._line("op", "table", "xid", "commit_lsn", "values", "unchanged TOAST")
-
-    def _line(self, *cells: str) -> str:
-        fixed = "".join(cell.ljust(width) + " " for cell, width in zip(cells, self.WIDTHS))
-        return (fixed + cells[4] + (f" | {cells[5]}" if cells[5] else "")).rstrip()
-
-    @staticmethod
-    def _short(value: object) -> str:
-        text = json.dumps(value, ensure_ascii=False)
-        return text if len(text) <= 40 else text[:37] + "…"
-
-    def line(self, obj: dict) -> str:
-        values = obj.get("new") or obj.get("key") or obj.get("old") or {}
-        shown = ", ".join(f"{k}={self._short(v)}" for k, v in values.items())
-        if obj["op"] == "truncate":
-            shown = ("cascade" if obj.get("cascade") else "") + (" restart identity" if obj.get("restart_identity")
-                                                                 else "")
-        elif obj["op"] == "message":
-            shown = f"{obj['prefix']}: {self._short(obj.get('content_text', obj['content']))}"
-        name = f"{obj['schema']}.{obj['table']}" if obj.get("table") else ""
-        xid = obj.get("xid")
-        line = self._line(obj["op"], name, "" if xid is None else str(xid), obj.get("commit_lsn") or "",
-                          shown.strip(), ", ".join(obj.get("unchanged_toast", [])))
-        if not self.started:
-            self.started = True
-            return f"{self.header()}\n{line}"
-        return line
 
 
 @main.command("capture")
