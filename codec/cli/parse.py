@@ -1,8 +1,9 @@
 """``replwire parse``: one message given in hexadecimal, parsed and printed.
 
 Strategy: read the bytes as programs print them (``0x``, psql's ``\\x``, spaces, colons), a usage error naming
-the first character that is no hexadecimal digit; parse them as one pgoutput message (or a walsender
-envelope frame) and print its ``repr``, or the :class:`~replwire.codec.DecodeError` as a one-line error.
+the first character that is no hexadecimal digit; parse them with the codec the API exports
+(:func:`replwire.codec.parse`, or :func:`replwire.codec.parse_envelope` for a walsender envelope frame)
+and print the message's ``repr``, or the :class:`~replwire.codec.DecodeError` as a one-line error.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import sys
 
 import click
 
-from ..errors import DecodeError
-from ..wire.reference import parse, parse_envelope
+from .. import DecodeError, parse, parse_envelope
 
 __all__ = ["parse_command"]
 
