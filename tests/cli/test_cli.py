@@ -31,6 +31,14 @@ def test_parse_in_stream_and_envelope():
     assert result.stdout.startswith("PrimaryKeepalive(wal_end=LSN('0/169E5D8')")
 
 
+def test_parse_runs_the_codec_the_api_exports():
+    """The compiled or Python codec that ``replwire.codec.parse`` is, not the construct reference path."""
+    from replwire import codec
+    from replwire.codec.cli import parse
+
+    assert (parse.parse, parse.parse_envelope) == (codec.parse, codec.parse_envelope)
+
+
 def test_parse_bad_bytes_is_a_one_line_error():
     result = run("parse", "4201")
     assert result.returncode == 1

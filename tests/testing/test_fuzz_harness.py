@@ -116,6 +116,24 @@ def test_a_hang_or_memory_finding_is_saved_without_replaying_it(tmp_path):
     assert saved["failure"].startswith("ERROR: libFuzzer: timeout after 10 seconds")
 
 
+def test_reproduce_replays_a_raw_input_or_its_json_reproducer(tmp_path):
+    """What ``replwire fuzz --reproduce`` runs, without the command: the raw input and the vector saved beside
+    it give the same failure; an input the invariant holds for gives ``None``."""
+    planted = "tests.testing.test_fuzz_harness:planted_target"
+    crash = tmp_path / "crash-0123456789abcdef"
+    crash.write_bytes(fuzz.join(Context("logical", 2), BEGIN[:-4] + (0xC0FFEE).to_bytes(4, "big")))
+    saved = fuzz.save_reproducer(crash, "log", planted)
+    assert "KeyError: 'planted'" in fuzz.reproduce(crash, planted)
+    assert "KeyError: 'planted'" in fuzz.reproduce(saved, planted)
+    fine = tmp_path / "fine"
+    fine.write_bytes(fuzz.join(P1, BEGIN))
+    assert fuzz.reproduce(fine, planted) is None and fuzz.reproduce(saved) is None
+    encoder = tmp_path / "timeout-encoder"
+    encoder.write_bytes(bytes([fuzz.ENCODER_MODE, 1, 2, 3]))
+    assert json.loads(fuzz.save_reproducer(encoder, "ERROR: libFuzzer: timeout").read_text())["mode"] == "both"
+    assert fuzz.reproduce(encoder.with_name(encoder.name + ".json")) is None
+
+
 def test_other_client_encodings_are_fuzzed_too(tmp_path):
     sql_ascii = Context("logical", 1, encoding="SQL_ASCII")
     relation = b"R\x00\x00\x40\x00" + b"\xff\0caf\xe9\0d\x00\x00"  # names that are not UTF-8

@@ -1,0 +1,187 @@
+"""``replwire capture``: a logical replication slot captured into a capture file, until stopped.
+
+Strategy: a shell over :class:`~replwire.codec.io.live.LiveCapture` (and, with ``--snapshot``,
+:func:`~replwire.codec.io.snapshot.take_snapshot` first): it turns SIGTERM and Ctrl-C into a clean stop once
+streaming, shows progress on stderr (a rewritten line on a terminal, a line every few seconds elsewhere),
+and maps the library's errors to the exit statuses its help lists.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import install_hint
+from ._common import count_noun, installed
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..io.live import CaptureSettings
+    from ..io.snapshot import SnapshotResult
+
+__all__ = ["capture_command"]
+
+
+@click.command("capture")
+@click.option("--dsn", required=True, help="libpq connection string, e.g. 'host=/tmp port=5432 user=me dbname=app'.")
+@click.option("--slot", required=True, help="Logical replication slot (created with pgoutput if missing).")
+@click.option("--publication", required=True, help="Publication to capture.")
+@click.option("--proto-version", type=click.IntRange(1, 4), help="Default: the highest the server supports.")
+@click.option("--streaming", type=click.Choice(["on", "parallel"]), help="Stream large transactions.")
+@click.option("--binary", is_flag=True, help="Ask for binary column values.")
+@click.option("--messages", is_flag=True, help="Ask for pg_logical_emit_message messages.")
+@click.option("--two-phase", is_flag=True, help="Ask for two-phase commit messages (the slot needs two_phase).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=pathlib.Path),
+              help="Capture file; an existing one is resumed from the slot's confirmed position.")
+@click.option("--create-publication", is_flag=True, help="Create the publication FOR ALL TABLES if missing.")
+@click.option("--no-create-slot", is_flag=True, help="Fail instead of creating a missing slot.")
+@click.option("--idle-exit", type=click.FloatRange(min=0), help="Stop after this many seconds with nothing to capture.")
+@click.option("--sync-interval", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
+              help="Seconds between fsyncs; positions are acknowledged only after one. With --via sql: seconds "
+                   "between calls while there is nothing new.")
+@click.option("--via", type=click.Choice(["replication", "sql"]), default="replication", show_default=True,
+              help="Read the slot over the replication protocol, or with the SQL functions "
+                   "(pg_logical_slot_peek_binary_changes, then pg_replication_slot_advance) over an ordinary "
+                   "connection, for servers that refuse replication connections.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="With --via sql: rows asked for per call (a transaction is never split, so a call can return "
+                   "more).")
+@click.option("--snapshot", "initial_snapshot", is_flag=True,
+              help="First copy every table of the publication into OUT (an initial snapshot, consistent with a "
+                   "new slot created with it), then stream the changes after it.")
+@click.option("--no-reconnect", is_flag=True,
+              help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
+                   "resuming by itself (like pg_recvlogical's --no-loop).")
+def capture_command(dsn: str, slot: str, publication: str, proto_version: int | None, streaming: str | None,
+                    binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
+                    no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
+                    batch_size: int, initial_snapshot: bool, no_reconnect: bool) -> None:
+    """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
+
+    Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
+    command again continues where the server's slot stands, and the file holds every change once.  A lost
+    connection (a server restart, a failover, the walsender terminated) is resumed the same way, by itself,
+    after a growing delay (unless --no-reconnect).  With --snapshot the slot is created with an exported
+    snapshot and every published table is copied first; a snapshot that was interrupted is taken again from
+    the start by the same command.
+
+    Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
+    settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
+    4 OUT could not be written (a full disk: it is cut back to its last durable record); 5 OUT is damaged
+    inside; 130 interrupted before streaming (during the snapshot, say) or by a second signal while
+    reconnecting.
+    """
+    import signal
+    import threading
+    import time
+
+    from rich.console import Console
+
+    if not installed("psycopg2"):
+        raise click.ClickException("replwire capture needs psycopg2, which is not installed: "
+                                   f"{install_hint('live')}")
+    from ..io.live import CaptureError, CaptureSettings, LiveCapture, Progress
+
+    console = Console(stderr=True)
+    shown = {"at": 0.0, "messages": 0}
+
+    def report(progress: Progress) -> None:
+        now = time.monotonic()
+        if now - shown["at"] < (0.5 if console.is_terminal else 5.0):
+            return
+        elapsed = now - progress.started
+        clock = f"{int(elapsed) // 3600}:{int(elapsed) % 3600 // 60:02d}:{int(elapsed) % 60:02d}"
+        if progress.messages == 0 and progress.current_lsn == 0:
+            line = f"{clock} waiting for changes; flushed {progress.flushed_lsn}"
+        else:
+            since = shown["at"] or progress.started  # (the rate since the last line)
+            rate = max(0, progress.messages - shown["messages"]) / max(now - since, 1e-6)
+            line = (f"{clock} {count_noun(progress.messages, 'message')} ({rate:,.0f}/s), "
+                    f"{progress.bytes / 2**20:.1f} MiB, {count_noun(progress.transactions, 'transaction')}; "
+                    f"received {progress.current_lsn}, flushed {progress.flushed_lsn}, "
+                    f"lag {count_noun(progress.lag_bytes, 'byte')}")
+        shown["at"], shown["messages"] = now, progress.messages
+        console.print(line, end="\r" if console.is_terminal else "\n", highlight=False, soft_wrap=True)
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True)
+
+    # SIGTERM (what service managers send) is a stop like Ctrl-C.  Once streaming, the first one asks the loop
+    # to stop after its last acknowledgement (also while it reconnects); a second one interrupts.
+    stop = threading.Event()
+    streaming_phase = {"on": False}
+
+    def on_stop_signal(signum: int, frame: FrameType | None) -> None:
+        if not streaming_phase["on"] or stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_stop_signal)
+    signal.signal(signal.SIGINT, on_stop_signal)
+    if initial_snapshot and via == "sql":
+        raise click.UsageError("--snapshot needs a replication connection (the slot is created with an exported "
+                               "snapshot); it cannot be used with --via sql")
+    if initial_snapshot and no_create_slot:
+        raise click.UsageError("--snapshot creates its slot: it cannot be used with --no-create-slot")
+    settings = CaptureSettings(slot=slot, publication=publication, proto_version=proto_version, streaming=streaming,
+                               binary=binary, messages=messages, two_phase=two_phase)
+    capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
+                          create_publication=create_publication, sync_interval=sync_interval, progress=report,
+                          via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say)
+    taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
+    try:
+        capture.check_output()  # before anything is done on the server, the snapshot included
+        if initial_snapshot:
+            taken = _snapshot(console, dsn, out, settings, create_publication)
+        streaming_phase["on"] = True
+        progress = capture.run(stop=stop, idle_exit=idle_exit)
+    except CaptureError as error:
+        if console.is_terminal:
+            console.print()  # (after a progress line that ends in a carriage return)
+        click.echo(f"error: {error}", err=True)
+        sys.exit(error.exit_status)
+    except KeyboardInterrupt:  # (a second Ctrl-C, or one before streaming): what is in OUT is durable
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    resumed = capture.resumed_records
+    after = f", resumed after {count_noun(resumed, 'record')}" if resumed is not None and taken is None else ""
+    rows = f"{taken.rows:,} snapshot row{'s' if taken.rows != 1 else ''} and " if taken is not None else ""
+    again = f", reconnected {count_noun(capture.reconnects, 'time')}" if capture.reconnects else ""
+    console.print(f"captured {rows}{count_noun(progress.messages, 'message')} ({count_noun(progress.bytes, 'byte')}), "
+                  f"{count_noun(progress.transactions, 'transaction')} into {out}{after}{again}; flushed up to "
+                  f"{progress.flushed_lsn}", highlight=False, soft_wrap=True)
+
+
+def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSettings,
+              create_publication: bool) -> SnapshotResult | None:
+    """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  The
+    :class:`~replwire.codec.io.snapshot.SnapshotResult` when it was taken now (``None``: the file's snapshot
+    was complete already)."""
+    from ..io.snapshot import TableProgress, take_snapshot
+
+    def report(table: TableProgress) -> None:
+        seconds = max(table.seconds, 1e-6)
+        line = (f"snapshot {table.schema}.{table.table}: {table.rows:,} rows, {table.bytes / 2**20:.1f} MiB in "
+                f"{table.seconds:.2f} s ({table.rows / seconds:,.0f} rows/s, {table.bytes / 2**20 / seconds:.1f} "
+                f"MiB/s){', done' if table.done else ''}")
+        console.print(line, highlight=False, soft_wrap=True)
+
+    try:
+        result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report)
+    except KeyboardInterrupt:
+        console.print("snapshot interrupted: run the same command again to take it again", highlight=False)
+        sys.exit(130)
+    if result.taken:
+        again = " (an interrupted snapshot was dropped and taken again)" if result.retaken else ""
+        console.print(f"snapshot at {result.lsn}: {count_noun(result.tables, 'table')}, {result.rows:,} "
+                      f"row{'s' if result.rows != 1 else ''}{again}; streaming the changes after it",
+                      highlight=False, soft_wrap=True)
+    else:
+        console.print(f"the snapshot at {result.lsn} in {out} is complete; resuming the changes after it",
+                      highlight=False, soft_wrap=True)
+    return result if result.taken else None
