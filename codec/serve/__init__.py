@@ -6,12 +6,13 @@ replication consumers, PostgreSQL's own subscriber included.
 sockets, and :func:`serving` is the context manager for tests.
 """
 
+from .errors import ServeError, WalsenderError
 from .replay import Replay, Request, RequestError
-from .server import Faults, ServeError, Server, ServerAddress, serving, source_of
+from .server import Faults, Server, ServerAddress, serving, source_of
 from .session import ServeSettings, Session, Slots
 from .source import InputsRefused, Segment, Source, SourceError
 
 __all__ = [
     "Faults", "InputsRefused", "Replay", "Request", "RequestError", "Segment", "ServeError", "ServeSettings", "Server",
-    "ServerAddress", "Session", "Slots", "Source", "SourceError", "serving", "source_of",
+    "ServerAddress", "Session", "Slots", "Source", "SourceError", "WalsenderError", "serving", "source_of",
 ]

@@ -15,18 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import UnknownCommand
+
 __all__ = [
     "AlterSlot", "CreateSlot", "DropSlot", "IdentifySystem", "PublicationNames", "PublicationTables",
-    "SetConfig", "Setting", "Show", "SlotRow", "StartReplication", "UnknownCommand", "read_query",
+    "SetConfig", "Setting", "Show", "SlotRow", "StartReplication", "read_query",
 ]
-
-
-class UnknownCommand(Exception):
-    """Text that is not a command this server runs; ``sqlstate`` says how PostgreSQL would classify it."""
-
-    def __init__(self, message: str, sqlstate: str = "42601") -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,12 @@ from typing import Any
 from ..messages import WireMessage
 from ..scalars import LSN
 from . import frontend
+from .errors import ServeError
 from .replay import Request
 from .session import ServeSettings, Session, Slots
 from .source import Source
 
-__all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"]
+__all__ = ["BATCH", "Faults", "Server", "ServerAddress", "serving"]
 
 #: About how many bytes of frames are sent at a time.
 BATCH = 64 * 1024
@@ -52,10 +53,6 @@ TLS_REFUSING = 8
 _REQUEST = struct.Struct(">ii")
 _INT32 = struct.Struct(">i")
 _ENCRYPTION_REQUESTS = {(8, frontend.SSL_REQUEST), (8, frontend.GSSENC_REQUEST)}
-
-
-class ServeError(RuntimeError):
-    """The server cannot start as asked (address, password, stream)."""
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,10 @@ from ..messages import HotStandbyFeedback, PrimaryKeepalive, StandbyStatusUpdate
 from ..scalars import LSN, Timestamp
 from ..wire.fast import build_envelope, parse_envelope
 from . import commands, frontend
-from .frontend import ClientMessage, ProtocolViolation
+from .errors import AuthenticationFailed, ProtocolViolation, WalsenderError
+from .frontend import ClientMessage
 from .replay import Replay, Request, RequestError
-from .scram import MECHANISM, MECHANISM_PLUS, AuthenticationFailed, ScramExchange, ScramSecret, certificate_binding
+from .scram import MECHANISM, MECHANISM_PLUS, ScramExchange, ScramSecret, certificate_binding
 from .source import Source
 
 __all__ = ["POSTGRES_EPOCH", "ServeSettings", "Session", "Slots"]
@@ -193,14 +194,18 @@ class Session:
             return
         self._last_heard = now
         self.reader.feed(data)
-        try:
-            while not self.closed:
+        while not self.closed:
+            try:
                 event = self.reader.next()
                 if event is None:
                     break
                 self._event(event, now)
-        except ProtocolViolation as error:
-            self._fatal(str(error), error.sqlstate)
+            except WalsenderError as error:  # (the one place a client's error becomes its ErrorResponse)
+                if error.fatal:
+                    self._fatal(str(error), error.sqlstate, detail=error.detail)
+                else:
+                    self._out += frontend.build_error(str(error), error.sqlstate, detail=error.detail)
+                    self._out += frontend.build_ready()
 
     def frame(self, now: float) -> bytes | None:
         """The next XLogData as a CopyData message, or ``None`` when the stream has nothing more."""
@@ -262,12 +267,9 @@ class Session:
             self._messages = None
             self.slots.release(self.pid)  # (PostgreSQL drops a session's temporary slots when it ends)
 
-    def _fatal(self, message: str, sqlstate: str) -> None:
-        self._out += frontend.build_error(message, sqlstate, severity="FATAL")
+    def _fatal(self, message: str, sqlstate: str, *, detail: str | None = None) -> None:
+        self._out += frontend.build_error(message, sqlstate, severity="FATAL", detail=detail)
         self._close(message)
-
-    def _error(self, message: str, sqlstate: str) -> None:
-        self._out += frontend.build_error(message, sqlstate) + frontend.build_ready()
 
     def _event(self, event: frontend.Event, now: float) -> None:
         if isinstance(event, frontend.EncryptionRequest):
@@ -362,7 +364,6 @@ class Session:
         if event.type != b"p":
             raise ProtocolViolation(f"expected SASL response, got message type {event.type!r}")
         assert self._secret is not None
-        failed = f'password authentication failed for user "{self.user}"'
         try:
             if self._scram is None:
                 mechanism, offset = frontend.read_cstring(event.body)
@@ -380,18 +381,14 @@ class Session:
                 final = self._scram.final(event.body)
                 self._out += frontend.build_auth(12, final)
                 self._welcome()
-        except AuthenticationFailed as error:
-            self._out += frontend.build_error(failed, "28P01", severity="FATAL", detail=str(error))
-            self._close(failed)
+        except AuthenticationFailed as error:  # (the client is told only that its password failed)
+            raise AuthenticationFailed(f'password authentication failed for user "{self.user}"',
+                                       detail=str(error)) from None
 
     # -- queries --------------------------------------------------------------------------------------------
 
     def _query(self, text: str, now: float) -> None:
-        try:
-            command = commands.read_query(text)
-        except commands.UnknownCommand as error:
-            self._error(str(error), error.sqlstate)
-            return
+        command = commands.read_query(text)
         out = self._out
         if isinstance(command, commands.IdentifySystem):
             position = str(LSN(self.source.scan().last_lsn))
@@ -401,9 +398,8 @@ class Session:
         elif isinstance(command, commands.Show):
             value = self._settings().get(command.name)
             if value is None:
-                self._error(f'unrecognized configuration parameter "{command.name}"', "42704")
-            else:
-                self._rows([command.name], [[value]], None, "SHOW")
+                raise WalsenderError(f'unrecognized configuration parameter "{command.name}"', "42704", fatal=False)
+            self._rows([command.name], [[value]], None, "SHOW")
         elif isinstance(command, commands.SetConfig):
             self._rows(["set_config"], [[command.value]], None, "SELECT 1")
         elif isinstance(command, commands.PublicationTables):
@@ -416,15 +412,13 @@ class Session:
         elif isinstance(command, commands.Setting):
             value = self._settings().get(command.name)
             if value is None:
-                self._error(f'unrecognized configuration parameter "{command.name}"', "42704")
-            else:
-                self._rows([command.column], [[value]], None, "SELECT 1")
+                raise WalsenderError(f'unrecognized configuration parameter "{command.name}"', "42704", fatal=False)
+            self._rows([command.column], [[value]], None, "SELECT 1")
         elif isinstance(command, commands.SlotRow):
             self._slot_row(command)
         elif isinstance(command, commands.CreateSlot):
             if command.plugin is None:
-                self._error("physical replication slots are not served", "0A000")
-                return
+                raise WalsenderError("physical replication slots are not served", "0A000", fatal=False)
             # A slot that exists (created here, or with a position a client confirmed) is refused as PostgreSQL
             # refuses it (slot.c's ReplicationSlotCreate): a client that creates its slot if it does not exist
             # and then starts at 0/0 (pg_recvlogical --create-slot --if-not-exists --start) resumes after
@@ -432,8 +426,7 @@ class Session:
             # stream starts (a client that starts where its new slot is consistent, as postgres.js does with
             # its TEMPORARY slot, gets every transaction), and nothing is confirmed on it yet.
             if not self.slots.create(command.slot, owner=self.pid if command.temporary else None):
-                self._error(f'replication slot "{command.slot}" already exists', "42710")
-                return
+                raise WalsenderError(f'replication slot "{command.slot}" already exists', "42710", fatal=False)
             position = str(LSN(self._stream_start()))
             self._rows(["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
                        [[command.slot, position, None, command.plugin]], None, "CREATE_REPLICATION_SLOT")
@@ -442,8 +435,8 @@ class Session:
             # temporary slot, which PostgreSQL reports active)
             holder = self.slots.holder(command.slot)
             if holder is not None and holder != self.pid:
-                self._error(f'replication slot "{command.slot}" is active for PID {holder}', "55006")
-                return
+                raise WalsenderError(f'replication slot "{command.slot}" is active for PID {holder}', "55006",
+                                     fatal=False)
             self.slots.drop(command.slot)
             out += frontend.build_command_complete("DROP_REPLICATION_SLOT") + frontend.build_ready()
         elif isinstance(command, commands.AlterSlot):
@@ -487,8 +480,7 @@ class Session:
             "active_pid": (None, 23), "confirmed_flush_lsn": (confirmed, 25), "restart_lsn": (confirmed, 25)}
         unknown = [field for field in command.fields if field not in values]
         if unknown:
-            self._error(f"pg_replication_slots column {unknown[0]} is not served", "0A000")
-            return
+            raise WalsenderError(f"pg_replication_slots column {unknown[0]} is not served", "0A000", fatal=False)
         row = [values[field][0] for field in command.fields]
         self._rows(list(command.columns), [row], [values[field][1] for field in command.fields], "SELECT 1")
 
@@ -507,9 +499,8 @@ class Session:
         try:
             request = Request.from_options(command.options, server_version=self.settings.server_version)
             request.check_source(self.source)
-        except RequestError as error:
-            self._error(str(error), error.sqlstate)
-            return
+        except RequestError as error:  # (replay's own error: a refused START_REPLICATION, the session goes on)
+            raise WalsenderError(str(error), error.sqlstate, fatal=False) from None
         start = max(command.lsn, self.slots.get(command.slot))
         self.slot = command.slot
         self.replay = Replay(self.source, request, start)

@@ -20,7 +20,8 @@ import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn
 from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Session, Source
-from replwire.codec.serve.frontend import FrontendReader, ProtocolViolation
+from replwire.codec.serve.errors import ProtocolViolation
+from replwire.codec.serve.frontend import FrontendReader
 
 #: Connections opened at once by the crowd test (the server takes 6).
 CROWD = 1000

@@ -17,7 +17,8 @@ import psycopg2.extras
 import pytest
 
 from replwire.codec.serve import ServeError, Server, ServeSettings, Session
-from replwire.codec.serve.scram import AuthenticationFailed, ScramExchange, ScramSecret, certificate_binding
+from replwire.codec.serve.errors import AuthenticationFailed
+from replwire.codec.serve.scram import ScramExchange, ScramSecret, certificate_binding
 from tests.serve.test_limits import startup_packet, tiny_source
 
 FACTORY = psycopg2.extras.LogicalReplicationConnection
