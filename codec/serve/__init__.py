@@ -1,7 +1,7 @@
 """``replwire serve``: a walsender of replwire's own, playing captures and built streams to logical
 replication consumers, PostgreSQL's own subscriber included.
 
-:mod:`.session` is the protocol, sans I/O (with :mod:`.frontend`, :mod:`.commands` and :mod:`.scram`);
+:mod:`.session` is the protocol, sans I/O (with :mod:`.frontend`, :mod:`.repl_commands` and :mod:`.scram`);
 :mod:`.replay` re-encodes a :mod:`.source` to what a client asked for; :mod:`.server` runs sessions on
 sockets, and :func:`serving` is the context manager for tests.
 """

@@ -2,7 +2,7 @@
 
 Strategy: a :class:`Session` is a state machine over the events of
 :class:`~replwire.codec.serve.frontend.FrontendReader` -- startup, SCRAM authentication when the server has
-a password, then simple queries (:mod:`~replwire.codec.serve.commands`) until ``START_REPLICATION`` turns
+a password, then simple queries (:mod:`~replwire.codec.serve.repl_commands`) until ``START_REPLICATION`` turns
 the connection into CopyBoth.  Then :meth:`Session.frame` hands out one XLogData CopyData message at a
 time from the client's :class:`~replwire.codec.serve.replay.Replay`, so whoever drives the session sends
 as fast as the socket takes them and never holds the stream; the client's standby status updates move the
@@ -29,7 +29,7 @@ from ..errors import DecodeError
 from ..messages import HotStandbyFeedback, PrimaryKeepalive, StandbyStatusUpdate, XLogData
 from ..scalars import LSN, Timestamp
 from ..wire.fast import build_envelope, parse_envelope
-from . import commands, frontend
+from . import frontend, repl_commands
 from .errors import AuthenticationFailed, ProtocolViolation, WalsenderError
 from .frontend import ClientMessage
 from .replay import Replay, Request, RequestError
@@ -388,35 +388,35 @@ class Session:
     # -- queries --------------------------------------------------------------------------------------------
 
     def _query(self, text: str, now: float) -> None:
-        command = commands.read_query(text)
+        command = repl_commands.read_query(text)
         out = self._out
-        if isinstance(command, commands.IdentifySystem):
+        if isinstance(command, repl_commands.IdentifySystem):
             position = str(LSN(self.source.scan().last_lsn))
             self._rows(["systemid", "timeline", "xlogpos", "dbname"], [[self.settings.system_identifier, "1",
                                                                           position, self._database]],
                        [25, 23, 25, 25], "IDENTIFY_SYSTEM")
-        elif isinstance(command, commands.Show):
+        elif isinstance(command, repl_commands.Show):
             value = self._settings().get(command.name)
             if value is None:
                 raise WalsenderError(f'unrecognized configuration parameter "{command.name}"', "42704", fatal=False)
             self._rows([command.name], [[value]], None, "SHOW")
-        elif isinstance(command, commands.SetConfig):
+        elif isinstance(command, repl_commands.SetConfig):
             self._rows(["set_config"], [[command.value]], None, "SELECT 1")
-        elif isinstance(command, commands.PublicationTables):
+        elif isinstance(command, repl_commands.PublicationTables):
             relations = sorted(self.source.scan().relations)
             rows = [[namespace, name] + [None] * (len(command.columns) - 2) for namespace, name in relations]
             self._rows(list(command.columns), [row[:len(command.columns)] for row in rows], None,
                        f"SELECT {len(rows)}")
-        elif isinstance(command, commands.PublicationNames):
+        elif isinstance(command, repl_commands.PublicationNames):
             self._rows([command.column], [[name] for name in command.names], None, f"SELECT {len(command.names)}")
-        elif isinstance(command, commands.Setting):
+        elif isinstance(command, repl_commands.Setting):
             value = self._settings().get(command.name)
             if value is None:
                 raise WalsenderError(f'unrecognized configuration parameter "{command.name}"', "42704", fatal=False)
             self._rows([command.column], [[value]], None, "SELECT 1")
-        elif isinstance(command, commands.SlotRow):
+        elif isinstance(command, repl_commands.SlotRow):
             self._slot_row(command)
-        elif isinstance(command, commands.CreateSlot):
+        elif isinstance(command, repl_commands.CreateSlot):
             if command.plugin is None:
                 raise WalsenderError("physical replication slots are not served", "0A000", fatal=False)
             # A slot that exists (created here, or with a position a client confirmed) is refused as PostgreSQL
@@ -430,7 +430,7 @@ class Session:
             position = str(LSN(self._stream_start()))
             self._rows(["slot_name", "consistent_point", "snapshot_name", "output_plugin"],
                        [[command.slot, position, None, command.plugin]], None, "CREATE_REPLICATION_SLOT")
-        elif isinstance(command, commands.DropSlot):
+        elif isinstance(command, repl_commands.DropSlot):
             # (any name may be dropped, as any name may be streamed from, save another live session's
             # temporary slot, which PostgreSQL reports active)
             holder = self.slots.holder(command.slot)
@@ -439,10 +439,10 @@ class Session:
                                      fatal=False)
             self.slots.drop(command.slot)
             out += frontend.build_command_complete("DROP_REPLICATION_SLOT") + frontend.build_ready()
-        elif isinstance(command, commands.AlterSlot):
+        elif isinstance(command, repl_commands.AlterSlot):
             out += frontend.build_command_complete("ALTER_REPLICATION_SLOT") + frontend.build_ready()
         else:
-            assert isinstance(command, commands.StartReplication)
+            assert isinstance(command, repl_commands.StartReplication)
             self._start(command, now)
 
     def _stream_start(self) -> int:
@@ -468,7 +468,7 @@ class Session:
                 "client_encoding": self.source.client_encoding,
                 "max_replication_slots": "10", "data_directory_mode": "0700"}
 
-    def _slot_row(self, command: commands.SlotRow) -> None:
+    def _slot_row(self, command: repl_commands.SlotRow) -> None:
         """One slot's row of ``pg_replication_slots``: every slot name exists, decodes with pgoutput without
         two-phase, in the client's database, at the position clients confirmed, and is not in use."""
         confirmed = str(LSN(self.slots.get(command.slot)))
@@ -495,7 +495,7 @@ class Session:
             out += frontend.build_data_row(row)
         out += frontend.build_command_complete(tag) + frontend.build_ready()
 
-    def _start(self, command: commands.StartReplication, now: float) -> None:
+    def _start(self, command: repl_commands.StartReplication, now: float) -> None:
         try:
             request = Request.from_options(command.options, server_version=self.settings.server_version)
             request.check_source(self.source)

@@ -1,4 +1,5 @@
-"""The commands a replication=database connection sends, read from a simple query's text.
+"""The commands a replication=database connection sends, read from a simple query's text: the job of
+PostgreSQL's ``repl_gram.y`` and ``repl_scanner.l``, whose name it takes.
 
 Strategy: a small tokenizer (identifiers, quoted identifiers, string literals, LSNs ``X/Y``, numbers,
 punctuation) and one reader per replication command of the walsender's grammar: ``IDENTIFY_SYSTEM``,
