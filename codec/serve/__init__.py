@@ -8,8 +8,8 @@ sockets, and :func:`serving` is the context manager for tests.
 
 from .errors import ServeError, WalsenderError
 from .replay import Replay, Request, RequestError
-from .server import Faults, Server, ServerAddress, serving, source_of
-from .session import ServeSettings, Session, Slots
+from .server import Faults, Server, ServerAddress, Slots, serving, source_of
+from .session import ServeSettings, Session
 from .source import InputsRefused, Segment, Source, SourceError
 
 __all__ = [

@@ -29,6 +29,7 @@ from ..messages import (
     TupleColumn,
 )
 from ..scalars import LSN, Timestamp
+from .server import FIRST_PID, Slots
 from .session import ServeSettings, Session
 from .source import Source
 
@@ -86,7 +87,7 @@ def fuzz_session(data: bytes) -> None:
     body = data[2:]
     if flags & 6:
         body = _STARTUP + (_START if flags & 4 else b"") + body
-    session = Session(SOURCE, WITH_PASSWORD if flags & 1 else PLAIN, now=1000.0)
+    session = Session(SOURCE, WITH_PASSWORD if flags & 1 else PLAIN, Slots(), pid=FIRST_PID, cancel_key=0, now=1000.0)
     cut = min(cut, len(body))
     received, answered = 0, 0
     for now, chunk in ((1000.0, body[:cut]), (1001.0, body[cut:])):

@@ -16,14 +16,12 @@ the session never blocks, sleeps or reads a clock.
 from __future__ import annotations
 
 import functools
-import itertools
 import pathlib
-import secrets
 import ssl
 import struct
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from ..errors import DecodeError
 from ..messages import HotStandbyFeedback, PrimaryKeepalive, StandbyStatusUpdate, XLogData
@@ -36,11 +34,10 @@ from .replay import Replay, Request, RequestError
 from .scram import MECHANISM, MECHANISM_PLUS, ScramExchange, ScramSecret, certificate_binding
 from .source import Source
 
-__all__ = ["POSTGRES_EPOCH", "ServeSettings", "Session", "Slots"]
+__all__ = ["POSTGRES_EPOCH", "ServeSettings", "Session", "SlotRegistry", "Start", "version_text"]
 
 #: Seconds from the Unix epoch to PostgreSQL's (2000-01-01 00:00:00 UTC).
 POSTGRES_EPOCH = 946_684_800
-_PIDS = itertools.count(40_000)
 
 
 @dataclass(frozen=True)
@@ -66,58 +63,36 @@ class ServeSettings:
     allow_plaintext: bool = False
 
 
-@dataclass
-class Slots:
-    """The slots of one server; thread-safe.
-
-    ``confirmed`` holds the confirmed (flushed) position of each slot name clients streamed from;
-    ``created`` the names clients created (``CREATE_REPLICATION_SLOT``) and did not drop; ``temporary`` the
-    TEMPORARY slots, each with the session (its pid) that made it and whose end drops it.  A name in any of
-    them exists: creating it again is refused, as PostgreSQL refuses it."""
-
-    confirmed: dict[str, int] = field(default_factory=dict)
-    created: set[str] = field(default_factory=set)
-    temporary: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+class SlotRegistry(Protocol):
+    """The slots of the server a session belongs to, owned by its driver (``server.Slots``): a session reads
+    and changes them through these calls only, so sessions running at once see one registry."""
 
     def confirm(self, slot: str, lsn: int) -> None:
-        with self._lock:
-            if lsn > self.confirmed.get(slot, 0):
-                self.confirmed[slot] = lsn
+        """The client confirmed (flushed) ``slot`` up to ``lsn``."""
 
     def get(self, slot: str) -> int:
-        with self._lock:
-            return self.confirmed.get(slot, 0)
+        """The position confirmed on ``slot`` (0 if none)."""
 
     def create(self, slot: str, *, owner: int | None = None) -> bool:
-        """Make ``slot`` (TEMPORARY, held by the session ``owner``, when ``owner`` is given); False if a slot
-        of that name exists (created, temporary, or with a confirmed position)."""
-        with self._lock:
-            if slot in self.created or slot in self.temporary or slot in self.confirmed:
-                return False
-            if owner is None:
-                self.created.add(slot)
-            else:
-                self.temporary[slot] = owner
-            return True
+        """Make ``slot`` (TEMPORARY, held by the session ``owner``, when given); False if it exists."""
 
     def holder(self, slot: str) -> int | None:
         """The session (pid) whose TEMPORARY slot ``slot`` is, or None."""
-        with self._lock:
-            return self.temporary.get(slot)
 
     def drop(self, slot: str) -> None:
-        with self._lock:
-            self.confirmed.pop(slot, None)
-            self.created.discard(slot)
-            self.temporary.pop(slot, None)
+        """Drop ``slot`` and what was confirmed on it."""
 
     def release(self, owner: int) -> None:
-        """The session ``owner`` ended: drop its TEMPORARY slots (and what was confirmed on them)."""
-        with self._lock:
-            for slot in [slot for slot, holder in self.temporary.items() if holder == owner]:
-                del self.temporary[slot]
-                self.confirmed.pop(slot, None)
+        """The session ``owner`` ended: drop its TEMPORARY slots."""
+
+
+class Start(NamedTuple):
+    """A START_REPLICATION the session began streaming for: the slot, the position it starts from, and the
+    client's request."""
+
+    slot: str
+    lsn: int
+    request: Request
 
 
 def _norm_encoding(name: str) -> str:
@@ -131,9 +106,12 @@ def version_text(server_version: int) -> str:
 
 class Session:
     """One connection: :meth:`receive` client bytes, take :meth:`output`; while :attr:`streaming`, call
-    :meth:`frame` for XLogData messages; call :meth:`tick` with the time now and then."""
+    :meth:`frame` for XLogData messages; call :meth:`tick` with the time now and then.
 
-    def __init__(self, source: Source, settings: ServeSettings, slots: Slots | None = None, *,
+    The driver gives what a session does not choose: the server's ``slots``, the session's ``pid`` and the
+    ``cancel_key`` it tells the client (BackendKeyData), and the time it connected (``now``)."""
+
+    def __init__(self, source: Source, settings: ServeSettings, slots: SlotRegistry, *, pid: int, cancel_key: int,
                  now: float = 0.0, peer: str = "127.0.0.1", loopback: bool = True) -> None:
         self.source, self.settings = source, settings
         self.peer, self.loopback = peer, loopback
@@ -141,9 +119,9 @@ class Session:
         #: connection, then calls :meth:`tls_started`.
         self.start_tls = False
         self.tls = False
-        self.slots = slots if slots is not None else Slots()
+        self.slots = slots
         self.reader = frontend.FrontendReader(max_message=settings.max_message)
-        self.pid = next(_PIDS)
+        self.pid, self.cancel_key = pid, cancel_key
         self.state = "startup"  # startup, auth, ready, streaming, closed
         self.user = ""
         self.close_reason: str | None = None
@@ -160,8 +138,8 @@ class Session:
         self._last_keepalive = now
         self._exhausted = False
         self._parameters: dict[str, str] = {}
-        #: Called with ``(slot, start LSN, request)`` when the client starts streaming.
-        self.on_start: Callable[[str, int, Request], None] | None = None
+        #: Each START_REPLICATION streamed for, in order, until the driver takes them (and clears the list).
+        self.started: list[Start] = []
 
     # -- the driver's side ----------------------------------------------------------------------------------
 
@@ -356,7 +334,7 @@ class Session:
                             ("session_authorization", self.user), ("standard_conforming_strings", "on"),
                             ("TimeZone", "UTC")):
             self._out += frontend.build_parameter_status(name, value)
-        self._out += frontend.build_message(b"K", struct.pack(">iI", self.pid, secrets.randbits(32)))
+        self._out += frontend.build_message(b"K", struct.pack(">iI", self.pid, self.cancel_key))
         self._out += frontend.build_ready()
         self.state = "ready"
 
@@ -508,8 +486,7 @@ class Session:
         self._exhausted = False
         self.state = "streaming"
         self._out += frontend.build_copy_both()
-        if self.on_start is not None:
-            self.on_start(command.slot, start, request)
+        self.started.append(Start(command.slot, start, request))
         self._last_heard = self._last_keepalive = now
 
     # -- CopyBoth -------------------------------------------------------------------------------------------
