@@ -1,7 +1,7 @@
 """``replwire serve``: a walsender of replwire's own, playing captures and built streams to logical
 replication consumers, PostgreSQL's own subscriber included.
 
-:mod:`.session` is the protocol, sans I/O (with :mod:`.frontend`, :mod:`.repl_commands` and :mod:`.scram`);
+:mod:`.walsender` is the protocol, sans I/O (with :mod:`.frontend`, :mod:`.repl_commands` and :mod:`.scram`);
 :mod:`.replay` re-encodes a :mod:`.source` to what a client asked for; :mod:`.server` runs sessions on
 sockets, and :func:`serving` is the context manager for tests.
 """
@@ -9,8 +9,8 @@ sockets, and :func:`serving` is the context manager for tests.
 from .errors import ServeError, WalsenderError
 from .replay import Replay, Request, RequestError
 from .server import Faults, Server, ServerAddress, Slots, serving, source_of
-from .session import ServeSettings, Session
 from .source import InputsRefused, Segment, Source, SourceError
+from .walsender import ServeSettings, Session
 
 __all__ = [
     "Faults", "InputsRefused", "Replay", "Request", "RequestError", "Segment", "ServeError", "ServeSettings", "Server",

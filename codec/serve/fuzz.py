@@ -1,6 +1,6 @@
 """The fuzz target of the walsender's protocol core: any bytes a client can send, in any chunks, at any time.
 
-The invariant: :class:`~replwire.codec.serve.session.Session` takes whatever it is fed and answers with
+The invariant: :class:`~replwire.codec.serve.walsender.Session` takes whatever it is fed and answers with
 protocol messages -- an ErrorResponse and a closed session for what it cannot accept -- and nothing else:
 any exception out of it is a finding, and so is holding more than it was sent (its reader's buffer) or
 answering with more than a bounded amount per byte received.
@@ -30,8 +30,8 @@ from ..messages import (
 )
 from ..scalars import LSN, Timestamp
 from .server import FIRST_PID, Slots
-from .session import ServeSettings, Session
 from .source import Source
+from .walsender import ServeSettings, Session
 
 __all__ = ["SEEDS", "fuzz_session", "startup"]
 

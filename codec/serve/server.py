@@ -40,8 +40,8 @@ from ..messages import WireMessage
 from ..scalars import LSN
 from . import frontend
 from .errors import ServeError
-from .session import ServeSettings, Session, Start
 from .source import Source
+from .walsender import ServeSettings, Session, Start
 
 __all__ = ["BATCH", "FIRST_PID", "Faults", "Server", "ServerAddress", "Slots", "serving", "source_of"]
 
