@@ -108,4 +108,4 @@ def fuzz_session(data: bytes) -> None:
     if answered > ANSWER_ALLOWANCE + ANSWER_PER_BYTE * received:
         raise AssertionError(f"{answered} bytes answered to {received} received")
     if not session.closed:
-        raise AssertionError(f"a session silent past its timeouts is still open ({session.state})")
+        raise AssertionError(f"a session silent past its timeouts is still open ({session.phase.value})")
