@@ -16,7 +16,7 @@ import click
 
 from ...schema import highest_proto_version
 from ..serve import Faults, InputsRefused, ServeError, Server, ServeSettings, Source, SourceError
-from ..serve.session import version_text
+from ..serve.walsender import version_text
 from ._common import count_noun, need_proto_version
 
 __all__ = ["serve_command"]

@@ -16,9 +16,11 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .errors import ProtocolViolation
+
 __all__ = [
     "CANCEL_REQUEST", "GSSENC_REQUEST", "MAX_STARTUP", "PROTOCOL_3_0", "SSL_REQUEST", "CancelRequest",
-    "ClientMessage", "EncryptionRequest", "Event", "FrontendReader", "ProtocolViolation", "Startup", "build_auth",
+    "ClientMessage", "EncryptionRequest", "Event", "FrontendReader", "Startup", "build_auth",
     "build_command_complete", "build_copy_both", "build_copy_data", "build_data_row", "build_error",
     "build_message", "build_parameter_status", "build_ready", "build_row_description",
 ]
@@ -31,14 +33,6 @@ CANCEL_REQUEST = 80877102
 MAX_STARTUP = 10_000
 _INT32 = struct.Struct(">i")
 _HEAD = struct.Struct(">ci")
-
-
-class ProtocolViolation(Exception):
-    """The client broke the protocol; ``sqlstate`` is the error code to answer with (08P01 by default)."""
-
-    def __init__(self, message: str, sqlstate: str = "08P01") -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The fuzz target of the walsender's protocol core: any bytes a client can send, in any chunks, at any time.
 
-The invariant: :class:`~replwire.codec.serve.session.Session` takes whatever it is fed and answers with
+The invariant: :class:`~replwire.codec.serve.walsender.Session` takes whatever it is fed and answers with
 protocol messages -- an ErrorResponse and a closed session for what it cannot accept -- and nothing else:
 any exception out of it is a finding, and so is holding more than it was sent (its reader's buffer) or
 answering with more than a bounded amount per byte received.
@@ -29,8 +29,9 @@ from ..messages import (
     TupleColumn,
 )
 from ..scalars import LSN, Timestamp
-from .session import ServeSettings, Session
+from .server import FIRST_PID, Slots
 from .source import Source
+from .walsender import ServeSettings, Session
 
 __all__ = ["SEEDS", "fuzz_session", "startup"]
 
@@ -86,7 +87,7 @@ def fuzz_session(data: bytes) -> None:
     body = data[2:]
     if flags & 6:
         body = _STARTUP + (_START if flags & 4 else b"") + body
-    session = Session(SOURCE, WITH_PASSWORD if flags & 1 else PLAIN, now=1000.0)
+    session = Session(SOURCE, WITH_PASSWORD if flags & 1 else PLAIN, Slots(), pid=FIRST_PID, cancel_key=0, now=1000.0)
     cut = min(cut, len(body))
     received, answered = 0, 0
     for now, chunk in ((1000.0, body[:cut]), (1001.0, body[cut:])):
@@ -107,4 +108,4 @@ def fuzz_session(data: bytes) -> None:
     if answered > ANSWER_ALLOWANCE + ANSWER_PER_BYTE * received:
         raise AssertionError(f"{answered} bytes answered to {received} received")
     if not session.closed:
-        raise AssertionError(f"a session silent past its timeouts is still open ({session.state})")
+        raise AssertionError(f"a session silent past its timeouts is still open ({session.phase.value})")

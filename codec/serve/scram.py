@@ -20,7 +20,9 @@ import stringprep
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["MECHANISM", "MECHANISM_PLUS", "AuthenticationFailed", "ScramExchange", "ScramSecret",
+from .errors import AuthenticationFailed
+
+__all__ = ["MECHANISM", "MECHANISM_PLUS", "ScramExchange", "ScramSecret",
            "certificate_binding", "password_bytes", "saslprep"]
 
 MECHANISM = "SCRAM-SHA-256"
@@ -28,10 +30,6 @@ MECHANISM = "SCRAM-SHA-256"
 MECHANISM_PLUS = "SCRAM-SHA-256-PLUS"
 BINDING_TYPE = "tls-server-end-point"
 ITERATIONS = 4096
-
-
-class AuthenticationFailed(Exception):
-    """The client's messages are malformed or its proof is wrong."""
 
 
 def _hmac(key: bytes, data: bytes) -> bytes:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import os
+import secrets
 import select
 import selectors
 import socket
@@ -31,17 +33,17 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import WireMessage
 from ..scalars import LSN
 from . import frontend
-from .replay import Request
-from .session import ServeSettings, Session, Slots
+from .errors import ServeError
 from .source import Source
+from .walsender import ServeSettings, Session, Start
 
-__all__ = ["BATCH", "Faults", "ServeError", "Server", "ServerAddress", "serving"]
+__all__ = ["BATCH", "FIRST_PID", "Faults", "Server", "ServerAddress", "Slots", "serving", "source_of"]
 
 #: About how many bytes of frames are sent at a time.
 BATCH = 64 * 1024
@@ -52,10 +54,8 @@ TLS_REFUSING = 8
 _REQUEST = struct.Struct(">ii")
 _INT32 = struct.Struct(">i")
 _ENCRYPTION_REQUESTS = {(8, frontend.SSL_REQUEST), (8, frontend.GSSENC_REQUEST)}
-
-
-class ServeError(RuntimeError):
-    """The server cannot start as asked (address, password, stream)."""
+#: The process ID told to a server's first session (BackendKeyData); each later one is the next number.
+FIRST_PID = 40_000
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,60 @@ class Faults:
     #: Send a keepalive asking for a reply right after every frame without a position (a Relation, a Type, a
     #: Begin before its Origin), as a walsender may when it waits for its socket there.
     keepalive_after_unpositioned: bool = False
+
+
+@dataclass
+class Slots:
+    """The slots of one server, shared by its sessions (through ``session.SlotRegistry``); thread-safe.
+
+    ``confirmed`` holds the confirmed (flushed) position of each slot name clients streamed from;
+    ``created`` the names clients created (``CREATE_REPLICATION_SLOT``) and did not drop; ``temporary`` the
+    TEMPORARY slots, each with the session (its pid) that made it and whose end drops it.  A name in any of
+    them exists: creating it again is refused, as PostgreSQL refuses it."""
+
+    confirmed: dict[str, int] = field(default_factory=dict)
+    created: set[str] = field(default_factory=set)
+    temporary: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def confirm(self, slot: str, lsn: int) -> None:
+        with self._lock:
+            if lsn > self.confirmed.get(slot, 0):
+                self.confirmed[slot] = lsn
+
+    def get(self, slot: str) -> int:
+        with self._lock:
+            return self.confirmed.get(slot, 0)
+
+    def create(self, slot: str, *, owner: int | None = None) -> bool:
+        """Make ``slot`` (TEMPORARY, held by the session ``owner``, when ``owner`` is given); False if a slot
+        of that name exists (created, temporary, or with a confirmed position)."""
+        with self._lock:
+            if slot in self.created or slot in self.temporary or slot in self.confirmed:
+                return False
+            if owner is None:
+                self.created.add(slot)
+            else:
+                self.temporary[slot] = owner
+            return True
+
+    def holder(self, slot: str) -> int | None:
+        """The session (pid) whose TEMPORARY slot ``slot`` is, or None."""
+        with self._lock:
+            return self.temporary.get(slot)
+
+    def drop(self, slot: str) -> None:
+        with self._lock:
+            self.confirmed.pop(slot, None)
+            self.created.discard(slot)
+            self.temporary.pop(slot, None)
+
+    def release(self, owner: int) -> None:
+        """The session ``owner`` ended: drop its TEMPORARY slots (and what was confirmed on them)."""
+        with self._lock:
+            for slot in [slot for slot, holder in self.temporary.items() if holder == owner]:
+                del self.temporary[slot]
+                self.confirmed.pop(slot, None)
 
 
 @dataclass(frozen=True)
@@ -127,6 +181,7 @@ class Server:
         self._socket.listen(128)
         self.address = ServerAddress(host, self._socket.getsockname()[1])
         self.slots = Slots()
+        self._pids = itertools.count(FIRST_PID)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
@@ -136,7 +191,7 @@ class Server:
         self._tls_refusing = 0  # connections over the limit being refused over TLS
         self._acceptor: threading.Thread | None = None
         #: ``(slot, start LSN, request)`` of every START_REPLICATION served, in order.
-        self.starts: list[tuple[str, int, Request]] = []
+        self.starts: list[Start] = []
         self.served = 0  # connections taken
         self.refused = 0  # connections refused for the limit
 
@@ -304,17 +359,11 @@ class Server:
 
     def _run(self, conn: socket.socket, peer: Any) -> None:
         host = peer[0] if isinstance(peer, tuple) else str(peer)
-        session = Session(self.source, self.settings, self.slots, now=time.time(), peer=host,
-                          loopback=_is_loopback_address(host))
+        with self._lock:
+            pid = next(self._pids)
+        session = Session(self.source, self.settings, self.slots, pid=pid, cancel_key=secrets.randbits(32),
+                          now=time.time(), peer=host, loopback=_is_loopback_address(host))
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-
-        def started(slot: str, start: int, request: Request) -> None:
-            self.starts.append((slot, start, request))
-            self.log(f"{where}: START_REPLICATION slot {slot} from {LSN(start)}: proto_version "
-                     f"{request.proto_version}, streaming {request.streaming}, two_phase {request.two_phase}, "
-                     f"messages {request.messages}, binary {request.binary}, origin {request.origin}")
-
-        session.on_start = started
         self.log(f"{where}: connected (session {session.pid})")
         conn.settimeout(self.settings.reply_timeout)
         poller = select.poll()
@@ -373,6 +422,7 @@ class Server:
                             raise
                     else:
                         session.receive(data, time.time())
+                        self._take_starts(session, where)
                     if bounded and not session.starting:
                         conn.settimeout(self.settings.reply_timeout)
                         bounded = False
@@ -396,6 +446,16 @@ class Server:
                 conn.close()
             self.log(f"{where}: closed ({session.close_reason}; {session.sent_frames} frames sent)")
 
+
+    def _take_starts(self, session: Session, where: str) -> None:
+        """Note the START_REPLICATIONs ``session`` began streaming for (before their first frame is sent)."""
+        for start in session.started:
+            request = start.request
+            self.starts.append(start)
+            self.log(f"{where}: START_REPLICATION slot {start.slot} from {LSN(start.lsn)}: proto_version "
+                     f"{request.proto_version}, streaming {request.streaming}, two_phase {request.two_phase}, "
+                     f"messages {request.messages}, binary {request.binary}, origin {request.origin}")
+        session.started.clear()
 
     def _handshake(self, conn: socket.socket, session: Session) -> socket.socket:
         """The TLS handshake the session agreed to, within the startup timeout; the encrypted socket."""

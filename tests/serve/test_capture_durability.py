@@ -33,7 +33,7 @@ from replwire.codec import (
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
 from replwire.codec.serve import Faults, Server, ServeSettings
 from replwire.codec.serve.replay import Replay, Request
-from replwire.codec.serve.session import Slots
+from replwire.codec.serve.server import Slots
 from replwire.codec.serve.source import Source
 from tests.support.capture import commit_ends
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replwire.codec.serve import fuzz
-from replwire.codec.serve.session import Session
+from replwire.codec.serve.walsender import Session
 
 
 @pytest.mark.parametrize("seed", fuzz.SEEDS, ids=range(len(fuzz.SEEDS)))

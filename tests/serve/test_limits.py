@@ -19,8 +19,9 @@ import psycopg2.extras
 import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn
-from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Session, Source
-from replwire.codec.serve.frontend import FrontendReader, ProtocolViolation
+from replwire.codec.serve import Faults, ServeError, Server, ServeSettings, Session, Slots, Source
+from replwire.codec.serve.errors import ProtocolViolation
+from replwire.codec.serve.frontend import FrontendReader
 
 #: Connections opened at once by the crowd test (the server takes 6).
 CROWD = 1000
@@ -275,7 +276,8 @@ def test_replication_slots_are_created_and_dropped_as_asked(server):
 def test_the_startup_timeout_counts_from_the_connection_not_from_its_last_byte():
     """A client sending its startup packet a byte at a time, each well within the timeout, is still dropped
     once the timeout has passed since it connected (PostgreSQL's ``authentication_timeout``)."""
-    session = Session(tiny_source(), ServeSettings(160000, startup_timeout=10), now=1000.0)
+    session = Session(tiny_source(), ServeSettings(160000, startup_timeout=10), Slots(), pid=1, cancel_key=0,
+                      now=1000.0)
     packet = startup_packet(user="u", database="d", replication="database", application_name="x" * 100)
     for second, byte in enumerate(packet[:-1], start=1):  # one byte a second, never silent for 10
         session.receive(bytes([byte]), now=1000.0 + second)

@@ -7,7 +7,8 @@ import base64
 
 import pytest
 
-from replwire.codec.serve.scram import AuthenticationFailed, ScramExchange, ScramSecret, password_bytes, saslprep
+from replwire.codec.serve.errors import AuthenticationFailed
+from replwire.codec.serve.scram import ScramExchange, ScramSecret, password_bytes, saslprep
 
 # RFC 7677, section 3: user "user", password "pencil"
 CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"

@@ -16,8 +16,9 @@ import psycopg2
 import psycopg2.extras
 import pytest
 
-from replwire.codec.serve import ServeError, Server, ServeSettings, Session
-from replwire.codec.serve.scram import AuthenticationFailed, ScramExchange, ScramSecret, certificate_binding
+from replwire.codec.serve import ServeError, Server, ServeSettings, Session, Slots
+from replwire.codec.serve.errors import AuthenticationFailed
+from replwire.codec.serve.scram import ScramExchange, ScramSecret, certificate_binding
 from tests.serve.test_limits import startup_packet, tiny_source
 
 FACTORY = psycopg2.extras.LogicalReplicationConnection
@@ -115,17 +116,18 @@ def test_off_loopback_a_client_must_use_tls_unless_told_otherwise(pki, allow_pla
 def test_bytes_after_the_ssl_request_are_refused(pki):
     """Data sent with the SSL request, before the handshake, would pass as if it came encrypted
     (CVE-2021-23214): refused."""
-    session = Session(tiny_source(), settings(pki))
+    session = Session(tiny_source(), settings(pki), Slots(), pid=1, cancel_key=0)
     session.receive(struct.pack(">ii", 8, 80877103) + startup_packet(user="u", replication="database"), 0.0)
     assert session.closed and b"08P01" in session.output()
     assert not session.start_tls
-    twice = Session(tiny_source(), settings(pki))
+    twice = Session(tiny_source(), settings(pki), Slots(), pid=1, cancel_key=0)
     twice.receive(struct.pack(">ii", 8, 80877103), 0.0)
     assert twice.output() == b"S" and twice.start_tls
     twice.tls_started()
     twice.receive(struct.pack(">ii", 8, 80877103), 0.0)  # (again, inside TLS)
     assert twice.closed and b"08P01" in twice.output()
-    plain = Session(tiny_source(), ServeSettings(160000))  # without TLS: N, and the startup goes on in clear
+    # without TLS: N, and the startup goes on in clear
+    plain = Session(tiny_source(), ServeSettings(160000), Slots(), pid=1, cancel_key=0)
     plain.receive(struct.pack(">ii", 8, 80877103), 0.0)
     assert plain.output() == b"N" and not plain.closed
 

@@ -1,4 +1,5 @@
-"""The commands a replication=database connection sends, read from a simple query's text.
+"""The commands a replication=database connection sends, read from a simple query's text: the job of
+PostgreSQL's ``repl_gram.y`` and ``repl_scanner.l``, whose name it takes.
 
 Strategy: a small tokenizer (identifiers, quoted identifiers, string literals, LSNs ``X/Y``, numbers,
 punctuation) and one reader per replication command of the walsender's grammar: ``IDENTIFY_SYSTEM``,
@@ -15,18 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import UnknownCommand
+
 __all__ = [
     "AlterSlot", "CreateSlot", "DropSlot", "IdentifySystem", "PublicationNames", "PublicationTables",
-    "SetConfig", "Setting", "Show", "SlotRow", "StartReplication", "UnknownCommand", "read_query",
+    "SetConfig", "Setting", "Show", "SlotRow", "StartReplication", "read_query",
 ]
-
-
-class UnknownCommand(Exception):
-    """Text that is not a command this server runs; ``sqlstate`` says how PostgreSQL would classify it."""
-
-    def __init__(self, message: str, sqlstate: str = "42601") -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
 
 
 @dataclass(frozen=True)
