@@ -15,6 +15,11 @@ point (:data:`SNAPSHOT_SLOT`), then per table its Relation (and Type) messages, 
 and its rows as ``COPY ... TO STDOUT`` wrote them, whole rows in records of bounded size; it is complete once
 :data:`SNAPSHOT_END` is in the file.  Every record after :data:`SNAPSHOT_SLOT` has the consistent point as its
 LSN.  Format version 2 added the section; a version 1 file is a version 2 file without one.
+
+Format version 3 added :data:`SLOT_CONFIRMED`: where the slot stood when a capture started streaming, and
+each position the capture acknowledged beyond what its records complete.  With them a reader sees a
+missing segment: a capture that starts past everything the files before it reach started on a slot that
+had moved on without them.  A version 2 file is a version 3 file without these records.
 """
 
 from .constructs import Counted, Crc32, Magic
@@ -47,9 +52,9 @@ __all__ = [
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"
 #: The format version this code writes.
-FORMAT_VERSION = 2
-#: The format versions this code reads (version 2 added the snapshot section).
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: The format versions this code reads (version 2 added the snapshot section, version 3 SlotConfirmed).
+FORMAT_VERSIONS = (1, 2, 3)
 #: The header option that holds the connection's client encoding (PostgreSQL's name), and its value when
 #: the option is absent (a file captured in UTF8, which is written without it).
 CLIENT_ENCODING = "client_encoding"
@@ -180,3 +185,25 @@ SNAPSHOT_END = message(
 
 #: The snapshot record kinds, in the order a section holds them.
 SNAPSHOT_RECORDS = (SNAPSHOT_BEGIN, SNAPSHOT_SLOT, SNAPSHOT_TABLE, SNAPSHOT_ROWS, SNAPSHOT_TABLE_END, SNAPSHOT_END)
+
+
+# -- the slot's confirmed positions --------------------------------------------------------------------------
+
+SLOT_FAMILY = "slot"
+
+SLOT_CONFIRMED = message(
+    b"\x07", "SlotConfirmed",
+    field("lsn", Lsn, "The position: the slot's confirmed position, or one the capture acknowledged."),
+    field("at_start", Int8, "1: the slot's confirmed position as the capture started streaming (the server "
+                            "sends what completes after it); 0: a position the capture acknowledged to the "
+                            "server, written and made durable before the acknowledgement."),
+    doc="Where the slot stands.  Written when streaming starts (each run and reconnection), and before every "
+        "acknowledgement of a position beyond what the records complete (the server's WAL end, once "
+        "nothing is in flight); never inside a transaction.  Its record's LSN is the same position.  A "
+        "reader of several files checks that each start is within what the records before it reach.",
+    family=SLOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+#: Every record kind of a capture file that is not a pgoutput message: the snapshot section's, then
+#: SlotConfirmed.
+CAPTURE_RECORDS = (*SNAPSHOT_RECORDS, SLOT_CONFIRMED)

@@ -95,6 +95,7 @@ def _run(path: str, echo: Callable[[str], None]) -> Summary:
     from ..io.capture_file import read_capture
     from ..io.live import CaptureSettings, LiveCapture
     from ..scalars import LSN
+    from ..stream import snapshot
     from ..stream.assembler import Assembler, Transaction
     from ..testing.localserver import PgServer
 
@@ -146,6 +147,8 @@ def _run(path: str, echo: Callable[[str], None]) -> Summary:
     with read_capture(path) as reader:
         assembler = Assembler(proto_version=reader.header.proto_version)
         for record in reader.records():
+            if record.data[:1] and record.data[0] in snapshot.KINDS:  # where the slot stood: no message
+                continue
             summary.messages += 1
             for item in assembler.feed(record.data, lsn=record.lsn or None):
                 if not isinstance(item, Transaction):

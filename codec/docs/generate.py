@@ -424,8 +424,8 @@ def capture_format_page() -> str:
 
 
 def snapshot_section() -> list[str]:
-    """The capture file format page's part on the snapshot section, from the snapshot record kinds'
-    declarations (:data:`replwire.schema.capture.SNAPSHOT_RECORDS`)."""
+    """The capture file format page's part on the records that are no pgoutput messages, from their
+    declarations (:data:`replwire.schema.capture.CAPTURE_RECORDS`): the snapshot section, SlotConfirmed."""
     from ...schema import capture
 
     lines = [
@@ -444,6 +444,19 @@ def snapshot_section() -> list[str]:
         lines += [f"### {spec.name}", "", spec.doc, "", field_table(node), ""]
         if spec is capture.SNAPSHOT_TABLE:
             lines += ["Each message:", "", field_table(walker.record_node(capture.SNAPSHOT_SCHEMA_MESSAGE)), ""]
+    spec = capture.SLOT_CONFIRMED
+    lines += [
+        "## Where the slot stood", "",
+        f"Format version 3 added one more record kind, {spec.name} (first byte 0x07). "
+        "`replwire capture` writes it when it starts streaming (the slot's confirmed position: what the server "
+        "sends next completes after it) and, between transactions, before it acknowledges a position that no "
+        "record completes (the server's WAL end while nothing in it is for the publication). So every "
+        "position the slot is ever confirmed at is one the file completes or names, and a reader of several "
+        "files of one slot (`replwire decode`, the Spark jobs, `replwire serve`) refuses a capture that started "
+        "past what the records before it reach: the slot moved on over changes no given file holds. Readers "
+        "pass over the record otherwise; a version 2 file is a version 3 file without it.", "",
+        f"### {spec.name}", "", spec.doc, "", field_table(walker.record_node(spec.declaration)), "",
+    ]
     return lines
 
 

@@ -38,6 +38,7 @@ from ...schema import capture as layout
 from .. import walker
 from ..errors import ReplwireError
 from ..scalars import LSN
+from ..stream.snapshot import confirmed_record as _confirmed_record
 
 
 class CaptureFileError(ReplwireError, ValueError):
@@ -515,8 +516,11 @@ class CaptureWriter:
         self._durable = 0  # the file's size after the last sync: the end of the last durable record
         self._failed: OSError | None = None  # the write or fsync that failed (the writer is broken)
         self._cut = True  # the file ends at _durable (False: a failure's cut is still to be made)
+        #: the file's format version: a file continued keeps the one it was created with
+        self.format_version = header.format_version
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
             with CaptureReader(self.path) as reader:
+                self.format_version = reader.header.format_version
                 if reader.header.settings != header.settings:
                     raise CaptureFileError(self.path, "cannot append: the file was captured with (proto_version, "
                                                       f"options, client_encoding) {reader.header.settings}, not "
@@ -571,6 +575,14 @@ class CaptureWriter:
         self._last = records[-1][0]
         if len(self._batch) >= BATCH:
             self._write()
+
+    def confirm(self, lsn: int, at_start: bool = False) -> None:
+        """Append a ``SlotConfirmed`` record (:data:`~replwire.schema.capture.SLOT_CONFIRMED`): the slot's
+        confirmed position as streaming starts (``at_start``), or a position about to be acknowledged, which
+        :meth:`sync` must make durable first.  Only between transactions.  A file of an older format version
+        gets none (its readers would not know the record)."""
+        if self.format_version >= 3:
+            self.append(lsn, 0, _confirmed_record(lsn, at_start))
 
     def _check(self) -> None:
         if self._failed is not None:

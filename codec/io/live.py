@@ -68,6 +68,10 @@ __all__ = ["VIAS", "CaptureDamaged", "CaptureError", "CaptureSettings", "Capture
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
 VIAS = ("replication", "sql")
+_CONFIRMED = bytes((snapshot.CONFIRMED,))
+#: The most seconds between two SlotConfirmed records while the server's WAL moves with nothing for the
+#: publication (below psycopg2's status interval of 10 s, see _run_replication).
+_CONFIRM_EVERY = 5.0
 
 
 class CaptureError(ReplwireError, RuntimeError):
@@ -319,14 +323,15 @@ def check_source(path: str | os.PathLike[str], header: CaptureHeader, slot_name:
 
 
 def _first_record(path: str) -> bytes | None:
-    """The data of the first record of the capture file ``path`` (``None``: it holds no record)."""
+    """The data of the first record of the capture file ``path`` that holds something captured (``None``: it
+    holds none, at most records of where its slot stood)."""
     with read_capture(path) as reader:
         reading = reader.records(raw=True)
         try:
-            first = next(reading, None)
+            first = next((data for _, _, _, data in reading if data[:1] != _CONFIRMED), None)
         finally:
             reading.close()
-    return None if first is None else first[3]
+    return first
 
 
 @dataclass
@@ -380,9 +385,13 @@ def _resume_point(path: str, confirmed: LSN) -> _Resume:
         size = completed = kept_size = kept_completed = 0  # (the bytes and positions of all, and of the kept)
         reading = reader.records(raw=True)
         for offset, _, _, data in reading:
+            position: int | None
+            if data and data[0] == snapshot.CONFIRMED:  # where the slot stood (between transactions): no message
+                if snapshot.parse_record(data).lsn <= confirmed:
+                    cut = reading.end
+                continue
             count += 1
             size += len(data)
-            position: int | None
             if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
                 position = snapshot.record_completes(data)
             else:
@@ -511,8 +520,14 @@ class LiveCapture:
             first = _first_record(self.out)
         except CaptureFileError as error:
             raise CaptureError(str(error)) from None
-        if first is None:
-            return  # a header only: nothing was captured, nothing to continue
+        if first is None:  # nothing was captured, nothing to continue: the new slot's stream starts the file
+            try:
+                with read_capture(self.out) as reader:
+                    start = reader.header_end
+                cut_file(self.out, start)  # (where the old slot stood says nothing of the new one)
+            except (OSError, CaptureFileError) as error:
+                raise CaptureError(f"cannot write {self.out}: {error}") from None
+            return
         name = self.settings.slot
         if first[:1] and first[0] == snapshot.BEGIN:
             taken = snapshot.parse_record(first).slot
@@ -544,7 +559,9 @@ class LiveCapture:
                     progress.transactions -= min(found.transactions, progress.transactions)
                 else:
                     self.resumed_records = found.kept
-            return CaptureWriter(self.out, header)
+            writer = CaptureWriter(self.out, header)
+            writer.confirm(confirmed, at_start=True)  # where the slot stands: what the server sends follows it
+            return writer
         except CaptureFileError as error:
             raise (CaptureDamaged if error.damaged_inside else CaptureError)(str(error)) from None
         except OSError as error:
@@ -647,21 +664,32 @@ class LiveCapture:
         _check_encoding(conn, writer)
         cur = conn.cursor()
         pending = 0  # the highest position completed since the last acknowledgement (0: none)
-        last_sync = time.monotonic()
+        reached = int(self.progress.flushed_lsn)  # the highest position the file completes or names
+        last_sync = last_confirm = time.monotonic()
 
         def sync_and_ack(force: bool = False) -> None:
-            nonlocal pending, last_sync
+            nonlocal pending, reached, last_sync, last_confirm
             now = time.monotonic()
             if not force and now - last_sync < self.sync_interval:
                 return
-            writer.sync()
-            last_sync = now
             target = pending
             server_end = getattr(cur, "wal_end", 0) or 0
             if server_end > progress.server_lsn:
                 progress.server_lsn = LSN(server_end)
-            if tracker.idle and server_end > target:
-                target = server_end  # nothing in flight: the server may forget everything it sent
+            if tracker.idle and server_end > max(target, reached):
+                # Nothing in flight: the server may forget everything it sent -- once the file says so (a
+                # SlotConfirmed, durable before the acknowledgement), so that a capture started later from
+                # this position is known to follow this file.  Said every _CONFIRM_EVERY seconds at most
+                # while the server's WAL moves with nothing for the publication; psycopg2 confirms the WAL
+                # end of the keepalives itself in the status updates it sends when this loop sends none for
+                # its status interval, which these keep from coming due.
+                if not force and not pending and now - last_confirm < _CONFIRM_EVERY:
+                    return
+                writer.confirm(server_end)
+                target, last_confirm = server_end, now
+            writer.sync()
+            last_sync = now
+            reached = max(reached, target)
             if target > progress.flushed_lsn:
                 progress.flushed_lsn = LSN(target)
             cur.send_feedback(write_lsn=int(progress.current_lsn), flush_lsn=int(progress.flushed_lsn),
@@ -835,6 +863,8 @@ class LiveCapture:
 
         def advance(target: LSN) -> None:
             if target > progress.flushed_lsn:
+                if target > batch.done:  # a position no record completes: the file says so before the slot moves
+                    batch.confirm(target)
                 with conn.cursor() as cur:
                     cur.execute("SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
                                 (self.settings.slot, str(target)))
@@ -968,6 +998,13 @@ class _SqlBatch:
                     self._counted = progress.messages, progress.bytes
         conn.commit()
         return rows, wal_end
+
+    def confirm(self, position: LSN) -> None:
+        """Append a SlotConfirmed of ``position`` (beyond what the records complete) and fsync it: on disk before
+        the slot moves there.  Only after :meth:`settle` (nothing after ``kept``)."""
+        self.writer.confirm(position)
+        self.kept = self.writer.mark()
+        self.writer.sync()
 
     def settle(self) -> None:
         """Drop what was appended after the last completed position, and fsync: on disk before the slot moves.

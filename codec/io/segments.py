@@ -28,7 +28,7 @@ from ..stream import snapshot
 from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
 from .positions import PositionTracker
 
-__all__ = ["Input", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]
+__all__ = ["Input", "Reach", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]
 
 _POSITION_BITS = 48
 _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
@@ -144,7 +144,7 @@ class _Start:
     """Where an input's records begin in the stream: the consistent point of the snapshot section it opens
     with (``snapshot``), else the first position a record of it completes (``completed``: a commit's,
     prepare's or rollback's end LSN, a non-transactional message's LSN), else the first record LSN it has
-    (``lsn``: an input that holds only part of a transaction)."""
+    (``lsn``: an input that holds only part of a transaction, or where its slot stood as it started)."""
 
     snapshot: int | None = None
     completed: int | None = None
@@ -169,6 +169,8 @@ def _start(source: Input) -> _Start:
             if data and data[0] in snapshot.KINDS:
                 if data[0] == snapshot.SLOT and first is None:  # the section names the slot's consistent point
                     return _Start(snapshot=lsn)
+                if data[0] == snapshot.CONFIRMED and first is None:  # where its slot stood as it started
+                    first = lsn
                 continue
             if first is None and lsn:
                 first = lsn
@@ -195,9 +197,9 @@ def stream_order(inputs: Sequence[Input]) -> list[Input]:
     stream (a slot is created once: such a file is of another slot of that name, and what happened
     between its end and the snapshot is in neither).
 
-    Not detectable from positions: a missing segment between two given ones (a capture stopped cleanly
-    resumes just past what its file holds, and WAL with nothing for the publication moves no position,
-    so the next file's first position says nothing of what came between)."""
+    A missing segment between two given ones is not seen here, from the inputs' starts (WAL with nothing for
+    the publication moves no position a record completes): the readers of the records see it, with
+    :class:`Reach`, in files that record where their slot stood (format version 3)."""
     starts = [_start(source) for source in inputs]
     order = sorted(range(len(inputs)), key=lambda i: starts[i].key)
     snapshots = [(at, inputs[i].path) for i in order if (at := starts[i].snapshot) is not None]
@@ -216,6 +218,42 @@ def stream_order(inputs: Sequence[Input]) -> list[Input]:
                                                        f"{where} started its slot at {LSN(point)} (a file of "
                                                        "another slot of that name?)")
     return [replace(inputs[i], index=place) for place, i in enumerate(order)]
+
+
+class Reach:
+    """How far the records of a stream read so far reach -- the highest position a record completes or a
+    ``SlotConfirmed`` record names (:data:`position`) -- and the check that each capture in them started
+    within it.
+
+    A capture starts streaming at its slot's confirmed position, and writes that position first
+    (``SlotConfirmed`` with ``at_start``); it acknowledges only positions its records complete or that a
+    ``SlotConfirmed`` written before the acknowledgement names.  So when nothing is missing, every start is
+    at or before the reach of the records before it; a start past it means the slot moved on over changes no
+    input holds -- a file of the stream left out, or another client of the slot -- and is refused
+    (:class:`~replwire.codec.io.capture_file.CaptureFileError`).  Files without these records (format
+    version 2 and older, COPY-CSV) are not checked.
+
+    Readers pass every ``SlotConfirmed`` record to :meth:`confirmed`, with the highest position their own
+    records completed so far (``completed``), or raise :attr:`position` themselves as records complete."""
+
+    __slots__ = ("position",)
+
+    def __init__(self) -> None:
+        self.position = -1  # (-1: nothing read yet reaches anywhere)
+
+    def confirmed(self, path: str, data: bytes, completed: int = -1, offset: int | None = None) -> None:
+        """Take the ``SlotConfirmed`` record ``data`` of input ``path`` (at ``offset``); refuse a start past
+        the reach."""
+        fields = snapshot.parse_record(data)
+        reach = max(self.position, completed)
+        if fields.at_start and 0 <= reach < fields.lsn:
+            raise CaptureFileError(path, f"the inputs are not one stream: a capture in this file started "
+                                         f"at {LSN(fields.lsn)}, "
+                                         f"where its slot stood, but the records before it reach only "
+                                         f"{LSN(reach)}: the slot had moved past changes no input holds (a file "
+                                         f"of the stream is missing, or another client read the slot in "
+                                         f"between); give every file of the stream", offset)
+        self.position = max(reach, fields.lsn)
 
 
 def text_encoding(recorded: str, given: str | None = None, *, need_text: bool = False) -> str:

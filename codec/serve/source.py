@@ -24,7 +24,8 @@ from typing import Any
 
 from ..errors import ReplwireError
 from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
-from ..io.segments import check_file, open_inputs
+from ..io.positions import message_completes
+from ..io.segments import Reach, check_file, open_inputs
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -76,14 +77,16 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Segment:
-    """One captured session: ``records()`` iterates ``(lsn, message bytes)`` afresh on every call."""
+    """One captured session: ``records()`` iterates ``(lsn, message bytes)`` afresh on every call;
+    ``records(marks)`` calls ``marks(path, data, offset=offset)`` for each record that says where the slot
+    stood (see :class:`~replwire.codec.io.segments.Reach`)."""
 
     name: str
     proto_version: int
     options: Mapping[str, str]
     client_encoding: str
     server_version: int
-    records: Callable[[], Iterator[tuple[int, bytes]]]
+    records: Callable[..., Iterator[tuple[int, bytes]]]
 
     @property
     def binary(self) -> bool:
@@ -204,26 +207,29 @@ class Source:
             records.append((position, build(message, proto_version=proto_version, in_stream=in_stream,
                                             encoding=client_encoding)))
         segment = Segment("messages", proto_version, dict(options or {}), client_encoding, server_version,
-                          lambda: iter(records))
+                          lambda marks=None: iter(records))
         return cls([segment], server_version=server_version)
 
 
-def _csv_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
-    def records() -> Iterator[tuple[int, bytes]]:
+def _csv_records(path: str) -> Callable[..., Iterator[tuple[int, bytes]]]:
+    def records(marks: Callable[..., None] | None = None) -> Iterator[tuple[int, bytes]]:
         for _, lsn, _, data in read_copy_csv(path, raw=True):
             yield lsn, data
     return records
 
 
-def _capture_records(path: str) -> Callable[[], Iterator[tuple[int, bytes]]]:
+def _capture_records(path: str) -> Callable[..., Iterator[tuple[int, bytes]]]:
     """The records of a capture file, snapshot section aside.  A file damaged inside (intact records after a
     damaged one) raises :class:`SourceError`: serving what comes before the damage as the whole stream would
-    hide the rest from every client; a torn end (an interrupted write) ends the records."""
-    def records() -> Iterator[tuple[int, bytes]]:
+    hide the rest from every client; a torn end (an interrupted write) ends the records.  The records that
+    say where the slot stood are not served either: ``marks(path, data, offset=offset)``, when given, takes them."""
+    def records(marks: Callable[..., None] | None = None) -> Iterator[tuple[int, bytes]]:
         with read_capture(path) as reader:
             reading = reader.records(raw=True)
-            for _, lsn, _, data in reading:
-                if data and data[0] in snapshot.KINDS:  # a snapshot section: rows, not the slot's stream
+            for offset, lsn, _, data in reading:
+                if data and data[0] in snapshot.KINDS:  # a snapshot section's rows, or where the slot stood
+                    if marks is not None and data[0] == snapshot.CONFIRMED:
+                        marks(path, data, offset=offset)
                     continue
                 yield lsn, data
             if reading.tail is not None and reading.tail.intact_from is not None:
@@ -245,6 +251,7 @@ def resumed_decoder(segment: Segment, previous: Decoder | None) -> Decoder:
 def _scan(segments: Sequence[Segment]) -> Scan:
     scan = Scan()
     decoder: Decoder | None = None
+    reach = Reach()
     for number, segment in enumerate(segments):
         decoder = resumed_decoder(segment, decoder)
         opener: int | None = None  # the ordinal of the open Begin / Begin Prepare
@@ -252,10 +259,13 @@ def _scan(segments: Sequence[Segment]) -> Scan:
         origins: set[int] = set()
         ordinal = -1
         try:
-            for ordinal, (lsn, data) in enumerate(segment.records()):
+            for ordinal, (lsn, data) in enumerate(segment.records(reach.confirmed)):
                 message = decoder.feed(data)
                 scan.messages += 1
                 scan.last_lsn = max(scan.last_lsn, lsn)
+                at = message_completes(message)
+                if at is not None and at > reach.position:
+                    reach.position = at
                 cls = message.__class__
                 if cls is Begin or cls is BeginPrepare:
                     opener = ordinal
@@ -286,6 +296,8 @@ def _scan(segments: Sequence[Segment]) -> Scan:
                             scan.outcomes[(number, first)] = Outcome(ABORTED, lsn)
         except SourceError:
             raise
+        except CaptureFileError as error:  # (Reach: not one stream)
+            raise InputsRefused(str(error)) from None
         except ReplwireError as error:
             raise SourceError(f"{segment.name}: message #{ordinal}: {error}") from None
         if decoder.state != "idle" or streams:

@@ -19,7 +19,8 @@ from ...schema.encodings import UTF8
 from ..collector import fewer_collections
 from ..errors import DecodeError, ReplwireError
 from ..io.capture_file import TailProblem
-from ..io.segments import Input, read_records
+from ..io.positions import message_completes
+from ..io.segments import Input, Reach, read_records
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
 from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
@@ -117,6 +118,9 @@ def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, pos
         yield Decoded(position + i, change, outcome)
 
 
+#: The tags of the messages that complete a position but make no item of the Assembler: Prepare, Stream
+#: Prepare, Rollback Prepared (a transaction's Commit Prepared makes one).
+_ENDS_QUIETLY = frozenset(b"Ppr")
 #: A snapshot row's commit time: none (the wire value of 'infinity', which the Spark rows write as null).
 _NO_TIME = Timestamp(Timestamp.INFINITY)
 
@@ -228,6 +232,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     feed = assembler.feed
     sections = _Sections(inputs[0], typed)
     last_end = -1
+    reach = Reach()  # (last_end, and the prepares' and rollbacks' ends: checks each capture's start)
     for source in inputs:
         if source.index:
             assembler.resume()
@@ -245,12 +250,20 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         last_end = path.last_end
                     yield record
                     continue
-                _, lsn, _, data = record
+                offset, lsn, _, data = record
                 number += 1
                 if data and data[0] in snapshot.KINDS:
+                    if data[0] == snapshot.CONFIRMED:
+                        reach.confirmed(source.path, data, last_end, offset)
                     yield from sections.feed(data, lsn)
                     continue
-                for item in feed(data, lsn=lsn or None):
+                items = feed(data, lsn=lsn or None)
+                if data and data[0] in _ENDS_QUIETLY:  # completes a position, and gives no item for it
+                    message = assembler.decoder.last_message
+                    at = message_completes(message) if message is not None else None
+                    if at is not None and at > reach.position:
+                        reach.position = at
+                for item in items:
                     end = item.end_lsn if isinstance(item, Transaction) else item.lsn
                     if end is not None and end <= last_end:
                         if repeated is not None:

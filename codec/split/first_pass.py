@@ -32,7 +32,8 @@ from typing import Any
 from ..collector import fewer_collections
 from ..errors import DecodeError
 from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv, record_frame
-from ..io.segments import Input
+from ..io.positions import message_completes
+from ..io.segments import Input, Reach
 from ..messages import Begin, BeginPrepare, Commit, Relation, StreamStart, Type
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
@@ -510,6 +511,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     result = Plan(parts, versions)
     streams = router.streams
     last_end = -1
+    reach = Reach()  # (last_end and the positions other controls complete: checks each capture's start)
     done = 0  # bytes of the inputs before this one
     source: Input | None = None
     part, part_keys, cut = None, set(), 0
@@ -540,7 +542,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
     def control(source: Input, offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
         nonlocal last_end
         if data and data[0] in snapshot.KINDS:  # the snapshot section: only its tables' shapes matter here
-            if data[0] == snapshot.TABLE:
+            if data[0] == snapshot.CONFIRMED:
+                reach.confirmed(source.path, data, last_end, offset)
+            elif data[0] == snapshot.TABLE:
                 for item in snapshot.parse_record(data).messages:
                     schema_message = snapshot.schema_message(item.data, decoder.encoding)
                     decoder.remember(schema_message)
@@ -552,6 +556,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[_Run], target: int, total: in
         if isinstance(message, Relation):
             relation(source, offset, message)
             return
+        at = message_completes(message)
+        if at is not None and at > reach.position:
+            reach.position = at
         route = router.route(message, source.position(offset), in_stream)
         if route is None:
             return

@@ -13,6 +13,11 @@ tab, newline, carriage return, backspace, form feed and vertical tab with a back
 and the value's bytes in the type's send format, the same bytes pgoutput's binary mode sends.  Every read
 of a record is bounds-checked: a damaged record raises :class:`SnapshotError` naming the record kind, the
 row and the byte offset.
+
+The capture file's other record kind that is no pgoutput message, ``SlotConfirmed`` (:data:`CONFIRMED`:
+where the slot stood, see :mod:`replwire.schema.capture`), is built and parsed here too, so that one test
+(``data[0] in KINDS``) sends every such record to the same reader; it holds no rows, and
+:meth:`SnapshotReader.feed` passes over it.
 """
 
 from __future__ import annotations
@@ -33,16 +38,19 @@ from ..wire.fast import build, parse
 from .assembler import Change, ChangeMaker
 from .decoder import Decoder
 
-__all__ = ["BEGIN", "END", "KINDS", "ROWS", "SLOT", "TABLE", "TABLE_END", "SnapshotError", "SnapshotReader",
-           "begin_record", "binary_rows", "end_record", "kind", "parse_record", "record_completes", "rows_record",
-           "slot_record", "table_end_record", "table_record", "text_rows"]
+__all__ = ["BEGIN", "CONFIRMED", "END", "KINDS", "ROWS", "SLOT", "TABLE", "TABLE_END", "SnapshotError",
+           "SnapshotReader", "begin_record", "binary_rows", "confirmed_record", "end_record", "kind", "parse_record",
+           "record_completes", "rows_record", "slot_record", "table_end_record", "table_record", "text_rows"]
 
 #: The kinds' first bytes.
 BEGIN, SLOT, TABLE, ROWS, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
-#: Every snapshot record kind's first byte: a capture record's data is a snapshot record, not a pgoutput
-#: message, when ``data and data[0] in KINDS`` (written out where it is read: it runs once per record).
-KINDS = frozenset(ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
-_SPECS = {ord(spec.tag): spec for spec in layout.SNAPSHOT_RECORDS}
+#: ``SlotConfirmed``'s first byte.
+CONFIRMED = ord(layout.SLOT_CONFIRMED.tag)
+#: The first byte of every capture record kind that is no pgoutput message (the snapshot section's and
+#: ``SlotConfirmed``): a capture record's data is one of them when ``data and data[0] in KINDS`` (written out
+#: where it is read: it runs once per record).
+KINDS = frozenset(ord(spec.tag) for spec in layout.CAPTURE_RECORDS)
+_SPECS = {ord(spec.tag): spec for spec in layout.CAPTURE_RECORDS}
 #: The op of a snapshot row's change.
 SNAPSHOT = "snapshot"
 #: The header ``COPY ... (FORMAT binary)`` starts with (signature, flags, header extension length).
@@ -59,9 +67,10 @@ def kind(data: bytes) -> str:
 
 
 def record_completes(data: bytes) -> LSN | None:
-    """The position a snapshot record completes: the consistent point for ``SnapshotEnd`` (the section is
-    whole once it is durable), else ``None``."""
-    return LSN(parse_record(data).lsn) if data[0] == END else None
+    """The position a record of :data:`KINDS` completes: the consistent point for ``SnapshotEnd`` (the section
+    is whole once it is durable), the position of a ``SlotConfirmed`` (written between transactions), else
+    ``None``."""
+    return LSN(parse_record(data).lsn) if data[0] == END or data[0] == CONFIRMED else None
 
 
 def parse_record(data: bytes) -> Any:
@@ -116,6 +125,12 @@ def table_end_record(relation_id: int, rows: int) -> bytes:
 
 def end_record(lsn: LSN, tables: int, rows: int) -> bytes:
     return _build(layout.SNAPSHOT_END, lsn=int(lsn), tables=tables, rows=rows)
+
+
+def confirmed_record(lsn: int, at_start: bool) -> bytes:
+    """A ``SlotConfirmed``: the slot's confirmed position as streaming starts (``at_start``), or a position
+    acknowledged to the server."""
+    return _build(layout.SLOT_CONFIRMED, lsn=int(lsn), at_start=int(at_start))
 
 
 # -- COPY's row forms -------------------------------------------------------------------------------------
@@ -214,6 +229,8 @@ class SnapshotReader:
         if code == ROWS:
             return list(self.rows(data, lsn))
         fields = parse_record(data)
+        if code == CONFIRMED:
+            return []  # where the slot stood: no rows
         if code == BEGIN:
             self.section = SectionState(fields.slot, bool(fields.binary))
         elif code == SLOT:

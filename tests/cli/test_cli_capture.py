@@ -16,6 +16,7 @@ import pytest
 from replwire.codec import LSN, Assembler, parse
 from replwire.codec.io.capture_file import read_capture
 from replwire.codec.io.positions import message_completes
+from tests.support.capture import pgoutput_records
 
 pytestmark = pytest.mark.server
 
@@ -157,7 +158,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(pg18, tmp_path, via, stop)
         must_have = {p for p in must_have if p is not None and p <= confirmed}
         with read_capture(out) as reader:
             in_file, in_stream, last = set(), False, None
-            for record in reader.records():
+            for record in pgoutput_records(reader):
                 message = parse(record.data, proto_version=proto, in_stream=in_stream)
                 in_stream = {"S": True, "E": False}.get(message.tag, in_stream)
                 in_file.add(message_completes(message))

@@ -220,3 +220,89 @@ def test_a_fifo_is_refused_where_it_would_be_read_twice(tmp_path, command):
     assert result.stderr.splitlines()[-1] == (f"Error: {fifo}: not a regular file: a pipe, a FIFO or a device can "
                                               "be read only once (replwire decode reads one, and - for standard "
                                               "input; otherwise copy it to a file first)")
+
+
+# -- a missing file ------------------------------------------------------------------------------------------
+
+GAP_TABLE, GAP_SLOT = "gap_rows", "gap_slot"
+
+
+def gap_capture(pg, out, *more):
+    result = replwire("capture", "--dsn", pg.dsn, "--slot", GAP_SLOT, "--publication", f"{GAP_TABLE}_pub",
+                      "--out", out, "--idle-exit", "0.5", "--sync-interval", "0.05", *more)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def gapped(pg18, tmp_path_factory):
+    """(a, b, missing, c, the ids inserted in order): four files of one slot, each followed by WAL with nothing
+    for the publication (a table outside it) before the next capture starts -- so each capture starts past
+    the last transaction the file before holds, at a position only a SlotConfirmed in that file names.  b is
+    captured through the SQL functions, the others over the walsender."""
+    directory = tmp_path_factory.mktemp("gaps")
+    a, b, missing, c = (directory / f"{name}.rwcap" for name in ("a", "b", "missing", "c"))
+    ids = []
+    with pg18.connect() as conn:
+        conn.execute(f"CREATE TABLE {GAP_TABLE} (id int PRIMARY KEY)")
+        conn.execute(f"CREATE TABLE {GAP_TABLE}_other (id int)")
+        conn.execute(f"CREATE PUBLICATION {GAP_TABLE}_pub FOR TABLE {GAP_TABLE}")
+        try:
+            gap_capture(pg18, a)  # (creates the slot)
+            for number, (path, more) in enumerate(((a, ()), (b, ("--via", "sql")), (missing, ()), (c, ()))):
+                for i in range(10 * number + 1, 10 * number + 4):
+                    conn.execute(f"INSERT INTO {GAP_TABLE} VALUES (%s)", (i,))
+                    ids.append(i)
+                conn.execute(f"INSERT INTO {GAP_TABLE}_other SELECT generate_series(1, 100)")
+                gap_capture(pg18, path, *more)
+        finally:
+            conn.execute(f"SELECT pg_drop_replication_slot('{GAP_SLOT}')")
+    return a, b, missing, c, ids
+
+
+def test_files_that_follow_each_other_are_read_as_one_stream(gapped):
+    """Each capture starts at a position past its file-before's last transaction (the server's WAL end it
+    confirmed when idle): the SlotConfirmed that file holds says so, and the files are one stream."""
+    from replwire.codec import parse
+    from replwire.codec.io.capture_file import read_capture
+    from replwire.codec.stream import snapshot
+
+    a, b, missing, c, ids = gapped
+    last_commit, marks = {}, {}
+    for path in (a, b, missing, c):
+        with read_capture(path) as reader:
+            found = [(lsn, snapshot.parse_record(data).at_start) for _, lsn, _, data in reader.records(raw=True)
+                     if data and data[0] == snapshot.CONFIRMED]
+            last_commit[path] = max(parse(data, proto_version=1).end_lsn
+                                    for _, _, _, data in reader.records(raw=True) if data[:1] == b"C")
+        marks[path] = found
+        assert found[0][1] == 1 and any(not at_start for _, at_start in found)
+    # what makes the check necessary: the next capture starts past the last commit of the file before
+    for before, after in ((a, b), (b, missing), (missing, c)):
+        assert marks[after][0][0] > last_commit[before]
+    result = replwire("decode", a, b, missing, c)
+    assert result.returncode == 0, result.stderr
+    assert ops(result.stdout) == [("insert", i) for i in ids]
+
+
+@pytest.mark.parametrize("command", [["decode"], ["spark", "changes", "--out", "{tmp}/out"]], ids=["decode", "spark"])
+def test_a_missing_file_is_refused(gapped, tmp_path, command):
+    a, b, missing, c, ids = gapped
+    result = replwire(*[part.format(tmp=tmp_path) for part in command], a, b, c)
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{c}" in result.stderr and "the inputs are not one stream" in result.stderr
+    assert "the slot had moved past changes no input holds" in result.stderr
+    if command == ["decode"]:  # what comes before the gap is written, and nothing after it
+        assert ops(result.stdout) == [("insert", i) for i in ids[:6]]
+
+
+def test_serve_refuses_a_missing_file(gapped):
+    from replwire.codec.serve import InputsRefused, Source
+
+    a, b, missing, c, _ = gapped
+    Source.from_captures([a, b, missing, c]).scan()
+    with pytest.raises(InputsRefused, match="the slot had moved past changes no input holds"):
+        Source.from_captures([a, b, c]).scan()
+    result = replwire("serve", a, b, c, "--listen", "127.0.0.1:0")
+    assert result.returncode == 2 and "the slot had moved past changes no input holds" in result.stderr

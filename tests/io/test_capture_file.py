@@ -29,8 +29,8 @@ def write(path, messages=MESSAGES, header=HEADER):
             writer.append(lsn, xid, data)
 
 
-@pytest.mark.parametrize("version, readable", [(1, True), (2, True), (3, False), (0, False)])
-def test_format_versions_1_and_2_are_read(tmp_path, version, readable):
+@pytest.mark.parametrize("version, readable", [(1, True), (2, True), (3, True), (4, False), (0, False)])
+def test_format_versions_1_to_3_are_read(tmp_path, version, readable):
     path = tmp_path / "v.rwcap"
     write(path, header=CaptureHeader(proto_version=4, format_version=version))
     if readable:
@@ -38,21 +38,38 @@ def test_format_versions_1_and_2_are_read(tmp_path, version, readable):
             assert reader.header.format_version == version
             assert [r.data for r in reader.records()] == [d for _, _, d in MESSAGES]
     else:
-        with pytest.raises(CaptureFileError, match=f"format version {version} is not supported .*reads 1, 2"):
+        with pytest.raises(CaptureFileError, match=f"format version {version} is not supported .*reads 1, 2, 3\\)"):
             read_capture(path)
 
 
 def test_layout_is_as_declared(tmp_path):
     path = tmp_path / "c.rwcap"
-    write(path, [(0x169E5A8, 787, b"E")], CaptureHeader(proto_version=2, server_version=150018, options={}))
+    with CaptureWriter(path, CaptureHeader(proto_version=2, server_version=150018, options={})) as writer:
+        writer.confirm(0x169E5A0, at_start=True)
+        writer.append(0x169E5A8, 787, b"E")
+        writer.confirm(0x169E5B0)
     raw = path.read_bytes()
-    # header: magic, format 2, server 150018, proto 2, no options, CRC-32 of those bytes (zlib's)
-    head = b"RWCAP\r\n\x1a" + bytes.fromhex("0002" "00024a02" "02" "0000")
+    # header: magic, format 3, server 150018, proto 2, no options, CRC-32 of those bytes (zlib's)
+    head = b"RWCAP\r\n\x1a" + bytes.fromhex("0003" "00024a02" "02" "0000")
     assert raw[:len(head)] == head
     assert raw[len(head):len(head) + 4] == zlib.crc32(head).to_bytes(4, "big")
-    # record: lsn, xid, length-prefixed message, CRC-32
-    body = bytes.fromhex("000000000169E5A8" "00000313" "00000001") + b"E"
-    assert raw[len(head) + 4:] == body + zlib.crc32(body).to_bytes(4, "big")
+    # records: lsn, xid, length-prefixed message, CRC-32; a SlotConfirmed's message is 0x07, the LSN, at_start
+    bodies = [bytes.fromhex("000000000169E5A0" "00000000" "0000000a" "07" "000000000169E5A0" "01"),
+              bytes.fromhex("000000000169E5A8" "00000313" "00000001") + b"E",
+              bytes.fromhex("000000000169E5B0" "00000000" "0000000a" "07" "000000000169E5B0" "00")]
+    assert raw[len(head) + 4:] == b"".join(body + zlib.crc32(body).to_bytes(4, "big") for body in bodies)
+
+
+def test_a_file_of_format_version_2_gets_no_slot_confirmed_records(tmp_path):
+    """Continued by this replwire, a version 2 file stays readable by the replwire that wrote it."""
+    path = tmp_path / "v2.rwcap"
+    write(path, header=CaptureHeader(proto_version=4, format_version=2))
+    with CaptureWriter(path, CaptureHeader(proto_version=4)) as writer:
+        writer.confirm(0x100, at_start=True)
+        writer.append(0x200, 0, b"E")
+    with read_capture(path) as reader:
+        assert reader.header.format_version == 2
+        assert [r.data for r in reader.records()] == [d for _, _, d in MESSAGES] + [b"E"]
 
 
 def test_round_trip(tmp_path):
@@ -160,9 +177,9 @@ def test_appending_with_another_context_is_refused(tmp_path):
                                             (b"PGCOPY\n\xff\r\n\x00", "not a replwire file"),
                                             (b"RWCAP\r\n\x1a\x00\x01\x00\x00\x00\x00\x01\x00\x00" + bytes(4),
                                              "checksum mismatch"),
-                                            (b"RWCAP\r\n\x1a\x00\x03\x00\x00\x00\x00\x01\x00\x00"
-                                             + zlib.crc32(b"RWCAP\r\n\x1a\x00\x03\x00\x00\x00\x00\x01\x00\x00")
-                                             .to_bytes(4, "big"), "format version 3 is not supported")])
+                                            (b"RWCAP\r\n\x1a\x00\x04\x00\x00\x00\x00\x01\x00\x00"
+                                             + zlib.crc32(b"RWCAP\r\n\x1a\x00\x04\x00\x00\x00\x00\x01\x00\x00")
+                                             .to_bytes(4, "big"), "format version 4 is not supported")])
 def test_not_a_capture_file(tmp_path, content, match):
     path = tmp_path / "c.rwcap"
     path.write_bytes(content)

@@ -22,7 +22,7 @@ import pytest
 from replwire.codec import LSN
 from replwire.codec.io.capture_file import read_capture
 from tests.io.test_capture_disk_full import disk  # noqa: F401, F811 -- the fixture
-from tests.support.capture import commit_ends
+from tests.support.capture import commit_ends, pgoutput_records
 
 pytestmark = pytest.mark.server
 
@@ -260,7 +260,7 @@ def file_counts(path) -> tuple[int, int, int]:
     messages = size = transactions = 0
     with read_capture(path) as reader:
         decoder = Decoder(proto_version=reader.header.proto_version, encoding=reader.header.client_encoding)
-        for _, _, _, data in reader.records(raw=True):
+        for _, _, _, data in pgoutput_records(reader, raw=True):
             messages += 1
             size += len(data)
             if data and message_completes(decoder.feed(data)) is not None:  # (the Decoder knows the streams)
@@ -289,7 +289,7 @@ def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
     assert errors == ["error: lost the connection to the server: terminating connection due to administrator "
                       "command"], stderr
     with read_capture(out) as reader:
-        assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BIC"
+        assert "".join(chr(r.data[0]) for r in pgoutput_records(reader) if r.data[:1] != b"R") == "BIC"
 
 
 def test_a_full_disk_ends_the_capture_with_a_file_that_resumes(own_server, tmp_path, disk):  # noqa: F811
@@ -455,7 +455,7 @@ def test_what_cannot_be_survived_ends_a_reconnecting_capture_in_one_line(own_ser
         assert errors[0].startswith("error: cannot connect to the server: ") and "not permitted to log in" in \
             errors[0], text
     with read_capture(out) as reader:  # the file keeps what was captured
-        assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BIC"
+        assert "".join(chr(r.data[0]) for r in pgoutput_records(reader) if r.data[:1] != b"R") == "BIC"
 
 
 @pytest.fixture
@@ -525,7 +525,7 @@ def test_a_file_damaged_inside_exits_5_in_one_line(own_server, tmp_path):
     first = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     with read_capture(out) as reader:
-        insert = next(r for r in reader.records() if r.data[:1] == b"I")
+        insert = next(r for r in pgoutput_records(reader) if r.data[:1] == b"I")
     data = bytearray(out.read_bytes())
     data[insert.offset + 30] ^= 0xFF  # the first transaction's insert; the slot confirmed what follows it
     out.write_bytes(bytes(data))
@@ -676,7 +676,7 @@ def test_a_message_replwire_cannot_decode_ends_the_capture_in_one_line_and_the_f
         assert errors[0].startswith("error: the server sent a message replwire cannot decode, at "), text
         assert "unknown message tag 'Z'" in errors[0], text
         with read_capture(out) as reader:  # nothing of it, and everything before it
-            records = [r.data for r in reader.records()]
+            records = [r.data for r in pgoutput_records(reader)]
         assert b"Zbogus" not in records
         assert "".join(chr(r[0]) for r in records if r[:1] != b"R") == "BIC"
         assert slot_state(srv, slot)[1] >= first  # what came before it was acknowledged

@@ -17,6 +17,7 @@ from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture
 from replwire.codec.serve.source import Source
 from replwire.codec.split import open_inputs
 from replwire.schema import capture as layout
+from tests.support.capture import pgoutput_records
 
 SOURCE = {"slot_name": "app", "system_identifier": "7312345678901234567", "database": "shop"}
 
@@ -32,7 +33,7 @@ def test_the_header_records_where_the_records_came_from(tmp_path):
         assert reader.header == header
         assert reader.header.options == {"publication_names": "p"}  # not pgoutput options: never among them
         assert reader.header.source == SOURCE
-        assert reader.header.format_version == layout.FORMAT_VERSION == 2
+        assert reader.header.format_version == layout.FORMAT_VERSION == 3
     # on disk: more name/value options after the pgoutput ones and client_encoding (count 5), format unchanged
     assert (b"\x00\x05publication_names\x00p\x00client_encoding\x00LATIN1\x00slot_name\x00app\x00"
             b"system_identifier\x007312345678901234567\x00database\x00shop\x00") in path.read_bytes()
@@ -145,7 +146,7 @@ def test_a_mistyped_slot_is_refused_and_nothing_is_created(major, request, tmp_p
             with read_capture(out) as reader:
                 assert reader.header.source == {"slot_name": f"{table}_app", "system_identifier": system,
                                                 "database": database}
-                assert "".join(chr(r.data[0]) for r in reader.records()) == "BRIC"
+                assert "".join(chr(r.data[0]) for r in pgoutput_records(reader)) == "BRIC"
         finally:
             conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                          "WHERE slot_name LIKE %s", (f"{table}%",))
@@ -196,7 +197,7 @@ def strip_source(path):
     """The capture file at ``path`` as a capture from before the header recorded its source."""
     with read_capture(path) as reader:
         header = reader.header
-        records = [(r.lsn, r.xid, r.data) for r in reader.records()]
+        records = [(r.lsn, r.xid, r.data) for r in pgoutput_records(reader)]
     path.unlink()
     old = CaptureHeader(proto_version=header.proto_version, server_version=header.server_version,
                         options=header.options, client_encoding=header.client_encoding)
@@ -231,7 +232,7 @@ def test_a_file_whose_slot_does_not_exist_is_refused(pg18, tmp_path):
             assert resumed.resumed_records == 4
             with read_capture(out) as reader:
                 assert reader.header.slot_name is None
-                assert "".join(chr(r.data[0]) for r in reader.records() if r.data[:1] != b"R") == "BICBIC"
+                assert "".join(chr(r.data[0]) for r in pgoutput_records(reader) if r.data[:1] != b"R") == "BICBIC"
             # the file's own slot, dropped: its changes since are lost, so it is not re-created (a new file's
             # header names its slot)
             conn.execute("SELECT pg_drop_replication_slot('gone_slot')")

@@ -19,6 +19,7 @@ from replwire.codec import Assembler, Decoder, Relation, Transaction
 from replwire.codec.io.capture_file import read_capture
 from replwire.codec.serve import Faults, Replay, Request, Server, ServeSettings, Source
 from tests.support import serve_workload as workload
+from tests.support.capture import pgoutput_records
 
 pytestmark = pytest.mark.server
 
@@ -51,7 +52,7 @@ def _subscribed_tables(dsn: str) -> list[str]:
 
 def capture_messages(path: Path) -> list[bytes]:
     with read_capture(path) as reader:
-        return [record.data for record in reader.records()]
+        return [record.data for record in pgoutput_records(reader)]
 
 
 def committed(messages: list[bytes], proto_version: int) -> list[tuple]:
@@ -259,7 +260,7 @@ def split_as_resumed(path: Path, out: Path) -> list[Path]:
 
     with read_capture(path) as reader:
         header = reader.header
-        records = [(r.lsn, r.xid, r.data) for r in reader.records()]
+        records = [(r.lsn, r.xid, r.data) for r in pgoutput_records(reader)]
     decoder = Decoder(proto_version=header.proto_version)
     streams: set[int] = set()
     resumable, inside = [], []

@@ -38,6 +38,7 @@ from replwire.codec import (
 )
 from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.split import committed, decode_part, first_pass, open_inputs, plan
+from tests.support.capture import pgoutput_records
 
 # -- comparing the two ways ----------------------------------------------------------------------------------
 
@@ -446,7 +447,7 @@ def test_the_first_pass_raises_what_the_reader_and_the_decoder_raise(tmp_path):
         decoder = Decoder(proto_version=1)
         with pytest.raises(StreamStateError) as expected:
             with read_capture(path) as reader:
-                for record in reader.records():
+                for record in pgoutput_records(reader):
                     decoder.feed(record.data)
         with pytest.raises(StreamStateError) as raised:
             plan(open_inputs([path]))

@@ -715,6 +715,15 @@ def _value(cur: _Cursor) -> str | None | _UnchangedToast:
     return word
 
 
+def pgoutput_records(reader: Any, *, raw: bool = False) -> list[Any]:
+    """The records of a capture file's ``reader`` that hold pgoutput messages: not the capture's own record
+    kinds (the snapshot section's, and SlotConfirmed, where the slot stood)."""
+    from replwire.codec.stream import snapshot
+
+    return [r for r in reader.records(raw=raw) if (data := r[3] if raw else r.data)[:1] == b""
+            or data[0] not in snapshot.KINDS]
+
+
 def commit_ends(path: Any) -> list[int]:
     """The end positions of the commits a capture file holds."""
     from replwire.codec import Commit, Decoder
@@ -723,7 +732,7 @@ def commit_ends(path: Any) -> list[int]:
     ends = []
     with read_capture(path) as reader:
         decoder = Decoder(proto_version=reader.header.proto_version)
-        for _, _, _, data in reader.records(raw=True):
+        for _, _, _, data in pgoutput_records(reader, raw=True):
             message = decoder.feed(data)
             if isinstance(message, Commit):
                 ends.append(int(message.end_lsn))
