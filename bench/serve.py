@@ -1,7 +1,7 @@
 """Throughput of ``replwire serve``: messages per second re-encoded for a client, and received by a psycopg2
 consumer over a loopback socket.
 
-Strategy: a generated stream (:func:`replwire.codec.testing.generate.generate`: plain and streamed
+Strategy: a generated stream (:func:`replwire.codec.testing.workloads.generate`: plain and streamed
 transactions, rolled-back subtransactions, unchanged TOAST) is served three ways and timed: the sans-I/O
 replay alone, as captured (protocol 4, streaming on) and reassembled (protocol 1, no streaming); then
 through the server to psycopg2's ``LogicalReplicationConnection`` (protocol 4, streaming on).  The load
@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from replwire.codec.serve import Replay, Request, Server, ServeSettings, Source
-from replwire.codec.testing.generate import generate
+from replwire.codec.testing.workloads import generate
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "serve.json"
 

@@ -48,7 +48,7 @@ from pyspark.sql.types import StructType
 
 from .options import Options
 
-__all__ = ["ReplwireDataSource", "ReplwireReader", "input_paths"]
+__all__ = ["BatchOptions", "ReplwireDataSource", "ReplwireReader", "input_paths"]
 
 _BATCH_ROWS = 8192
 
@@ -65,8 +65,9 @@ def input_paths(options: Options) -> list[str]:
     return [str(p) for p in out]
 
 
-class _Request:
-    """The options, checked, and the first pass over the inputs."""
+class BatchOptions:
+    """The batch source's options, checked, and the first pass over the inputs (the streaming source's are
+    :class:`~replwire.spark.stream.StreamOptions`)."""
 
     def __init__(self, options: Any) -> None:
         from replwire.codec.split import open_inputs
@@ -119,7 +120,7 @@ class ReplwireDataSource(DataSource):
             return CHANGES
         from .rows import table_schema
 
-        return table_schema(_Request(self.options).version())
+        return table_schema(BatchOptions(self.options).version())
 
     def reader(self, schema: StructType) -> ReplwireReader:
         return ReplwireReader(self.options, schema)
@@ -147,7 +148,7 @@ class ReplwireReader(DataSourceReader):
     def partitions(self) -> list[_Part]:
         from replwire.codec.split import Shapes
 
-        request = _Request(self.options)
+        request = BatchOptions(self.options)
         damaged = [f"{path}: {tail}" for path, tail in request.plan.tails if tail.intact_from is not None]
         if damaged:  # a DataFrame of what comes before the damage would pass for the whole stream
             raise ValueError(f"replwire: {'; '.join(damaged)}")

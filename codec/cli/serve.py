@@ -33,7 +33,7 @@ def _listen(value: str) -> tuple[str, int]:
 
 
 def _generated(count: int, seed: int, server_version: int | None) -> Source:
-    from ..testing.generate import generate  # needs Hypothesis (the fuzz or test extra)
+    from ..testing.workloads import generate  # needs Hypothesis (the fuzz or test extra)
 
     stream = generate(count, seed)
     click.echo("-- the tables of the generated transactions:")

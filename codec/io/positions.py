@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...schema import LOGICAL
 from ...schema.message_spec import MessageSpec
@@ -117,9 +118,17 @@ _LSN = struct.Struct(">Q").unpack_from
 _XID = struct.Struct(">L").unpack_from
 
 
-#: One message kind in one state: (bytes needed, next state, position offset, xid offset, subxid offset, flags
-#: offset, next state when the Message is transactional, whether it opens a streamed transaction).
-_Step = tuple[int, "str | None", "int | None", "int | None", "int | None", "int | None", "str | None", bool]
+class _Step(NamedTuple):
+    """One message kind in one state: how to read it and where it leads (unpacked whole where it is used)."""
+
+    size: int  # the bytes the reads below need
+    following: str | None  # the next state (None: the kind cannot come in this state)
+    position: int | None  # offset of the LSN it completes
+    xid: int | None
+    subxid: int | None
+    flags: int | None  # offset of a Message's flags byte
+    transactional: str | None  # the next state when the Message is transactional
+    opens: bool  # it opens a streamed transaction (a Stream Start)
 
 
 def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
@@ -135,8 +144,8 @@ def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
             else:
                 following, transactional = TRANSITIONS.get((state, e.name)), None
             if following is not None or transactional is not None:
-                steps[tag] = (e.size, following, e.position, e.xid, e.subxid, e.flags, transactional,
-                              e.name == _OPENS)
+                steps[tag] = _Step(e.size, following, e.position, e.xid, e.subxid, e.flags, transactional,
+                                   e.name == _OPENS)
         out[state] = steps
     return out
 
@@ -144,8 +153,8 @@ def _steps(proto_version: int) -> dict[str, dict[int, _Step]]:
 def _plain(steps: dict[str, dict[int, _Step]]) -> dict[str, dict[int, int]]:
     """For each state, the messages that change nothing the tracker follows (the state stays, no position, no
     xid, not a Message) -- the row changes inside a transaction, mostly -- with the bytes each needs."""
-    return {state: {tag: step[0] for tag, step in here.items()
-                    if step[1] == state and step[2] is None and step[3] is None and step[5] is None}
+    return {state: {tag: step.size for tag, step in here.items()
+                    if step.following == state and step.position is None and step.xid is None and step.flags is None}
             for state, here in steps.items()}
 
 
@@ -177,7 +186,7 @@ class PositionTracker:
             self.index += 1
             return None
         step = self._here.get(data[0])
-        if step is None or len(data) < step[0]:
+        if step is None or len(data) < step.size:
             self._fail(data)
             return None  # (not reached)
         _, following, position, xid, subxid, flags, transactional, opens = step

@@ -4,7 +4,7 @@ It adds one page per message (and the overview pages) as generated files, puts t
 and draws the framing diagram into ``reference/framing.md``.  The worked examples are the real messages
 stored in ``tests/captures/`` (captured from PostgreSQL 15 and 18 by ``tests/support/make_corpus.py``); the
 hand-assembled golden vectors of ``tests/vectors/messages.json`` serve only messages no server sends.  Any
-:class:`~replwire.codec.docs.generate.DocsError` fails the build.
+:class:`~replwire.codec.docs.pages.DocsError` fails the build.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
-from replwire.codec.docs import generate as docgen
+from replwire.codec.docs import pages as docgen
 from replwire.codec.stream import decoder
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 
 from replwire import schema
 from replwire.codec import walker
-from replwire.codec.docs import generate as docgen
+from replwire.codec.docs import pages as docgen
 from tests.support.docexamples import check_examples
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

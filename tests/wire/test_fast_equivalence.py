@@ -43,7 +43,7 @@ from replwire.codec import (
 from replwire.codec.testing import strategies
 from replwire.codec.testing.strategies import Context
 from replwire.codec.wire import fast, reference
-from replwire.codec.wire.gen import generate as fastgen
+from replwire.codec.wire.gen import python_codec as fastgen
 from replwire.codec.wire.gen.common import ENVELOPE_CONTEXT, LOGICAL_CONTEXTS
 from tests.support.seeds import ALL, Seed
 from tests.support.vectors import INVALID, VALID, Vector

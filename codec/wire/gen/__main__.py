@@ -2,10 +2,10 @@
 codec's module and the message classes' type-checking blocks."""
 
 from ... import messages
-from . import annotations, generate
+from . import annotations, python_codec
 
 __all__: list[str] = []
 
 if __name__ == "__main__":
-    print(f"{'wrote' if generate.write() else 'up to date:'} {generate.MODULE}")
+    print(f"{'wrote' if python_codec.write() else 'up to date:'} {python_codec.MODULE}")
     print(f"{'wrote' if annotations.write() else 'up to date:'} {messages.__file__}")

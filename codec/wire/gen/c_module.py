@@ -44,12 +44,12 @@ EXPORTED_BY = "replwire.codec.wire.fast"
 FAST = Path(__file__).resolve().parent.parent / "fast.py"
 #: The hand-written C of the compiled row path (value formatting and the order of a plain transaction; the
 #: layouts it reads come from the generated scan functions of :mod:`replwire.codec.wire.gen.c_scan`).
-ROWS = Path(__file__).resolve().parent / "c_rows.c"
+ROWS_C = Path(__file__).resolve().parent / "c_rows.c"
 #: The hand-written C of the compiled first pass of split decoding (appended after c_rows.c, whose record
 #: and row readers it uses).
-SKIM = Path(__file__).resolve().parent / "c_skim.c"
+SKIM_C = Path(__file__).resolve().parent / "c_skim.c"
 #: The hand-written C of the change DataFrame's column path (after the row path, whose pieces it uses).
-COLUMNS = Path(__file__).resolve().parent / "c_columns.c"
+COLUMNS_C = Path(__file__).resolve().parent / "c_columns.c"
 
 #: What a scan function notes of one field (see :mod:`replwire.codec.wire.gen.c_scan`).
 FIELD = """typedef struct {
@@ -426,7 +426,7 @@ def generate() -> str:
         parts += [f"static Py_ssize_t {slot(cls, name)};" for name in sorted(slots[cls])]
     parts += functions
     defines, scans = c_scan.generate()
-    parts += [FIELD, "\n".join(defines), *scans, *(c.read_text(encoding="utf-8") for c in (ROWS, SKIM, COLUMNS))]
+    parts += [FIELD, "\n".join(defines), *scans, *(c.read_text(encoding="utf-8") for c in (ROWS_C, SKIM_C, COLUMNS_C))]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
         parts.append(parse_table(f"PARSE_{sender.upper()}", group))

@@ -3,7 +3,7 @@ a field at generation time, conditions decided early or tested late, and how obj
 
 Strategy: small helpers over the walker's model (:mod:`replwire.codec.walker`), used by
 :mod:`replwire.codec.wire.gen.parse` and :mod:`replwire.codec.wire.gen.build`; see
-:mod:`replwire.codec.wire.gen.generate` for the whole picture.
+:mod:`replwire.codec.wire.gen.python_codec` for the whole picture.
 """
 
 from __future__ import annotations

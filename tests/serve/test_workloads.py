@@ -11,7 +11,7 @@ import pytest
 
 from replwire.codec import UNCHANGED_TOAST, Assembler, Decoder, Transaction, build
 from replwire.codec.serve import Replay, Request, Server, ServeSettings, Source
-from replwire.codec.testing.generate import DDL, generate
+from replwire.codec.testing.workloads import DDL, generate
 from tests.support import serve_workload as workload
 
 COUNT = 60
@@ -110,7 +110,7 @@ def _rolled_back_relation_stream():
     whose top level then writes gen_b: the Relation the client got inside the rolled-back subtransaction is
     gone with it (a subscriber discards what it spooled for it), so it must come again."""
     from replwire.codec import LSN, Insert, StreamAbort, StreamCommit, StreamStart, StreamStop, Timestamp, TupleColumn
-    from replwire.codec.testing.generate import GEN_A, GEN_B
+    from replwire.codec.testing.workloads import GEN_A, GEN_B
 
     def text(*values):
         return [TupleColumn.text(v) for v in values]
