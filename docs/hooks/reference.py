@@ -17,6 +17,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 from replwire.codec.docs import pages as docgen
+from replwire.codec.serve import diagram
 from replwire.codec.stream import decoder
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -78,4 +79,6 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         markdown = markdown.replace(PLACEHOLDER, docgen.framing_svg())
     if "<!-- replwire:decoder-states -->" in markdown:  # drawn from the Decoder's transition table
         markdown = markdown.replace("<!-- replwire:decoder-states -->", decoder.state_diagram_svg())
+    if "<!-- replwire:walsender-phases -->" in markdown:  # drawn from the walsender's tables
+        markdown = markdown.replace("<!-- replwire:walsender-phases -->", diagram.phase_diagram_svg())
     return markdown
