@@ -147,7 +147,7 @@ class StreamOptions:
 
     def peek_arguments(self, server_version: int) -> tuple[int, list[str]]:
         """The protocol version and the pgoutput options (as the peek's variadic text array) for this server."""
-        from replwire.codec.io.live import CaptureError, CaptureSettings
+        from replwire.codec.io.server import CaptureError, CaptureSettings
 
         settings = CaptureSettings(slot=self.slot, publication=self.publication, proto_version=self.proto_version,
                                    binary=self.binary, messages=self.messages)
