@@ -17,12 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema import highest_proto_version
 from ..errors import ReplwireError
+from ..options import OptionsError, PgoutputOptions
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureHeader, CaptureWriter
-from .slot import quote_identifier
 
 __all__ = ["CaptureDamaged", "CaptureError", "CaptureSettings", "CaptureWriteError", "ConnectionLost", "Server",
            "check_encoding", "connect", "is_lost", "server_error", "set_up", "undecodable"]
@@ -77,7 +76,7 @@ def is_lost(error: Exception, conn: Any = None) -> bool:
 
 @dataclass(frozen=True)
 class CaptureSettings:
-    """What to capture: the slot, the publication, and the pgoutput options to ask for."""
+    """What to capture: the slot, the publication, and the pgoutput options to ask for (:attr:`pgoutput`)."""
 
     slot: str
     publication: str
@@ -87,36 +86,27 @@ class CaptureSettings:
     messages: bool = False
     two_phase: bool = False
 
+    @property
+    def pgoutput(self) -> PgoutputOptions:
+        """The pgoutput options these settings ask for."""
+        return PgoutputOptions(self.proto_version, (self.publication,), self.streaming or "off", self.two_phase,
+                               self.messages, self.binary)
+
     def options(self, server_version: int) -> dict[str, str]:
         """The pgoutput options for ``START_REPLICATION`` (besides proto_version), checked against the server."""
-        proto = self.protocol(server_version)
-        out: dict[str, str] = {"publication_names": quote_identifier(self.publication)}
-        if self.streaming:
-            need = 4 if self.streaming == "parallel" else 2
-            if proto < need:
-                raise CaptureError(f"streaming={self.streaming} needs protocol {need}; this capture uses {proto}")
-            out["streaming"] = self.streaming if server_version >= 160000 else "true"
-        if self.binary:
-            out["binary"] = "true"
-        if self.messages:
-            out["messages"] = "true"
-        if self.two_phase:
-            if proto < 3:
-                raise CaptureError(f"two_phase needs protocol 3; this capture uses {proto}")
-            out["two_phase"] = "true"
-        if server_version < 140000 and set(out) - {"publication_names"}:
-            raise CaptureError("binary, messages and streaming need PostgreSQL 14 or later")
-        return out
+        try:
+            options = self.pgoutput.for_server(server_version)
+        except OptionsError as error:
+            raise CaptureError(str(error)) from None
+        del options["proto_version"]
+        return options
 
     def protocol(self, server_version: int) -> int:
         """The protocol version this capture uses on the server: the one asked for, checked, or the highest."""
-        highest = highest_proto_version(server_version)
-        if self.proto_version is None:
-            return highest
-        if not 1 <= self.proto_version <= highest:
-            raise CaptureError(f"the server ({server_version}) supports protocol versions 1 to {highest}, "
-                               f"not {self.proto_version}")
-        return self.proto_version
+        try:
+            return self.pgoutput.protocol(server_version)
+        except OptionsError as error:
+            raise CaptureError(str(error)) from None
 
 
 def server_error(error: Exception) -> str:

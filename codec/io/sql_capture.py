@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ReplwireError
+from ..options import as_arguments
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureWriter
@@ -64,8 +65,8 @@ class SqlCapture:
             writer.close()
             raise
         check_encoding(conn, writer)
-        batch = _SqlBatch(self.settings.slot, ["proto_version", str(proto)]
-                          + [item for pair in options.items() for item in pair], self.batch_size, writer, progress)
+        batch = _SqlBatch(self.settings.slot, as_arguments({"proto_version": str(proto), **options}), self.batch_size,
+                          writer, progress)
         failure: str | None = None
         lost = False
 
