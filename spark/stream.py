@@ -89,6 +89,7 @@ from pyspark.sql.types import StructType
 from replwire.codec.errors import ReplwireError
 from replwire.codec.io.segments import text_encoding
 from replwire.codec.io.slot import SlotError, check_slot, server_version, wal_end
+from replwire.codec.options import OptionsError, PgoutputOptions, as_arguments
 from replwire.codec.scalars import LSN
 
 from .options import Options
@@ -147,16 +148,12 @@ class StreamOptions:
 
     def peek_arguments(self, server_version: int) -> tuple[int, list[str]]:
         """The protocol version and the pgoutput options (as the peek's variadic text array) for this server."""
-        from replwire.codec.io.live import CaptureError, CaptureSettings
-
-        settings = CaptureSettings(slot=self.slot, publication=self.publication, proto_version=self.proto_version,
-                                   binary=self.binary, messages=self.messages)
+        asked = PgoutputOptions(self.proto_version, (self.publication,), binary=self.binary, messages=self.messages)
         try:
-            proto = settings.protocol(server_version)
-            options = settings.options(server_version)
-        except CaptureError as error:
+            options = asked.for_server(server_version)
+        except OptionsError as error:
             raise ValueError(f"replwire: {error}") from None
-        return proto, ["proto_version", str(proto)] + [item for pair in options.items() for item in pair]
+        return int(options["proto_version"]), as_arguments(options)
 
 
 class LsnRange(InputPartition):

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "replwire.codec.collector": 1,
     "replwire.codec.walker": 2,
     "replwire.codec.messages": 2,
+    "replwire.codec.options": 2,
     "replwire.codec.wire": 3,
     "replwire.codec.stream": 4,
     "replwire.codec.io": 5,

@@ -74,7 +74,7 @@ class Summary:
     transactions: int = 0
     streamed: int = 0
     two_phase: int = 0
-    changes: Counter = field(default_factory=Counter)  # (table, op) -> count
+    changes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (table, op) -> count
     unchanged_toast: int = 0
     logical_messages: int = 0
 
@@ -93,7 +93,8 @@ def run(echo: Callable[[str], None] = print) -> Summary:
 def _run(path: str, echo: Callable[[str], None]) -> Summary:
     """The demo, capturing into ``path``."""
     from ..io.capture_file import read_capture
-    from ..io.live import CaptureSettings, LiveCapture
+    from ..io.live import LiveCapture
+    from ..io.server import CaptureSettings
     from ..scalars import LSN
     from ..stream import snapshot
     from ..stream.assembler import Assembler, Transaction
@@ -165,6 +166,7 @@ def _run(path: str, echo: Callable[[str], None]) -> Summary:
                         for _, table in change.relations:
                             summary.changes[(table, "truncate")] += 1
                     else:
+                        assert change.table is not None  # a row change names its table
                         summary.changes[(change.table, change.op)] += 1
                         summary.unchanged_toast += len(change.unchanged_toast)
     return summary
@@ -190,7 +192,7 @@ def demo_command() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..io.live import CaptureError
+    from ..io.server import CaptureError
     from ..testing.localserver import PgServerError
 
     console = Console()

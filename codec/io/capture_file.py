@@ -461,9 +461,10 @@ def encode_header(header: CaptureHeader) -> bytes:
     if header.client_encoding != layout.DEFAULT_CLIENT_ENCODING:  # UTF8 files stay as they always were
         options.append({"name": layout.CLIENT_ENCODING, "value": header.client_encoding})
     options += [{"name": k, "value": v} for k, v in header.source.items() if v is not None]
-    return layout.HEADER.build({"header": {"magic": None, "format_version": header.format_version,
-                                           "server_version": header.server_version,
-                                           "proto_version": header.proto_version, "options": options}})
+    built: bytes = layout.HEADER.build({"header": {"magic": None, "format_version": header.format_version,
+                                                   "server_version": header.server_version,
+                                                   "proto_version": header.proto_version, "options": options}})
+    return built
 
 
 def encode_record(lsn: int, xid: int, data: bytes) -> bytes:

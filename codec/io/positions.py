@@ -17,7 +17,8 @@ StreamStateError` naming it.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ...schema import LOGICAL
@@ -28,7 +29,7 @@ from ..scalars import LSN
 from ..stream.decoder import IDLE, STATES, STREAM, TRANSITIONS, StreamStateError
 from ..wire.fast import parse
 
-__all__ = ["COMPLETES", "PositionTracker", "message_completes"]
+__all__ = ["COMPLETES", "PositionTracker", "Progress", "message_completes"]
 
 #: The field holding the position each message completes, by message name (a Message only when it is not
 #: transactional).
@@ -216,3 +217,22 @@ class PositionTracker:
         message = parse(data, proto_version=self.proto_version, in_stream=state == STREAM, encoding=self.encoding)
         raise StreamStateError(f"{type(message).__name__} cannot come in state {state!r}", index=self.index,
                                message=type(message).__name__, state=state)
+
+
+@dataclass
+class Progress:
+    """What a running capture has done so far: what it received, made durable and acknowledged (by the positions
+    above), and where the server's WAL ends."""
+
+    messages: int = 0
+    bytes: int = 0
+    transactions: int = 0
+    current_lsn: LSN = LSN(0)
+    flushed_lsn: LSN = LSN(0)
+    server_lsn: LSN = LSN(0)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def lag_bytes(self) -> int:
+        """How far the server's WAL end is ahead of what this capture has made durable."""
+        return max(0, int(self.server_lsn) - int(self.flushed_lsn))

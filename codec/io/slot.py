@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..errors import ReplwireError
+from ..options import quote_identifier
 from ..scalars import LSN
 
 __all__ = ["Cursor", "SlotError", "check_publication", "check_slot", "quote_identifier", "server_version",
@@ -38,11 +39,6 @@ _SLOT = ("SELECT plugin, confirmed_flush_lsn::text, to_jsonb(s) ->> 'two_phase' 
 #: (the replay position on a standby).
 _WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
             "ELSE pg_current_wal_flush_lsn() END)::text")
-
-
-def quote_identifier(name: str) -> str:
-    """``name`` as an SQL identifier (also the form pgoutput's ``publication_names`` takes)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def server_version(cur: Cursor) -> int:

@@ -32,16 +32,8 @@ from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
 from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_capture
-from .live import (
-    CaptureError,
-    CaptureSettings,
-    Server,
-    check_settings,
-    check_source,
-    connect,
-    server_error,
-    set_up,
-)
+from .resume import check_settings, check_source
+from .server import CaptureError, CaptureSettings, Server, connect, server_error, set_up
 from .slot import quote_identifier, slot_exists
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]

@@ -1,9 +1,10 @@
 """The stream one client asked for: a source's messages re-encoded to the client's pgoutput options, from the
 position it asked to start at.
 
-Strategy: :class:`Request` reads ``START_REPLICATION``'s options and refuses what pgoutput refuses (a
-missing or too high ``proto_version``, streaming or two-phase on a protocol that has neither, binary values
-the source does not hold).  :class:`Replay` then walks the source's segments lazily, in one of two ways:
+Strategy: :class:`Request` is the client's ``START_REPLICATION`` options, read and refused as pgoutput
+refuses them by the one options type (:class:`~replwire.codec.options.PgoutputOptions`), and refused too
+when they ask for values the source does not hold (binary or text).  :class:`Replay` then walks the
+source's segments lazily, in one of two ways:
 
 * **as captured** -- when the client takes every form the source has (streamed transactions only if it asked
   for streaming, prepared ones only with ``two_phase``): each message is parsed with its segment's context
@@ -38,7 +39,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema import highest_proto_version
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -61,84 +61,32 @@ from ..messages import (
     Update,
     WireMessage,
 )
+from ..options import OptionsError, PgoutputOptions, boolean, streaming_mode
 from ..scalars import LSN, Timestamp
 from ..stream.assembler import Assembler, Change, Transaction
 from ..stream.decoder import Decoder
 from ..wire.fast import build
-from .source import FALSE_VALUES, TRUE_VALUES, Segment, Source, resumed_decoder
+from .source import Segment, Source, resumed_decoder
 
 __all__ = ["Replay", "Request", "RequestError"]
 
 _ROWS = (Insert, Update, Delete)
 
 
-class RequestError(Exception):
-    """A START_REPLICATION the server refuses; ``sqlstate`` is the error code."""
-
-    def __init__(self, message: str, sqlstate: str = "22023") -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
-
-
-def _bool(name: str, value: str) -> bool:
-    text = value.strip().lower()
-    if text in TRUE_VALUES:
-        return True
-    if text in FALSE_VALUES:
-        return False
-    raise RequestError(f"{name} requires a Boolean value")
+#: A START_REPLICATION the server refuses: pgoutput's own options error, whose ``sqlstate`` is the code.
+RequestError = OptionsError
 
 
 @dataclass(frozen=True)
-class Request:
-    """The pgoutput options a client asked for."""
+class Request(PgoutputOptions):
+    """The pgoutput options a client asked for, checked as pgoutput checks them (:meth:`from_options`)."""
 
-    proto_version: int
-    publications: tuple[str, ...] = ()
-    streaming: str = "off"  # off, on, parallel
-    two_phase: bool = False
-    messages: bool = False
-    binary: bool = False
-    origin: str = "any"
+    proto_version: int = 1  # (always given: from_options refuses a request without it)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, server_version: int) -> Request:
         """Check ``options`` as pgoutput does for a server of ``server_version``."""
-        known = {"proto_version", "publication_names", "streaming", "two_phase", "messages", "binary", "origin"}
-        for name in options:
-            if name not in known:
-                raise RequestError(f"unrecognized pgoutput option: {name}")
-        if "proto_version" not in options:
-            raise RequestError("proto_version option missing")
-        try:
-            proto = int(options["proto_version"])
-        except ValueError:
-            raise RequestError(f"invalid proto_version: {options['proto_version']!r}") from None
-        highest = highest_proto_version(server_version)
-        if not 1 <= proto <= highest:
-            raise RequestError(f"client sent proto_version={proto} but server only supports protocol {highest} "
-                               f"or lower", "0A000")
-        if "publication_names" not in options:
-            raise RequestError("publication_names parameter missing")
-        publications = tuple(p.strip().strip('"') for p in options["publication_names"].split(",") if p.strip())
-        streaming = options.get("streaming", "off").strip().lower()
-        if streaming != "parallel":
-            streaming = "on" if _bool("streaming", streaming) else "off"
-        if streaming == "on" and proto < 2:
-            raise RequestError(f"requested proto_version={proto} does not support streaming, need 2 or higher",
-                               "0A000")
-        if streaming == "parallel" and proto < 4:
-            raise RequestError(f"requested proto_version={proto} does not support parallel streaming, need 4 or "
-                               f"higher", "0A000")
-        two_phase = _bool("two_phase", options.get("two_phase", "false"))
-        if two_phase and proto < 3:
-            raise RequestError(f"requested proto_version={proto} does not support two-phase commit, need 3 or "
-                               f"higher", "0A000")
-        origin = options.get("origin", "any").strip().lower()
-        if origin not in ("any", "none"):
-            raise RequestError(f"unrecognized origin value: \"{origin}\"")
-        return cls(proto, publications, streaming, two_phase, _bool("messages", options.get("messages", "false")),
-                   _bool("binary", options.get("binary", "false")), origin)
+        return cls.from_request(options, server_version=server_version)
 
     def check_source(self, source: Source) -> None:
         """Refuse what the source cannot give this client."""
@@ -202,8 +150,8 @@ class Replay:
     @property
     def reassembles(self) -> bool:
         """Whether transactions are reassembled (the client does not take some form the source has)."""
-        streams = any(s.options.get("streaming", "off").lower() not in FALSE_VALUES for s in self.source.segments)
-        two_phase = any(s.options.get("two_phase", "false").lower() in TRUE_VALUES for s in self.source.segments)
+        streams = any(streaming_mode(s.options.get("streaming", "off")) != "off" for s in self.source.segments)
+        two_phase = any(boolean("two_phase", s.options.get("two_phase", "false")) for s in self.source.segments)
         return (streams and self.request.streaming == "off") or (two_phase and not self.request.two_phase)
 
     def messages(self) -> Iterator[tuple[int, bytes]]:

@@ -39,19 +39,15 @@ from ..messages import (
     StreamStart,
     WireMessage,
 )
+from ..options import boolean
 from ..stream import snapshot
 from ..stream.decoder import Decoder
 from ..wire.fast import build
 
-__all__ = ["ABORTED", "COMMITTED", "FALSE_VALUES", "Outcome", "Scan", "Segment", "Source", "SourceError",
-           "TRUE_VALUES", "resumed_decoder"]
+__all__ = ["ABORTED", "COMMITTED", "Outcome", "Scan", "Segment", "Source", "SourceError", "resumed_decoder"]
 
 COMMITTED = "committed"  # a Commit, Stream Commit, Prepare or Stream Prepare
 ABORTED = "aborted"  # a top-level Stream Abort
-#: The spellings of true in a pgoutput option (PostgreSQL's boolean input).
-TRUE_VALUES = frozenset({"true", "on", "1", "yes", "t", "y"})
-#: The spellings of false in a pgoutput option.
-FALSE_VALUES = frozenset({"false", "off", "0", "no", "f", "n"})
 
 
 class SourceError(ReplwireError, ValueError):
@@ -90,7 +86,7 @@ class Segment:
 
     @property
     def binary(self) -> bool:
-        return self.options.get("binary", "false").lower() in TRUE_VALUES
+        return boolean("binary", self.options.get("binary", "false"))
 
 
 @dataclass

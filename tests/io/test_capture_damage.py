@@ -17,7 +17,8 @@ import pytest
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn, build
 from replwire.codec.io import capture_file
 from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from replwire.codec.io.live import CaptureError, resume_point
+from replwire.codec.io.resume import resume_point
+from replwire.codec.io.server import CaptureError
 
 REPLWIRE = [sys.executable, "-m", "replwire.codec.cli"]
 STAMP = Timestamp(800_000_000_000_000)
@@ -148,13 +149,13 @@ def test_resuming_a_file_that_holds_a_message_replwire_cannot_decode_is_a_clear_
 def test_resuming_tells_what_it_cuts_off(tmp_path):
     """What a reconnection takes back from the capture's counts: the records after the cut, their bytes, and
     the transactions they complete."""
-    from replwire.codec.io.live import _resume_point
+    from replwire.codec.io.resume import resume
 
     path = tmp_path / "c.rwcap"
     starts = write_transactions(path)
     with read_capture(path) as reader:
         sizes = [len(data) for *_, data in reader.records(raw=True)]
-    found = _resume_point(str(path), LSN(END[2]))  # transactions 3 to 5 come again: 3 records each
+    found = resume(str(path), LSN(END[2]))  # transactions 3 to 5 come again: 3 records each
     assert (found.cut, found.kept) == (starts[10], 10)
     assert (found.messages, found.bytes, found.transactions) == (9, sum(sizes[10:]), 3)
 

@@ -293,7 +293,8 @@ def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
 
 
 def test_a_full_disk_ends_the_capture_with_a_file_that_resumes(own_server, tmp_path, disk):  # noqa: F811
-    from replwire.codec.io.live import CaptureSettings, CaptureWriteError, LiveCapture
+    from replwire.codec.io.live import LiveCapture
+    from replwire.codec.io.server import CaptureSettings, CaptureWriteError
 
     srv, table, slot = own_server, "full_t", "full_slot"
     out = tmp_path / "full.rwcap"
@@ -541,7 +542,8 @@ def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_fi
     """Ctrl-C (a KeyboardInterrupt, from Python) while a burst's records are being appended: nothing of the burst
     may be acknowledged unless it is in the file, and the file is whole."""
     from replwire.codec.io import capture_file
-    from replwire.codec.io.live import CaptureSettings, LiveCapture
+    from replwire.codec.io.live import LiveCapture
+    from replwire.codec.io.server import CaptureSettings
 
     srv, table, slot = own_server, "interrupt_t", "interrupt_slot"
     out = tmp_path / "interrupt.rwcap"
@@ -644,7 +646,7 @@ def test_a_message_replwire_cannot_decode_ends_the_capture_in_one_line_and_the_f
     from click.testing import CliRunner
 
     from replwire.codec.cli.main import main
-    from replwire.codec.io import live
+    from replwire.codec.io import live, sql_capture
 
     srv, table, slot = own_server, f"bogus_{via}", f"bogus_{via}_slot"
     out = tmp_path / "bogus.rwcap"
@@ -661,7 +663,8 @@ def test_a_message_replwire_cannot_decode_ends_the_capture_in_one_line_and_the_f
     def connect(dsn, *, replication=False):
         return Injecting(real(dsn, replication=replication), b"Zbogus")
 
-    monkeypatch.setattr(live, "connect", connect)
+    monkeypatch.setattr(live, "connect", connect)  # (each loop opens its connection with connect)
+    monkeypatch.setattr(sql_capture, "connect", connect)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     args = ["capture", "--dsn", srv.dsn, "--slot", slot, "--publication", f"{table}_pub", "--no-create-slot",
             "--out", str(out), "--sync-interval", "0.05", "--idle-exit", "1", "--via", via]
@@ -695,7 +698,8 @@ def test_an_os_error_of_the_capture_s_own_is_not_a_lost_connection(own_server, t
     """The progress callback's OSError (stderr a closed pipe) is neither a lost connection to reconnect from
     nor (through the SQL functions) a failed write to pass over: it ends the capture as itself, and the file
     resumes."""
-    from replwire.codec.io.live import CaptureSettings, LiveCapture
+    from replwire.codec.io.live import LiveCapture
+    from replwire.codec.io.server import CaptureSettings
 
     srv, table, slot = own_server, f"own_{via}", f"own_{via}_slot"
     out = tmp_path / "own.rwcap"
@@ -725,8 +729,9 @@ def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own
     counted once."""
     import psycopg2
 
-    from replwire.codec.io import live
-    from replwire.codec.io.live import CaptureSettings, LiveCapture
+    from replwire.codec.io import sql_capture
+    from replwire.codec.io.live import LiveCapture
+    from replwire.codec.io.server import CaptureSettings
 
     srv, table, slot = own_server, "sqlcut_t", "sqlcut_slot"
     out = tmp_path / "sqlcut.rwcap"
@@ -735,7 +740,7 @@ def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own
         for i in range(3):
             conn.execute(f"INSERT INTO {table} SELECT g, 'v' FROM generate_series(%s::int, %s::int) g",
                          (i * 3, i * 3 + 2))
-    real, cut, calls = live.connect, [], []
+    real, cut, calls = sql_capture.connect, [], []
 
     class Cutting(_Through):
         """The connection: lost after the second call's first two rows (the second transaction's Begin and
@@ -756,7 +761,8 @@ def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own
 
             return Cursor(cur)
 
-    monkeypatch.setattr(live, "connect", lambda dsn, replication=False: Cutting(real(dsn, replication=replication)))
+    monkeypatch.setattr(sql_capture, "connect",
+                        lambda dsn, replication=False: Cutting(real(dsn, replication=replication)))
     settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
     capture = LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05, via="sql",
                           batch_size=1, reconnect_delay=0.05)

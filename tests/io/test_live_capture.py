@@ -9,8 +9,9 @@ import pytest
 
 from replwire.codec import LSN, Assembler, Transaction, parse
 from replwire.codec.io.capture_file import read_capture
-from replwire.codec.io.live import CaptureError, CaptureSettings, LiveCapture
+from replwire.codec.io.live import LiveCapture
 from replwire.codec.io.positions import message_completes
+from replwire.codec.io.server import CaptureError, CaptureSettings
 from replwire.codec.stream import snapshot
 from tests.support.capture import pgoutput_records
 
@@ -184,9 +185,9 @@ def test_slot_checks_are_clear_errors(major, request, tmp_path):
 
 
 def test_settings_are_checked_against_the_server():
-    with pytest.raises(CaptureError, match="streaming=parallel needs protocol 4"):
+    with pytest.raises(CaptureError, match="requested proto_version=3 does not support parallel streaming, need 4"):
         CaptureSettings(slot="s", publication="p", proto_version=3, streaming="parallel").options(180000)
-    with pytest.raises(CaptureError, match="supports protocol versions 1 to 3"):
+    with pytest.raises(CaptureError, match="client sent proto_version=4 but server only supports protocol 3 or lower"):
         CaptureSettings(slot="s", publication="p", proto_version=4).options(150000)
     assert CaptureSettings(slot="s", publication="p", streaming="on").options(150000)["streaming"] == "true"
 
