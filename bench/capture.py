@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from replwire.codec import LSN
+from replwire.codec.io.connection import CaptureSettings
 from replwire.codec.io.live import LiveCapture
 from replwire.codec.io.positions import Progress
-from replwire.codec.io.server import CaptureSettings
 from replwire.codec.testing.localserver import PgServer
 
 PUBLICATION = "bench_capture_pub"

@@ -21,7 +21,7 @@ from ._common import count_noun, installed
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..io.server import CaptureSettings
+    from ..io.connection import CaptureSettings
     from ..io.snapshot import SnapshotResult
 
 __all__ = ["capture_command"]
@@ -85,9 +85,9 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     if not installed("psycopg2"):
         raise click.ClickException("replwire capture needs psycopg2, which is not installed: "
                                    f"{install_hint('live')}")
+    from ..io.connection import CaptureError, CaptureSettings
     from ..io.live import LiveCapture
     from ..io.positions import Progress
-    from ..io.server import CaptureError, CaptureSettings
 
     console = Console(stderr=True)
     shown = {"at": 0.0, "messages": 0}

@@ -93,8 +93,8 @@ def run(echo: Callable[[str], None] = print) -> Summary:
 def _run(path: str, echo: Callable[[str], None]) -> Summary:
     """The demo, capturing into ``path``."""
     from ..io.capture_file import read_capture
+    from ..io.connection import CaptureSettings
     from ..io.live import LiveCapture
-    from ..io.server import CaptureSettings
     from ..scalars import LSN
     from ..stream import snapshot
     from ..stream.assembler import Assembler, Transaction
@@ -192,7 +192,7 @@ def demo_command() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..io.server import CaptureError
+    from ..io.connection import CaptureError
     from ..testing.localserver import PgServerError
 
     console = Console()

@@ -15,7 +15,7 @@ text values to (a ``SQL_ASCII`` database sends its bytes unconverted), as the se
 
 With ``via="sql"`` the same file is written from the SQL functions over an ordinary connection instead
 (:mod:`~replwire.codec.io.sql_capture`).  Either way the capture starts with the set-up of
-:mod:`~replwire.codec.io.server`, and restarting on an existing file resumes from the slot's confirmed
+:mod:`~replwire.codec.io.connection`, and restarting on an existing file resumes from the slot's confirmed
 position (:mod:`~replwire.codec.io.resume`), after the same checks of the file, the server, the database and
 the slot; a lost connection is resumed the same way.  A streamed transaction whose early blocks were kept is
 sent again from its first block; readers restart such a transaction when its ``first_segment`` Stream Start
@@ -35,15 +35,13 @@ from ..errors import ReplwireError
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, cut_file
-from .positions import PositionTracker, Progress
-from .resume import check_output, check_settings, check_source, first_record, refuse_new_slot, resume
-from .server import (
+from .connection import (
     CaptureDamaged,
     CaptureError,
     CaptureSettings,
     CaptureWriteError,
     ConnectionLost,
-    Server,
+    ServerInfo,
     check_encoding,
     connect,
     is_lost,
@@ -51,6 +49,8 @@ from .server import (
     set_up,
     undecodable,
 )
+from .positions import PositionTracker, Progress
+from .resume import check_output, check_settings, check_source, first_record, refuse_new_slot, resume
 from .sql_capture import SqlCapture
 
 __all__ = ["VIAS", "LiveCapture"]
@@ -117,7 +117,7 @@ class LiveCapture(SqlCapture):
 
         name = self.settings.slot
 
-        def check(server: Server) -> None:  # before the publication or the slot is created
+        def check(server: ServerInfo) -> None:  # before the publication or the slot is created
             header = server.header(self.settings)  # (checks the settings against the server)
             if existing is not None:
                 check_settings(self.out, existing, header)

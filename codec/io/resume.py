@@ -23,8 +23,8 @@ from ..scalars import LSN
 from ..stream import snapshot
 from ..wire.fast import parse
 from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, cut_file, read_capture
+from .connection import CaptureDamaged, CaptureError, ServerInfo
 from .positions import PositionTracker, message_completes
-from .server import CaptureDamaged, CaptureError, Server
 
 __all__ = ["Resume", "check_output", "check_settings", "check_source", "first_record", "refuse_new_slot",
            "resume", "resume_point"]
@@ -72,7 +72,7 @@ def check_settings(path: str | os.PathLike[str], header: CaptureHeader, wanted: 
                            f"{wanted.settings}; use another --out file")
 
 
-def check_source(path: str | os.PathLike[str], header: CaptureHeader, slot_name: str, server: Server) -> None:
+def check_source(path: str | os.PathLike[str], header: CaptureHeader, slot_name: str, server: ServerInfo) -> None:
     """Refuse to resume the capture file ``path`` (whose header is ``header``) from ``slot_name`` on
     ``server`` when its header names another slot, server or database (what it does not name is not
     checked: an older file).  The slot the file came from is the only one that continues it."""

@@ -32,8 +32,8 @@ from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
 from ..stream import snapshot as records
 from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_capture
+from .connection import CaptureError, CaptureSettings, ServerInfo, connect, server_error, set_up
 from .resume import check_settings, check_source
-from .server import CaptureError, CaptureSettings, Server, connect, server_error, set_up
 from .slot import quote_identifier, slot_exists
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
@@ -264,7 +264,7 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
     path = os.fspath(out)
     checked: list[tuple[SectionState, bool]] = []  # what check() found: the file's section, the slot exists
 
-    def check(server: Server) -> None:  # before the publication is checked or created
+    def check(server: ServerInfo) -> None:  # before the publication is checked or created
         header = server.header(settings)
         try:
             state = section_state(path)

@@ -24,8 +24,7 @@ from ..options import as_arguments
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureWriter
-from .positions import PositionTracker, Progress
-from .server import (
+from .connection import (
     CaptureError,
     CaptureSettings,
     CaptureWriteError,
@@ -36,6 +35,7 @@ from .server import (
     server_error,
     undecodable,
 )
+from .positions import PositionTracker, Progress
 
 __all__ = ["SqlCapture"]
 

@@ -17,8 +17,8 @@ import pytest
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn, build
 from replwire.codec.io import capture_file
 from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
+from replwire.codec.io.connection import CaptureError
 from replwire.codec.io.resume import resume_point
-from replwire.codec.io.server import CaptureError
 
 REPLWIRE = [sys.executable, "-m", "replwire.codec.cli"]
 STAMP = Timestamp(800_000_000_000_000)

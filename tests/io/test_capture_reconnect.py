@@ -293,8 +293,8 @@ def test_no_reconnect_exits_3_in_one_line(own_server, tmp_path):
 
 
 def test_a_full_disk_ends_the_capture_with_a_file_that_resumes(own_server, tmp_path, disk):  # noqa: F811
+    from replwire.codec.io.connection import CaptureSettings, CaptureWriteError
     from replwire.codec.io.live import LiveCapture
-    from replwire.codec.io.server import CaptureSettings, CaptureWriteError
 
     srv, table, slot = own_server, "full_t", "full_slot"
     out = tmp_path / "full.rwcap"
@@ -542,8 +542,8 @@ def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_fi
     """Ctrl-C (a KeyboardInterrupt, from Python) while a burst's records are being appended: nothing of the burst
     may be acknowledged unless it is in the file, and the file is whole."""
     from replwire.codec.io import capture_file
+    from replwire.codec.io.connection import CaptureSettings
     from replwire.codec.io.live import LiveCapture
-    from replwire.codec.io.server import CaptureSettings
 
     srv, table, slot = own_server, "interrupt_t", "interrupt_slot"
     out = tmp_path / "interrupt.rwcap"
@@ -698,8 +698,8 @@ def test_an_os_error_of_the_capture_s_own_is_not_a_lost_connection(own_server, t
     """The progress callback's OSError (stderr a closed pipe) is neither a lost connection to reconnect from
     nor (through the SQL functions) a failed write to pass over: it ends the capture as itself, and the file
     resumes."""
+    from replwire.codec.io.connection import CaptureSettings
     from replwire.codec.io.live import LiveCapture
-    from replwire.codec.io.server import CaptureSettings
 
     srv, table, slot = own_server, f"own_{via}", f"own_{via}_slot"
     out = tmp_path / "own.rwcap"
@@ -730,8 +730,8 @@ def test_the_sql_functions_count_a_transaction_cut_by_a_lost_connection_once(own
     import psycopg2
 
     from replwire.codec.io import sql_capture
+    from replwire.codec.io.connection import CaptureSettings
     from replwire.codec.io.live import LiveCapture
-    from replwire.codec.io.server import CaptureSettings
 
     srv, table, slot = own_server, "sqlcut_t", "sqlcut_slot"
     out = tmp_path / "sqlcut.rwcap"

@@ -13,8 +13,8 @@ from replwire.codec.io.capture_file import (
     encode_header,
     read_capture,
 )
+from replwire.codec.io.connection import CaptureError, CaptureSettings
 from replwire.codec.io.live import LiveCapture
-from replwire.codec.io.server import CaptureError, CaptureSettings
 from replwire.codec.serve.source import Source
 from replwire.codec.split import open_inputs
 from replwire.schema import capture as layout

@@ -9,9 +9,9 @@ import pytest
 
 from replwire.codec import LSN, Assembler, Transaction, parse
 from replwire.codec.io.capture_file import read_capture
+from replwire.codec.io.connection import CaptureError, CaptureSettings
 from replwire.codec.io.live import LiveCapture
 from replwire.codec.io.positions import message_completes
-from replwire.codec.io.server import CaptureError, CaptureSettings
 from replwire.codec.stream import snapshot
 from tests.support.capture import pgoutput_records
 

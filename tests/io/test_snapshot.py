@@ -295,7 +295,7 @@ def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
     import psycopg
 
     from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
-    from replwire.codec.io.server import CaptureSettings
+    from replwire.codec.io.connection import CaptureSettings
 
     dsn = database(pg15, "early")
     slot = slot_of(dsn)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from replwire.codec.io.connection import CaptureSettings
 from replwire.codec.io.live import LiveCapture
-from replwire.codec.io.server import CaptureSettings
 from replwire.codec.testing.localserver import conninfo
 
 SCHEMA = [

@@ -23,7 +23,7 @@ from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureHeader, CaptureWriter
 
-__all__ = ["CaptureDamaged", "CaptureError", "CaptureSettings", "CaptureWriteError", "ConnectionLost", "Server",
+__all__ = ["CaptureDamaged", "CaptureError", "CaptureSettings", "CaptureWriteError", "ConnectionLost", "ServerInfo",
            "check_encoding", "connect", "is_lost", "server_error", "set_up", "undecodable"]
 
 
@@ -133,7 +133,7 @@ def connect(dsn: str, *, replication: bool = False) -> Any:
 
 
 @dataclass(frozen=True)
-class Server:
+class ServerInfo:
     """The server as :func:`set_up` found it: the ordinary connection (autocommit) and a cursor of it, its
     ``server_version_num``, and what the file's header records: the connection's client encoding, the server's
     system identifier (in decimal) and the database's name (each ``None`` when the server does not tell it)."""
@@ -172,10 +172,10 @@ def _identity(cur: Any) -> tuple[str | None, str | None]:
 
 @contextmanager
 def set_up(dsn: str, publication: str, *, create_publication: bool = False, for_snapshot: bool = False,
-           check: Callable[[Server], None] | None = None) -> Iterator[Server]:
+           check: Callable[[ServerInfo], None] | None = None) -> Iterator[ServerInfo]:
     """The set-up every capture starts with, over an ordinary connection that is closed on leaving: connect,
     read the server's version, refuse a standby when the set-up is ``for_snapshot``, call ``check`` with the
-    :class:`Server` (the caller's checks that must pass before anything is created on the server), and check
+    :class:`ServerInfo` (the caller's checks that must pass before anything is created on the server), and check
     the publication (create it ``FOR ALL TABLES`` with ``create_publication``).  A failure is a
     :class:`CaptureError` naming what failed and what to do."""
     import psycopg2
@@ -191,7 +191,7 @@ def set_up(dsn: str, publication: str, *, create_publication: bool = False, for_
                 if cur.fetchone()[0]:
                     raise CaptureError("the server is a standby (in recovery): take the snapshot from the primary, "
                                        "with --dsn naming it")
-            server = Server(conn, cur, version, conn.get_parameter_status("client_encoding"), *_identity(cur))
+            server = ServerInfo(conn, cur, version, conn.get_parameter_status("client_encoding"), *_identity(cur))
             if check is not None:
                 check(server)
             slot.check_publication(cur, publication, create=create_publication,
