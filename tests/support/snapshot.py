@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from replwire.codec.split import committed, open_inputs
+from replwire.codec.decode import committed
+from replwire.codec.split import open_inputs
 from replwire.codec.stream.assembler import Transaction
 from replwire.codec.stream.fold import fold
 from replwire.codec.stream.values import UNCHANGED_TOAST
