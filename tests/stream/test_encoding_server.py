@@ -23,7 +23,7 @@ from replwire.codec.decode import committed
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.io.live import CaptureSettings, LiveCapture
 from replwire.codec.split import open_inputs
-from replwire.codec.stream.values import JsonText
+from replwire.codec.stream.value_types import JsonText
 from tests.support.encodings import PEEK, connect, database, latin1_workload
 
 pytestmark = pytest.mark.server
