@@ -21,7 +21,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
+from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture
+from ..io.record_plan import record_frame
 from ..io.segments import Input, read_records
 
 if TYPE_CHECKING:

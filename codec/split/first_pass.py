@@ -31,8 +31,10 @@ from typing import Any
 
 from ..collector import fewer_collections
 from ..errors import DecodeError
-from ..io.capture_file import Reading, TailProblem, read_capture, read_copy_csv, record_frame
+from ..io.capture_file import Reading, TailProblem, read_capture
+from ..io.copy_csv import read_copy_csv
 from ..io.positions import message_completes
+from ..io.record_plan import record_frame
 from ..io.segments import Input, Reach
 from ..messages import Begin, BeginPrepare, Commit, Relation, StreamStart, Type
 from ..scalars import LSN, Timestamp

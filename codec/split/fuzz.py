@@ -27,7 +27,8 @@ import json
 from array import array
 from typing import Any
 
-from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record, record_frame
+from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record
+from ..io.record_plan import record_frame
 from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
 from ..wire.fast import ROWS, build
