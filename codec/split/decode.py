@@ -1,7 +1,7 @@
 """The second pass of split decoding: the committed changes of one part.
 
 Strategy: :func:`decode_part` runs the :class:`~replwire.codec.Decoder` and
-:class:`~replwire.codec.stream.routing.Router` from the state a :class:`~replwire.codec.split.first_pass.Part`
+:class:`~replwire.codec.stream.routing.Router` from the state a :class:`~replwire.codec.split.parts.Part`
 begins in over the part's records and yields the changes whose transaction was committed (once: a
 transaction seen again after a resume is skipped, as ``replwire decode`` does), each with its transaction's
 :class:`~replwire.codec.stream.outcome.Outcome` and its stream *position*, which orders changes within a
@@ -23,7 +23,7 @@ from ..stream import snapshot
 from ..stream.assembler import Change, ChangeMaker
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
-from .first_pass import Part
+from .parts import Part
 
 __all__ = ["Decoded", "PartDecoder", "decode_part"]
 
