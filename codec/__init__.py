@@ -50,7 +50,8 @@ from .messages import (
 from .scalars import LSN, Timestamp
 from .stream.assembler import Assembler, Change, Changes, Transaction
 from .stream.decoder import Decoder, StreamStateError
-from .stream.values import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, TypedValuesUnavailable
+from .stream.value_types import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue
+from .stream.values import TypedValuesUnavailable
 from .wire.fast import build, build_envelope, parse, parse_envelope  # the generated fast codec; see .reference
 
 if TYPE_CHECKING:

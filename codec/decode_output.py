@@ -1,6 +1,6 @@
 """The committed changes of one stream's files written out as text: what ``replwire decode`` prints.
 
-Strategy: :func:`write_changes` runs the single-process decoding (:func:`~replwire.codec.split.committed`)
+Strategy: :func:`write_changes` runs the single-process decoding (:func:`~replwire.codec.decode.committed`)
 over the inputs and writes each committed change to a text stream in one of three formats -- JSON lines
 (:mod:`~replwire.codec.stream.jsonl`; where the compiled codec is in use its row path writes the plain
 transactions itself), Debezium's change-event values (:mod:`~replwire.codec.stream.debezium`), or
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
 from .collector import fewer_collections
+from .decode import RecordError, Written, committed
 from .io.capture_file import CaptureFileError, TailProblem
-from .split import Input, RecordError, Written, committed
+from .io.segments import Input
 from .stream import jsonl
 from .stream.assembler import Change, Transaction
 from .stream.values import TypedValuesUnavailable
@@ -65,8 +66,8 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     counts.  ``tombstones`` and ``version`` (replwire's, for ``source.version``) are the Debezium format's.
 
     ``out`` is flushed before ``tail(path, problem)`` hears of a capture file's torn or damaged end (see
-    :func:`~replwire.codec.split.committed`), before ``warn(path, message)`` hears of a snapshot section that
-    never ended, before :class:`~replwire.codec.split.RecordError`, :class:`~replwire.codec.io.capture_file.
+    :func:`~replwire.codec.decode.committed`), before ``warn(path, message)`` hears of a snapshot section that
+    never ended, before :class:`~replwire.codec.decode.RecordError`, :class:`~replwire.codec.io.capture_file.
     CaptureFileError` or :class:`~replwire.codec.TypedValuesUnavailable` is raised, and at the end; so is
     ``progress`` cleared.  The JSON lines format needs psycopg 3 from the start (it raises
     ``TypedValuesUnavailable`` before writing anything), the others from the first row."""

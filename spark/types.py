@@ -50,8 +50,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from replwire.codec.stream.binary_layout import BINARY_WIDTHS
 from replwire.codec.stream.jsonl import json_value
-from replwire.codec.stream.values import BINARY_WIDTHS, Infinite, RawValue, ValueLoader
+from replwire.codec.stream.value_types import Infinite, RawValue
+from replwire.codec.stream.values import ValueLoader
 
 __all__ = ["ColumnType", "Unrepresentable", "column_type", "numeric_precision_scale"]
 

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, RelationColumn, Timestamp, TupleColumn, build
+from replwire.codec.decode import RecordError, committed
 from replwire.codec.decode_output import BATCH, write_changes
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
-from replwire.codec.split import RecordError, committed, open_inputs
+from replwire.codec.split import open_inputs
 from replwire.codec.stream import jsonl
 
 STAMP = Timestamp(800_000_000_000_000)

@@ -1,4 +1,5 @@
-"""The package only imports down its layers: bytes -> wire -> stream -> io -> split -> decode_output -> cli / spark.
+"""The package only imports down its layers: bytes -> wire -> stream -> io -> split -> decode -> decode_output -> cli
+/ spark.
 
 Every import statement of every module (at module level or inside a function) is resolved to the module it
 names; a module may import its own part and the parts below it, never one above or beside it.  The
@@ -33,9 +34,10 @@ LAYERS: dict[str, int] = {
     "replwire.codec.testing": 6,
     "replwire.codec.docs": 6,
     "replwire.codec.serve": 6,
-    "replwire.codec.decode_output": 7,
-    "replwire.codec.cli": 8,
-    "replwire.spark": 8,
+    "replwire.codec.decode": 7,
+    "replwire.codec.decode_output": 8,
+    "replwire.codec.cli": 9,
+    "replwire.spark": 9,
 }
 TOP = max(LAYERS.values())
 

@@ -57,9 +57,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
     are typed by their column's type through psycopg 3 (replwire's values extra).
     """
+    from ..decode import RecordError
     from ..decode_output import write_changes
     from ..io.capture_file import CaptureFileError, TailProblem
-    from ..split import RecordError
     from ..stream.values import TypedValuesUnavailable
 
     files, shown = _read_once(files)

@@ -1,32 +1,29 @@
 """Capture files: pgoutput messages stored durably, read back, and a torn tail survived.
 
 Strategy: the layout is :mod:`replwire.schema.capture` (a checksummed header, then checksummed records);
-this module only moves bytes between those declarations and files.  The header is parsed by its
-construct declaration.  Records, read by the hundred thousand, go through a plan derived once from the
-walker's layout of :data:`~replwire.schema.capture.RECORD` (one ``struct`` format for its fixed fields
-and the data length, then the CRC-32 after the data), over large chunks of the file; a test checks that
-it agrees with construct's parse of valid and damaged records.  Reads never ask the file for more bytes
-than it has, so a corrupt length cannot make the reader allocate; the first record that is cut short or
-fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with everything before it
-kept, and with where intact records start again after it, if they do: a file damaged inside is not a
-file torn at its end, and nothing may cut it there.  Records are written through the same plan (head
-packed, data, CRC-32), gathered into ~1 MiB batches before they reach the file.  A writer opened on an
-existing file checks the header matches, cuts a torn tail off and appends after the last good record.
+this module only moves bytes between those declarations and files.  The header is parsed by its construct
+declaration.  Records, read by the hundred thousand, go through the plan derived once from the walker's
+layout of :data:`~replwire.schema.capture.RECORD` (:mod:`~replwire.codec.io.record_plan`: one ``struct``
+format for its fixed fields and the data length, then the CRC-32 after the data), over large chunks of the
+file; a test checks that it agrees with construct's parse of valid and damaged records.  Reads never ask the
+file for more bytes than it has, so a corrupt length cannot make the reader allocate; the first record that
+is cut short or fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with
+everything before it kept, and with where intact records start again after it, if they do: a file damaged
+inside is not a file torn at its end, and nothing may cut it there.  Records are written through the same
+plan (head packed, data, CRC-32), gathered into ~1 MiB batches before they reach the file.  A writer opened
+on an existing file checks the header matches, cuts a torn tail off and appends after the last good record.
 :meth:`CaptureWriter.sync` writes what is gathered, flushes and fsyncs, so a caller can acknowledge
 positions only once they are on disk.
 
 The COPY-CSV form -- what ``COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO
-STDOUT WITH (FORMAT csv)`` writes -- is read by :func:`read_copy_csv`.  Both forms are read the same way:
-a :class:`Reading`, iterated once for the records, that reports where it ended and why.
+STDOUT WITH (FORMAT csv)`` writes -- is read by :mod:`~replwire.codec.io.copy_csv`.  Both forms are read the
+same way: a :class:`Reading`, iterated once for the records, that reports where it ended and why.
 """
 
 from __future__ import annotations
 
-import binascii
 import io
 import os
-import re
-import struct
 import zlib
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -39,7 +36,11 @@ from .. import walker
 from ..errors import ReplwireError
 from ..scalars import LSN
 from ..stream.snapshot import confirmed_record as _confirmed_record
+from .record_plan import RECORD_PLAN
 
+__all__ = ["BATCH", "CHUNK", "HEADER_AHEAD", "RESYNC_BUDGET", "RESYNC_WINDOW", "CaptureFileError", "CaptureHeader",
+           "CaptureReader", "CaptureRecord", "CaptureWriter", "RawRecord", "Reading", "TailProblem", "cut_file",
+           "encode_header", "encode_record", "is_capture_file", "read_capture"]
 
 class CaptureFileError(ReplwireError, ValueError):
     """A file that is not a readable capture file, or one that cannot be appended to as asked.
@@ -103,6 +104,11 @@ class CaptureRecord:
     offset: int | None = None
 
 
+if (*RECORD_PLAN.names, RECORD_PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-1]:  # all but offset
+    raise walker.UnknownConstruct(f"the record fields {RECORD_PLAN.names + (RECORD_PLAN.data,)} are not "
+                                  "CaptureRecord's")
+
+
 @dataclass(frozen=True)
 class TailProblem:
     """Why reading stopped before the end of the file: the valid part ends at ``offset``.  ``intact_from`` is
@@ -126,58 +132,6 @@ class TailProblem:
 def _reason(error: ConstructError) -> str:
     reason = getattr(error, "reason", None) or (str(error.args[0]) if error.args else type(error).__name__)
     return "record cut short" if "stream read less than specified amount" in reason else reason
-
-
-@dataclass(frozen=True)
-class RecordPlan:
-    """Where a record's parts lie, derived from the walker's layout of the record declaration.
-
-    ``head`` unpacks the fixed fields (``names``) and then the length of the length-prefixed field
-    ``data``; the data follows the head, and the CRC-32 (``crc``) of head and data follows the data.
-    """
-
-    head: struct.Struct
-    names: tuple[str, ...]
-    data: str
-    crc: struct.Struct
-
-
-def record_plan(declaration: Any) -> RecordPlan:
-    """The :class:`RecordPlan` of a record declared as one checksummed record of fixed-size integers
-    followed by one length-prefixed field (the shape of :data:`~replwire.schema.capture.RECORD`); any other
-    shape raises :class:`~replwire.codec.walker.UnknownConstruct`, so a change to the declaration cannot be
-    misread silently."""
-    outer = walker.node(declaration)
-    if not (isinstance(outer, walker.Record) and len(outer.fields) == 1
-            and isinstance(outer.fields[0].node, walker.Checksummed)
-            and isinstance(outer.fields[0].node.node, walker.Record)):
-        raise walker.UnknownConstruct(f"a capture record must be one checksummed record, not {outer!r}")
-    *fixed, last = outer.fields[0].node.node.fields
-    ints = [f.node for f in fixed if isinstance(f.node, walker.Int)]
-    if len(ints) != len(fixed) or not isinstance(last.node, walker.LengthPrefixed):
-        raise walker.UnknownConstruct("a capture record's fields must be integers, then one length-prefixed "
-                                      f"field: {[type(f.node).__name__ for f in (*fixed, last)]}")
-    head = ">" + "".join(i.format for i in ints) + last.node.length.format
-    # walker.Checksummed: the record's bytes are followed by their CRC-32 (zlib's), a big-endian Int32
-    return RecordPlan(struct.Struct(head), tuple(f.name for f in fixed), last.name, struct.Struct(">L"))
-
-
-_PLAN = record_plan(layout.RECORD)
-if (*_PLAN.names, _PLAN.data) != tuple(f.name for f in fields(CaptureRecord))[:-1]:  # all but offset
-    raise walker.UnknownConstruct(f"the record fields {_PLAN.names + (_PLAN.data,)} are not CaptureRecord's")
-
-def record_frame() -> tuple[int, int, int, int, int, int]:
-    """Where a record's parts lie, from its plan, for readers of the records' bytes in C (the compiled row
-    path): the head's size, the offset and size of the LSN in it, those of the data's length, then the
-    size of the CRC-32 that follows the data."""
-    codes = _PLAN.head.format.lstrip(">")
-    lsn = _PLAN.names.index("lsn")
-
-    def at(i: int) -> int:
-        return struct.calcsize(">" + codes[:i])
-
-    return (_PLAN.head.size, at(lsn), at(lsn + 1) - at(lsn), at(len(codes) - 1), _PLAN.head.size - at(len(codes) - 1),
-            _PLAN.crc.size)
 
 
 #: How much of the file is read at a time (a record larger than this is read whole, up to the file's size).
@@ -314,8 +268,8 @@ class CaptureReader:
         other and a corrupt length cannot make a read allocate more than the file holds.  ``reading.end`` is
         set before each yield and at the end: only then can anyone look at it."""
         size, file = self.size, self._file
-        unpack_head, head_size = _PLAN.head.unpack_from, _PLAN.head.size
-        unpack_crc, crc_size = _PLAN.crc.unpack_from, _PLAN.crc.size
+        unpack_head, head_size = RECORD_PLAN.head.unpack_from, RECORD_PLAN.head.size
+        unpack_crc, crc_size = RECORD_PLAN.crc.unpack_from, RECORD_PLAN.crc.size
         crc32, new_lsn, record = zlib.crc32, int.__new__, CaptureRecord
         buf, base, i = b"", begin, 0
         view = memoryview(buf)
@@ -384,7 +338,7 @@ class CaptureReader:
         that record is found at once; otherwise every offset up to :data:`RESYNC_WINDOW` bytes on is
         tried.  What this reads and checksums is capped (:data:`RESYNC_BUDGET` bytes), so a file built to
         make every offset look like the start of a long record ends the search early, with ``None``."""
-        size, head_size, crc_size = self.size, _PLAN.head.size, _PLAN.crc.size
+        size, head_size, crc_size = self.size, RECORD_PLAN.head.size, RECORD_PLAN.crc.size
         budget = [RESYNC_BUDGET]
 
         def record_end(at: int) -> int | None:
@@ -395,7 +349,7 @@ class CaptureReader:
             head = self._file.read(head_size)
             if len(head) < head_size:
                 return None
-            total = head_size + _PLAN.head.unpack(head)[-1] + crc_size
+            total = head_size + RECORD_PLAN.head.unpack(head)[-1] + crc_size
             if at + total > size or total > budget[0]:
                 return None
             budget[0] -= total
@@ -406,14 +360,14 @@ class CaptureReader:
                     return None
                 crc, left = zlib.crc32(chunk, crc), left - len(chunk)
             stored = self._file.read(crc_size)
-            return at + total if len(stored) == crc_size and _PLAN.crc.unpack(stored)[0] == crc else None
+            return at + total if len(stored) == crc_size and RECORD_PLAN.crc.unpack(stored)[0] == crc else None
 
         def intact(at: int) -> bool:
             end = record_end(at)
             return end is not None and (end == size or record_end(end) is not None)
 
         # first where the damaged record's length points, then every offset after it in the window
-        unpack_from = _PLAN.head.unpack_from
+        unpack_from = RECORD_PLAN.head.unpack_from
         self._file.seek(offset)
         window = self._file.read(min(1 + RESYNC_WINDOW + head_size, size - offset))
         pointed = offset + head_size + unpack_from(window, 0)[-1] + crc_size if len(window) >= head_size else size
@@ -478,7 +432,7 @@ def encode_record(lsn: int, xid: int, data: bytes) -> bytes:
 def _append_records(out: bytearray, records: Iterable[tuple[int, int, bytes]]) -> None:
     """Append the bytes of each ``(lsn, xid, data)`` record to ``out`` (what :func:`encode_record` returns
     for one)."""
-    head_of, crc_of, crc32 = _PLAN.head.pack, _PLAN.crc.pack, zlib.crc32
+    head_of, crc_of, crc32 = RECORD_PLAN.head.pack, RECORD_PLAN.crc.pack, zlib.crc32
     for lsn, xid, data in records:
         head = head_of(lsn, xid, len(data))
         out += head
@@ -690,75 +644,6 @@ class CaptureWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def read_copy_csv(path: str | os.PathLike[str], start: int = 0, stop: int | None = None, *,
-                  raw: bool = False) -> Reading:
-    """A :class:`Reading` of the records in the CSV that ``COPY (SELECT lsn, xid, data FROM
-    pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)`` writes (bytea in hex:
-    ``\\x...``): one row per line, ``lsn,xid,\\x<hex>`` (COPY never quotes these three).  Only the rows
-    whose line starts at an offset in ``[start, stop)`` (``start`` a line start); each record's ``offset`` is
-    where its line starts.  ``raw=True`` gives ``(offset, lsn, xid, data)`` tuples, as
-    :meth:`CaptureReader.records` does.  A line that is not such a row raises :class:`CaptureFileError`
-    (lines have no checksum to tell a torn tail by), so the reading's ``tail`` stays ``None``."""
-    reading = Reading(start)
-    reading._records = _copy_csv_rows(reading, os.fspath(path), start, stop, raw)
-    return reading
-
-
-_LSN_TEXT = re.compile(rb"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")  # as the server prints an LSN
-_XID_TEXT = re.compile(rb"[0-9]{1,10}")
-#: The longest line a COPY-CSV row can be: an LSN, an xid, and the data column -- a bytea, which PostgreSQL
-#: holds to 1 GB (MaxAllocSize, 0x3fffffff bytes) -- in hex, with its line break.
-MAX_CSV_LINE = len(b"FFFFFFFF/FFFFFFFF,4294967295,\\x") + 2 * 0x3FFFFFFF + 2
-#: How much of a line is read before its start is checked: a longer line must start like a row.
-_CSV_HEAD = 1 << 16
-_ROW_START = re.compile(rb"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8},[0-9]{1,10},\\x[0-9A-Fa-f]*")
-
-
-def _line(number: int, start: int) -> str:
-    """Line ``number`` of a reading from offset ``start``, as a message names it."""
-    return f"line {number}" if start == 0 else f"line {number} after offset {start}"
-
-
-def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool
-                   ) -> Generator[Any, None, None]:
-    with open(name, "rb") as handle:
-        handle.seek(start)
-        offset = start
-        readline = handle.readline
-        lines = 0  # lines read (from ``start``)
-        while True:
-            line = readline(_CSV_HEAD)
-            if not line:
-                break
-            if stop is not None and offset >= stop:
-                break
-            lines += 1
-            if len(line) == _CSV_HEAD and line[-1:] != b"\n":  # a long line: read on only if it starts like a row
-                if _ROW_START.fullmatch(line) is None:
-                    raise CaptureFileError(name, f"{_line(lines, start)} is not an (lsn, xid, data) row: its first "
-                                                 f"{_CSV_HEAD} bytes have no line break", offset)
-                line += readline(MAX_CSV_LINE - len(line))
-                if len(line) == MAX_CSV_LINE and line[-1:] != b"\n":
-                    raise CaptureFileError(name, f"{_line(lines, start)} is longer than a row can be ({MAX_CSV_LINE} "
-                                                 "bytes: the data column, a bytea, holds at most 1 GB)", offset)
-            here, offset = offset, offset + len(line)
-            try:
-                lsn, xid, data = line.rstrip(b"\r\n").split(b",")
-                if not data.startswith(b"\\x"):
-                    raise ValueError("the data column is not bytea hex (\\x...)")
-                match = _LSN_TEXT.fullmatch(lsn)
-                if match is None:
-                    raise ValueError(f"not an LSN: {lsn.decode('ascii', 'replace')!r}")
-                position = (int(match[1], 16) << 32) | int(match[2], 16)
-                if not _XID_TEXT.fullmatch(xid):
-                    raise ValueError(f"not an xid: {xid.decode('ascii', 'replace')!r}")
-                number, payload = int(xid), binascii.unhexlify(data[2:])
-            except ValueError as error:  # (binascii.Error is one)
-                raise CaptureFileError(name, f"not an (lsn, xid, data) row: {error}", here) from None
-            reading.end = offset
-            yield (here, position, number, payload) if raw else CaptureRecord(LSN(position), number, payload, here)
 
 
 def is_capture_file(path: str | os.PathLike[str]) -> bool:

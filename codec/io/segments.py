@@ -25,7 +25,8 @@ from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..errors import ReplwireError
 from ..scalars import LSN
 from ..stream import snapshot
-from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
+from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture
+from .copy_csv import read_copy_csv
 from .positions import PositionTracker
 
 __all__ = ["Input", "Reach", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]

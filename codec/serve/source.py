@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ReplwireError
-from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+from ..io.capture_file import CaptureFileError, is_capture_file, read_capture
+from ..io.copy_csv import read_copy_csv
 from ..io.positions import message_completes
 from ..io.segments import Reach, check_file, open_inputs
 from ..messages import (

@@ -29,7 +29,7 @@ from ..stream.values import RowSchema, ValueLoader
 from ..wire.fast import ROWS
 from .compiled import CompiledPath
 from .decode import Decoded, PartDecoder, decode_part
-from .first_pass import Part
+from .parts import Part
 
 __all__ = ["ColumnRun", "part_changes"]
 

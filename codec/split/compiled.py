@@ -11,7 +11,7 @@ at the start of anything else; the records from there go to the Python reader
 Python reader stopped, in the bytes already read.  A try that takes fewer than ``worth`` records counts as
 fruitless: after ``tries`` of them in a row, the Python reader takes more records before the next try,
 so a stream of short runs between what the function declines costs little more than the Python path alone.
-The paths (:mod:`~replwire.codec.split.decode`'s JSON lines, :mod:`~replwire.codec.split.columns`'
+The paths (:mod:`~replwire.codec.decode`'s JSON lines, :mod:`~replwire.codec.split.columns`'
 column buffers) say only which function, its plans, what it gives and how the Python side reads the rest.
 """
 
@@ -21,7 +21,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture, record_frame
+from ..io.capture_file import CaptureReader, Reading, TailProblem, read_capture
+from ..io.record_plan import record_frame
 from ..io.segments import Input, read_records
 
 if TYPE_CHECKING:

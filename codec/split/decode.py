@@ -1,42 +1,31 @@
-"""The second pass of split decoding, and the single-process way to the same result.
+"""The second pass of split decoding: the committed changes of one part.
 
 Strategy: :func:`decode_part` runs the :class:`~replwire.codec.Decoder` and
-:class:`~replwire.codec.stream.routing.Router` from the state a :class:`~replwire.codec.split.first_pass.Part`
+:class:`~replwire.codec.stream.routing.Router` from the state a :class:`~replwire.codec.split.parts.Part`
 begins in over the part's records and yields the changes whose transaction was committed (once: a
 transaction seen again after a resume is skipped, as ``replwire decode`` does), each with its transaction's
 :class:`~replwire.codec.stream.outcome.Outcome` and its stream *position*, which orders changes within a
-transaction.  :func:`committed` is what one :class:`~replwire.codec.Assembler` gives over the same inputs:
-``replwire decode`` prints it, and the tests hold the parts to it.  Nothing here knows about Spark.
+transaction.  :func:`replwire.codec.decode.committed` is what one :class:`~replwire.codec.Assembler` gives over
+the same inputs: ``replwire decode`` prints it, and the tests hold the parts to it.  Nothing here knows about
+Spark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...schema.encodings import UTF8
 from ..collector import fewer_collections
-from ..errors import DecodeError, ReplwireError
-from ..io.capture_file import TailProblem
-from ..io.positions import message_completes
-from ..io.segments import Input, Reach, read_records
+from ..io.segments import read_records
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot
-from ..stream.assembler import Assembler, Change, ChangeMaker, Transaction
-from ..stream.decoder import IDLE, Decoder, StreamStateError
+from ..stream.assembler import Change, ChangeMaker
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
-from ..wire.fast import ROWS
-from .compiled import CompiledPath
-from .first_pass import Part
+from .parts import Part
 
-if TYPE_CHECKING:
-    from ..messages import Relation
-    from ..stream.jsonl import JsonLines
-    from ..stream.values import RowSchema
-
-__all__ = ["Decoded", "PartDecoder", "RecordError", "Written", "committed", "decode_part"]
+__all__ = ["Decoded", "PartDecoder", "decode_part"]
 
 
 @dataclass(slots=True)
@@ -118,198 +107,5 @@ def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, pos
         yield Decoded(position + i, change, outcome)
 
 
-#: The tags of the messages that complete a position but make no item of the Assembler: Prepare, Stream
-#: Prepare, Rollback Prepared (a transaction's Commit Prepared makes one).
-_ENDS_QUIETLY = frozenset(b"Ppr")
 #: A snapshot row's commit time: none (the wire value of 'infinity', which the Spark rows write as null).
 _NO_TIME = Timestamp(Timestamp.INFINITY)
-
-
-class RecordError(ReplwireError, ValueError):
-    """A record of an input that does not decode: ``path``, ``record`` (its number in the input, from 0) and
-    the decoder's ``error`` (a :class:`~replwire.codec.DecodeError` or
-    :class:`~replwire.codec.StreamStateError`; also the ``__cause__``)."""
-
-    def __init__(self, path: str, record: int, error: Exception) -> None:
-        self.path, self.record, self.error = path, record, error
-        super().__init__(f"{path}, record {record}: {error}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (RecordError, (self.path, self.record, self.error))
-
-
-@dataclass(slots=True)
-class Written:
-    """JSON lines the compiled row path wrote for a run of plain transactions of an input (what
-    :class:`~replwire.codec.stream.jsonl.JsonLines` writes for them, each line ending in a newline): the
-    ``records`` they were, the ``transactions`` and ``changes`` printed, and the transactions a resume sent
-    again (``repeated``, not printed)."""
-
-    text: str
-    records: int
-    transactions: int
-    changes: int
-    repeated: int
-
-
-#: How much of an input the compiled row path reads at a time, and the most input one transaction
-#: may take in it (a bigger one goes to the Assembler, which spills it to a file).
-_CHUNK = 1 << 20
-_MOST = 16 << 20
-#: After this many tries of the row path in a row that took fewer than ``_WORTH`` records (nothing), the
-#: Assembler takes more records before the next (see :mod:`~replwire.codec.split.compiled`).  A try that
-#: takes one transaction is worth it: the real servers' streams hold short runs of plain transactions
-#: between others, which the row path then writes too (a stream alternating plain transactions with
-#: declined ones costs about a fifth more than with the column path's 32).
-_WORTH = 1
-_TRIES = 4
-
-
-class _RowPath(CompiledPath):
-    """The records of one input for :func:`committed`, with every run of plain transactions the compiled
-    row path takes (``rows_run``) given as one :class:`Written` instead of its records.  It runs only
-    between transactions (the Assembler idle), with a plan for every relation the decoder knows, and stops
-    at the start of anything else; the records from there go to the Assembler until it is idle again.  A
-    torn or corrupt capture file tail is read by the Python reader, which reports it (``tail``)."""
-
-    def __init__(self, source: Input, assembler: Assembler, lines: JsonLines, rows: Any) -> None:
-        # a capture file is read up to its size when the inputs were opened, as its Python reader does
-        super().__init__(source, source.first, source.size if source.form == "capture" else None, chunk=_CHUNK,
-                         most=_MOST, worth=_WORTH, tries=_TRIES)
-        self.assembler, self.lines, self.rows = assembler, lines, rows
-        self.last_end = -1
-        self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
-        self._running: Generator[Any, None, None] | None = None
-
-    def __iter__(self) -> Iterator[Any]:
-        self._running = self.run()
-        return self._running
-
-    def close(self) -> None:
-        """Stop reading: the file and the capture file's Python reader are closed."""
-        if self._running is not None:
-            self._running.close()
-
-    def idle(self) -> bool:
-        decoder = self.assembler.decoder
-        return decoder.state == IDLE and not self.assembler.open_transactions and self.last_end < 1 << 63
-
-    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Written | None]:
-        decoder = self.assembler.decoder
-        consumed, text, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
-            data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
-        if not records:
-            return consumed, records, declined, None
-        decoder.skip(records)
-        return consumed, records, declined, Written(text, records, transactions, changes, repeated)
-
-    def python(self, records: Iterator[Any]) -> Iterator[Any]:
-        return records  # fed to the Assembler by committed()
-
-    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
-        return self.rows.rows_plan(*self.lines.plan(schema))
-
-
-def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
-              tail: Callable[[str, TailProblem], None] | None = None,
-              repeated: Callable[[Transaction | Change], None] | None = None,
-              warn: Callable[[str, str], None] | None = None,
-              lines: JsonLines | None = None) -> Iterator[Transaction | Change | Written]:
-    """The single-process way to the same result: every committed transaction (and non-transactional
-    logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
-    what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
-    to ``repeated`` if given.  The rows of a snapshot section come first, as ``"snapshot"`` changes
-    (:mod:`replwire.codec.stream.snapshot`); a section an earlier input already held is skipped, and
-    ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
-    capture file tail once the records before it are done.  A record that does not decode raises
-    :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`).
-
-    With ``lines`` (the :class:`~replwire.codec.stream.jsonl.JsonLines` the caller writes the items with),
-    the compiled row path, where the compiled codec is in use, writes the plain transactions of UTF-8
-    inputs itself: they come as :class:`Written` JSON lines (the same text), not as items."""
-    assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
-                          rows=rows)
-    feed = assembler.feed
-    sections = _Sections(inputs[0], typed)
-    last_end = -1
-    reach = Reach()  # (last_end, and the prepares' and rollbacks' ends: checks each capture's start)
-    for source in inputs:
-        if source.index:
-            assembler.resume()
-        path: _RowPath | None = None
-        if lines is not None and ROWS is not None and source.encoding == UTF8:
-            path = _RowPath(source, assembler, lines, ROWS)
-            path.last_end = last_end
-        reading: Any = path if path is not None else read_records(source, raw=True)
-        number = 0
-        try:
-            for record in reading:
-                if record.__class__ is Written:
-                    number += record.records
-                    if path is not None:
-                        last_end = path.last_end
-                    yield record
-                    continue
-                offset, lsn, _, data = record
-                number += 1
-                if data and data[0] in snapshot.KINDS:
-                    if data[0] == snapshot.CONFIRMED:
-                        reach.confirmed(source.path, data, last_end, offset)
-                    yield from sections.feed(data, lsn)
-                    continue
-                items = feed(data, lsn=lsn or None)
-                if data and data[0] in _ENDS_QUIETLY:  # completes a position, and gives no item for it
-                    message = assembler.decoder.last_message
-                    at = message_completes(message) if message is not None else None
-                    if at is not None and at > reach.position:
-                        reach.position = at
-                for item in items:
-                    end = item.end_lsn if isinstance(item, Transaction) else item.lsn
-                    if end is not None and end <= last_end:
-                        if repeated is not None:
-                            repeated(item)
-                        continue
-                    if end is not None:
-                        last_end = end
-                        if path is not None:
-                            path.last_end = end
-                    yield item
-        except (DecodeError, StreamStateError, snapshot.SnapshotError) as error:
-            raise RecordError(source.path, number - 1, error) from error
-        finally:
-            reading.close()
-        if reading.tail is not None and tail is not None:
-            tail(source.path, reading.tail)
-        section = sections.reader.section
-        if section is not None and not section.complete and warn is not None:
-            warn(source.path, "its snapshot section ends before its SnapshotEnd: the snapshot was interrupted, and "
-                              "holds only some rows (running the capture again takes it again)")
-
-
-class _Sections:
-    """The snapshot sections of a stream's inputs, read once each: a section whose consistent point an
-    earlier input's complete section had (a file given twice, or copied) is skipped."""
-
-    def __init__(self, source: Input, typed: bool) -> None:
-        maker = ChangeMaker(typed=typed, encoding=source.encoding)
-        self.reader = snapshot.SnapshotReader(Decoder(source.proto_version, source.encoding), maker)
-        self.seen: set[int] = set()
-        self.skipping = False
-        self.begin: bytes | None = None  # a section's SnapshotBegin, until its SnapshotSlot tells whether it is new
-
-    def feed(self, data: bytes, lsn: int) -> list[Change]:
-        code = data[0]
-        if code == snapshot.BEGIN:
-            self.begin, self.skipping = data, False
-            return []
-        if code == snapshot.SLOT:
-            self.skipping = int(lsn) in self.seen
-            if self.begin is not None and not self.skipping:
-                self.reader.feed(self.begin)
-            self.begin = None
-        if self.skipping:
-            return []
-        changes = self.reader.feed(data, lsn)
-        if code == snapshot.END:
-            self.seen.add(int(lsn))
-        return changes

@@ -27,7 +27,8 @@ import json
 from array import array
 from typing import Any
 
-from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record, record_frame
+from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record
+from ..io.record_plan import record_frame
 from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
 from ..wire.fast import ROWS, build
@@ -186,12 +187,12 @@ def _skim(flags: int, body: bytes) -> None:
     import tempfile
 
     from ..io.segments import open_inputs
-    from .first_pass import _ROW_TAG_BYTES, _Skimmer, _take_run
+    from .skim import ROW_TAG_BYTES, Skimmer, take_run
 
     capture, version = flags & 1, 1 + (flags >> 2) % 4
     limit = len(body) - (flags >> 4) * 3  # records starting at or past the limit are not read
     status, end, records, controls, rows = ROWS.skim_run(body, bool(flags & 2), _FRAME if capture else None, version,
-                                                         _ROW_TAG_BYTES, 5, max(1, limit), 7 << 48)
+                                                         ROW_TAG_BYTES, 5, max(1, limit), 7 << 48)
     if status == 0:
         if not 0 <= end <= len(body) or (records and end == 0) or len(rows) != len(controls) + 1:
             raise AssertionError(f"took {end} bytes of {len(body)}: {records} records, {len(controls)} items")
@@ -211,12 +212,12 @@ def _skim(flags: int, body: bytes) -> None:
     except CaptureFileError:  # rows that start as a capture file does, and do not go on as one
         return
     unit = (16 - (flags >> 4)) * 256
-    with _Skimmer(source) as skimmer:
+    with Skimmer(source) as skimmer:
         start = source.first
         while start < source.size:
             compiled = skimmer._compiled(start, start + unit)
             try:
-                expected = _take_run(source, start, skimmer.skim(start, start + unit))
+                expected = take_run(source, start, skimmer.skim(start, start + unit))
             except CaptureFileError:
                 expected = None
             if compiled is None:

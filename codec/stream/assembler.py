@@ -112,7 +112,7 @@ class Change:
     @property
     def unchanged_toast(self) -> list[str]:
         """The columns of ``new`` whose value was not sent (unchanged TOAST)."""
-        from .values import UNCHANGED_TOAST
+        from .value_types import UNCHANGED_TOAST
 
         return [name for name, value in (self.new or {}).items() if value is UNCHANGED_TOAST]
 

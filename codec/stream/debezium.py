@@ -60,7 +60,7 @@ from typing import Any
 
 from .assembler import Change, Transaction
 from .jsonl import json_value
-from .values import UNCHANGED_TOAST
+from .value_types import UNCHANGED_TOAST
 
 __all__ = ["UNAVAILABLE_VALUE", "DebeziumEvents"]
 

@@ -18,7 +18,7 @@ anything, in text and binary mode alike:
   00:00:00+00"``; in binary mode written as the server writes them, a timestamptz in UTC);
 * ``interval`` as the ISO 8601 duration PostgreSQL writes under ``intervalstyle = iso_8601``, months, days
   and time kept apart (``"P1M"``, ``"P30D"``, ``"PT720H"``, ``"P-1M30D"``, ``"P1M1DT1H0.5S"``;
-  :class:`~replwire.codec.stream.values.Interval`);
+  :class:`~replwire.codec.stream.value_types.Interval`);
 * ``json``/``jsonb`` as a JSON *string* holding the server's JSON text, unchanged (no number rounded, key
   order and duplicate keys of ``json`` kept): JSON ``null`` is ``"null"``, SQL NULL is ``null``;
 * ranges and multiranges as the server's text (``"(,11)"``, ``"[\\"2026-01-01 00:00:00+00\\",)"``), in
@@ -49,18 +49,9 @@ from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import ROWS
 from .assembler import Change, ChangeMaker, Transaction
-from .values import (
-    UNCHANGED_TOAST,
-    Infinite,
-    Interval,
-    JsonText,
-    RawValue,
-    RowSchema,
-    ValueLoader,
-    interval_iso,
-    interval_parts,
-    server_text,
-)
+from .server_text import server_text
+from .value_types import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, interval_iso, interval_parts
+from .values import RowSchema, ValueLoader
 
 
 def json_value(value: Any) -> Any:

@@ -94,7 +94,7 @@ def _choose() -> tuple[str, ModuleType | None]:
 #: Which implementation the entry points are: ``"c"`` (the compiled codec) or ``"python"``.
 IMPL, _COMPILED = _choose()
 #: The compiled codec's row path (``rows_plan``, ``rows_run``: COPY-CSV rows of plain transactions to JSON
-#: lines, see :mod:`replwire.codec.split.decode`), or ``None`` under the Python codec.
+#: lines, see :mod:`replwire.codec.decode`), or ``None`` under the Python codec.
 ROWS: Any = _COMPILED
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -15,8 +15,8 @@ from replwire.codec.io.capture_file import (
     CaptureHeader,
     CaptureWriter,
     read_capture,
-    read_copy_csv,
 )
+from replwire.codec.io.copy_csv import read_copy_csv
 from replwire.schema import capture as capture_layout
 
 HEADER = CaptureHeader(proto_version=4, server_version=180006, options={"streaming": "parallel"})

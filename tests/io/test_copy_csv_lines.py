@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from replwire.codec.io import capture_file
-from replwire.codec.io.capture_file import CaptureFileError, read_copy_csv
+from replwire.codec.io import copy_csv
+from replwire.codec.io.capture_file import CaptureFileError
+from replwire.codec.io.copy_csv import read_copy_csv
 
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 BEGIN = "0/1,2,\\x42000000000169e5a80002894463074dc800000313\n"  # one row: a Begin, as the server wrote it
@@ -18,7 +19,7 @@ BEGIN = "0/1,2,\\x42000000000169e5a80002894463074dc800000313\n"  # one row: a Be
 
 def test_the_bound_is_a_bytea_in_hex():
     # the data column is a bytea, which PostgreSQL holds to 1 GB (MaxAllocSize = 0x3fffffff bytes)
-    assert capture_file.MAX_CSV_LINE == len("FFFFFFFF/FFFFFFFF,4294967295,\\x") + 2 * 0x3FFFFFFF + 2
+    assert copy_csv.MAX_CSV_LINE == len("FFFFFFFF/FFFFFFFF,4294967295,\\x") + 2 * 0x3FFFFFFF + 2
 
 
 def test_a_line_without_a_break_that_is_no_row_is_refused_at_once(tmp_path):
@@ -32,7 +33,7 @@ def test_a_line_without_a_break_that_is_no_row_is_refused_at_once(tmp_path):
 
 
 def test_a_row_longer_than_a_row_can_be_is_refused_after_the_rows_before_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(capture_file, "MAX_CSV_LINE", 1 << 20, raising=False)  # (the real bound is 2 GiB)
+    monkeypatch.setattr(copy_csv, "MAX_CSV_LINE", 1 << 20, raising=False)  # (the real bound is 2 GiB)
     path = tmp_path / "long.csv"
     path.write_text(BEGIN + "0/2,2,\\x" + "ab" * (1 << 20))
     reading = read_copy_csv(path, raw=True)

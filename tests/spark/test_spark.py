@@ -14,8 +14,9 @@ import sys
 import pytest
 
 from replwire.codec import LSN, UNCHANGED_TOAST, Transaction
+from replwire.codec.decode import committed
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
-from replwire.codec.split import committed, open_inputs
+from replwire.codec.split import open_inputs
 from replwire.codec.stream import jsonl
 
 pytestmark = pytest.mark.server

@@ -24,7 +24,8 @@ from array import array
 import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, TupleColumn, Update, build
-from replwire.codec.io.capture_file import encode_record, record_frame
+from replwire.codec.io.capture_file import encode_record
+from replwire.codec.io.record_plan import record_frame
 from replwire.codec.scalars import Timestamp
 from replwire.codec.split import fuzz
 from replwire.codec.wire.fast import ROWS

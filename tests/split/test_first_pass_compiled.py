@@ -1,4 +1,4 @@
-"""The compiled first pass (``skim_run`` of the compiled codec, read by ``first_pass._Skimmer.run``) plans
+"""The compiled first pass (``skim_run`` of the compiled codec, read by ``skim.Skimmer.run``) plans
 exactly what the Python reading plans: parts (bounds, records, router state, outcomes, repeated lone
 messages, rolled-back subtransactions), table shapes, counts, tails and errors, on every real-server
 capture in both forms, the benchmark's synthetic stream, random streams of every transaction kind
@@ -12,7 +12,7 @@ import pytest
 
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Insert, Message, TupleColumn, build
-from replwire.codec.split import first_pass, open_inputs, plan
+from replwire.codec.split import open_inputs, plan, skim
 from replwire.codec.stream import snapshot
 from replwire.codec.wire import fast
 from tests.split.test_partitions import (
@@ -64,10 +64,10 @@ def same(monkeypatch, inputs, sizes=SIZES):
     counting = Counting(fast.ROWS)
     for part_bytes, min_parts in sizes:
         with monkeypatch.context() as patch:
-            patch.setattr(first_pass, "ROWS", None)
+            patch.setattr(skim, "ROWS", None)
             expected = outcome(inputs, part_bytes=part_bytes, min_parts=min_parts)
         with monkeypatch.context() as patch:
-            patch.setattr(first_pass, "ROWS", counting)
+            patch.setattr(skim, "ROWS", counting)
             got = outcome(inputs, part_bytes=part_bytes, min_parts=min_parts)
         assert got == expected, (part_bytes, min_parts)
     return counting
@@ -195,8 +195,8 @@ def test_a_snapshot_section_and_records_longer_than_a_run(monkeypatch, tmp_path)
 
 
 def test_a_capture_still_being_written_goes_to_the_python_reading(monkeypatch, tmp_path):
-    # a file that grew since open_inputs is read by the Python path, as big as it was opened (first_pass's
-    # _Skimmer): no run reaches C, so what this compares is that choice, not the compiled reading
+    # a file that grew since open_inputs is read by the Python path, as big as it was opened (skim's
+    # Skimmer): no run reaches C, so what this compares is that choice, not the compiled reading
     inputs, _ = _opened_then_grown(tmp_path)
     counting = same(monkeypatch, inputs, sizes=((400, 1), (1 << 30, 1)))
     assert (counting.read, counting.declined) == (0, 0)
@@ -207,7 +207,7 @@ def test_stream_errors(monkeypatch, tmp_path):
     transactions."""
     for path in out_of_order_captures(tmp_path).values():
         with monkeypatch.context() as patch:
-            patch.setattr(first_pass, "ROWS", None)
+            patch.setattr(skim, "ROWS", None)
             expected = outcome(open_inputs([path]))
         assert isinstance(expected[0], type)  # an error
         same(monkeypatch, open_inputs([path]), sizes=((1, 1), (1 << 30, 1)))

@@ -36,8 +36,9 @@ from replwire.codec import (
     Update,
     build,
 )
+from replwire.codec.decode import committed
 from replwire.codec.io.capture_file import CaptureFileError, CaptureHeader, CaptureWriter, read_capture
-from replwire.codec.split import committed, decode_part, first_pass, open_inputs, plan
+from replwire.codec.split import decode_part, first_pass, open_inputs, plan
 from tests.support.capture import pgoutput_records
 
 # -- comparing the two ways ----------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Delete, Insert, Relation, RelationColumn, Timestamp, TupleColumn, Update
 from replwire.codec import build as build_message
+from replwire.codec.decode import Written, committed
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
-from replwire.codec.split import Written, committed, open_inputs
+from replwire.codec.split import open_inputs
 from replwire.codec.stream import jsonl
 from replwire.codec.stream.assembler import Assembler, Transaction
 from replwire.codec.stream.values import RowSchema
@@ -185,10 +186,10 @@ def test_a_transaction_longer_than_a_read(tmp_path, form):
 def test_a_transaction_longer_than_the_row_path_takes(tmp_path, form, monkeypatch):
     """A transaction of more input than the row path holds at once goes to the Assembler (which spills a big
     one to a file), the transactions around it to the row path."""
-    from replwire.codec.split import decode as split_decode
+    from replwire.codec import decode
 
-    monkeypatch.setattr(split_decode, "_CHUNK", 1 << 14)
-    monkeypatch.setattr(split_decode, "_MOST", 1 << 16)
+    monkeypatch.setattr(decode, "_CHUNK", 1 << 14)
+    monkeypatch.setattr(decode, "_MOST", 1 << 16)
     rows = synthetic_rows(2_000)
     relation_end = max(i for i, (_, _, data) in enumerate(rows[:200]) if data[:1] == b"R")
     start = next(i for i in range(relation_end, 2_000) if rows[i][2][:1] == b"B")

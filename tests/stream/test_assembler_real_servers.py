@@ -33,7 +33,7 @@ from replwire.codec import (
     Timestamp,
     Transaction,
 )
-from replwire.codec.stream.values import Interval, JsonText
+from replwire.codec.stream.value_types import Interval, JsonText
 from tests.support.capture import UNCHANGED_TOAST as TD_UNCHANGED_TOAST
 from tests.support.capture import parse_test_decoding
 from tests.support.testdecoding import (

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from replwire.codec import RawValue
-from replwire.codec.stream.values import BINARY_WIDTHS, ValueLoader
+from replwire.codec.stream.binary_layout import BINARY_WIDTHS
+from replwire.codec.stream.values import ValueLoader
 
 #: Each fixed-width type, by name, with an SQL value for the server's send function.
 SAMPLES = {"bool": "true", "int2": "1", "int4": "1", "int8": "1", "oid": "1", "float4": "1.5", "float8": "1.5",

@@ -10,7 +10,8 @@ import pytest
 
 from replwire.codec import Assembler, DecodeError, Decoder, Transaction
 from replwire.codec.stream.routing import Router
-from replwire.codec.stream.values import JsonText, ValueLoader, text_value
+from replwire.codec.stream.value_types import JsonText
+from replwire.codec.stream.values import ValueLoader, text_value
 
 
 def relation(name: bytes, columns: list[tuple[bytes, int]]) -> bytes:

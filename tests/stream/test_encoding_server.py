@@ -19,11 +19,12 @@ from psycopg.conninfo import make_conninfo
 
 from replwire.codec import LSN, Assembler, Transaction
 from replwire.codec.cli.main import main
+from replwire.codec.decode import committed
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.io.connection import CaptureSettings
 from replwire.codec.io.live import LiveCapture
-from replwire.codec.split import committed, open_inputs
-from replwire.codec.stream.values import JsonText
+from replwire.codec.split import open_inputs
+from replwire.codec.stream.value_types import JsonText
 from tests.support.encodings import PEEK, connect, database, latin1_workload
 
 pytestmark = pytest.mark.server

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from replwire.codec import Decoder, Delete, Insert, Relation, RelationColumn, TupleColumn, Type, Update
 from replwire.codec.stream import jsonl
-from replwire.codec.stream.values import UNCHANGED_TOAST, RowSchema, ValueLoader
+from replwire.codec.stream.value_types import UNCHANGED_TOAST
+from replwire.codec.stream.values import RowSchema, ValueLoader
 
 LOADER = ValueLoader()
 ROW_JSON = jsonl.RowJson(LOADER)

@@ -16,7 +16,8 @@ from decimal import Decimal
 import pytest
 
 from replwire.codec import INFINITY, NEG_INFINITY, UNCHANGED_TOAST, RawValue, Type
-from replwire.codec.stream.values import Interval, JsonText, ValueLoader, text_value
+from replwire.codec.stream.value_types import Interval, JsonText
+from replwire.codec.stream.values import ValueLoader, text_value
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_typed_objects_and_debezium_write_the_same_values(captured, binary):
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 def test_typed_values_keep_interval_parts_and_json_null(captured, binary):
-    from replwire.codec.stream.values import Interval, JsonText
+    from replwire.codec.stream.value_types import Interval, JsonText
 
     captures, said = captured
     assembler = Assembler(proto_version=1)

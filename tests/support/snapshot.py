@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from replwire.codec.split import committed, open_inputs
+from replwire.codec.decode import committed
+from replwire.codec.split import open_inputs
 from replwire.codec.stream.assembler import Transaction
 from replwire.codec.stream.fold import fold
-from replwire.codec.stream.values import UNCHANGED_TOAST
+from replwire.codec.stream.value_types import UNCHANGED_TOAST
 
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 
@@ -118,7 +119,7 @@ def selected(dsn: str, query: str) -> list[tuple[Any, ...]]:
     import psycopg
     from psycopg.adapt import Loader
 
-    from replwire.codec.stream.values import JsonText
+    from replwire.codec.stream.value_types import JsonText
 
     class JsonTextLoader(Loader):
         def load(self, data: Any) -> JsonText:

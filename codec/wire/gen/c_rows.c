@@ -533,7 +533,7 @@ static int csv_row(const unsigned char *s, Py_ssize_t k, uint64_t *lsn, unsigned
 
 /* -- capture file records ----------------------------------------------------------------------------- */
 
-/* Where a capture record's parts lie, as replwire.codec.io.capture_file's plan derives them from the
+/* Where a capture record's parts lie, as replwire.codec.io.record_plan's plan derives them from the
  * declaration (schema/capture.py) and hands them over: the head's size, the offset and size of its LSN
  * and of the data's length in it, then the data, then the CRC-32 (zlib's) of head and data. */
 typedef struct {

@@ -4,7 +4,7 @@
  * Hand-written C, appended after c_rows.c by replwire.codec.wire.gen.c_module, whose helpers it uses: a
  * capture record's framing (Frame, capture_record, crc32_of), a COPY-CSV row (csv_row), and the scans
  * generated from the declarations (s_Begin, s_Commit).  skim_run gives exactly what the Python reading
- * (_Skimmer.skim) and _take_run give for the same run: the records that are not row changes, the row
+ * (Skimmer.skim) and take_run give for the same run: the records that are not row changes, the row
  * changes between them counted, and the plain transactions (a Begin, row changes, its Commit) gathered
  * into blocks of consecutive ones, their numbers in columns.  At anything it does not take as the Python
  * path would -- a capture record that is torn or fails its checksum, a row that is not (lsn, xid, data) --
@@ -44,7 +44,7 @@ static PyObject *skim_column(const SkimBlock *b, int c, int kept, uint64_t base)
     return out;
 }
 
-/* the open block as the item _take_run makes: (offset, lsn, data) of its first Begin, the number of
+/* the open block as the item take_run makes: (offset, lsn, data) of its first Begin, the number of
  * transactions, of records, whether the end LSNs go up, the first and last end LSN, the columns of all of
  * them (offset, inside, xid, commit_lsn, end_lsn, commit_time) and those of the transactions with row
  * changes (key, xid, commit_lsn, end_lsn, commit_time); appended to controls and closed.  0, or -1 */
@@ -136,7 +136,7 @@ static int skim_plain(SkimBlock *b, PyObject *controls, PyObject *rows, uint64_t
  * controls, rows): the records of data -- capture records laid out as frame says, or COPY-CSV rows when
  * frame is None -- that start below limit, data being the input's bytes from offset start (final: up to its
  * end).  status 0: read, end where the next run starts (relative to data), records how many, controls and
- * rows as _take_run makes them (offsets absolute: start added; keys base | offset).  status 1: declined,
+ * rows as take_run makes them (offsets absolute: start added; keys base | offset).  status 1: declined,
  * the Python path reads this run.  status 2: the record at a position below limit goes on past data: end
  * is how many bytes of data are needed at least (0: not known, for a row). */
 static PyObject *c_skim_run(PyObject *self, PyObject *args)
