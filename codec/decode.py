@@ -21,11 +21,11 @@ from .errors import DecodeError, ReplwireError
 from .io.capture_file import TailProblem
 from .io.positions import message_completes
 from .io.segments import Input, Reach, read_records
-from .split.compiled import CompiledPath
+from .split.compiled_path import CompiledPath
 from .stream import snapshot
 from .stream.assembler import Assembler, Change, ChangeMaker, Transaction
 from .stream.decoder import IDLE, Decoder, StreamStateError
-from .wire.fast import ROWS
+from .wire.fast import COMPILED
 
 if TYPE_CHECKING:
     from .messages import Relation
@@ -71,7 +71,7 @@ class Written:
 _CHUNK = 1 << 20
 _MOST = 16 << 20
 #: After this many tries of the row path in a row that took fewer than ``_WORTH`` records (nothing), the
-#: Assembler takes more records before the next (see :mod:`~replwire.codec.split.compiled`).  A try that
+#: Assembler takes more records before the next (see :mod:`~replwire.codec.split.compiled_path`).  A try that
 #: takes one transaction is worth it: the real servers' streams hold short runs of plain transactions
 #: between others, which the row path then writes too (a stream alternating plain transactions with
 #: declined ones costs about a fifth more than with the column path's 32).
@@ -151,8 +151,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if source.index:
             assembler.resume()
         path: _RowPath | None = None
-        if lines is not None and ROWS is not None and source.encoding == UTF8:
-            path = _RowPath(source, assembler, lines, ROWS)
+        if lines is not None and COMPILED is not None and source.encoding == UTF8:
+            path = _RowPath(source, assembler, lines, COMPILED)
             path.last_end = last_end
         reading: Any = path if path is not None else read_records(source, raw=True)
         number = 0

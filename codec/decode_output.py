@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
-from .collector import fewer_collections
 from .decode import RecordError, Written, committed
+from .gc_tuning import fewer_collections
 from .io.capture_file import CaptureFileError, TailProblem
 from .io.segments import Input
 from .stream import jsonl
@@ -102,7 +102,7 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     def repeated(item: object) -> None:
         counts.repeated += 1
 
-    with fewer_collections():  # millions of short-lived objects: see replwire.codec.collector
+    with fewer_collections():  # millions of short-lived objects: see replwire.codec.gc_tuning
         try:
             for item in committed(inputs, tail=flushed_tail, repeated=repeated, warn=flushed_warn,
                                   rows=output_format != "jsonl", lines=writer):

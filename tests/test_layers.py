@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "replwire.schema": 0,
     "replwire.codec.errors": 1,
     "replwire.codec.scalars": 1,
-    "replwire.codec.collector": 1,
+    "replwire.codec.gc_tuning": 1,
     "replwire.codec.walker": 2,
     "replwire.codec.messages": 2,
     "replwire.codec.options": 2,

@@ -7,7 +7,7 @@ change rows' columns as buffers, ready to be wrapped as Arrow arrays (:mod:`repl
 Python object per change.  The column path runs only between transactions (the decoder idle), with a plan
 for every relation the decoder knows, over whole transactions; it stops at the start of anything else,
 and the records from there go to a :class:`~replwire.codec.split.decode.PartDecoder` until the decoder is
-idle again (the alternation is :class:`~replwire.codec.split.compiled.CompiledPath`'s).  A plain
+idle again (the alternation is :class:`~replwire.codec.split.compiled_path.CompiledPath`'s).  A plain
 transaction leaves the router and decoder as it found them, so the records it took are only counted
 (``Decoder.skip``).  Without the compiled codec, or for input not in UTF-8, everything goes to
 :func:`decode_part`.  Nothing here knows about Arrow or Spark.
@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schema.encodings import UTF8
-from ..collector import fewer_collections
+from ..gc_tuning import fewer_collections
 from ..messages import Relation
 from ..stream.assembler import relation_namespace
 from ..stream.decoder import IDLE
 from ..stream.jsonl import RowJson
 from ..stream.values import RowSchema, ValueLoader
-from ..wire.fast import ROWS
-from .compiled import CompiledPath
+from ..wire.fast import COMPILED
+from .compiled_path import CompiledPath
 from .decode import Decoded, PartDecoder, decode_part
 from .parts import Part
 
@@ -56,7 +56,7 @@ _MOST = 16 << 20
 #: The most text one run's row images may hold (its string buffers take int32 offsets).
 _MOST_TEXT = 256 << 20
 #: After this many tries of the column path in a row that took fewer than ``_WORTH`` records, the Python
-#: path takes more records before the next (see :mod:`~replwire.codec.split.compiled`).
+#: path takes more records before the next (see :mod:`~replwire.codec.split.compiled_path`).
 _WORTH = 32
 _TRIES = 4
 _OPS = ("insert", "update", "delete")
@@ -66,7 +66,7 @@ def part_changes(part: Part, rows: int = 8192) -> Iterator[Decoded | ColumnRun]:
     """The committed changes of ``part`` as ``decode_part(part, rows=False)`` gives them, in the same order,
     with the runs of plain transactions the column path takes as :class:`ColumnRun` s of about ``rows``
     rows (a run ends after the transaction that reaches them)."""
-    if ROWS is None or part.source.encoding != UTF8:
+    if COMPILED is None or part.source.encoding != UTF8:
         yield from decode_part(part, rows=False)
         return
     with fewer_collections():
@@ -92,7 +92,7 @@ class _ColumnPath(CompiledPath):
 
     def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, ColumnRun | None]:
         decoder = self.decoding.decoder
-        consumed, records, rows, declined, buffers = ROWS.rows_columns(
+        consumed, records, rows, declined, buffers = COMPILED.rows_columns(
             data, eof, self.plans(decoder, self.decoding.maker), decoder.proto_version, self.frame, self.base | at,
             self.outcomes, self.dropped, self.rows, _MOST_TEXT)
         if records:
@@ -104,7 +104,7 @@ class _ColumnPath(CompiledPath):
 
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> tuple[Any, int]:
         """The plan and the relation's slot in ``shapes``."""
-        plan = ROWS.rows_plan((b"", b"", b""), self.json.plan_columns(schema))
+        plan = COMPILED.rows_plan((b"", b"", b""), self.json.plan_columns(schema))
         slot = len(self.shapes) // 3
         self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
         return plan, slot

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..collector import fewer_collections
+from ..gc_tuning import fewer_collections
 from ..io.segments import read_records
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot

@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..collector import fewer_collections
+from ..gc_tuning import fewer_collections
 from ..io.positions import message_completes
 from ..io.segments import Input, Reach
 from ..messages import Begin, BeginPrepare, Relation, StreamStart

@@ -31,7 +31,7 @@ from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, en
 from ..io.record_plan import record_frame
 from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
-from ..wire.fast import ROWS, build
+from ..wire.fast import COMPILED, build
 
 __all__ = ["SEEDS", "fuzz_rows"]
 
@@ -48,7 +48,7 @@ _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 
 def _plans() -> dict[int, Any]:
-    if ROWS is None:
+    if COMPILED is None:
         return {}
     starts = tuple(f'{{"op":"{op}","schema":"public","table":"t","xid":'.encode() for op in ("insert", "update",
                                                                                              "delete"))
@@ -56,9 +56,9 @@ def _plans() -> dict[int, Any]:
         return json.dumps(data.decode("latin-1"))
 
     columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name) for name, way in _COLUMNS)
-    plans = {_RELATION: ROWS.rows_plan(starts, columns)}
+    plans = {_RELATION: COMPILED.rows_plan(starts, columns)}
     for way in _LAST_WAYS:  # a text column, then one of the way
-        plans[_RELATION + way] = ROWS.rows_plan(starts, ((b'"s":', 1, True, call, "s"), (b'"v":', way, False, call,
+        plans[_RELATION + way] = COMPILED.rows_plan(starts, ((b'"s":', 1, True, call, "s"), (b'"v":', way, False, call,
                                                                                          "v")))
     return plans
 
@@ -107,11 +107,11 @@ _FRAME = record_frame()
 
 
 def fuzz_rows(data: bytes) -> None:
-    if not data or ROWS is None:
+    if not data or COMPILED is None:
         return
     flags, body = data[0], data[1:]
     frame = _FRAME if flags & 1 else None
-    consumed, text, records, transactions, changes, repeated, last_end, declined = ROWS.rows_run(
+    consumed, text, records, transactions, changes, repeated, last_end, declined = COMPILED.rows_run(
         body, bool(flags & 2), _PLANS, 1 + (flags >> 2) % 4, -1, frame)
     if not 0 <= consumed <= len(body):
         raise AssertionError(f"took {consumed} bytes of {len(body)}")
@@ -137,7 +137,7 @@ _COLUMN_PLANS = {relation_id: (plan, slot) for slot, (relation_id, plan) in enum
 def _fuzz_columns(body: bytes, final: bool, proto_version: int, frame: Any, every: bool, most: int,
                   lines: list[str] | None) -> None:
     outcomes: dict[int, Any] = dict.fromkeys(range(len(body))) if every else {}
-    consumed, records, rows, _, buffers = ROWS.rows_columns(body, final, _COLUMN_PLANS, proto_version, frame, 0,
+    consumed, records, rows, _, buffers = COMPILED.rows_columns(body, final, _COLUMN_PLANS, proto_version, frame, 0,
                                                             outcomes, {}, 1 << 30, 1 << 30)
     if not 0 <= consumed <= most or (records and consumed == 0) or (rows and not every):
         raise AssertionError(f"columns: took {consumed} bytes ({records} records, {rows} rows), rows_run {most}")
@@ -191,8 +191,8 @@ def _skim(flags: int, body: bytes) -> None:
 
     capture, version = flags & 1, 1 + (flags >> 2) % 4
     limit = len(body) - (flags >> 4) * 3  # records starting at or past the limit are not read
-    status, end, records, controls, rows = ROWS.skim_run(body, bool(flags & 2), _FRAME if capture else None, version,
-                                                         ROW_TAG_BYTES, 5, max(1, limit), 7 << 48)
+    status, end, records, controls, rows = COMPILED.skim_run(body, bool(flags & 2), _FRAME if capture else None,
+                                                             version, ROW_TAG_BYTES, 5, max(1, limit), 7 << 48)
     if status == 0:
         if not 0 <= end <= len(body) or (records and end == 0) or len(rows) != len(controls) + 1:
             raise AssertionError(f"took {end} bytes of {len(body)}: {records} records, {len(controls)} items")

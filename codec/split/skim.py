@@ -26,7 +26,7 @@ from ..io.record_plan import record_frame
 from ..io.segments import Input
 from ..messages import Begin, Commit
 from ..stream import snapshot
-from ..wire.fast import ROWS, parse
+from ..wire.fast import COMPILED, parse
 from .parts import PACKED, pack_words
 
 __all__ = ["COLUMNS", "ROW_TAGS", "ROW_TAG_BYTES", "Run", "Skimmed", "Skimmer", "runs_here", "take_run"]
@@ -86,7 +86,7 @@ class Skimmer:
         self._carried: Any = None
         self._frame = record_frame() if source.form == "capture" else None
         self._file = None
-        if ROWS is not None:
+        if COMPILED is not None:
             self._file = open(source.path, "rb")  # noqa: SIM115 -- closed by close()
             if os.fstat(self._file.fileno()).st_size != source.size or (
                     self.reader is not None and self.reader.size != source.size):
@@ -115,7 +115,7 @@ class Skimmer:
             data = os.pread(fd, want, start)
             if len(data) != want:
                 return None
-            status, end, records, controls, rows = ROWS.skim_run(
+            status, end, records, controls, rows = COMPILED.skim_run(
                 data, start + want == source.size, self._frame, source.proto_version, ROW_TAG_BYTES, start, limit,
                 source.position(0))
             if status == 0:

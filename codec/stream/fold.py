@@ -13,7 +13,7 @@ without a key can be equal: the fold keeps each, and an update or delete meets t
 Strategy: plain Python values in, plain tuples out, so any engine can feed it (Spark hands it one table's
 rows, or one hash range of its keys, per task; see :mod:`replwire.spark.jobs`).  A row of the state is one
 tuple, ``(*values, unknown, unrepresentable)``: tuples of plain values are what the cyclic garbage
-collector stops tracking, and :func:`~replwire.codec.collector.fewer_collections` makes it walk the state
+collector stops tracking, and :func:`~replwire.codec.gc_tuning.fewer_collections` makes it walk the state
 less often while the fold runs.  ``state`` holds the first row of each identity, ``more`` the later ones.
 """
 
@@ -23,7 +23,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..collector import fewer_collections
+from ..gc_tuning import fewer_collections
 
 __all__ = ["Change", "fold"]
 

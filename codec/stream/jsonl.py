@@ -47,7 +47,7 @@ from typing import Any
 from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
-from ..wire.fast import ROWS
+from ..wire.fast import COMPILED
 from .assembler import Change, ChangeMaker, Transaction
 from .server_text import server_text
 from .value_types import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, interval_iso, interval_parts
@@ -204,7 +204,7 @@ class RowJson:
         self.loader = loader or ValueLoader()
         self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
         # the compiled row path's writer (``rows_row``), for UTF-8 text, and its plan per schema
-        self._compiled = ROWS if ROWS is not None and self.loader.encoding == UTF8 else None
+        self._compiled = COMPILED if COMPILED is not None and self.loader.encoding == UTF8 else None
         self._plans: dict[int, tuple[RowSchema, Any]] = {}
 
     def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False,

@@ -42,7 +42,7 @@ from . import _generated
 from .gen.fingerprint import fingerprint
 from .runtime import DECLINED
 
-__all__ = ["DECLINED", "FILENAME", "IMPL", "ROWS", "CompiledCodecWarning", "build", "build_envelope", "parse",
+__all__ = ["COMPILED", "DECLINED", "FILENAME", "IMPL", "CompiledCodecWarning", "build", "build_envelope", "parse",
            "parse_envelope"]
 
 #: The file of the generated code.
@@ -93,9 +93,10 @@ def _choose() -> tuple[str, ModuleType | None]:
 
 #: Which implementation the entry points are: ``"c"`` (the compiled codec) or ``"python"``.
 IMPL, _COMPILED = _choose()
-#: The compiled codec's row path (``rows_plan``, ``rows_run``: COPY-CSV rows of plain transactions to JSON
-#: lines, see :mod:`replwire.codec.decode`), or ``None`` under the Python codec.
-ROWS: Any = _COMPILED
+#: The compiled codec's module, for its paths beyond the four entry points -- the row path (``rows_plan``,
+#: ``rows_run``: plain transactions to JSON lines, see :mod:`replwire.codec.decode`), the first pass's
+#: ``skim_run`` and Spark's ``rows_columns`` -- or ``None`` under the Python codec.
+COMPILED: Any = _COMPILED
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

@@ -29,7 +29,7 @@ from tests.split.test_row_path import (
     write_stream,
 )
 
-COMPILED = fast.ROWS is not None
+COMPILED = fast.COMPILED is not None
 
 
 def python_rows(part) -> pa.Table:
@@ -125,7 +125,7 @@ def test_caps_reads_and_the_python_path(tmp_path, monkeypatch):
     assert_same_rows(inputs, (1 << 30,), compiled_share=0.8)
     monkeypatch.setattr(columns, "_MOST", 150)  # every transaction longer than the column path may take
     assert_same_rows(inputs, (1 << 30,))
-    monkeypatch.setattr(columns, "ROWS", None)
+    monkeypatch.setattr(columns, "COMPILED", None)
     assert_same_rows(inputs, (1 << 30,))
     assert not any(isinstance(r, columns.ColumnRun) for part in plan(inputs).parts
                    for r in columns.part_changes(part))

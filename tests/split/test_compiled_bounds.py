@@ -28,9 +28,9 @@ from replwire.codec.io.capture_file import encode_record
 from replwire.codec.io.record_plan import record_frame
 from replwire.codec.scalars import Timestamp
 from replwire.codec.split import fuzz
-from replwire.codec.wire.fast import ROWS
+from replwire.codec.wire.fast import COMPILED
 
-pytestmark = pytest.mark.skipif(ROWS is None, reason="the compiled codec is not built")
+pytestmark = pytest.mark.skipif(COMPILED is None, reason="the compiled codec is not built")
 
 _TAGS = b"IUD"
 _STAMP = Timestamp(800_000_000_000_000)
@@ -63,13 +63,13 @@ BAD_FRAMES = [
 def test_a_frame_near_the_top_of_py_ssize_t_is_refused(frame):
     result = _child(f"""
         import struct, zlib
-        from replwire.codec.wire.fast import ROWS
+        from replwire.codec.wire.fast import COMPILED
         data = b"B" + bytes(20)
         record = struct.pack(">I", len(data)) + bytes(5) + data
         record += struct.pack(">I", zlib.crc32(record))
-        for call in (lambda: ROWS.skim_run(record, True, {frame!r}, 1, b"IUD", 0, len(record), 0),
-                     lambda: ROWS.rows_columns(record, True, {{}}, 1, {frame!r}, 0, {{}}, {{}}, 10, 10),
-                     lambda: ROWS.rows_run(record, True, {{}}, 1, -1, {frame!r})):
+        for call in (lambda: COMPILED.skim_run(record, True, {frame!r}, 1, b"IUD", 0, len(record), 0),
+                     lambda: COMPILED.rows_columns(record, True, {{}}, 1, {frame!r}, 0, {{}}, {{}}, 10, 10),
+                     lambda: COMPILED.rows_run(record, True, {{}}, 1, -1, {frame!r})):
             try:
                 print("returned", call())
             except ValueError as error:
@@ -83,7 +83,7 @@ def test_a_frame_near_the_top_of_py_ssize_t_is_refused(frame):
 
 def test_a_good_frame_of_another_layout_still_reads():
     records = b"".join(_record9(b"B" + bytes(20)) for _ in range(3))
-    status, end, count, controls, rows = ROWS.skim_run(records, True, (9, 1, 4, 0, 4, 4), 1, _TAGS, 0,
+    status, end, count, controls, rows = COMPILED.skim_run(records, True, (9, 1, 4, 0, 4, 4), 1, _TAGS, 0,
                                                        len(records), 0)
     assert (status, end, count, len(controls), rows) == (0, len(records), 3, 3, [0, 0, 0, 0])
 
@@ -93,14 +93,14 @@ def test_a_start_that_makes_offsets_negative_or_overflow_is_refused(start):
     record = encode_record(0x10, 700, b"B" + bytes(20))
     assert len(record) > 1
     with pytest.raises(ValueError, match="start out of range"):
-        ROWS.skim_run(record + record, True, record_frame(), 1, _TAGS, start, 2 * len(record), 0)
+        COMPILED.skim_run(record + record, True, record_frame(), 1, _TAGS, start, 2 * len(record), 0)
 
 
 def test_the_highest_start_that_fits_reads():
     record = encode_record(0x10, 700, b"B" + bytes(20))
     data = record + record
     start = 2**63 - 1 - len(data)
-    status, end, count, controls, _ = ROWS.skim_run(data, True, record_frame(), 1, _TAGS, start, len(data), 0)
+    status, end, count, controls, _ = COMPILED.skim_run(data, True, record_frame(), 1, _TAGS, start, len(data), 0)
     assert (status, end, count) == (0, len(data), 2)
     assert [c[0] for c in controls] == [start, start + len(record)]
 
@@ -109,7 +109,7 @@ def test_the_highest_start_that_fits_reads():
 def test_any_limit_stays_inside_the_data(limit):
     record = encode_record(0x10, 700, b"B" + bytes(20))
     for final in (True, False):
-        status, end, count, _, _ = ROWS.skim_run(record * 2, final, record_frame(), 1, _TAGS, 0, limit, 0)
+        status, end, count, _, _ = COMPILED.skim_run(record * 2, final, record_frame(), 1, _TAGS, 0, limit, 0)
         if limit <= 0:
             assert (status, end, count) == (0, 0, 0)
         elif final:
@@ -126,7 +126,7 @@ def test_the_crc_eight_bytes_a_step_is_zlibs_at_every_length_and_alignment():
         record = encode_record(0x10, 700, data)
         for pad in range(8):  # the record at every alignment in the buffer
             body = bytes(pad) + record
-            status, _, count, _, _ = ROWS.skim_run(memoryview(body)[pad:], True, frame, 1, _TAGS, 0, len(record),
+            status, _, count, _, _ = COMPILED.skim_run(memoryview(body)[pad:], True, frame, 1, _TAGS, 0, len(record),
                                                    0)
             assert (status, count) == (0, 1), (size, pad)
         spot = chance.randrange(len(record) - 4)
@@ -134,7 +134,7 @@ def test_the_crc_eight_bytes_a_step_is_zlibs_at_every_length_and_alignment():
             continue  # (a flipped length is torn, not corrupt)
         flipped = bytearray(record)
         flipped[spot] ^= 1 << chance.randrange(8)
-        status, *_ = ROWS.skim_run(bytes(flipped), True, frame, 1, _TAGS, 0, len(record), 0)
+        status, *_ = COMPILED.skim_run(bytes(flipped), True, frame, 1, _TAGS, 0, len(record), 0)
         assert status == 1, (size, spot)  # fails its checksum: declined to the Python reader
 
 
@@ -160,7 +160,7 @@ def _transaction(rows: int, toast_every: int = 3) -> list:
 @pytest.mark.parametrize("rows", [1, 3, 7, 8, 9, 17])
 def test_bitmaps_and_list_offsets_for_any_row_count(rows):
     body = _csv(_transaction(rows))
-    consumed, records, got, declined, buffers = ROWS.rows_columns(body, True, fuzz._COLUMN_PLANS, 1, None, 0,
+    consumed, records, got, declined, buffers = COMPILED.rows_columns(body, True, fuzz._COLUMN_PLANS, 1, None, 0,
                                                                   {0: None}, {}, 1 << 30, 1 << 30)
     assert (consumed, records, got, declined) == (len(body), rows + 2, rows, 0)
     images = fuzz._column_images(rows, buffers)  # every buffer's size, every offset checked
@@ -174,7 +174,7 @@ def test_bitmaps_and_list_offsets_for_any_row_count(rows):
 
 def _plan_of(call):
     starts = (b"", b"", b"")
-    return ROWS.rows_plan(starts, ((b'"id":', 4, True, call, "id"), (b'"v":', 4, False, call, "v")))
+    return COMPILED.rows_plan(starts, ((b'"id":', 4, True, call, "id"), (b'"v":', 4, False, call, "v")))
 
 
 def _two_columns(rows: int) -> bytes:
@@ -189,18 +189,18 @@ def test_a_converter_raising_keyboard_interrupt_propagates():
 
     body = _two_columns(2)
     with pytest.raises(KeyboardInterrupt):
-        ROWS.rows_columns(body, True, {1: (_plan_of(call), 0)}, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)
+        COMPILED.rows_columns(body, True, {1: (_plan_of(call), 0)}, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)
 
 
 #: Each row writer called with plans a converter empties: (how plans hold a plan, inserts in the transaction,
 #: the call, what it prints).  rows_run looks each change's plan up again (the second finds none: declined),
 #: rows_columns keeps the one it found for the next change of the same relation.
 _EMPTIED_PLANS = {
-    "rows_columns": ("(ROWS.rows_plan((b'', b'', b''), columns), 0)", 3,
-                     "ROWS.rows_columns(body, True, plans, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)",
+    "rows_columns": ("(COMPILED.rows_plan((b'', b'', b''), columns), 0)", 3,
+                     "COMPILED.rows_columns(body, True, plans, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)",
                      "print(result[0] == len(body), *result[1:4])", ["True", "5", "3", "0"]),
-    "rows_run": ("ROWS.rows_plan((b'{', b'{', b'{'), columns)", 1,
-                 "ROWS.rows_run(body, True, plans, 1, -1, None)",
+    "rows_run": ("COMPILED.rows_plan((b'{', b'{', b'{'), columns)", 1,
+                 "COMPILED.rows_run(body, True, plans, 1, -1, None)",
                  "print(result[0] == len(body), result[1].count(chr(10)), result[4])", ["True", "1", "1"]),
 }
 
@@ -214,7 +214,7 @@ def test_a_converter_that_empties_the_plans_leaves_its_plan_alive(writer):
         import json
         from replwire.codec import LSN, Begin, Commit, Insert, TupleColumn, build
         from replwire.codec.scalars import Timestamp
-        from replwire.codec.wire.fast import ROWS
+        from replwire.codec.wire.fast import COMPILED
         plans = {{}}
         def call(data):
             plans.clear()
@@ -245,6 +245,6 @@ def test_dropped_subtransactions_that_change_while_asked_are_read_safely():
     dropped[0] = Shrinking()
     body = _two_columns(2)
     plans = {1: (_plan_of(lambda data: json.dumps(data.decode())), 0)}
-    consumed, records, rows, declined, _ = ROWS.rows_columns(body, True, plans, 1, None, 0, {0: None}, dropped,
+    consumed, records, rows, declined, _ = COMPILED.rows_columns(body, True, plans, 1, None, 0, {0: None}, dropped,
                                                              1 << 30, 1 << 30)
     assert (consumed, records, rows, declined) == (len(body), 4, 0, 0)  # its xid dropped: no rows

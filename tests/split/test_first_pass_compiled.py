@@ -24,7 +24,7 @@ from tests.split.test_partitions import (
     write_capture,
 )
 
-pytestmark = pytest.mark.skipif(fast.ROWS is None, reason="the compiled codec is not built")
+pytestmark = pytest.mark.skipif(fast.COMPILED is None, reason="the compiled codec is not built")
 
 SIZES = ((1, 1), (97, 1), (4096, 1), (1 << 30, 1), (1 << 30, 8))
 
@@ -61,13 +61,13 @@ def outcome(inputs, **kwargs):
 def same(monkeypatch, inputs, sizes=SIZES):
     """The compiled and the Python first pass plan alike at every part size; how many runs the compiled one
     read and declined."""
-    counting = Counting(fast.ROWS)
+    counting = Counting(fast.COMPILED)
     for part_bytes, min_parts in sizes:
         with monkeypatch.context() as patch:
-            patch.setattr(skim, "ROWS", None)
+            patch.setattr(skim, "COMPILED", None)
             expected = outcome(inputs, part_bytes=part_bytes, min_parts=min_parts)
         with monkeypatch.context() as patch:
-            patch.setattr(skim, "ROWS", counting)
+            patch.setattr(skim, "COMPILED", counting)
             got = outcome(inputs, part_bytes=part_bytes, min_parts=min_parts)
         assert got == expected, (part_bytes, min_parts)
     return counting
@@ -207,7 +207,7 @@ def test_stream_errors(monkeypatch, tmp_path):
     transactions."""
     for path in out_of_order_captures(tmp_path).values():
         with monkeypatch.context() as patch:
-            patch.setattr(skim, "ROWS", None)
+            patch.setattr(skim, "COMPILED", None)
             expected = outcome(open_inputs([path]))
         assert isinstance(expected[0], type)  # an error
         same(monkeypatch, open_inputs([path]), sizes=((1, 1), (1 << 30, 1)))

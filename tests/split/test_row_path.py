@@ -25,7 +25,7 @@ from replwire.codec.stream.assembler import Assembler, Transaction
 from replwire.codec.stream.values import RowSchema
 from replwire.codec.wire import fast
 
-COMPILED = fast.ROWS is not None
+COMPILED = fast.COMPILED is not None
 
 
 FORMS = ["copy-csv", "capture"]
@@ -423,7 +423,7 @@ def test_the_fuzz_target_starts_inside_the_row_path():
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
         if COMPILED and seed[0] & 2:  # whole input
-            result = fast.ROWS.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
+            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
             if n < 4:  # every transaction written
                 assert result[4] == 3 and result[7] == 0
             elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
@@ -450,7 +450,7 @@ def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
         raise raised("stop")
 
     starts = (b'{"op":"insert","xid":', b'{"op":"update","xid":', b'{"op":"delete","xid":')
-    plans = {16_400: fast.ROWS.rows_plan(starts, ((b'"v":', 4, True, call, "v"),))}
+    plans = {16_400: fast.COMPILED.rows_plan(starts, ((b'"v":', 4, True, call, "v"),))}
     when = Timestamp(0)
     messages = [Begin(final_lsn=LSN(0x100), commit_time=when, xid=1),
                 Insert(relation_id=16_400, new=[TupleColumn(kind="t", data=b"1")]),
@@ -459,6 +459,6 @@ def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
                     for i, m in enumerate(messages))
     if raised is KeyboardInterrupt:
         with pytest.raises(KeyboardInterrupt, match="stop"):
-            fast.ROWS.rows_run(rows, True, plans, 1, -1, None)
+            fast.COMPILED.rows_run(rows, True, plans, 1, -1, None)
     else:
-        assert fast.ROWS.rows_run(rows, True, plans, 1, -1, None) == (0, "", 0, 0, 0, 0, -1, 1)
+        assert fast.COMPILED.rows_run(rows, True, plans, 1, -1, None) == (0, "", 0, 0, 0, 0, -1, 1)

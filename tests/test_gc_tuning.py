@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from replwire.codec.collector import QUIET_THRESHOLDS, fewer_collections
+from replwire.codec.gc_tuning import QUIET_THRESHOLDS, fewer_collections
 
 
 def test_thresholds_are_raised_inside_and_restored_after_overlapping_users():
