@@ -22,7 +22,7 @@ from .io.capture_file import TailProblem
 from .io.positions import message_completes
 from .io.segments import Input, Reach, read_records
 from .split.compiled_path import CompiledPath
-from .stream import snapshot
+from .stream import snapshot_records
 from .stream.assembler import Assembler, Change, ChangeMaker, Transaction
 from .stream.decoder import IDLE, Decoder, StreamStateError
 from .wire.fast import COMPILED
@@ -133,7 +133,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
     to ``repeated`` if given.  The rows of a snapshot section come first, as ``"snapshot"`` changes
-    (:mod:`replwire.codec.stream.snapshot`); a section an earlier input already held is skipped, and
+    (:mod:`replwire.codec.stream.snapshot_records`); a section an earlier input already held is skipped, and
     ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
     capture file tail once the records before it are done.  A record that does not decode raises
     :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`).
@@ -166,8 +166,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     continue
                 offset, lsn, _, data = record
                 number += 1
-                if data and data[0] in snapshot.KINDS:
-                    if data[0] == snapshot.CONFIRMED:
+                if data and data[0] in snapshot_records.KINDS:
+                    if data[0] == snapshot_records.CONFIRMED:
                         reach.confirmed(source.path, data, last_end, offset)
                     yield from sections.feed(data, lsn)
                     continue
@@ -188,7 +188,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         if path is not None:
                             path.last_end = end
                     yield item
-        except (DecodeError, StreamStateError, snapshot.SnapshotError) as error:
+        except (DecodeError, StreamStateError, snapshot_records.SnapshotError) as error:
             raise RecordError(source.path, number - 1, error) from error
         finally:
             reading.close()
@@ -206,17 +206,17 @@ class _Sections:
 
     def __init__(self, source: Input, typed: bool) -> None:
         maker = ChangeMaker(typed=typed, encoding=source.encoding)
-        self.reader = snapshot.SnapshotReader(Decoder(source.proto_version, source.encoding), maker)
+        self.reader = snapshot_records.SnapshotReader(Decoder(source.proto_version, source.encoding), maker)
         self.seen: set[int] = set()
         self.skipping = False
         self.begin: bytes | None = None  # a section's SnapshotBegin, until its SnapshotSlot tells whether it is new
 
     def feed(self, data: bytes, lsn: int) -> list[Change]:
         code = data[0]
-        if code == snapshot.BEGIN:
+        if code == snapshot_records.BEGIN:
             self.begin, self.skipping = data, False
             return []
-        if code == snapshot.SLOT:
+        if code == snapshot_records.SLOT:
             self.skipping = int(lsn) in self.seen
             if self.begin is not None and not self.skipping:
                 self.reader.feed(self.begin)
@@ -224,6 +224,6 @@ class _Sections:
         if self.skipping:
             return []
         changes = self.reader.feed(data, lsn)
-        if code == snapshot.END:
+        if code == snapshot_records.END:
             self.seen.add(int(lsn))
         return changes

@@ -96,7 +96,7 @@ def _run(path: str, echo: Callable[[str], None]) -> Summary:
     from ..io.connection import CaptureSettings
     from ..io.live import LiveCapture
     from ..scalars import LSN
-    from ..stream import snapshot
+    from ..stream import snapshot_records
     from ..stream.assembler import Assembler, Transaction
     from ..testing.localserver import PgServer
 
@@ -148,7 +148,7 @@ def _run(path: str, echo: Callable[[str], None]) -> Summary:
     with read_capture(path) as reader:
         assembler = Assembler(proto_version=reader.header.proto_version)
         for record in reader.records():
-            if record.data[:1] and record.data[0] in snapshot.KINDS:  # where the slot stood: no message
+            if record.data[:1] and record.data[0] in snapshot_records.KINDS:  # where the slot stood: no message
                 continue
             summary.messages += 1
             for item in assembler.feed(record.data, lsn=record.lsn or None):

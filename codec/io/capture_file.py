@@ -35,7 +35,7 @@ from ...schema import capture as layout
 from .. import walker
 from ..errors import ReplwireError
 from ..scalars import LSN
-from ..stream.snapshot import confirmed_record as _confirmed_record
+from ..stream.snapshot_records import confirmed_record as _confirmed_record
 from .record_plan import RECORD_PLAN
 
 __all__ = ["BATCH", "CHUNK", "HEADER_AHEAD", "RESYNC_BUDGET", "RESYNC_WINDOW", "CaptureFileError", "CaptureHeader",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import DecodeError, ReplwireError
 from ..scalars import LSN
-from ..stream import snapshot
+from ..stream import snapshot_records
 from ..wire.fast import parse
 from .capture_file import CaptureFileError, CaptureHeader, CaptureReader, cut_file, read_capture
 from .connection import CaptureDamaged, CaptureError, ServerInfo
@@ -29,7 +29,7 @@ from .positions import PositionTracker, message_completes
 __all__ = ["Resume", "check_output", "check_settings", "check_source", "first_record", "refuse_new_slot",
            "resume", "resume_point"]
 
-_CONFIRMED = bytes((snapshot.CONFIRMED,))
+_CONFIRMED = bytes((snapshot_records.CONFIRMED,))
 
 
 def check_output(path: str | os.PathLike[str]) -> CaptureHeader | None:
@@ -138,14 +138,14 @@ def resume(path: str, confirmed: LSN) -> Resume:
         reading = reader.records(raw=True)
         for offset, _, _, data in reading:
             position: int | None
-            if data and data[0] == snapshot.CONFIRMED:  # where the slot stood (between transactions): no message
-                if snapshot.parse_record(data).lsn <= confirmed:
+            if data and data[0] == snapshot_records.CONFIRMED:  # where the slot stood (between transactions)
+                if snapshot_records.parse_record(data).lsn <= confirmed:
                     cut = reading.end
                 continue
             count += 1
             size += len(data)
-            if data and data[0] in snapshot.KINDS:  # a record of the file's snapshot section, not pgoutput
-                position = snapshot.record_completes(data)
+            if data and data[0] in snapshot_records.KINDS:  # a record of the file's snapshot section, not pgoutput
+                position = snapshot_records.record_completes(data)
             else:
                 try:
                     position = tracker.feed(data)
@@ -176,8 +176,8 @@ def _confirmed_after(reader: CaptureReader, start: int, confirmed: LSN) -> int |
     for _, _, _, data in reader.records(start, raw=True):
         if not data:
             continue
-        if data[0] in snapshot.KINDS:
-            position = snapshot.record_completes(data)
+        if data[0] in snapshot_records.KINDS:
+            position = snapshot_records.record_completes(data)
         else:
             try:
                 position = message_completes(parse(data, proto_version=proto, encoding=encoding))
@@ -206,8 +206,8 @@ def refuse_new_slot(out: str, name: str, existing: CaptureHeader) -> None:
         except (OSError, CaptureFileError) as error:
             raise CaptureError(f"cannot write {out}: {error}") from None
         return
-    if first[:1] and first[0] == snapshot.BEGIN:
-        taken = snapshot.parse_record(first).slot
+    if first[:1] and first[0] == snapshot_records.BEGIN:
+        taken = snapshot_records.parse_record(first).slot
         raise CaptureError(f"replication slot {name!r} does not exist, and {out} holds a snapshot taken "
                            f"with slot {taken!r}: a new slot would start now, without the changes between "
                            f"the snapshot and now (run the same command with --snapshot and --slot {taken} to "

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..errors import ReplwireError
 from ..scalars import LSN
-from ..stream import snapshot
+from ..stream import snapshot_records
 from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture
 from .copy_csv import read_copy_csv
 from .positions import PositionTracker
@@ -167,10 +167,10 @@ def _start(source: Input) -> _Start:
     reading = read_records(source, raw=True)
     try:
         for _, lsn, _, data in reading:
-            if data and data[0] in snapshot.KINDS:
-                if data[0] == snapshot.SLOT and first is None:  # the section names the slot's consistent point
+            if data and data[0] in snapshot_records.KINDS:
+                if data[0] == snapshot_records.SLOT and first is None:  # the section names the slot's consistent point
                     return _Start(snapshot=lsn)
-                if data[0] == snapshot.CONFIRMED and first is None:  # where its slot stood as it started
+                if data[0] == snapshot_records.CONFIRMED and first is None:  # where its slot stood as it started
                     first = lsn
                 continue
             if first is None and lsn:
@@ -245,7 +245,7 @@ class Reach:
     def confirmed(self, path: str, data: bytes, completed: int = -1, offset: int | None = None) -> None:
         """Take the ``SlotConfirmed`` record ``data`` of input ``path`` (at ``offset``); refuse a start past
         the reach."""
-        fields = snapshot.parse_record(data)
+        fields = snapshot_records.parse_record(data)
         reach = max(self.position, completed)
         if fields.at_start and 0 <= reach < fields.lsn:
             raise CaptureFileError(path, f"the inputs are not one stream: a capture in this file started "

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..messages import Relation, RelationColumn, Type
 from ..scalars import LSN
-from ..stream import snapshot as records
+from ..stream import snapshot_records
 from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_capture
 from .connection import CaptureError, CaptureSettings, ServerInfo, connect, server_error, set_up
 from .resume import check_settings, check_source
@@ -110,19 +110,19 @@ def section_state(path: str) -> SectionState:
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return SectionState("none")
     with read_capture(path) as reader:
-        reading = reader.records(raw=True, skip=frozenset((records.ROWS,)))
+        reading = reader.records(raw=True, skip=frozenset((snapshot_records.ROWS_RECORD,)))
         try:
             found: SectionState | None = None
             for _, lsn, _, data, _ in reading:
                 if found is None:
-                    if not data or data[0] != records.BEGIN:
+                    if not data or data[0] != snapshot_records.BEGIN:
                         return SectionState("stream")
-                    found = SectionState("interrupted", records.parse_record(data).slot)
-                elif not data or data[0] not in records.KINDS:
+                    found = SectionState("interrupted", snapshot_records.parse_record(data).slot)
+                elif not data or data[0] not in snapshot_records.KINDS:
                     break
-                elif data[0] == records.SLOT:
+                elif data[0] == snapshot_records.SLOT:
                     found.lsn = LSN(lsn)
-                elif data[0] == records.END:
+                elif data[0] == snapshot_records.END:
                     found.state = "complete"
                     break
         finally:
@@ -221,7 +221,7 @@ class _Rows:
             self.flush()
 
     def _strip_header(self, data: bytes) -> bytes:
-        signature = records.BINARY_HEADER[:11]
+        signature = snapshot_records.BINARY_HEADER[:11]
         if data[:11] != signature or len(data) < 19:
             raise CaptureError(f"COPY of {self.table.name} did not start with the binary header")
         extension = int.from_bytes(data[15:19], "big")
@@ -241,8 +241,8 @@ class _Rows:
             rows = len(parts)
             if not self.binary and (body.count(b"\n") != rows or not body.endswith(b"\n")):
                 raise CaptureError(f"COPY of {self.table.name} sent {rows} data messages that are not one line each")
-            self.writer.append(self.lsn, 0, records.rows_record(self.table.relation.relation_id, self.binary, rows,
-                                                                body))
+            record = snapshot_records.rows_record(self.table.relation.relation_id, self.binary, rows, body)
+            self.writer.append(self.lsn, 0, record)
             self.progress.rows += rows
             self.progress.bytes += len(body)
             now = time.monotonic()
@@ -330,7 +330,7 @@ def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: i
     import psycopg2
 
     binary = settings.binary
-    writer.append(0, 0, records.begin_record(settings.slot, binary))
+    writer.append(0, 0, snapshot_records.begin_record(settings.slot, binary))
     writer.sync()  # the slot is this section's before it exists
     replication = connect(dsn, replication=True)
     try:
@@ -348,7 +348,7 @@ def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: i
             raise CaptureError(f"cannot create slot {settings.slot!r} with an exported snapshot: "
                                f"{server_error(error)}") from None
         lsn = LSN(point)
-        writer.append(lsn, 0, records.slot_record(lsn, snapshot_name))
+        writer.append(lsn, 0, snapshot_records.slot_record(lsn, snapshot_name))
         writer.sync()
         cur = conn.cursor()
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -359,18 +359,18 @@ def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: i
         cur.execute("LOCK TABLE " + ", ".join(t.name for t in tables) + " IN ACCESS SHARE MODE")
         total = 0
         for table in tables:
-            writer.append(lsn, 0, records.table_record(table.relation, list(table.types)))
+            writer.append(lsn, 0, snapshot_records.table_record(table.relation, list(table.types)))
             shown = TableProgress(table.relation.namespace or "pg_catalog", table.relation.name)
             rows = _Rows(writer, lsn, table, binary, chunk, shown, progress)
             cur.copy_expert(table.copy_sql(binary), rows)
             rows.flush()
-            writer.append(lsn, 0, records.table_end_record(table.relation.relation_id, shown.rows))
+            writer.append(lsn, 0, snapshot_records.table_end_record(table.relation.relation_id, shown.rows))
             writer.sync()
             total += shown.rows
             shown.done = True
             if progress is not None:
                 progress(shown)
-        writer.append(lsn, 0, records.end_record(lsn, len(tables), total))
+        writer.append(lsn, 0, snapshot_records.end_record(lsn, len(tables), total))
         writer.sync()
         cur.execute("COMMIT")
     except psycopg2.Error as error:

@@ -41,7 +41,7 @@ from ..messages import (
     WireMessage,
 )
 from ..options import boolean
-from ..stream import snapshot
+from ..stream import snapshot_records
 from ..stream.decoder import Decoder
 from ..wire.fast import build
 
@@ -224,8 +224,8 @@ def _capture_records(path: str) -> Callable[..., Iterator[tuple[int, bytes]]]:
         with read_capture(path) as reader:
             reading = reader.records(raw=True)
             for offset, lsn, _, data in reading:
-                if data and data[0] in snapshot.KINDS:  # a snapshot section's rows, or where the slot stood
-                    if marks is not None and data[0] == snapshot.CONFIRMED:
+                if data and data[0] in snapshot_records.KINDS:  # a snapshot section's rows, or where the slot stood
+                    if marks is not None and data[0] == snapshot_records.CONFIRMED:
                         marks(path, data, offset=offset)
                     continue
                 yield lsn, data

@@ -19,7 +19,7 @@ from typing import Any
 from ..gc_tuning import fewer_collections
 from ..io.segments import read_records
 from ..scalars import LSN, Timestamp
-from ..stream import snapshot
+from ..stream import snapshot_records
 from ..stream.assembler import Change, ChangeMaker
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, LONE, Router
@@ -61,7 +61,7 @@ class PartDecoder:
         self.maker = ChangeMaker(typed=typed and rows, rows=rows, encoding=self.decoder.encoding)
         self.outcomes, self.repeated, self.dropped = part.outcome_table(), part.repeated_lone, part.dropped_subxacts
         self.base = part.source.position(0)
-        self.sections = snapshot.SnapshotReader(self.decoder, self.maker)
+        self.sections = snapshot_records.SnapshotReader(self.decoder, self.maker)
 
     def decode(self, records: Iterable[tuple[int, int, Any, bytes]]) -> Iterator[Decoded]:
         """The committed changes of ``records`` (raw records of the part: offset, LSN, xid, data)."""
@@ -70,7 +70,7 @@ class PartDecoder:
         base, sections = self.base, self.sections
         new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
         for offset, lsn, _, data in records:
-            if data and data[0] in snapshot.KINDS:
+            if data and data[0] in snapshot_records.KINDS:
                 yield from _snapshot_rows(sections, data, lsn, base | offset)
                 continue
             in_stream = decoder.in_stream
@@ -93,12 +93,13 @@ class PartDecoder:
                 yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 
 
-def _snapshot_rows(sections: snapshot.SnapshotReader, data: bytes, lsn: int, position: int) -> Iterator[Decoded]:
+def _snapshot_rows(sections: snapshot_records.SnapshotReader, data: bytes, lsn: int,
+                   position: int) -> Iterator[Decoded]:
     """The rows of a snapshot record, as changes of a transaction committed at the snapshot's LSN (so that
     they come before every change of the stream), with no commit time; the row at index ``i`` of the record
     has the position of the record plus ``i`` (a record holds more bytes than rows, so these stay below the
     next record's)."""
-    if data[0] != snapshot.ROWS:
+    if data[0] != snapshot_records.ROWS_RECORD:
         sections.feed(data, lsn)
         return
     at = LSN(lsn)

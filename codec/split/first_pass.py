@@ -27,7 +27,7 @@ from ..gc_tuning import fewer_collections
 from ..io.positions import message_completes
 from ..io.segments import Input, Reach
 from ..messages import Begin, BeginPrepare, Relation, StreamStart
-from ..stream import snapshot
+from ..stream import snapshot_records
 from ..stream.decoder import IDLE, Decoder
 from ..stream.outcome import Outcome
 from ..stream.routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, ORIGIN, PREPARE, Router
@@ -112,12 +112,12 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
 
     def control(source: Input, offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
         nonlocal last_end
-        if data and data[0] in snapshot.KINDS:  # the snapshot section: only its tables' shapes matter here
-            if data[0] == snapshot.CONFIRMED:
+        if data and data[0] in snapshot_records.KINDS:  # the snapshot section: only its tables' shapes matter here
+            if data[0] == snapshot_records.CONFIRMED:
                 reach.confirmed(source.path, data, last_end, offset)
-            elif data[0] == snapshot.TABLE:
-                for item in snapshot.parse_record(data).messages:
-                    schema_message = snapshot.schema_message(item.data, decoder.encoding)
+            elif data[0] == snapshot_records.TABLE:
+                for item in snapshot_records.parse_record(data).messages:
+                    schema_message = snapshot_records.schema_message(item.data, decoder.encoding)
                     decoder.remember(schema_message)
                     if isinstance(schema_message, Relation):
                         relation(source, offset, schema_message)

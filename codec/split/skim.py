@@ -25,7 +25,7 @@ from ..io.copy_csv import read_copy_csv
 from ..io.record_plan import record_frame
 from ..io.segments import Input
 from ..messages import Begin, Commit
-from ..stream import snapshot
+from ..stream import snapshot_records
 from ..wire.fast import COMPILED, parse
 from .parts import PACKED, pack_words
 
@@ -33,7 +33,7 @@ __all__ = ["COLUMNS", "ROW_TAGS", "ROW_TAG_BYTES", "Run", "Skimmed", "Skimmer", 
 
 #: Tags of the messages the first pass does not parse (their transaction is all it needs), and the snapshot
 #: section's rows (they belong to no transaction).
-ROW_TAGS = frozenset(b"IUDT") | {snapshot.ROWS}
+ROW_TAGS = frozenset(b"IUDT") | {snapshot_records.ROWS_RECORD}
 ROW_TAG_BYTES = bytes(sorted(ROW_TAGS))
 
 

@@ -80,7 +80,7 @@ class Change:
     (sub)transaction that made it, as its message carried it (``None`` otherwise: outside streaming the
     server does not say).  ``lsn`` is the position given to :meth:`Assembler.add` with the message.  A row
     of a capture file's initial snapshot is a change with ``op`` ``snapshot`` and ``new`` only
-    (:mod:`replwire.codec.stream.snapshot`).
+    (:mod:`replwire.codec.stream.snapshot_records`).
     """
 
     op: str

@@ -265,14 +265,14 @@ def test_files_that_follow_each_other_are_read_as_one_stream(gapped):
     confirmed when idle): the SlotConfirmed that file holds says so, and the files are one stream."""
     from replwire.codec import parse
     from replwire.codec.io.capture_file import read_capture
-    from replwire.codec.stream import snapshot
+    from replwire.codec.stream import snapshot_records
 
     a, b, missing, c, ids = gapped
     last_commit, marks = {}, {}
     for path in (a, b, missing, c):
         with read_capture(path) as reader:
-            found = [(lsn, snapshot.parse_record(data).at_start) for _, lsn, _, data in reader.records(raw=True)
-                     if data and data[0] == snapshot.CONFIRMED]
+            found = [(lsn, snapshot_records.parse_record(data).at_start) for _, lsn, _, data in reader.records(raw=True)
+                     if data and data[0] == snapshot_records.CONFIRMED]
             last_commit[path] = max(parse(data, proto_version=1).end_lsn
                                     for _, _, _, data in reader.records(raw=True) if data[:1] == b"C")
         marks[path] = found

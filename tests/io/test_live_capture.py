@@ -12,7 +12,7 @@ from replwire.codec.io.capture_file import read_capture
 from replwire.codec.io.connection import CaptureError, CaptureSettings
 from replwire.codec.io.live import LiveCapture
 from replwire.codec.io.positions import message_completes
-from replwire.codec.stream import snapshot
+from replwire.codec.stream import snapshot_records
 from tests.support.capture import pgoutput_records
 
 pytestmark = pytest.mark.server
@@ -66,7 +66,7 @@ def test_live_capture_stores_what_the_sql_interface_sees(major, request, tmp_pat
         conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
     with read_capture(tmp_path / "live.rwcap") as reader:
         reading = reader.records()
-        records = [r for r in reading if r.data[:1] == b"" or r.data[0] not in snapshot.KINDS]
+        records = [r for r in reading if r.data[:1] == b"" or r.data[0] not in snapshot_records.KINDS]
         assert reading.tail is None
         assert reader.header.server_version == server.version_num
     assert [r.data for r in records] == [data for _, data in expected]
@@ -279,7 +279,7 @@ def test_sql_capture_stores_what_the_sql_interface_sees(major, request, tmp_path
         conn.execute("SELECT pg_drop_replication_slot(%s)", (peek,))
     with read_capture(out) as reader:
         reading = reader.records()
-        records = [r for r in reading if r.data[:1] == b"" or r.data[0] not in snapshot.KINDS]
+        records = [r for r in reading if r.data[:1] == b"" or r.data[0] not in snapshot_records.KINDS]
         assert reading.tail is None and reader.header.server_version == server.version_num
     # the same rows as one call of the SQL interface, with the same LSNs, except that every call repeats the
     # Relation messages its changes need

@@ -15,7 +15,7 @@ import pytest
 
 from replwire.codec import LSN
 from replwire.codec.io.snapshot import section_state
-from replwire.codec.stream import snapshot as records
+from replwire.codec.stream import snapshot_records
 from tests.support.snapshot import (
     REPLWIRE,
     capture_command,
@@ -275,20 +275,20 @@ def test_errors_are_clear(pg18, tmp_path):
 
 def test_copy_rows_read_as_postgresql_writes_them():
     # COPY's text form, as PostgreSQL's documentation gives it: backslash escapes, \N for NULL
-    rows = list(records.text_rows(b"a\\tb\\\\c\\nd\t\\N\t\\101\\x42\n", 3))
+    rows = list(snapshot_records.text_rows(b"a\\tb\\\\c\\nd\t\\N\t\\101\\x42\n", 3))
     assert [[(c.kind, c.data) for c in row] for row in rows] == [[("t", b"a\tb\\c\nd"), ("n", None), ("t", b"AB")]]
-    with pytest.raises(records.SnapshotError, match="row 0 .* has 2 fields, the table 3"):
-        list(records.text_rows(b"a\tb\n", 3))
-    with pytest.raises(records.SnapshotError, match="whole line"):
-        list(records.text_rows(b"a\tb", 2))
+    with pytest.raises(snapshot_records.SnapshotError, match="row 0 .* has 2 fields, the table 3"):
+        list(snapshot_records.text_rows(b"a\tb\n", 3))
+    with pytest.raises(snapshot_records.SnapshotError, match="whole line"):
+        list(snapshot_records.text_rows(b"a\tb", 2))
     # binary: Int16 field count, then per field an Int32 length (-1: NULL) and the bytes
     data = bytes.fromhex("0002" "00000004 0000002a" "ffffffff")
-    rows = list(records.binary_rows(data, 2))
+    rows = list(snapshot_records.binary_rows(data, 2))
     assert [[(c.kind, c.data) for c in row] for row in rows] == [[("b", b"\x00\x00\x00\x2a"), ("n", None)]]
     for damaged, message in [(data[:-2], "cut short"), (bytes.fromhex("0001" "7fffffff") + b"x", "runs past"),
                              (bytes.fromhex("0003"), "has 3 fields")]:
-        with pytest.raises(records.SnapshotError, match=message):
-            list(records.binary_rows(damaged, 2 if message != "runs past" else 1))
+        with pytest.raises(snapshot_records.SnapshotError, match=message):
+            list(snapshot_records.binary_rows(damaged, 2 if message != "runs past" else 1))
 
 
 def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
@@ -312,7 +312,7 @@ def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
                            options=settings.options(pg15.version_num), client_encoding=encoding)
     out = tmp_path / "early.rwcap"
     with CaptureWriter(out, header) as writer:
-        writer.append(0, 0, records.begin_record(slot, False))
+        writer.append(0, 0, snapshot_records.begin_record(slot, False))
     result = run(capture_command(dsn, out, slot, "pub", "--idle-exit", "1"))
     assert result.returncode == 0, result.stderr
     assert "taken again" in result.stderr
@@ -324,18 +324,19 @@ def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
 
 def test_snapshot_records_are_laid_out_as_declared():
     # hand-written from the capture-format page: kind byte, then the fields big-endian, Strings NUL-ended
-    assert records.begin_record("s", True) == b"\x01s\x00\x01"
-    slot = records.slot_record(LSN(0x16B3748), "00000003-2")
+    assert snapshot_records.begin_record("s", True) == b"\x01s\x00\x01"
+    slot = snapshot_records.slot_record(LSN(0x16B3748), "00000003-2")
     assert slot == b"\x02" + bytes.fromhex("00000000016B3748") + b"00000003-2\x00"
-    assert records.rows_record(16385, True, 2, b"ab") == b"\x04" + bytes.fromhex("00004001" "01" "00000002") + b"ab"
-    assert records.table_end_record(16385, 7) == b"\x05" + bytes.fromhex("00004001" "0000000000000007")
-    end = records.end_record(LSN(0x10), 1, 7)
+    assert (snapshot_records.rows_record(16385, True, 2, b"ab")
+            == b"\x04" + bytes.fromhex("00004001" "01" "00000002") + b"ab")
+    assert snapshot_records.table_end_record(16385, 7) == b"\x05" + bytes.fromhex("00004001" "0000000000000007")
+    end = snapshot_records.end_record(LSN(0x10), 1, 7)
     assert end == b"\x06" + bytes.fromhex("0000000000000010" "00000001" "0000000000000007")
-    parsed = records.parse_record(records.rows_record(16385, False, 1, b"x\n"))
+    parsed = snapshot_records.parse_record(snapshot_records.rows_record(16385, False, 1, b"x\n"))
     assert (parsed.relation_id, parsed.binary, parsed.rows, parsed.data) == (16385, 0, 1, b"x\n")
-    assert records.record_completes(records.end_record(LSN(0x10), 1, 7)) == 0x10
-    assert records.record_completes(records.begin_record("s", False)) is None
-    with pytest.raises(records.SnapshotError, match="SnapshotEnd"):
-        records.parse_record(b"\x06\x00")
-    with pytest.raises(records.SnapshotError, match="not a snapshot record"):
-        records.parse_record(b"B")
+    assert snapshot_records.record_completes(snapshot_records.end_record(LSN(0x10), 1, 7)) == 0x10
+    assert snapshot_records.record_completes(snapshot_records.begin_record("s", False)) is None
+    with pytest.raises(snapshot_records.SnapshotError, match="SnapshotEnd"):
+        snapshot_records.parse_record(b"\x06\x00")
+    with pytest.raises(snapshot_records.SnapshotError, match="not a snapshot record"):
+        snapshot_records.parse_record(b"B")

@@ -87,15 +87,15 @@ def _lsn(text: str) -> int:
 
 def test_a_capture_with_a_snapshot_section_serves_its_stream_only(pg_captures, tmp_path):
     from replwire.codec.messages import Relation, RelationColumn
-    from replwire.codec.stream import snapshot
+    from replwire.codec.stream import snapshot_records
 
     capture = next(c for c in pg_captures.captures if c.rows)
     plain, with_snapshot = tmp_path / "plain.rwcap", tmp_path / "snapshot.rwcap"
     relation = Relation(relation_id=1, namespace="public", name="t", replica_identity="d",
                         columns=[RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1)])
-    section = [snapshot.begin_record("s", False), snapshot.slot_record(LSN(0x10), "x"),
-               snapshot.table_record(relation, []), snapshot.rows_record(1, False, 2, b"1\n2\n"),
-               snapshot.table_end_record(1, 2), snapshot.end_record(LSN(0x10), 1, 2)]
+    section = [snapshot_records.begin_record("s", False), snapshot_records.slot_record(LSN(0x10), "x"),
+               snapshot_records.table_record(relation, []), snapshot_records.rows_record(1, False, 2, b"1\n2\n"),
+               snapshot_records.table_end_record(1, 2), snapshot_records.end_record(LSN(0x10), 1, 2)]
     for path, first in ((plain, []), (with_snapshot, section)):
         with CaptureWriter(path, CaptureHeader(proto_version=capture.proto_version,
                                                server_version=capture.version_num,

@@ -13,7 +13,7 @@ import pytest
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Insert, Message, TupleColumn, build
 from replwire.codec.split import open_inputs, plan, skim
-from replwire.codec.stream import snapshot
+from replwire.codec.stream import snapshot_records
 from replwire.codec.wire import fast
 from tests.split.test_partitions import (
     StreamMaker,
@@ -172,10 +172,10 @@ def test_torn_and_corrupt_tails(monkeypatch, tmp_path, seed):
 
 def test_a_snapshot_section_and_records_longer_than_a_run(monkeypatch, tmp_path):
     relation = _relation(16385, "t", 2)
-    section = [snapshot.begin_record("slot", False), snapshot.slot_record(LSN(0x100), "00000003-1"),
-               snapshot.table_record(relation, []),
-               *(snapshot.rows_record(16385, False, 2, b"1\tx\n2\ty\n" * 3000) for _ in range(3)),
-               snapshot.table_end_record(16385, 6), snapshot.end_record(LSN(0x100), 1, 6)]
+    section = [snapshot_records.begin_record("slot", False), snapshot_records.slot_record(LSN(0x100), "00000003-1"),
+               snapshot_records.table_record(relation, []),
+               *(snapshot_records.rows_record(16385, False, 2, b"1\tx\n2\ty\n" * 3000) for _ in range(3)),
+               snapshot_records.table_end_record(16385, 6), snapshot_records.end_record(LSN(0x100), 1, 6)]
     rows = [(0, data) for data in section]
     lsn = 0x200
     for i in range(40):

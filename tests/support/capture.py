@@ -718,10 +718,10 @@ def _value(cur: _Cursor) -> str | None | _UnchangedToast:
 def pgoutput_records(reader: Any, *, raw: bool = False) -> list[Any]:
     """The records of a capture file's ``reader`` that hold pgoutput messages: not the capture's own record
     kinds (the snapshot section's, and SlotConfirmed, where the slot stood)."""
-    from replwire.codec.stream import snapshot
+    from replwire.codec.stream import snapshot_records
 
     return [r for r in reader.records(raw=raw) if (data := r[3] if raw else r.data)[:1] == b""
-            or data[0] not in snapshot.KINDS]
+            or data[0] not in snapshot_records.KINDS]
 
 
 def commit_ends(path: Any) -> list[int]:

@@ -38,12 +38,12 @@ from ..wire.fast import build, parse
 from .assembler import Change, ChangeMaker
 from .decoder import Decoder
 
-__all__ = ["BEGIN", "CONFIRMED", "END", "KINDS", "ROWS", "SLOT", "TABLE", "TABLE_END", "SnapshotError",
+__all__ = ["BEGIN", "CONFIRMED", "END", "KINDS", "ROWS_RECORD", "SLOT", "TABLE", "TABLE_END", "SnapshotError",
            "SnapshotReader", "begin_record", "binary_rows", "confirmed_record", "end_record", "kind", "parse_record",
            "record_completes", "rows_record", "slot_record", "table_end_record", "table_record", "text_rows"]
 
 #: The kinds' first bytes.
-BEGIN, SLOT, TABLE, ROWS, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
+BEGIN, SLOT, TABLE, ROWS_RECORD, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
 #: ``SlotConfirmed``'s first byte.
 CONFIRMED = ord(layout.SLOT_CONFIRMED.tag)
 #: The first byte of every capture record kind that is no pgoutput message (the snapshot section's and
@@ -226,7 +226,7 @@ class SnapshotReader:
 
     def feed(self, data: bytes, lsn: int | None = None) -> list[Change]:
         code = data[0]
-        if code == ROWS:
+        if code == ROWS_RECORD:
             return list(self.rows(data, lsn))
         fields = parse_record(data)
         if code == CONFIRMED:
