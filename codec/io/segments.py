@@ -19,16 +19,17 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..errors import ReplwireError
 from ..scalars import LSN
 from ..stream import snapshot
-from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture, read_copy_csv
+from .capture_file import CaptureFileError, CaptureHeader, Reading, is_capture_file, read_capture, read_copy_csv
 from .positions import PositionTracker
 
-__all__ = ["Input", "Reach", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]
+__all__ = ["Input", "NotACaptureFile", "Reach", "check_file", "open_inputs", "read_records", "stream_order",
+           "text_encoding"]
 
 _POSITION_BITS = 48
 _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
@@ -38,7 +39,9 @@ _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publicatio
 class Input:
     """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``; ``encoding`` is
     the client encoding its Strings and text values are in; ``database`` the database a capture file's header
-    says it was captured from (``""`` when it does not say)."""
+    says it was captured from (``""`` when it does not say); ``header`` a capture file's whole header (the
+    options, client encoding and server version ``replwire serve`` serves it with: read here, once), ``None``
+    for COPY-CSV."""
 
     path: str
     form: str
@@ -48,20 +51,27 @@ class Input:
     index: int = 0
     encoding: str = UTF8
     database: str = ""
+    header: CaptureHeader | None = field(default=None, compare=False)
 
     def position(self, offset: int) -> int:
         """The stream position of the record at ``offset``."""
         return (self.index << _POSITION_BITS) | offset
 
 
+class NotACaptureFile(CaptureFileError):
+    """An input that is not a capture file, given without the protocol version to read it as COPY-CSV with
+    (so that a caller can say which option gives it)."""
+
+
 def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None,
-                encoding: str | None = None, *, need_text: bool = False, order: bool = True) -> list[Input]:
+                encoding: str | None = None, *, csv_encoding: str | None = None, need_text: bool = False,
+                order: bool = True) -> list[Input]:
     """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
     protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
-    (UTF-8 when not given).  All inputs must agree -- and capture files that say where they came from (the
-    slot, the server's system identifier, the database) and which publications they streamed must say the
-    same: they are to be segments of one stream, and another slot's records would be taken for repeats or
-    for changes of the same rows.
+    (else ``csv_encoding``, which says nothing of capture files; else UTF-8).  All inputs must agree -- and
+    capture files that say where they came from (the slot, the server's system identifier, the database)
+    and which publications they streamed must say the same: they are to be segments of one stream, and
+    another slot's records would be taken for repeats or for changes of the same rows.
 
     A capture file recorded in ``SQL_ASCII`` holds bytes in no declared encoding (the server sends them
     unconverted): ``encoding``, when given, says which encoding to read them in; otherwise bytes 128-255
@@ -79,6 +89,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     for index, raw in enumerate(paths):
         path = os.fspath(raw)
         check_file(path)
+        header: CaptureHeader | None = None
         if is_capture_file(path):
             with read_capture(path) as reader:
                 header, first = reader.header, reader.header_end
@@ -95,12 +106,13 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                                                  f"{name} {seen!r}, this file with {value!r} (give the files of "
                                                  "one capture)")
         elif proto_version is None:
-            raise CaptureFileError(path, "not a capture file: to read it as the COPY-CSV of "
+            raise NotACaptureFile(path, "not a capture file: to read it as the COPY-CSV of "
                                          "pg_logical_slot_peek_binary_changes, give the protocol version it was "
                                          "read with (--proto-version; protoVersion for the Spark data source; "
                                          "proto_version= from Python)")
         else:
-            version, first, form, recorded, database = proto_version, 0, "copy-csv", encoding or UTF8, ""
+            version, first, form, recorded, database = (proto_version, 0, "copy-csv", encoding or csv_encoding or UTF8,
+                                                        "")
         if proto_version is not None and form == "capture" and version != proto_version:
             raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
                                          f"given")
@@ -108,7 +120,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
             codec = text_encoding(recorded, encoding, need_text=need_text)
         except ValueError as error:
             raise CaptureFileError(path, str(error)) from None
-        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec, database))
+        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec, database, header))
     versions = sorted({i.proto_version for i in out})
     if len(versions) > 1:
         raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "

@@ -23,12 +23,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from ..errors import ReplwireError
-from ..io.capture_file import CaptureFileError, is_capture_file, read_capture, read_copy_csv
+from ..io.capture_file import CaptureFileError, read_capture, read_copy_csv
 from ..io.positions import message_completes
-from ..io.segments import Reach, check_file, open_inputs
+from ..io.segments import NotACaptureFile, Reach, open_inputs
 from ..messages import CommitPrepared, Relation, StreamAbort, StreamStart, WireMessage
 from ..stream import snapshot
 from ..stream.decoder import IDLE, Decoder
@@ -147,28 +147,19 @@ class Source:
         names = [os.fspath(path) for path in paths]
         if not names:
             raise SourceError("nothing to serve: no segments")
-        headers: dict[str, Any] = {}
-        try:
-            for name in names:
-                check_file(name)  # (before it is opened: a FIFO would be read once, or wait for a writer)
-                if is_capture_file(name):
-                    with read_capture(name) as reader:
-                        headers[name] = reader.header
-                elif proto_version is None:
-                    raise InputsRefused(f"{name} is not a capture file: give the protocol version it was read "
-                                      f"with (--proto-version; proto_version= from Python) to serve it as "
-                                      f"COPY-CSV")
-            inputs = open_inputs(names, proto_version, None if len(headers) == len(names) else client_encoding)
+        try:  # (each file's start is read once, here: its header, options and all, comes with its Input)
+            inputs = open_inputs(names, proto_version, csv_encoding=client_encoding)
+        except NotACaptureFile as error:
+            raise InputsRefused(f"{error.path} is not a capture file: give the protocol version it was read with "
+                                f"(--proto-version; proto_version= from Python) to serve it as COPY-CSV") from None
         except (CaptureFileError, OSError) as error:
             raise InputsRefused(str(error)) from None
         segments = []
         for source in inputs:
-            name = source.path
-            header = headers.get(name)
-            if header is None:
-                assert proto_version is not None
-                options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
-                segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
+            name, header = source.path, source.header
+            if header is None:  # COPY-CSV
+                options = {"streaming": "on", "two_phase": "true"} if source.proto_version >= 2 else {}
+                segments.append(Segment(name, source.proto_version, options, client_encoding, 0, _csv_records(name)))
             else:
                 segments.append(Segment(name, header.proto_version, dict(header.options), header.client_encoding,
                                         header.server_version, _capture_records(name)))
