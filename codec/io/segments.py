@@ -28,8 +28,8 @@ from ..stream import snapshot
 from .capture_file import CaptureFileError, CaptureHeader, Reading, is_capture_file, read_capture, read_copy_csv
 from .positions import PositionTracker
 
-__all__ = ["Input", "NotACaptureFile", "Reach", "check_file", "open_inputs", "read_records", "stream_order",
-           "text_encoding"]
+__all__ = ["Input", "NotACaptureFile", "NotAFile", "Reach", "check_file", "open_inputs", "read_records",
+           "stream_order", "text_encoding"]
 
 _POSITION_BITS = 48
 _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
@@ -56,6 +56,10 @@ class Input:
     def position(self, offset: int) -> int:
         """The stream position of the record at ``offset``."""
         return (self.index << _POSITION_BITS) | offset
+
+
+class NotAFile(CaptureFileError):
+    """An input that is missing, or no regular file (:func:`check_file`): a mistake in the command line."""
 
 
 class NotACaptureFile(CaptureFileError):
@@ -136,19 +140,18 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
 
 
 def check_file(path: str) -> None:
-    """Refuse (:class:`CaptureFileError`) what is not a file: a missing path, a directory, and a pipe or FIFO,
+    """Refuse (:class:`NotAFile`) what is not a file: a missing path, a directory, and a pipe or FIFO,
     which could be read only once (its inputs are read more than once: a look at their start first) -- and
     opening a FIFO with no writer waits for one."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise CaptureFileError(path, "no such file") from None
+        raise NotAFile(path, "no such file") from None
     except OSError as error:
-        raise CaptureFileError(path, error.strerror or str(error)) from None
+        raise NotAFile(path, error.strerror or str(error)) from None
     if not stat.S_ISREG(mode):
-        raise CaptureFileError(path, "not a regular file: a pipe, a FIFO or a device can be read only once "
-                                     "(replwire decode reads one, and - for standard input; otherwise copy it to "
-                                     "a file first)")
+        raise NotAFile(path, "not a regular file: a pipe, a FIFO or a device can be read only once (replwire "
+                             "decode reads one, and - for standard input; otherwise copy it to a file first)")
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,15 @@ from typing import cast
 from ..errors import ReplwireError
 from ..io.capture_file import CaptureFileError, read_capture, read_copy_csv
 from ..io.positions import message_completes
-from ..io.segments import NotACaptureFile, Reach, open_inputs
+from ..io.segments import NotACaptureFile, NotAFile, Reach, open_inputs
 from ..messages import CommitPrepared, Relation, StreamAbort, StreamStart, WireMessage
 from ..stream import snapshot
 from ..stream.decoder import IDLE, Decoder
 from ..stream.routing import COMMIT, DROP, LONE, OPEN, ORIGIN, PREPARE, Route, Router
 from ..wire.fast import build
 
-__all__ = ["ABORTED", "COMMITTED", "FALSE_VALUES", "InputsRefused", "Scan", "Segment", "Source", "SourceError",
-           "TRUE_VALUES", "TxnFate", "Walk", "resumed_decoder"]
+__all__ = ["ABORTED", "COMMITTED", "FALSE_VALUES", "InputsRefused", "NeedsProtoVersion", "Scan", "Segment", "Source",
+           "SourceError", "TRUE_VALUES", "TxnFate", "Walk", "resumed_decoder"]
 
 COMMITTED = "committed"  # a Commit, Stream Commit, Prepare or Stream Prepare
 ABORTED = "aborted"  # a top-level Stream Abort
@@ -53,7 +53,22 @@ class SourceError(ReplwireError, ValueError):
 class InputsRefused(SourceError):
     """Input files refused before any is read as a stream, as ``replwire decode`` and the Spark jobs refuse
     them (:func:`~replwire.codec.io.segments.open_inputs`): missing, not a regular file, not a capture file
-    without a protocol version, or files that are not one stream."""
+    without a protocol version, or files that are not one stream.  ``usage`` is true for what is a mistake in
+    the command line rather than in the files (a path that is no regular file)."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class NeedsProtoVersion(InputsRefused):
+    """An input that is not a capture file, given without the protocol version to serve it as COPY-CSV;
+    ``path`` names it (a command line says which option to give)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is not a capture file: give the protocol version it was read with "
+                         f"(--proto-version; proto_version= from Python) to serve it as COPY-CSV", usage=True)
+        self.path = path
 
 
 @dataclass(frozen=True)
@@ -150,10 +165,9 @@ class Source:
         try:  # (each file's start is read once, here: its header, options and all, comes with its Input)
             inputs = open_inputs(names, proto_version, csv_encoding=client_encoding)
         except NotACaptureFile as error:
-            raise InputsRefused(f"{error.path} is not a capture file: give the protocol version it was read with "
-                                f"(--proto-version; proto_version= from Python) to serve it as COPY-CSV") from None
+            raise NeedsProtoVersion(error.path) from None
         except (CaptureFileError, OSError) as error:
-            raise InputsRefused(str(error)) from None
+            raise InputsRefused(str(error), usage=isinstance(error, NotAFile)) from None
         segments = []
         for source in inputs:
             name, header = source.path, source.header
