@@ -10,7 +10,7 @@ import pathlib
 
 import click
 
-__all__ = ["count_noun", "installed", "need_proto_version", "replwire_version"]
+__all__ = ["count_noun", "installed", "need_proto_version", "not_a_capture_file", "replwire_version"]
 
 
 def count_noun(n: int, noun: str) -> str:
@@ -56,6 +56,10 @@ def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | Non
             except OSError as error:
                 raise click.UsageError(f"{path}: {error.strerror}") from None
             if not capture:
-                raise click.UsageError(f"{path} is not a capture file: to read it as the COPY-CSV of "
-                                       "pg_logical_slot_peek_binary_changes, give --proto-version with the "
-                                       "protocol version it was read with")
+                raise click.UsageError(not_a_capture_file(path))
+
+
+def not_a_capture_file(path: str | os.PathLike[str]) -> str:
+    """The usage error of an input that is not a capture file, given without ``--proto-version``."""
+    return (f"{os.fspath(path)} is not a capture file: to read it as the COPY-CSV of "
+            "pg_logical_slot_peek_binary_changes, give --proto-version with the protocol version it was read with")

@@ -16,8 +16,9 @@ import click
 
 from ...schema import highest_proto_version
 from ..serve import Faults, InputsRefused, ServeError, Server, ServeSettings, Source, SourceError
+from ..serve.source import NeedsProtoVersion
 from ..serve.walsender import version_text
-from ._common import count_noun, need_proto_version
+from ._common import count_noun, not_a_capture_file
 
 __all__ = ["serve_command"]
 
@@ -105,7 +106,6 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
         raise click.UsageError("give capture FILES to serve, or --generate N, not both")
     if not files and not generate_count:
         raise click.UsageError("give capture FILES to serve, or --generate N")
-    need_proto_version(files, proto_version)  # as decode does: a usage error, before any file is read
     try:
         if generate_count:
             source = _generated(generate_count, seed, _server_version(server_version))
@@ -119,7 +119,11 @@ def serve_command(files: tuple[pathlib.Path, ...], listen: str, server_version: 
                         keepalive_after_unpositioned=keepalive_after_unpositioned)
         server = Server(source, host=host, port=port, settings=settings, faults=faults,
                         max_connections=max_connections, log=lambda line: click.echo(line, err=True))
+    except NeedsProtoVersion as error:  # (as decode says it; the files are checked once, in from_captures)
+        raise click.UsageError(not_a_capture_file(error.path)) from None
     except (SourceError, ServeError) as error:
+        if isinstance(error, InputsRefused) and error.usage:  # (a path that is no regular file)
+            raise click.UsageError(str(error)) from None
         click.echo(f"error: {error}", err=True)
         # a refused set of files is a usage error, as in decode and the Spark jobs
         sys.exit(2 if isinstance(error, (ServeError, InputsRefused)) else 1)

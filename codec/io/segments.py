@@ -19,17 +19,18 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..errors import ReplwireError
 from ..scalars import LSN
 from ..stream import snapshot_records
-from .capture_file import CaptureFileError, Reading, is_capture_file, read_capture
+from .capture_file import CaptureFileError, CaptureHeader, Reading, is_capture_file, read_capture
 from .copy_csv import read_copy_csv
 from .positions import PositionTracker
 
-__all__ = ["Input", "Reach", "check_file", "open_inputs", "read_records", "stream_order", "text_encoding"]
+__all__ = ["Input", "NotACaptureFile", "NotAFile", "Reach", "check_file", "open_inputs", "read_records",
+           "stream_order", "text_encoding"]
 
 _POSITION_BITS = 48
 _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publications a capture streamed
@@ -39,7 +40,9 @@ _PUBLICATIONS = "publication_names"  # the pgoutput option naming the publicatio
 class Input:
     """One input file: ``form`` is ``"capture"`` or ``"copy-csv"``; records start at ``first``; ``encoding`` is
     the client encoding its Strings and text values are in; ``database`` the database a capture file's header
-    says it was captured from (``""`` when it does not say)."""
+    says it was captured from (``""`` when it does not say); ``header`` a capture file's whole header (the
+    options, client encoding and server version ``replwire serve`` serves it with: read here, once), ``None``
+    for COPY-CSV."""
 
     path: str
     form: str
@@ -49,20 +52,31 @@ class Input:
     index: int = 0
     encoding: str = UTF8
     database: str = ""
+    header: CaptureHeader | None = field(default=None, compare=False)
 
     def position(self, offset: int) -> int:
         """The stream position of the record at ``offset``."""
         return (self.index << _POSITION_BITS) | offset
 
 
+class NotAFile(CaptureFileError):
+    """An input that is missing, or no regular file (:func:`check_file`): a mistake in the command line."""
+
+
+class NotACaptureFile(CaptureFileError):
+    """An input that is not a capture file, given without the protocol version to read it as COPY-CSV with
+    (so that a caller can say which option gives it)."""
+
+
 def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None,
-                encoding: str | None = None, *, need_text: bool = False, order: bool = True) -> list[Input]:
+                encoding: str | None = None, *, csv_encoding: str | None = None, need_text: bool = False,
+                order: bool = True) -> list[Input]:
     """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
     protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
-    (UTF-8 when not given).  All inputs must agree -- and capture files that say where they came from (the
-    slot, the server's system identifier, the database) and which publications they streamed must say the
-    same: they are to be segments of one stream, and another slot's records would be taken for repeats or
-    for changes of the same rows.
+    (else ``csv_encoding``, which says nothing of capture files; else UTF-8).  All inputs must agree -- and
+    capture files that say where they came from (the slot, the server's system identifier, the database)
+    and which publications they streamed must say the same: they are to be segments of one stream, and
+    another slot's records would be taken for repeats or for changes of the same rows.
 
     A capture file recorded in ``SQL_ASCII`` holds bytes in no declared encoding (the server sends them
     unconverted): ``encoding``, when given, says which encoding to read them in; otherwise bytes 128-255
@@ -80,6 +94,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     for index, raw in enumerate(paths):
         path = os.fspath(raw)
         check_file(path)
+        header: CaptureHeader | None = None
         if is_capture_file(path):
             with read_capture(path) as reader:
                 header, first = reader.header, reader.header_end
@@ -96,12 +111,13 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
                                                  f"{name} {seen!r}, this file with {value!r} (give the files of "
                                                  "one capture)")
         elif proto_version is None:
-            raise CaptureFileError(path, "not a capture file: to read it as the COPY-CSV of "
+            raise NotACaptureFile(path, "not a capture file: to read it as the COPY-CSV of "
                                          "pg_logical_slot_peek_binary_changes, give the protocol version it was "
                                          "read with (--proto-version; protoVersion for the Spark data source; "
                                          "proto_version= from Python)")
         else:
-            version, first, form, recorded, database = proto_version, 0, "copy-csv", encoding or UTF8, ""
+            version, first, form, recorded, database = (proto_version, 0, "copy-csv", encoding or csv_encoding or UTF8,
+                                                        "")
         if proto_version is not None and form == "capture" and version != proto_version:
             raise CaptureFileError(path, f"captured with protocol version {version}, but {proto_version} was "
                                          f"given")
@@ -109,7 +125,7 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
             codec = text_encoding(recorded, encoding, need_text=need_text)
         except ValueError as error:
             raise CaptureFileError(path, str(error)) from None
-        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec, database))
+        out.append(Input(path, form, version, os.path.getsize(path), first, index, codec, database, header))
     versions = sorted({i.proto_version for i in out})
     if len(versions) > 1:
         raise CaptureFileError(out[0].path, f"the inputs were captured with different protocol versions: "
@@ -125,19 +141,18 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
 
 
 def check_file(path: str) -> None:
-    """Refuse (:class:`CaptureFileError`) what is not a file: a missing path, a directory, and a pipe or FIFO,
+    """Refuse (:class:`NotAFile`) what is not a file: a missing path, a directory, and a pipe or FIFO,
     which could be read only once (its inputs are read more than once: a look at their start first) -- and
     opening a FIFO with no writer waits for one."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise CaptureFileError(path, "no such file") from None
+        raise NotAFile(path, "no such file") from None
     except OSError as error:
-        raise CaptureFileError(path, error.strerror or str(error)) from None
+        raise NotAFile(path, error.strerror or str(error)) from None
     if not stat.S_ISREG(mode):
-        raise CaptureFileError(path, "not a regular file: a pipe, a FIFO or a device can be read only once "
-                                     "(replwire decode reads one, and - for standard input; otherwise copy it to "
-                                     "a file first)")
+        raise NotAFile(path, "not a regular file: a pipe, a FIFO or a device can be read only once (replwire "
+                             "decode reads one, and - for standard input; otherwise copy it to a file first)")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..messages import (
     Begin,
@@ -65,8 +65,9 @@ from ..options import OptionsError, PgoutputOptions, boolean, streaming_mode
 from ..scalars import LSN, Timestamp
 from ..stream.assembler import Assembler, Change, Transaction
 from ..stream.decoder import Decoder
+from ..stream.routing import DROP, LONE, OPEN
 from ..wire.fast import build
-from .source import Segment, Source, resumed_decoder
+from .source import Segment, Source, Walk, resumed_decoder
 
 __all__ = ["Replay", "Request", "RequestError"]
 
@@ -229,32 +230,35 @@ class Replay:
     # -- as captured ------------------------------------------------------------------------------------
 
     def _as_captured(self, number: int, segment: Segment, decoder: Decoder) -> Iterator[tuple[int, bytes]]:
-        request, outcomes = self.request, self.source.scan().outcomes
-        sending = False  # the open Begin / Begin Prepare transaction is sent
-        streams: dict[int, bool] = {}  # streamed xid -> sent, while open
+        """The segment's messages in the client's form, each transaction sent or skipped as a whole: decided
+        when it opens, by its fate in the source's scan, under the key the segment's :class:`Walk` routes
+        it by."""
+        request, fates = self.request, self.source.scan().fates
+        walk = Walk(segment, decoder)
+        streams = walk.router.streams  # open streamed transactions: xid -> key
+        sent: dict[int, bool] = {}  # open transactions by key: whether this client is sent it
         open_block: int | None = None  # the streamed xid whose block is open and sent
         last = self.position
-        for ordinal, (lsn, data) in enumerate(segment.records()):
+        for lsn, message, in_stream, route in walk:
             self.position = max(self.position, last)  # every frame of the record before is taken
             last = lsn
-            in_stream = decoder.in_stream
-            message = decoder.feed(data)
             cls = message.__class__
-            stream_xid = decoder.stream_xid if in_stream else None
+            kind = route.kind if route is not None else None
+            key = route.key if route is not None else None
+            if kind is OPEN:
+                assert key is not None and route is not None
+                fate = fates.get((number, key))
+                sent[key] = (fate is not None and fate.lsn >= self.watermark
+                             and not (fate.origin and request.origin == "none"))
+                if route.value is not None:  # (a streamed transaction sent again from its first block)
+                    sent.pop(route.value, None)
             if cls is Begin or cls is BeginPrepare:
-                outcome = outcomes.get((number, ordinal))
-                sending = (outcome is not None and outcome.lsn >= self.watermark
-                           and not (outcome.origin and request.origin == "none"))
-                if sending:
+                if sent.get(cast(int, key), False):
                     yield lsn, self._build(message)
             elif cls is StreamStart:
-                assert isinstance(message, StreamStart)
-                if message.first_segment:
-                    outcome = outcomes.get((number, ordinal))
-                    streams[message.xid] = (outcome is not None and outcome.lsn >= self.watermark
-                                            and not (outcome.origin and request.origin == "none"))
-                if streams.get(message.xid, False):
-                    open_block = message.xid
+                xid = cast(StreamStart, message).xid
+                if sent.get(streams[xid], False):
+                    open_block = xid
                     yield lsn, self._build(message)
             elif cls is StreamStop:
                 if open_block is not None:
@@ -274,31 +278,25 @@ class Replay:
                         yield lsn, self._build(message, True)
                     continue
                 subxid = getattr(message, "xid", None)
-                yield from self._change_relations(message, decoder.relations, decoder.types, lsn, stream_xid, subxid)
+                yield from self._change_relations(message, decoder.relations, decoder.types, lsn, decoder.stream_xid,
+                                                 subxid)
                 yield lsn, self._build(message, True)
-            elif cls is StreamAbort or cls is StreamCommit or cls is StreamPrepare:
-                xid = message.xid  # type: ignore[attr-defined]
-                sent = streams.get(xid, False)
-                if cls is StreamAbort:
-                    assert isinstance(message, StreamAbort)
-                    self._abort_stream(xid, message.subxid)
-                    if message.subxid == xid:
-                        streams.pop(xid, None)
-                    if sent:
-                        yield lsn, self._build(self._stream_abort(message, lsn))
-                    continue
-                streams.pop(xid, None)
-                if sent:
-                    self._commit_stream(xid)
+            elif cls is StreamAbort:
+                assert isinstance(message, StreamAbort)
+                was_sent = key is not None and sent.get(key, False)
+                if kind is DROP:
+                    sent.pop(cast(int, key), None)
+                self._abort_stream(message.xid, message.subxid)
+                if was_sent:
+                    yield lsn, self._build(self._stream_abort(message, lsn))
+            elif cls is StreamCommit or cls is StreamPrepare or cls is Commit or cls is Prepare:
+                if key is not None and sent.pop(key, False):
+                    if cls is StreamCommit or cls is StreamPrepare:
+                        self._commit_stream(message.xid)  # type: ignore[attr-defined]
                     self.watermark = max(self.watermark, int(message.end_lsn))  # type: ignore[attr-defined]
                     yield lsn, self._build(message)
-                else:
-                    self._pending.pop(xid, None)
-            elif cls is Commit or cls is Prepare:
-                if sending:
-                    sending = False
-                    self.watermark = max(self.watermark, int(message.end_lsn))  # type: ignore[attr-defined]
-                    yield lsn, self._build(message)
+                elif cls is StreamCommit or cls is StreamPrepare:
+                    self._pending.pop(message.xid, None)  # type: ignore[attr-defined]
             elif cls is CommitPrepared:
                 assert isinstance(message, CommitPrepared)
                 if message.commit_lsn >= self.watermark:
@@ -315,14 +313,15 @@ class Replay:
                 if decoder.xid is not None:
                     assert isinstance(message, (Relation, Type))
                     self._forget(message)
-            elif cls is Origin:
-                if sending and request.origin == "any":
-                    yield lsn, self._build(message)
-            elif cls is Message and decoder.state == "idle" and decoder.xid is None and not sending:
+            elif kind is LONE:  # a non-transactional logical message
                 assert isinstance(message, Message)
                 if request.messages and message.lsn >= self.watermark:
                     yield lsn, self._build(message)
-            elif sending:
+            elif key is not None and sent.get(key, False):  # an Origin or a change of a transaction sent
+                if cls is Origin:
+                    if request.origin == "any":
+                        yield lsn, self._build(message)
+                    continue
                 if cls is Message and not request.messages:
                     continue
                 yield from self._change_relations(message, decoder.relations, decoder.types, lsn, None, None)
@@ -331,8 +330,8 @@ class Replay:
         # a streamed transaction left open by the segment's end is sent again from its start by the next one
         if open_block is not None:
             yield self.position, self._build(StreamStop())
-        for xid, sent in streams.items():
-            if sent:
+        for xid, key in streams.items():
+            if sent.get(key, False):
                 self._pending.pop(xid, None)
                 abort = StreamAbort(xid=xid, subxid=xid, abort_lsn=None, abort_time=None)
                 yield self.position, self._build(self._stream_abort(abort, self.position))

@@ -8,8 +8,11 @@ from the start at its own pace and nothing holds the stream in memory.  Several 
 one slot read in turn (a capture resumed into a second file): the second may repeat transactions the first
 already holds, or start over one the first has only in part.  :meth:`Source.scan` passes over every segment
 once (at most once per source) and records, for each message that opens a transaction -- Begin, Begin
-Prepare, the first Stream Start of a streamed transaction -- how that transaction ended: committed or
-prepared at an LSN, aborted at an LSN, or never completed in its segment.  That index is what lets a
+Prepare, the first Stream Start of a streamed transaction -- how that transaction ended (its
+:class:`TxnFate`): committed or prepared at an LSN, aborted at an LSN, or never completed in its segment.
+Which transaction a message belongs to is :class:`~replwire.codec.stream.routing.Router`'s answer, as for
+``replwire decode`` and the Spark jobs: the scan and every session read a segment through one
+:class:`Walk`, and key its transactions alike.  That index is what lets a
 session decide, when a transaction opens, whether the client already confirmed it (it is then skipped, as a
 walsender skips transactions before the position a client asks for), without reading ahead.  The scan also
 collects the Relation messages, which answer a subscriber's questions about the publication's tables.
@@ -20,32 +23,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from ..errors import ReplwireError
-from ..io.capture_file import CaptureFileError, is_capture_file, read_capture
+from ..io.capture_file import CaptureFileError, read_capture
 from ..io.copy_csv import read_copy_csv
 from ..io.positions import message_completes
-from ..io.segments import Reach, check_file, open_inputs
-from ..messages import (
-    Begin,
-    BeginPrepare,
-    Commit,
-    Origin,
-    Prepare,
-    Relation,
-    StreamAbort,
-    StreamCommit,
-    StreamPrepare,
-    StreamStart,
-    WireMessage,
-)
+from ..io.segments import NotACaptureFile, NotAFile, Reach, open_inputs
+from ..messages import CommitPrepared, Relation, StreamAbort, StreamStart, WireMessage
 from ..options import boolean
 from ..stream import snapshot_records
-from ..stream.decoder import Decoder
+from ..stream.decoder import IDLE, Decoder
+from ..stream.routing import COMMIT, DROP, LONE, OPEN, ORIGIN, PREPARE, Route, Router
 from ..wire.fast import build
 
-__all__ = ["ABORTED", "COMMITTED", "Outcome", "Scan", "Segment", "Source", "SourceError", "resumed_decoder"]
+__all__ = ["ABORTED", "COMMITTED", "InputsRefused", "NeedsProtoVersion", "Scan", "Segment", "Source", "SourceError",
+           "TxnFate", "Walk", "resumed_decoder"]
 
 COMMITTED = "committed"  # a Commit, Stream Commit, Prepare or Stream Prepare
 ABORTED = "aborted"  # a top-level Stream Abort
@@ -58,14 +51,30 @@ class SourceError(ReplwireError, ValueError):
 class InputsRefused(SourceError):
     """Input files refused before any is read as a stream, as ``replwire decode`` and the Spark jobs refuse
     them (:func:`~replwire.codec.io.segments.open_inputs`): missing, not a regular file, not a capture file
-    without a protocol version, or files that are not one stream."""
+    without a protocol version, or files that are not one stream.  ``usage`` is true for what is a mistake in
+    the command line rather than in the files (a path that is no regular file)."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class NeedsProtoVersion(InputsRefused):
+    """An input that is not a capture file, given without the protocol version to serve it as COPY-CSV;
+    ``path`` names it (a command line says which option to give)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is not a capture file: give the protocol version it was read with "
+                         f"(--proto-version; proto_version= from Python) to serve it as COPY-CSV", usage=True)
+        self.path = path
 
 
 @dataclass(frozen=True)
-class Outcome:
+class TxnFate:
     """How a transaction opened in a segment ended: ``kind`` (:data:`COMMITTED` or :data:`ABORTED`), at
     ``lsn`` (the commit or prepare LSN, or the abort's record position); ``origin`` whether it carried an
-    Origin message."""
+    Origin message.  (Not :class:`~replwire.codec.stream.outcome.Outcome`, a committed transaction's facts:
+    this is only what a session needs to send or skip a transaction when it opens, aborted ones too.)"""
 
     kind: str
     lsn: int
@@ -92,11 +101,12 @@ class Segment:
 
 @dataclass
 class Scan:
-    """What one pass over a source found: ``outcomes[(segment, ordinal)]`` for each transaction opener,
+    """What one pass over a source found: ``fates[(segment, key)]`` for each transaction that ended in the
+    segment it opened in (``key`` its opener's ordinal, :class:`Walk`),
     ``relations`` the last Relation per (namespace, name), ``messages`` how many there are, ``last_lsn``
     the highest record position."""
 
-    outcomes: dict[tuple[int, int], Outcome] = field(default_factory=dict)
+    fates: dict[tuple[int, int], TxnFate] = field(default_factory=dict)
     relations: dict[tuple[str, str], Relation] = field(default_factory=dict)
     messages: int = 0
     last_lsn: int = 0
@@ -150,28 +160,18 @@ class Source:
         names = [os.fspath(path) for path in paths]
         if not names:
             raise SourceError("nothing to serve: no segments")
-        headers: dict[str, Any] = {}
-        try:
-            for name in names:
-                check_file(name)  # (before it is opened: a FIFO would be read once, or wait for a writer)
-                if is_capture_file(name):
-                    with read_capture(name) as reader:
-                        headers[name] = reader.header
-                elif proto_version is None:
-                    raise InputsRefused(f"{name} is not a capture file: give the protocol version it was read "
-                                      f"with (--proto-version; proto_version= from Python) to serve it as "
-                                      f"COPY-CSV")
-            inputs = open_inputs(names, proto_version, None if len(headers) == len(names) else client_encoding)
+        try:  # (each file's start is read once, here: its header, options and all, comes with its Input)
+            inputs = open_inputs(names, proto_version, csv_encoding=client_encoding)
+        except NotACaptureFile as error:
+            raise NeedsProtoVersion(error.path) from None
         except (CaptureFileError, OSError) as error:
-            raise InputsRefused(str(error)) from None
+            raise InputsRefused(str(error), usage=isinstance(error, NotAFile)) from None
         segments = []
         for source in inputs:
-            name = source.path
-            header = headers.get(name)
-            if header is None:
-                assert proto_version is not None
-                options = {"streaming": "on", "two_phase": "true"} if proto_version >= 2 else {}
-                segments.append(Segment(name, proto_version, options, client_encoding, 0, _csv_records(name)))
+            name, header = source.path, source.header
+            if header is None:  # COPY-CSV
+                options = {"streaming": "on", "two_phase": "true"} if source.proto_version >= 2 else {}
+                segments.append(Segment(name, source.proto_version, options, client_encoding, 0, _csv_records(name)))
             else:
                 segments.append(Segment(name, header.proto_version, dict(header.options), header.client_encoding,
                                         header.server_version, _capture_records(name)))
@@ -245,66 +245,74 @@ def resumed_decoder(segment: Segment, previous: Decoder | None) -> Decoder:
     return decoder
 
 
+class Walk:
+    """One pass over a segment's records: each message decoded with ``decoder`` and routed by a
+    :class:`~replwire.codec.stream.routing.Router` -- what :meth:`Source.scan` and the
+    :class:`~replwire.codec.serve.replay.Replay` read, so that both name every transaction by the same key
+    (the ordinal of its opener in the segment) as ``replwire decode`` and the Spark jobs route it.  Iterate
+    for ``(lsn, message, in_stream, route)``; ``ordinal`` is the record's place in the segment (in an error,
+    the record that failed), ``router.streams`` the open streamed transactions' keys by xid.
+
+    Each segment is routed on its own (a transaction is served only from the captured session it opened
+    and ended in; a resumed capture sends what was open again from its start), and leniently: a segment
+    may end a transaction opened before it (a Commit Prepared of an earlier Prepare)."""
+
+    def __init__(self, segment: Segment, decoder: Decoder, marks: Callable[..., None] | None = None) -> None:
+        self.segment, self.decoder, self.marks = segment, decoder, marks
+        self.router = Router(decoder, strict=False)
+        self.ordinal = -1
+
+    def __iter__(self) -> Iterator[tuple[int, WireMessage, bool, Route | None]]:
+        decoder, route = self.decoder, self.router.route
+        for ordinal, (lsn, data) in enumerate(self.segment.records(self.marks)):
+            self.ordinal = ordinal
+            in_stream = decoder.in_stream
+            message = decoder.feed(data)
+            yield lsn, message, in_stream, route(message, ordinal, in_stream)
+
+
 def _scan(segments: Sequence[Segment]) -> Scan:
+    """Read every segment once: each transaction's fate by (segment, key), the relations, the reach."""
     scan = Scan()
     decoder: Decoder | None = None
     reach = Reach()
     for number, segment in enumerate(segments):
         decoder = resumed_decoder(segment, decoder)
-        opener: int | None = None  # the ordinal of the open Begin / Begin Prepare
-        streams: dict[int, int] = {}  # streamed xid -> ordinal of its first block
-        origins: set[int] = set()
-        ordinal = -1
+        walk = Walk(segment, decoder, reach.confirmed)
+        joined: set[int] = set()  # streamed transactions whose first block is not in the segment: no fate
+        origins: set[int] = set()  # transactions with an Origin
         try:
-            for ordinal, (lsn, data) in enumerate(segment.records(reach.confirmed)):
-                message = decoder.feed(data)
+            for lsn, message, _, route in walk:
                 scan.messages += 1
                 scan.last_lsn = max(scan.last_lsn, lsn)
                 at = message_completes(message)
                 if at is not None and at > reach.position:
                     reach.position = at
-                cls = message.__class__
-                if cls is Begin or cls is BeginPrepare:
-                    opener = ordinal
-                elif cls is Origin:
-                    key = opener if decoder.stream_xid is None else streams.get(decoder.stream_xid)
-                    if key is not None:
-                        origins.add(key)
-                elif cls is Relation:
+                if message.__class__ is Relation:
                     assert isinstance(message, Relation)
                     scan.relations[(message.namespace or "pg_catalog", message.name)] = message
-                elif cls is Commit or cls is Prepare:
-                    if opener is not None:
-                        scan.outcomes[(number, opener)] = Outcome(COMMITTED, _lsn(message), opener in origins)
-                    opener = None
-                elif cls is StreamStart:
-                    assert isinstance(message, StreamStart)
-                    if message.first_segment:
-                        streams[message.xid] = ordinal
-                elif cls is StreamCommit or cls is StreamPrepare:
-                    first = streams.pop(message.xid, None)  # type: ignore[attr-defined]
-                    if first is not None:
-                        scan.outcomes[(number, first)] = Outcome(COMMITTED, _lsn(message), first in origins)
-                elif cls is StreamAbort:
-                    assert isinstance(message, StreamAbort)
-                    if message.subxid == message.xid:
-                        first = streams.pop(message.xid, None)
-                        if first is not None:
-                            scan.outcomes[(number, first)] = Outcome(ABORTED, lsn)
+                if route is None:
+                    continue
+                kind, key = route.kind, route.key
+                assert key is not None or kind is LONE  # (every other route names its transaction)
+                if kind is OPEN:
+                    if route.streamed and not cast(StreamStart, message).is_first_segment:
+                        joined.add(cast(int, key))
+                elif kind is ORIGIN:
+                    origins.add(cast(int, key))
+                elif (kind is COMMIT or kind is PREPARE) and key not in joined:
+                    end = route.value
+                    if end.__class__ is not CommitPrepared:  # (its Prepare gave the transaction its fate)
+                        lsn_at = end.prepare_lsn if kind is PREPARE else end.commit_lsn
+                        scan.fates[(number, cast(int, key))] = TxnFate(COMMITTED, int(lsn_at), key in origins)
+                elif kind is DROP and message.__class__ is StreamAbort and key not in joined:
+                    scan.fates[(number, cast(int, key))] = TxnFate(ABORTED, lsn)
         except SourceError:
             raise
         except CaptureFileError as error:  # (Reach: not one stream)
             raise InputsRefused(str(error)) from None
         except ReplwireError as error:
-            raise SourceError(f"{segment.name}: message #{ordinal}: {error}") from None
-        if decoder.state != "idle" or streams:
+            raise SourceError(f"{segment.name}: message #{walk.ordinal}: {error}") from None
+        if decoder.state != IDLE or any(key not in joined for key in walk.router.streams.values()):
             scan.notes.append(f"{segment.name}: ends inside a transaction; what it has of it is not served")
     return scan
-
-
-def _lsn(message: Any) -> int:
-    for name in ("commit_lsn", "prepare_lsn"):
-        value = getattr(message, name, None)
-        if value is not None:
-            return int(value)
-    raise AssertionError(f"no position in {type(message).__name__}")

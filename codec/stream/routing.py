@@ -72,11 +72,16 @@ class Route:  # not frozen: a frozen dataclass is three times as slow to make, a
 class Router:
     """Tracks the open, streamed and prepared transactions of one stream by key (see the module docstring).
 
-    ``decoder`` must be the decoder that accepted each message just before it is routed.
+    ``decoder`` must be the decoder that accepted each message just before it is routed.  A Stream Commit,
+    Stream Prepare or Commit Prepared of a transaction the router never saw open is out of order
+    (:class:`~replwire.codec.stream.decoder.StreamStateError`) -- unless ``strict`` is false: then it routes to
+    ``None``, for a reader of a stream that may start anywhere (``replwire serve`` plays a capture whose slot
+    prepared a transaction before the capture started, and reads each captured session on its own).
     """
 
-    def __init__(self, decoder: Decoder) -> None:
+    def __init__(self, decoder: Decoder, *, strict: bool = True) -> None:
         self.decoder = decoder
+        self.strict = strict
         self.current: int | None = None  # the open Begin...Commit or Begin Prepare...Prepare transaction
         self.current_xid: int | None = None
         self.streams: dict[int, int] = {}  # open streamed transactions: top-level xid -> key
@@ -117,9 +122,12 @@ class Router:
             self.prepared[message.gid] = key
             return Route(PREPARE, key, message)
         if isinstance(message, StreamCommit):
-            return Route(COMMIT, self._take_stream(message), message)
+            key = self._take_stream(message)
+            return Route(COMMIT, key, message) if key is not None else None
         if isinstance(message, StreamPrepare):
             key = self._take_stream(message)
+            if key is None:
+                return None
             self.prepared[message.gid] = key
             return Route(PREPARE, key, message)
         if isinstance(message, StreamAbort):
@@ -133,6 +141,8 @@ class Router:
         if isinstance(message, CommitPrepared):
             key = self.prepared.pop(message.gid, None)
             if key is None:
+                if not self.strict:
+                    return None
                 raise self.decoder.fail(message, index=self.decoder.index - 1, reason=(
                     f"CommitPrepared for gid {message.gid!r}, which was never prepared in this stream (its "
                     f"Prepare came before the decoder started?)"))
@@ -142,9 +152,9 @@ class Router:
             return Route(DROP, key) if key is not None else None
         return None
 
-    def _take_stream(self, message: StreamCommit | StreamPrepare) -> int:
+    def _take_stream(self, message: StreamCommit | StreamPrepare) -> int | None:
         key = self.streams.pop(message.xid, None)
-        if key is None:
+        if key is None and self.strict:
             raise self.decoder.fail(message, index=self.decoder.index - 1, reason=(
                 f"{type(message).__name__} for xid {message.xid}, which has no streamed changes here (no Stream "
                 f"Start for it came before)"))
