@@ -17,6 +17,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("wheel")
+    # setuptools builds in the checkout's build/ and copies what it finds there into the wheel: modules an
+    # earlier build left behind (renamed or removed since) would come along, so its build trees go first
+    for stale in ROOT.glob("build/lib.*"):
+        shutil.rmtree(stale)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(out), str(ROOT)], check=True, cwd=out)
     (path,) = out.glob("replwire-*.whl")
