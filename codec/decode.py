@@ -39,6 +39,7 @@ __all__ = ["RecordError", "Written", "committed"]
 #: Prepare, Rollback Prepared (a transaction's Commit Prepared makes one).
 _ENDS_QUIETLY = frozenset(b"Ppr")
 
+
 class RecordError(ReplwireError, ValueError):
     """A record of an input that does not decode: ``path``, ``record`` (its number in the input, from 0) and
     the decoder's ``error`` (a :class:`~replwire.codec.DecodeError` or

@@ -257,11 +257,10 @@ class LiveCapture(SqlCapture):
         check_encoding(conn, writer)
         cur = conn.cursor()
         pending = 0  # the highest position completed since the last acknowledgement (0: none)
-        reached = int(self.progress.flushed_lsn)  # the highest position the file completes or names
         last_sync = last_confirm = time.monotonic()
 
         def sync_and_ack(force: bool = False) -> None:
-            nonlocal pending, reached, last_sync, last_confirm
+            nonlocal pending, last_sync, last_confirm
             now = time.monotonic()
             if not force and now - last_sync < self.sync_interval:
                 return
@@ -269,7 +268,7 @@ class LiveCapture(SqlCapture):
             server_end = getattr(cur, "wal_end", 0) or 0
             if server_end > progress.server_lsn:
                 progress.server_lsn = LSN(server_end)
-            if tracker.idle and server_end > max(target, reached):
+            if tracker.idle and server_end > max(target, progress.flushed_lsn):  # (acknowledged: in the file)
                 # Nothing in flight: the server may forget everything it sent -- once the file says so (a
                 # SlotConfirmed, durable before the acknowledgement), so that a capture started later from
                 # this position is known to follow this file.  Said every _CONFIRM_EVERY seconds at most
@@ -282,7 +281,6 @@ class LiveCapture(SqlCapture):
                 target, last_confirm = server_end, now
             writer.sync()
             last_sync = now
-            reached = max(reached, target)
             if target > progress.flushed_lsn:
                 progress.flushed_lsn = LSN(target)
             cur.send_feedback(write_lsn=int(progress.current_lsn), flush_lsn=int(progress.flushed_lsn),

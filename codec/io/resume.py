@@ -103,7 +103,6 @@ def first_record(path: str) -> bytes | None:
     return first
 
 
-
 def resume_point(path: str, confirmed: LSN) -> tuple[int, int]:
     """Where to cut an existing capture file so that it ends with what the server confirmed: the offset after
     the last record whose completed position is at or below ``confirmed`` (records after it are sent again),

@@ -16,8 +16,7 @@ from ..errors import ReplwireError
 from ..options import quote_identifier
 from ..scalars import LSN
 
-__all__ = ["Cursor", "SlotError", "check_publication", "check_slot", "quote_identifier", "server_version",
-           "wal_end"]
+__all__ = ["Cursor", "SlotError", "check_publication", "check_slot", "server_version", "wal_end"]
 
 
 class SlotError(ReplwireError, RuntimeError):

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Relation, RelationColumn, Type
+from ..options import quote_identifier
 from ..scalars import LSN
 from ..stream import snapshot_records
 from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_capture
 from .connection import CaptureError, CaptureSettings, ServerInfo, connect, server_error, set_up
 from .resume import check_settings, check_source
-from .slot import quote_identifier, slot_exists
+from .slot import slot_exists
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
 
