@@ -1,6 +1,7 @@
 """``python -m bench``: run the benchmark (see :mod:`bench.run`); ``python -m bench decode``: ``replwire
 decode`` against the naive script (see :mod:`bench.decode`); ``python -m bench endtoend``: live capture and
-decode under a write load (see :mod:`bench.endtoend`)."""
+decode under a write load (see :mod:`bench.endtoend`); ``python -m bench realschema``: ``replwire decode``
+against a naive streaming-aware script on streams captured from real servers (see :mod:`bench.realschema`)."""
 
 import sys
 
@@ -8,6 +9,10 @@ if sys.argv[1:2] == ["decode"]:
     from .decode import main as decode
 
     sys.exit(decode(sys.argv[2:]))
+if sys.argv[1:2] == ["realschema"]:
+    from .realschema import main as realschema
+
+    sys.exit(realschema(sys.argv[2:]))
 if sys.argv[1:2] == ["endtoend"]:
     from .endtoend import main as endtoend
 

@@ -7,7 +7,7 @@ a missing or malformed file fails the build instead of leaving the page empty.  
 when it does not; ``<!-- replwire:snapshot-benchmark -->`` likewise with ``bench/results/snapshot.json``, and
 ``<!-- replwire:decode-benchmark -->`` with ``bench/results/decode.json``, and ``<!-- replwire:endtoend-benchmark
 -->`` with ``bench/results/endtoend.json``, and ``<!-- replwire:serve-benchmark -->`` with
-``bench/results/serve.json``.
+``bench/results/serve.json``, and ``<!-- replwire:realschema-benchmark -->`` with ``bench/results/realschema.json``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ ENDTOEND_RESULTS = ROOT / "bench" / "results" / "endtoend.json"
 ENDTOEND_MARKER = "<!-- replwire:endtoend-benchmark -->"
 SERVE_RESULTS = ROOT / "bench" / "results" / "serve.json"
 SERVE_MARKER = "<!-- replwire:serve-benchmark -->"
+REALSCHEMA_RESULTS = ROOT / "bench" / "results" / "realschema.json"
+REALSCHEMA_MARKER = "<!-- replwire:realschema-benchmark -->"
 
 
 def committed(results: dict, path: pathlib.Path) -> dict:
@@ -78,6 +80,16 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 "`struct` parsing, a relation cache, per-transaction buffering, values left as text, one "
                 "`json.dumps` per change, no checks — as whole processes on the same stream, side by side in one "
                 "run (`python -m bench decode`)"),
+            REALSCHEMA_MARKER: section(
+                REALSCHEMA_RESULTS, "replwire decode on real schemas",
+                "`replwire decode` (JSON lines, Debezium's format, and the pure-Python codec) against "
+                "`bench/naive_stream_decode.py` — a streaming-aware decode-to-JSON script written by hand: "
+                "`struct` parsing, changes buffered per transaction through streamed, aborted and prepared "
+                "transactions, values left as the server's text, no checks — as whole processes on streams the "
+                "benchmark captures from PostgreSQL 18 and 15: int/text, mixed column types (numeric, floats, "
+                "json/jsonb, arrays, timestamps, bytea, uuid, interval), large streamed transactions with "
+                "rolled-back savepoints and aborts, binary mode, two-phase with Origin, and REPLICA IDENTITY FULL "
+                "with unchanged TOAST (`python -m bench realschema`)"),
             ENDTOEND_MARKER: section(
                 ENDTOEND_RESULTS, "End to end from a live server",
                 "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "
