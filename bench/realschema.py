@@ -24,9 +24,10 @@ The streams (:data:`STREAMS`), each from PostgreSQL 18, and (a) and (b) from 15 
   float4, jsonb, json, text[] (with NULL elements), int[], timestamptz, timestamp, date, bool, bytea, text,
   varchar, uuid, interval, some NULLs -- in the same transactions of 10, protocol 1.
 - (c) ``streamed``: the mixed types in transactions of 4,500 committed changes, with a savepoint rolled back
-  (a subtransaction abort) and one released in each, and one transaction in eight rolled back altogether:
-  protocol 4, ``streaming 'on'``; and (c') the same slot with ``streaming 'parallel'`` (its Stream Abort
-  carries the abort LSN and time).
+  (a subtransaction abort) and one released in each, and one transaction in eight rolled back altogether
+  (which the server, decoding after the fact, drops unstreamed: no top-level Stream Abort): protocol 4,
+  ``streaming 'on'``; and (c') the same slot with ``streaming 'parallel'`` (its Stream Abort carries the
+  abort LSN and time).
 - (d) ``binary``: the (b) slot again with ``binary 'true'``.
 - (e) ``two-phase + origin``: the mixed types in prepared transactions of 10 changes (``PREPARE
   TRANSACTION`` then ``COMMIT PREPARED``, one in ten ``ROLLBACK PREPARED``), large prepared ones (streamed:
@@ -184,7 +185,12 @@ STREAMED_ROWS = 3000  # inserted per large transaction: about 1 MB, far above lo
 
 def workload_streamed(conn: Any, scale: float) -> int:
     """Large transactions: 3,000 inserts, 1,000 in a savepoint rolled back, 300 in one released, 1,000
-    updates and 200 deletes; every eighth (from the second) rolled back altogether."""
+    updates and 200 deletes; every eighth (from the second) rolled back altogether.  Decoded after the fact
+    (the slot is read once the workload is done), a rolled-back transaction is dropped without being streamed
+    -- PostgreSQL 18 and 15 alike -- so the stream has Stream Aborts of the savepoints, but none of a whole
+    transaction: a stream that has one needs a decoding session open while the transaction runs (a
+    walsender); each call of the SQL interface is a session of its own, and does not send the abort of a
+    transaction an earlier call streamed."""
     n = count(40, scale, 2)
     committed = 0
     for k in range(n):
