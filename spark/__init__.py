@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .shipping import announce as _announce
+
 __all__ = ["register"]
+
+_announce()  # on an executor running the copy replwire shipped to it: which codec it runs, to its log
 
 
 def register(spark: Any) -> None:

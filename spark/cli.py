@@ -94,6 +94,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
     from replwire.codec.io.capture_file import CaptureFileError
     from replwire.codec.split import open_inputs
     from replwire.spark import jobs
+    from replwire.spark.shipping import describe_executors
 
     console = Console()
     try:  # what the jobs refuse, before Spark starts, which takes seconds
@@ -146,6 +147,8 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
         click.echo(f"{'error' if tail in summary.damaged else 'warning'}: {tail}", err=True)
     click.echo(f"{summary.records:,} messages, {summary.transactions:,} transactions, {summary.changes:,} "
                f"changes in {summary.parts} parts; {elapsed:.1f} s")
+    if summary.executors:  # those that decoded the parts (local masters: the driver's machine, one)
+        click.echo(f"executors: {describe_executors(summary.executors)}")
     session.stop()
     if summary.damaged:  # what was readable is written; the damage inside a file is an error
         sys.exit(1)

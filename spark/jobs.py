@@ -64,6 +64,9 @@ class ChangesSummary:
     truncates: dict[str, dict[int, list[tuple[int, int]]]] = field(default_factory=dict)
     #: table -> the versions with an update that carried the row's old key or old image
     old_images: dict[str, set[int]] = field(default_factory=dict)
+    #: the executors that decoded the parts -> the codec each ran, ``("c", "")`` or ``("python", why)``
+    #: (:func:`replwire.spark.shipping.codec_status`)
+    executors: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def changes(self) -> int:
@@ -116,10 +119,12 @@ def _prepare_out(out: str, overwrite: bool) -> None:
     os.makedirs(out, exist_ok=True)
 
 
-def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> Iterator[tuple[Any, ...]]:
+def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
+                      codecs: Any = None) -> Iterator[tuple[Any, ...]]:
     """Spark task: decode parts, write each table shape's rows to its Parquet file; yield, per shape, the
     row count, the ``(commit_lsn, position)`` of each TRUNCATE and whether an update carried an old image
-    (what :func:`apply` needs to know before it folds; ``("_messages", 0, n)`` for logical messages)."""
+    (what :func:`apply` needs to know before it folds; ``("_messages", 0, n)`` for logical messages).  The
+    codec the executor runs is added to ``codecs`` (:func:`replwire.spark.shipping.codec_accumulator`)."""
     import pyarrow.parquet as pq
 
     from replwire.codec.messages import Update
@@ -127,7 +132,10 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str) -> It
     from replwire.codec.stream.values import ValueLoader
 
     from .rows import ChangeRows, TableRows
+    from .shipping import note_codec
 
+    if codecs is not None:
+        note_codec(codecs)
     loaders: dict[str, ValueLoader] = {}  # by client encoding (one: the inputs agree on it)
     shapes = Shapes(versions)
 
@@ -219,7 +227,7 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     from replwire.codec.split import plan
 
     from .rows import table_schema
-    from .shipping import ship
+    from .shipping import codec_accumulator, ship
 
     ship(spark)
     parallelism = spark.sparkContext.defaultParallelism
@@ -230,10 +238,12 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     versions = result.relations
     rdd = spark.sparkContext.parallelize(result.parts, len(result.parts))
     spark.sparkContext.setJobDescription(f"replwire changes: decode {len(result.parts)} parts")
-    counted = rdd.mapPartitions(lambda parts: _decode_and_write(parts, versions, out)).collect()
+    codecs = codec_accumulator(spark)
+    counted = rdd.mapPartitions(lambda parts: _decode_and_write(parts, versions, out, codecs)).collect()
     summary = ChangesSummary(out, result.records, result.transactions, len(result.parts),
                              tails=[f"{path}: {tail}" for path, tail in result.tails],
-                             damaged=[f"{path}: {tail}" for path, tail in result.tails if tail.intact_from is not None])
+                             damaged=[f"{path}: {tail}" for path, tail in result.tails if tail.intact_from is not None],
+                             executors=dict(codecs.value))
     for table, version, n, *facts in counted:
         if table == "_messages":
             summary.messages += n

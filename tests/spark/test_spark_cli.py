@@ -1,11 +1,14 @@
 """``replwire spark`` as users run it: from a script whose PATH's ``python3`` has no replwire, and with
 ``--master`` on a real Spark standalone cluster (a master and two workers, each its own JVM, on loopback)
-whose Python has no replwire either: the jobs ship it, and write what ``local[2]`` writes."""
+whose Python has no replwire either: the jobs ship it, its compiled codec included, and write what
+``local[2]`` writes."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import site
 import socket
 import subprocess
@@ -135,7 +138,9 @@ def _python_without_replwire(directory):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A Spark standalone master and two workers (1 core, 1 GB each) on loopback, whose Python (``python3``
-    on PATH, for the driver's planner too) cannot import replwire; stopped by the finalizer."""
+    on PATH, for the driver's planner too) cannot import replwire; stopped by the finalizer.  Yields the
+    master's URL, the environment to run the driver in and the directory under which the workers keep their
+    executors' logs (``worker-<n>/<app>/<executor>/stderr``)."""
     root = tmp_path_factory.mktemp("cluster")
     python = _python_without_replwire(root / "venv")
     assert subprocess.run([str(python), "-c", "import replwire"], capture_output=True).returncode != 0
@@ -169,7 +174,7 @@ def cluster(tmp_path_factory):
             assert time.monotonic() < deadline, "the workers did not register with the master"
             assert all(p.poll() is None for p in processes), (root / "master.log").read_text()[-3000:]
             time.sleep(1)
-        yield f"spark://127.0.0.1:{port}", env
+        yield f"spark://127.0.0.1:{port}", env, root
     finally:
         for process in processes:
             process.terminate()
@@ -181,8 +186,18 @@ def cluster(tmp_path_factory):
                 process.wait()
 
 
+def _executor_lines(root, app):
+    """The lines replwire wrote to the stderr of the executors of the application ``app`` (its id)."""
+    return [line for path in sorted(glob.glob(str(root / "worker-*" / app / "*" / "stderr")))
+            for line in open(path, encoding="utf-8", errors="replace").read().splitlines()
+            if line.startswith("replwire: ")]
+
+
 def test_cli_on_a_standalone_cluster_writes_what_local_writes(cluster, tmp_path):
-    master, env = cluster
+    """``apply`` on the cluster, its executors on the compiled codec (shipped with the job), and ``changes``
+    with the executors told to run the Python codec: both write what ``local[2]`` writes, and say which
+    codec the executors ran, on the driver's stdout and in the executors' logs."""
+    master, env, root = cluster
     a, b = _relation(1, "a"), _relation(2, "b")
     transactions = []
     for x in range(100):
@@ -195,15 +210,41 @@ def test_cli_on_a_standalone_cluster_writes_what_local_writes(cluster, tmp_path)
         transactions.append(messages)
     path = write_capture(tmp_path / "in.rwc", transactions)
 
-    def run(job, out, where):
+    def run(job, out, where, **extra):
         done = subprocess.run([*CLI, job, path, "--out", str(tmp_path / out), "--master", where,
-                               "--partition-mb", "1"], capture_output=True, text=True, env=env, timeout=600)
+                               "--partition-mb", "1"], capture_output=True, text=True, env={**env, **extra},
+                              timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        return tmp_path / out
+        executors = [line for line in done.stdout.splitlines() if line.startswith("executors: ")]
+        assert len(executors) == 1, done.stdout
+        return tmp_path / out, executors[0]
 
-    local = run("apply", "local", "local[2]")
-    on_cluster = run("apply", "cluster", master)
-    changes = run("changes", "cluster-changes", master)
+    def app(before):
+        """The id of the one application the workers started since ``before`` (their apps then)."""
+        (started,) = {os.path.basename(p) for p in glob.glob(str(root / "worker-*" / "app-*"))} - before
+        return started
+
+    def apps():
+        return {os.path.basename(p) for p in glob.glob(str(root / "worker-*" / "app-*"))}
+
+    local, said = run("apply", "local", "local[2]")
+    assert said == "executors: compiled codec on 1 of 1", said
+    before = apps()
+    on_cluster, said = run("apply", "cluster", master)
+    # the tasks ran on one executor or both (as Spark placed them), each on the compiled codec
+    assert re.fullmatch(r"executors: compiled codec on ([12]) of \1", said), said
+    lines = _executor_lines(root, app(before))
+    assert lines and all(re.fullmatch(r"replwire: executor \d on \S+ runs the compiled codec \(.*\)", line)
+                         for line in lines), lines
+    before = apps()
+    # the fallback: an executor that does not run the compiled codec runs the Python one, and says why
+    changes, said = run("changes", "cluster-changes", master,
+                        PYSPARK_SUBMIT_ARGS="--conf spark.executorEnv.REPLWIRE_IMPL=python pyspark-shell")
+    assert re.fullmatch(r"executors: compiled codec on 0 of ([12]); the Python codec on executor \d on .*"
+                        r"\(REPLWIRE_IMPL=python in the executor's environment\)", said), said
+    lines = _executor_lines(root, app(before))
+    assert lines and all(line.endswith("runs the Python codec (the same results, slower): REPLWIRE_IMPL=python "
+                                       "in the executor's environment") for line in lines), lines
     # 20 rows per table per transaction; one row of b deleted in each of the 99 later ones (worked by hand)
     assert len(read_rows(local / "public.a")[1]) == 2000 and len(read_rows(local / "public.b")[1]) == 1901
     for name in ("public.a", "public.b"):
@@ -230,7 +271,7 @@ spark.stop()
 
 def test_data_sources_on_a_standalone_cluster(cluster, tmp_path):
     """``register(spark)`` on a cluster's session: the batch source plans and reads with replwire shipped."""
-    master, env = cluster
+    master, env, _ = cluster
     path = small_capture(tmp_path / "in.rwc")
     done = subprocess.run([sys.executable, "-c", DATA_SOURCE, master, path], capture_output=True, text=True,
                           env=env, timeout=600)
