@@ -38,12 +38,15 @@ __all__ = ["SEEDS", "fuzz_rows"]
 _RELATION = 16384
 #: The relation's columns: a name and a way of writing for each way there is (jsonl._WAYS), and a text value.
 _COLUMNS = (("id", 2), ("name", 1), ("ok", 3), ("n", 4), ("num", 5), ("u", 6), ("b", 7), ("d", 8), ("t", 9),
-            ("ts", 10), ("tz", 11))
+            ("ts", 10), ("tz", 11), ("f", 12), ("iv", 13), ("as", 33), ("ai", 34), ("ab", 35), ("an", 37), ("au", 38),
+            ("af", 44))
 _VALUES = ("1", "x\n\"1é", "t", "1.5", "-12.50", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "\\x00Ff", "2024-02-29",
-           "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00")
+           "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00", "-1.5e-07",
+           "1 year -2 mons +3 days -04:05:06.5", '{{a,"b \\"c"},{NULL,""}}', "{1,-2,NULL}", "{t,f}", "{1.50,-0.5}",
+           "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", "{1e+100,NaN,-Infinity}")
 #: The ways of the two-column relations ``_RELATION + way`` (a text, then a column of the way), whose
 #: seeds end a row in an empty value: a read past the value is a read past the row.
-_LAST_WAYS = range(2, 12)
+_LAST_WAYS = (*range(2, 14), 33, 34, 35, 37, 38, 44)
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 

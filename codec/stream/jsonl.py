@@ -182,7 +182,11 @@ _BOOL = 16
 #: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
 #: the server prints; others through the conversion), by OID: how the plan names them (:data:`_WAYS`).
 _COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
-                         1184: "timestamptz"}
+                         1184: "timestamptz", 700: "float", 701: "float", 1186: "interval"}
+#: The element types whose arrays the compiled row writer also writes in C (array_out's text, as the JSON list
+#: of the typed elements), by element OID: the way each element goes.
+_COMPILED_ELEMENTS = {25: "string", 1043: "string", 1042: "string", 19: "string", 20: "int", 21: "int", 23: "int",
+                      16: "bool", 1700: "numeric", 2950: "uuid", 700: "float", 701: "float"}
 
 
 class RowJson:
@@ -273,6 +277,10 @@ class RowJson:
             oid = loader.resolve(meta.type_id, type_message)
             way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
                    else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
+            if way == "call" and oid is not None:
+                made_of = loader.kind_of(oid)
+                if made_of is not None and made_of[0] == "array" and made_of[1] in _COMPILED_ELEMENTS:
+                    way = "array of " + _COMPILED_ELEMENTS[made_of[1]]
             call = converter(oid, i) if oid in _TEXT_CONVERSIONS else functools.partial(typed, "t", i=i)
             out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
         return out, typed
@@ -468,6 +476,7 @@ def _start(schema: RowSchema, op: str) -> str:
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 _WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4, "numeric": 5, "uuid": 6, "bytea": 7, "date": 8, "time": 9,
-         "timestamp": 10, "timestamptz": 11}
+         "timestamp": 10, "timestamptz": 11, "float": 12, "interval": 13}
+_WAYS.update({f"array of {way}": 32 + _WAYS[way] for way in set(_COMPILED_ELEMENTS.values())})
 
 __all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "change_objects", "json_value", "objects"]

@@ -36,8 +36,18 @@ typedef struct {
  * conversion of replwire.codec.stream.jsonl gives exactly), else through the function. */
 enum {
     ROW_STRING = 1, ROW_INT = 2, ROW_BOOL = 3, ROW_CALL = 4, ROW_NUMERIC = 5, ROW_UUID = 6, ROW_BYTEA = 7,
-    ROW_DATE = 8, ROW_TIME = 9, ROW_TIMESTAMP = 10, ROW_TIMESTAMPTZ = 11, ROW_LAST = 11
+    ROW_DATE = 8, ROW_TIME = 9, ROW_TIMESTAMP = 10, ROW_TIMESTAMPTZ = 11, ROW_FLOAT = 12, ROW_INTERVAL = 13,
+    ROW_LAST = 13,
+    /* an array whose elements are written as ROW_ARRAY + the element's way (one of ARRAY_ELEMENTS) */
+    ROW_ARRAY = 32
 };
+
+/* the ways an array's elements may have (in their text as array_out writes it) */
+static int array_element(int way)
+{
+    return way == ROW_STRING || way == ROW_INT || way == ROW_BOOL || way == ROW_NUMERIC || way == ROW_UUID
+           || way == ROW_FLOAT;
+}
 
 static const char *PLAN_NAME = "replwire.rows.plan";
 
@@ -84,7 +94,8 @@ static PyObject *c_rows_plan(PyObject *self, PyObject *args)
         int kind, is_key;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU:rows_plan column", &PyBytes_Type, &key, &kind,
                               &is_key, &call, &name)) goto fail;
-        if (kind < ROW_STRING || kind > ROW_LAST || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
+        int known = (kind >= ROW_STRING && kind <= ROW_LAST) || (kind > ROW_ARRAY && array_element(kind - ROW_ARRAY));
+        if (!known || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
         plan->cols[i].key = Py_NewRef(key);
         plan->cols[i].kind = kind;
         plan->cols[i].is_key = is_key;
@@ -334,13 +345,245 @@ static int put_clock(Buf *b, const unsigned char *s, Py_ssize_t k)
     return 1;
 }
 
+/* float4/float8 text as the JSON of float(text): repr's shortest form, "NaN", "Infinity", "-Infinity";
+ * 1 written, 0 another form (spaces, underscores: float() takes them, the function writes them).  An
+ * array's element (element set) that overflows is declined: psycopg's loader of an array fails on it. */
+static int put_float(Buf *b, const unsigned char *s, Py_ssize_t k, int element)
+{
+    char text[64];
+    if (k < 1 || k >= (Py_ssize_t)sizeof text) return 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        unsigned c = s[i];
+        if (!((c >= '0' && c <= '9') || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E' || c == 'N'
+              || c == 'a' || c == 'I' || c == 'n' || c == 'f' || c == 'i' || c == 't' || c == 'y'))
+            return 0;
+        text[i] = (char)c;
+    }
+    text[k] = 0;
+    char *end = NULL;
+    double v = PyOS_string_to_double(text, &end, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (end != text + k) return 0;
+    if (element && isinf(v) && ((text[0] == '-' || text[0] == '+' ? text[1] : text[0]) | 0x20) != 'i') return 0;
+    if (isnan(v)) return put_bytes(b, "\"NaN\"", 5) ? -1 : 1;
+    if (isinf(v)) return (v > 0 ? put_bytes(b, "\"Infinity\"", 10) : put_bytes(b, "\"-Infinity\"", 11)) ? -1 : 1;
+    char *shortest = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (shortest == NULL) return -1;
+    int r = put_bytes(b, shortest, (Py_ssize_t)strlen(shortest)) ? -1 : 1;
+    PyMem_Free(shortest);
+    return r;
+}
+
+/* an optionally signed decimal number of 1 to 9 digits at s[*i] (advanced past it), or 0 for none */
+static int interval_number(const unsigned char *s, Py_ssize_t k, Py_ssize_t *i, int64_t *v, int sign)
+{
+    Py_ssize_t j = *i;
+    int negative = 0;
+    if (sign && j < k && (s[j] == '-' || s[j] == '+')) negative = s[j++] == '-';
+    Py_ssize_t first = j;
+    int64_t n = 0;
+    while (j < k && s[j] >= '0' && s[j] <= '9' && j - first < 10) n = n * 10 + (s[j++] - '0');
+    if (j == first || j - first > 9 || (j < k && s[j] >= '0' && s[j] <= '9')) return 0;
+    *v = negative ? -n : n;
+    *i = j;
+    return 1;
+}
+
+/* interval_out's text in the postgres style ("1 year 2 mons -3 days +04:05:06.789"; each part optional,
+ * in that order, as interval_parts reads it) as the ISO 8601 duration interval_iso writes, a JSON string;
+ * 1 written, 0 another form (the ISO style, numbers of ten digits or more: the function writes those) */
+static int put_interval(Buf *b, const unsigned char *s, Py_ssize_t k)
+{
+    static const char *const units[3][2] = {{"year", "years"}, {"mon", "mons"}, {"day", "days"}};
+    if (k == 8 && memcmp(s, "infinity", 8) == 0) return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+    if (k == 9 && memcmp(s, "-infinity", 9) == 0) return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+    if (k < 1) return 0;
+    int64_t part[3] = {0, 0, 0}, micro = 0;
+    Py_ssize_t i = 0;
+    int unit = 0;
+    while (i < k) {
+        Py_ssize_t start = i;
+        int64_t v;
+        if (!interval_number(s, k, &i, &v, 1)) return 0;
+        if (i < k && s[i] == ' ') {  /* a count and its unit */
+            i++;
+            int found = 0;
+            for (; unit < 3 && !found; unit++)
+                for (int plural = 1; plural >= 0 && !found; plural--) {
+                    size_t n = strlen(units[unit][plural]);
+                    if ((Py_ssize_t)n <= k - i && memcmp(s + i, units[unit][plural], n) == 0
+                        && (i + (Py_ssize_t)n == k || s[i + (Py_ssize_t)n] == ' ')) {
+                        part[unit] = v;
+                        i += (Py_ssize_t)n;
+                        found = 1;
+                    }
+                }
+            if (!found) return 0;
+            if (i < k) {
+                i++;  /* the space before the next part */
+                if (i == k) return 0;
+            }
+            continue;
+        }
+        /* the time: [+-]H:MM:SS[.f{1,6}], last */
+        i = start;
+        int negative = 0;
+        if (s[i] == '-' || s[i] == '+') negative = s[i++] == '-';
+        int64_t hours;
+        if (!interval_number(s, k, &i, &hours, 0)) return 0;
+        if (k - i < 6 || s[i] != ':' || !digits(s + i + 1, 2) || s[i + 3] != ':' || !digits(s + i + 4, 2)) return 0;
+        int64_t minutes = number(s + i + 1, 2), seconds = number(s + i + 4, 2), fraction = 0;
+        i += 6;
+        if (i < k) {
+            Py_ssize_t n = k - i - 1;
+            if (s[i] != '.' || n < 1 || n > 6 || !digits(s + i + 1, n)) return 0;
+            fraction = number(s + i + 1, n);
+            for (Py_ssize_t z = n; z < 6; z++) fraction *= 10;
+            i = k;
+        }
+        micro = ((hours * 60 + minutes) * 60 + seconds) * 1000000 + fraction;
+        if (negative) micro = -micro;
+    }
+    int64_t months = part[0] * 12 + part[1], days = part[2];
+    char text[160];
+    int n = 0;
+    text[n++] = '"';
+    if (!months && !days && !micro) {
+        memcpy(text + n, "PT0S", 4);
+        n += 4;
+    } else {
+        text[n++] = 'P';
+        int64_t years = months / 12;  /* (C's truncating division: each part has its source's sign) */
+        months %= 12;
+        if (years) n += snprintf(text + n, sizeof text - (size_t)n, "%lldY", (long long)years);
+        if (months) n += snprintf(text + n, sizeof text - (size_t)n, "%lldM", (long long)months);
+        if (days) n += snprintf(text + n, sizeof text - (size_t)n, "%lldD", (long long)days);
+        if (micro) {
+            const char *sign = micro < 0 ? "-" : "";
+            int64_t rest = micro < 0 ? -micro : micro;
+            int64_t h = rest / INT64_C(3600000000), m = rest / 60000000 % 60, sec = rest / 1000000 % 60,
+                    f = rest % 1000000;
+            text[n++] = 'T';
+            if (h) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldH", sign, (long long)h);
+            if (m) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldM", sign, (long long)m);
+            if (f) {
+                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lld.%06lld", sign, (long long)sec, (long long)f);
+                while (text[n - 1] == '0') n--;
+                text[n++] = 'S';
+            } else if (sec) {
+                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldS", sign, (long long)sec);
+            }
+        }
+    }
+    text[n++] = '"';
+    return put_bytes(b, text, n) ? -1 : 1;
+}
+
+static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k);
+
+/* the most nesting an array of array_out's may have (PostgreSQL's MAXDIM) */
+#define ARRAY_DEPTH 6
+
+/* array_out's text ({1,2}, {{"a b",NULL},{c,"d\"e"}}: elements separated by commas, quoted where they must
+ * be, NULL unquoted for a null) as the JSON list of its elements' values, each written as the element's way
+ * writes it; 1 written, 0 another form (dimension bounds, another delimiter, spaces: the function writes
+ * those), -1 no memory */
+static int put_array(Buf *b, int way, const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t i = 0;
+    int depth = 0;
+    unsigned char small[256];
+    unsigned char *scratch = small;
+    Py_ssize_t cap = (Py_ssize_t)sizeof small;
+    int r = 0;
+    if (k < 2 || s[0] != '{') return 0;
+    while (i < k) {
+        unsigned c = s[i];
+        if (c == '{') {
+            if (++depth > ARRAY_DEPTH) goto other;
+            if (put_bytes(b, "[", 1)) goto nomem;
+            i++;
+            continue;
+        } else if (c == '}') {
+            if (depth-- == 0) goto other;
+            if (put_bytes(b, "]", 1)) goto nomem;
+            i++;
+            if (depth == 0) break;
+        } else {
+            if (depth == 0) goto other;
+            if (c == '"') {  /* a quoted element: \\ and \" escaped */
+                Py_ssize_t n = 0;
+                i++;
+                while (i < k && s[i] != '"') {
+                    if (s[i] == '\\' && (++i == k || (s[i] != '"' && s[i] != '\\'))) goto other;
+                    if (n == cap) {  /* (an element is shorter than the array's text: at most k bytes) */
+                        Py_ssize_t more = cap * 2 < k ? cap * 2 : k;
+                        unsigned char *grown = scratch == small ? PyMem_Malloc((size_t)more)
+                                                                : PyMem_Realloc(scratch, (size_t)more);
+                        if (grown == NULL) goto nomem;
+                        if (scratch == small) memcpy(grown, small, sizeof small);
+                        scratch = grown;
+                        cap = more;
+                    }
+                    scratch[n++] = s[i++];
+                }
+                if (i == k) goto other;
+                i++;
+                r = put_scalar(b, way, scratch, n);
+            } else {  /* unquoted: up to the next comma or brace */
+                Py_ssize_t start = i;
+                while (i < k && s[i] != ',' && s[i] != '}' && s[i] != '{' && s[i] != '"' && s[i] != '\\'
+                       && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' && s[i] != '\v' && s[i] != '\f')
+                    i++;
+                if (i == start || (i < k && s[i] != ',' && s[i] != '}')) goto other;
+                if (i - start == 4 && memcmp(s + start, "NULL", 4) == 0) r = put_bytes(b, "null", 4) ? -1 : 1;
+                else r = put_scalar(b, way, s + start, i - start);
+            }
+            if (r != 1) goto done;
+            if (i < k && s[i] == '}') continue;
+        }
+        /* after an element or a closed list: a comma, then another element or list */
+        if (i < k && s[i] == ',') {
+            if (put_bytes(b, ",", 1)) goto nomem;
+            i++;
+            if (i == k || s[i] == '}' || s[i] == ',') goto other;
+        } else if (i < k && s[i] != '}') {
+            goto other;
+        }
+    }
+    r = depth == 0 && i == k ? 1 : 0;
+    goto done;
+other:
+    r = 0;
+    goto done;
+nomem:
+    r = -1;
+done:
+    if (scratch != small) PyMem_Free(scratch);
+    return r;
+}
+
 /* a value of one of the types written in C where its text has the server's form: 1 written, 0 another
  * form (the plan's function writes it), -1 no memory */
 static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
 {
     Py_ssize_t mark = b->len;
     int r = 0;
+    if (kind > ROW_ARRAY) {
+        r = put_array(b, kind - ROW_ARRAY, s, k);
+        if (r == 0) b->len = mark;
+        return r;
+    }
     switch (kind) {
+    case ROW_FLOAT:
+        r = put_float(b, s, k, 0);
+        break;
+    case ROW_INTERVAL:
+        r = put_interval(b, s, k);
+        break;
     case ROW_NUMERIC:
         if (!plain_numeric(s, k)) return 0;
         r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
@@ -394,6 +637,26 @@ static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
     }
     if (r == 0) b->len = mark;
     return r;
+}
+
+/* a text value (an array's element, or a column's) of a way written in C: 1 written, 0 declined, -1 no memory */
+static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
+{
+    switch (kind) {
+    case ROW_STRING:
+        return put_string(b, s, k);
+    case ROW_INT:
+        if (!plain_integer(s, k)) return 0;
+        return put_bytes(b, (const char *)s, k) ? -1 : 1;
+    case ROW_BOOL:
+        if (k == 1 && s[0] == 't') return put_bytes(b, "true", 4) ? -1 : 1;
+        if (k == 1 && s[0] == 'f') return put_bytes(b, "false", 5) ? -1 : 1;
+        return 0;
+    case ROW_FLOAT:
+        return put_float(b, s, k, 1);
+    default:
+        return put_typed(b, kind, s, k);
+    }
 }
 
 /* one text value of column c: 1 written, 0 declined, -1 an error */
