@@ -44,6 +44,21 @@ _VALUES = ("1", "x\n\"1é", "t", "1.5", "-12.50", "a0eebc99-9c0b-4ef8-bb6d-6bb9b
            "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00", "-1.5e-07",
            "1 year -2 mons +3 days -04:05:06.5", '{{a,"b \\"c"},{NULL,""}}', "{1,-2,NULL}", "{t,f}", "{1.50,-0.5}",
            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", "{1e+100,NaN,-Infinity}")
+#: How each column's binary values are written (jsonl._BINARY_WAYS; an array's element type), and a binary
+#: value of each.
+_BINARY = {"id": (2, 0), "name": (7, 0), "ok": (4, 0), "n": (16, 0), "num": (16, 0), "u": (10, 0), "b": (9, 0),
+           "d": (11, 0), "t": (14, 0), "ts": (12, 0), "tz": (13, 0), "f": (6, 0), "iv": (15, 0), "as": (39, 25),
+           "ai": (34, 23), "ab": (36, 16), "an": (48, 1700), "au": (42, 2950), "af": (37, 700)}
+_BINARY_VALUES = (b"\0\0\0\1", b"x\n\"1\xc3\xa9", b"\1", b"\0\1\0\0\0\0\0\1\0\x0f", b"\0\2\0\0\x40\0\0\2\0\x0c\x13\x88",
+                  bytes(range(16)), b"\0\xff", b"\0\0\x22\x40", b"\0\0\0\x0a\x7f\x3a\x5c\x40",
+                  b"\0\x02\xc0\x2e\xcc\x9b\x5b\x48", b"\xff\xff\xff\xff\xff\xff\xff\xff",
+                  b"\xbe\x84\x1b\x4b\x2f\x0e\x7a\x9c", b"\0\0\0\0\x0d\x69\x80\0\0\0\0\3\0\0\0\x0e",
+                  b"\0\0\0\1\0\0\0\1\0\0\0\x19\0\0\0\2\0\0\0\1\0\0\0\1a\xff\xff\xff\xff",
+                  b"\0\0\0\1\0\0\0\0\0\0\0\x17\0\0\0\1\0\0\0\1\0\0\0\4\xff\xff\xff\xfe",
+                  b"\0\0\0\1\0\0\0\0\0\0\0\x10\0\0\0\1\0\0\0\1\0\0\0\1\1",
+                  b"\0\0\0\1\0\0\0\0\0\0\x06\xa4\0\0\0\1\0\0\0\1\0\0\0\x08\0\0\0\0\xc0\0\0\0",
+                  b"\0\0\0\1\0\0\0\0\0\0\x0b\x86\0\0\0\1\0\0\0\1\0\0\0\x10" + bytes(range(16)),
+                  b"\0\0\0\1\0\0\0\0\0\0\x02\xbc\0\0\0\1\0\0\0\1\0\0\0\4\x3f\x8c\xcc\xcd")
 #: The ways of the two-column relations ``_RELATION + way`` (a text, then a column of the way), whose
 #: seeds end a row in an empty value: a read past the value is a read past the row.
 _LAST_WAYS = (*range(2, 14), 33, 34, 35, 37, 38, 44)
@@ -58,7 +73,8 @@ def _plans() -> dict[int, Any]:
     def call(data: bytes) -> str:
         return json.dumps(data.decode("latin-1"))
 
-    columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name) for name, way in _COLUMNS)
+    columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name, *_BINARY[name])
+                    for name, way in _COLUMNS)
     plans = {_RELATION: COMPILED.rows_plan(starts, columns)}
     for way in _LAST_WAYS:  # a text column, then one of the way
         plans[_RELATION + way] = COMPILED.rows_plan(starts, ((b'"s":', 1, True, call, "s"), (b'"v":', way, False, call,
@@ -82,6 +98,15 @@ def _transactions() -> list[tuple[int, bytes]]:
     return [(0x1000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
 
 
+def _binary() -> list[tuple[int, bytes]]:
+    """A transaction inserting a row of binary values, one of each column's way."""
+    stamp = Timestamp(0)
+    messages = [Begin(final_lsn=LSN(0x3000), commit_time=stamp, xid=702),
+                Insert(relation_id=_RELATION, new=[TupleColumn(kind="b", data=value) for value in _BINARY_VALUES]),
+                Commit(flags=0, commit_lsn=LSN(0x3000), end_lsn=LSN(0x3010), commit_time=stamp)]
+    return [(0x3000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
+
+
 def _ending_empty(way: int) -> list[tuple[int, bytes]]:
     """A transaction inserting a row of relation ``_RELATION + way`` that ends in an empty text (the row
     longer than the Begin, so that the buffer it is decoded into ends where it ends)."""
@@ -101,10 +126,12 @@ def _seeds() -> list[bytes]:
 
     records = _transactions()
     return [b"\x02" + csv(records), b"\x00" + csv(records) * 2, b"\x03" + capture(records),
-            b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS)]
+            b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS),
+            b"\x02" + csv(_binary()), b"\x03" + capture(_binary())]
 
 
-#: Inputs to start from: plain transactions in both forms, whole and not, and rows ending in an empty value.
+#: Inputs to start from: plain transactions in both forms, whole and not, rows ending in an empty value, and a
+#: row of binary values in both forms.
 SEEDS = _seeds()
 _FRAME = record_frame()
 

@@ -189,6 +189,14 @@ _COMPILED_ELEMENTS = {25: "string", 1043: "string", 1042: "string", 19: "string"
                       16: "bool", 1700: "numeric", 2950: "uuid", 700: "float", 701: "float"}
 
 
+#: How the compiled row writer writes binary ('b') values, by the OID their type resolves to (``None``: a type
+#: kept as its bytes, written as ``\\x`` hex): the types whose send function's bytes it reads (what
+#: :class:`ValueLoader` loads them as, written as :func:`json_value` writes that); an array of these too.
+_BINARY_WAYS = {21: 1, 23: 2, 20: 3, 16: 4, 700: 5, 701: 6, 25: 7, 1043: 7, 1042: 7, 19: 7, 114: 7, 3802: 8, 17: 9,
+                None: 9, 2950: 10, 1082: 11, 1114: 12, 1184: 13, 1083: 14, 1186: 15, 1700: 16}
+_BINARY_ARRAY = 32
+
+
 class RowJson:
     """A tuple as JSON text straight from its wire columns: the same text as ``ENCODE`` of the typed row
     (:meth:`ValueLoader.load_row` then :func:`json_value`, unchanged TOAST left out), without the dict.
@@ -246,12 +254,24 @@ class RowJson:
         typed value's JSON where a conversion cannot say it exactly)."""
         return self._columns(schema)[0]
 
-    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str], ...]:
+    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str, int, int],
+                                                       ...]:
         """:meth:`columns` as the compiled row path's plans take them (``rows_plan``): the key in UTF-8, the
-        way as a number (1 string, 2 integer, 3 bool, 4 through the function), whether a key column, the
-        function, and the column's name."""
-        return tuple((key.encode(), _WAYS[way], is_key, call, meta.name) for meta, (key, way, is_key, call)
-                     in zip(schema.relation.columns, self.columns(schema)))
+        way as a number (:data:`_WAYS`: 1 string, 2 integer, 3 bool, 4 through the function, ...), whether a
+        key column, the function, the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in
+        C) and, for an array, its element type's OID."""
+        loader = self.loader
+        out = []
+        for meta, type_message, (key, way, is_key, call) in zip(schema.relation.columns, schema.types,
+                                                                 self.columns(schema)):
+            oid = loader.resolve(meta.type_id, type_message)
+            binary, element = _BINARY_WAYS.get(oid, 0), 0
+            if not binary and oid is not None:
+                made_of = loader.kind_of(oid)
+                if made_of is not None and made_of[0] == "array" and made_of[1] in _BINARY_WAYS:
+                    binary, element = _BINARY_ARRAY + _BINARY_WAYS[made_of[1]], made_of[1]
+            out.append((key.encode(), _WAYS[way], is_key, call, meta.name, binary, element))
+        return tuple(out)
 
     def _columns(self, schema: RowSchema) -> tuple[list[tuple[str, str, bool, Callable[[bytes], str]]],
                                                     Callable[..., str]]:
@@ -459,7 +479,8 @@ class JsonLines:
             yield "".join(parts)
 
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str], ...]]:
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str, int, int],
+                                                                          ...]]:
         """What the compiled row path writes the changes of ``schema``'s relation with (its arguments of
         ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, and the
         columns (:meth:`RowJson.plan_columns`); all as :meth:`__call__` writes them."""

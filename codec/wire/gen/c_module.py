@@ -67,6 +67,8 @@ PRELUDE = r"""
 #endif
 #include <stdint.h>
 #include <string.h>
+#include <float.h>
+#include <math.h>
 
 static PyTypeObject *LSN_T, *TS_T;
 static PyObject *ZERO, *FALLBACK[4], *S_PROTO, *S_STREAM, *S_ENCODING, *S_SENDER;

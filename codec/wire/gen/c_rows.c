@@ -23,6 +23,8 @@ typedef struct {
     int is_key;      /* part of the replica identity key */
     PyObject *call;  /* ROW_CALL: the text's JSON (str) from its bytes */
     PyObject *name;  /* str: the column's name (for unchanged_toast lists) */
+    int binary;      /* BIN_*: how a binary ('b') value is written in C, 0 not (the row is declined) */
+    uint32_t element;  /* BIN_ARRAY: the element type's OID, which array_send's header must name */
 } PlanColumn;
 
 typedef struct {
@@ -40,6 +42,16 @@ enum {
     ROW_LAST = 13,
     /* an array whose elements are written as ROW_ARRAY + the element's way (one of ARRAY_ELEMENTS) */
     ROW_ARRAY = 32
+};
+
+/* How a column's binary values (its type's send function's bytes) are written, where they fit the layout and
+ * the JSON is what the Python writer gives the typed value: by the type. */
+enum {
+    BIN_INT2 = 1, BIN_INT4 = 2, BIN_INT8 = 3, BIN_BOOL = 4, BIN_FLOAT4 = 5, BIN_FLOAT8 = 6, BIN_TEXT = 7,
+    BIN_JSONB = 8, BIN_BYTEA = 9, BIN_UUID = 10, BIN_DATE = 11, BIN_TIMESTAMP = 12, BIN_TIMESTAMPTZ = 13,
+    BIN_TIME = 14, BIN_INTERVAL = 15, BIN_NUMERIC = 16, BIN_LAST = 16,
+    /* an array (array_send) whose elements are written as BIN_ARRAY + the element's binary way */
+    BIN_ARRAY = 32
 };
 
 /* the ways an array's elements may have (in their text as array_out writes it) */
@@ -91,11 +103,15 @@ static PyObject *c_rows_plan(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < ncols; i++) {
         PyObject *key, *call, *name;
-        int kind, is_key;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU:rows_plan column", &PyBytes_Type, &key, &kind,
-                              &is_key, &call, &name)) goto fail;
+        int kind, is_key, binary = 0;
+        unsigned int element = 0;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU|iI:rows_plan column", &PyBytes_Type, &key, &kind,
+                              &is_key, &call, &name, &binary, &element)) goto fail;
         int known = (kind >= ROW_STRING && kind <= ROW_LAST) || (kind > ROW_ARRAY && array_element(kind - ROW_ARRAY));
         if (!known || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
+        if (binary < 0 || (binary > BIN_LAST && !(binary > BIN_ARRAY && binary <= BIN_ARRAY + BIN_NUMERIC))) goto bad;
+        plan->cols[i].binary = binary;
+        plan->cols[i].element = element;
         plan->cols[i].key = Py_NewRef(key);
         plan->cols[i].kind = kind;
         plan->cols[i].is_key = is_key;
@@ -345,6 +361,18 @@ static int put_clock(Buf *b, const unsigned char *s, Py_ssize_t k)
     return 1;
 }
 
+/* a float as json_value and the JSON encoder write it: repr's shortest form, "NaN", "Infinity", "-Infinity" */
+static int put_double(Buf *b, double v)
+{
+    if (isnan(v)) return put_bytes(b, "\"NaN\"", 5) ? -1 : 1;
+    if (isinf(v)) return (v > 0 ? put_bytes(b, "\"Infinity\"", 10) : put_bytes(b, "\"-Infinity\"", 11)) ? -1 : 1;
+    char *shortest = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (shortest == NULL) return -1;
+    int r = put_bytes(b, shortest, (Py_ssize_t)strlen(shortest)) ? -1 : 1;
+    PyMem_Free(shortest);
+    return r;
+}
+
 /* float4/float8 text as the JSON of float(text): repr's shortest form, "NaN", "Infinity", "-Infinity";
  * 1 written, 0 another form (spaces, underscores: float() takes them, the function writes them).  An
  * array's element (element set) that overflows is declined: psycopg's loader of an array fails on it. */
@@ -368,13 +396,50 @@ static int put_float(Buf *b, const unsigned char *s, Py_ssize_t k, int element)
     }
     if (end != text + k) return 0;
     if (element && isinf(v) && ((text[0] == '-' || text[0] == '+' ? text[1] : text[0]) | 0x20) != 'i') return 0;
-    if (isnan(v)) return put_bytes(b, "\"NaN\"", 5) ? -1 : 1;
-    if (isinf(v)) return (v > 0 ? put_bytes(b, "\"Infinity\"", 10) : put_bytes(b, "\"-Infinity\"", 11)) ? -1 : 1;
-    char *shortest = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (shortest == NULL) return -1;
-    int r = put_bytes(b, shortest, (Py_ssize_t)strlen(shortest)) ? -1 : 1;
-    PyMem_Free(shortest);
-    return r;
+    return put_double(b, v);
+}
+
+/* an interval of these parts as the ISO 8601 duration interval_iso writes, a JSON string; 0 for a
+ * microsecond count of INT64_MIN that is not -infinity's (its magnitude has no int64) */
+static int put_iso_interval(Buf *b, int64_t months, int64_t days, int64_t micro)
+{
+    if (months == INT32_MAX && days == INT32_MAX && micro == INT64_MAX)
+        return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+    if (months == INT32_MIN && days == INT32_MIN && micro == INT64_MIN)
+        return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+    if (micro == INT64_MIN) return 0;
+    char text[160];
+    int n = 0;
+    text[n++] = '"';
+    if (!months && !days && !micro) {
+        memcpy(text + n, "PT0S", 4);
+        n += 4;
+    } else {
+        text[n++] = 'P';
+        int64_t years = months / 12;  /* (C's truncating division: each part has its source's sign) */
+        months %= 12;
+        if (years) n += snprintf(text + n, sizeof text - (size_t)n, "%lldY", (long long)years);
+        if (months) n += snprintf(text + n, sizeof text - (size_t)n, "%lldM", (long long)months);
+        if (days) n += snprintf(text + n, sizeof text - (size_t)n, "%lldD", (long long)days);
+        if (micro) {
+            const char *sign = micro < 0 ? "-" : "";
+            int64_t rest = micro < 0 ? -micro : micro;
+            int64_t h = rest / INT64_C(3600000000), m = rest / 60000000 % 60, sec = rest / 1000000 % 60,
+                    f = rest % 1000000;
+            text[n++] = 'T';
+            if (h) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldH", sign, (long long)h);
+            if (m) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldM", sign, (long long)m);
+            if (f) {
+                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lld.%06lld", sign, (long long)sec, (long long)f);
+                while (text[n - 1] == '0') n--;
+                text[n++] = 'S';
+            } else if (sec) {
+                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldS", sign, (long long)sec);
+            }
+        }
+    }
+    text[n++] = '"';
+    return put_bytes(b, text, n) ? -1 : 1;
 }
 
 /* an optionally signed decimal number of 1 to 9 digits at s[*i] (advanced past it), or 0 for none */
@@ -447,39 +512,7 @@ static int put_interval(Buf *b, const unsigned char *s, Py_ssize_t k)
         micro = ((hours * 60 + minutes) * 60 + seconds) * 1000000 + fraction;
         if (negative) micro = -micro;
     }
-    int64_t months = part[0] * 12 + part[1], days = part[2];
-    char text[160];
-    int n = 0;
-    text[n++] = '"';
-    if (!months && !days && !micro) {
-        memcpy(text + n, "PT0S", 4);
-        n += 4;
-    } else {
-        text[n++] = 'P';
-        int64_t years = months / 12;  /* (C's truncating division: each part has its source's sign) */
-        months %= 12;
-        if (years) n += snprintf(text + n, sizeof text - (size_t)n, "%lldY", (long long)years);
-        if (months) n += snprintf(text + n, sizeof text - (size_t)n, "%lldM", (long long)months);
-        if (days) n += snprintf(text + n, sizeof text - (size_t)n, "%lldD", (long long)days);
-        if (micro) {
-            const char *sign = micro < 0 ? "-" : "";
-            int64_t rest = micro < 0 ? -micro : micro;
-            int64_t h = rest / INT64_C(3600000000), m = rest / 60000000 % 60, sec = rest / 1000000 % 60,
-                    f = rest % 1000000;
-            text[n++] = 'T';
-            if (h) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldH", sign, (long long)h);
-            if (m) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldM", sign, (long long)m);
-            if (f) {
-                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lld.%06lld", sign, (long long)sec, (long long)f);
-                while (text[n - 1] == '0') n--;
-                text[n++] = 'S';
-            } else if (sec) {
-                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldS", sign, (long long)sec);
-            }
-        }
-    }
-    text[n++] = '"';
-    return put_bytes(b, text, n) ? -1 : 1;
+    return put_iso_interval(b, part[0] * 12 + part[1], part[2], micro);
 }
 
 static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k);
@@ -639,6 +672,286 @@ static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
     return r;
 }
 
+/* -- binary values ---------------------------------------------------------------------------------------- */
+
+static inline int64_t be_signed(const unsigned char *d, int size)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < size; i++) v = (v << 8) | d[i];
+    if (size < 8 && (v >> (size * 8 - 1)) & 1) v |= ~UINT64_C(0) << (size * 8);
+    return (int64_t)v;
+}
+
+/* a binary float4 as float4() of value_types loads it: the fewest significant digits (found by the same
+ * bisection over 1-9) whose decimal reads back as the same single, as a float; NaN, infinities and zeros
+ * as they are */
+static int put_float4(Buf *b, const unsigned char *d)
+{
+    uint32_t bits = (uint32_t)be_signed(d, 4);
+    float single;
+    memcpy(&single, &bits, 4);
+    double value = single;
+    if (isnan(value) || isinf(value) || value == 0) return put_double(b, value);
+    int low = 1, high = 9;
+    double found = 0;
+    while (low <= high) {
+        int digits = low < high ? (low + high) / 2 : low;
+        char *text = PyOS_double_to_string(value, 'g', digits, 0, NULL);
+        if (text == NULL) return -1;
+        double back = PyOS_string_to_double(text, NULL, NULL);
+        PyMem_Free(text);
+        if (back == -1.0 && PyErr_Occurred()) return -1;
+        if (low == high) {
+            found = back;
+            break;
+        }
+        if (fabs(back) > FLT_MAX) return 0;  /* struct.pack refuses it: float4() raises, the Python path says */
+        float again = (float)back;
+        uint32_t again_bits;
+        memcpy(&again_bits, &again, 4);
+        if (again_bits == bits) high = digits;
+        else low = digits + 1;
+    }
+    return put_double(b, found);
+}
+
+/* a date of days since 1970-01-01 as date.isoformat() writes it, quoted; 0 outside years 1-9999 */
+static int put_day(Buf *b, int64_t days)
+{
+    int64_t y;
+    unsigned m, d;
+    if (days < -INT64_C(800000) || days > INT64_C(3000000)) return 0;
+    civil(days, &y, &m, &d);
+    if (y < 1 || y > 9999) return 0;
+    char text[16];
+    int k = snprintf(text, sizeof text, "%04d-%02u-%02u", (int)y, m, d);
+    return put_bytes(b, text, k) ? -1 : 1;
+}
+
+/* microseconds of a day as time.isoformat() writes them (the fraction only where it is not zero) */
+static int put_day_time(Buf *b, int64_t us)
+{
+    char text[24];
+    int64_t secs = us / 1000000, micro = us % 1000000;
+    int k = snprintf(text, sizeof text, "%02d:%02d:%02d", (int)(secs / 3600), (int)(secs / 60 % 60), (int)(secs % 60));
+    if (micro) k += snprintf(text + k, sizeof text - (size_t)k, ".%06d", (int)micro);
+    return put_bytes(b, text, k) ? -1 : 1;
+}
+
+/* numeric_send's form (ndigits, weight, sign, dscale, then base-10000 digits; its layout checked) as the
+ * Decimal's 'f' format json_value writes: dscale decimals; 0 for a form the server does not send (a digit
+ * over 9999, nonzero digits past dscale, a negative zero, another sign) */
+static int put_numeric(Buf *b, const unsigned char *d, Py_ssize_t n)
+{
+    int ndigits = (int)be_signed(d, 2) & 0xFFFF, weight = (int)be_signed(d + 2, 2);
+    unsigned sign = (unsigned)be_signed(d + 4, 2) & 0xFFFF, dscale = (unsigned)be_signed(d + 6, 2) & 0xFFFF;
+    if (sign == 0xC000) return put_bytes(b, "\"NaN\"", 5) ? -1 : 1;
+    if (sign == 0xD000) return put_bytes(b, "\"Infinity\"", 10) ? -1 : 1;
+    if (sign == 0xF000) return put_bytes(b, "\"-Infinity\"", 11) ? -1 : 1;
+    if ((sign != 0 && sign != 0x4000) || dscale > 0x3FFF || n != 8 + 2 * (Py_ssize_t)ndigits) return 0;
+    if (weight < -1000 || weight > 1000) return 0;
+    const unsigned char *digit = d + 8;
+    int nonzero = 0;
+    for (int i = 0; i < ndigits; i++) {
+        unsigned v = (unsigned)(digit[2 * i] << 8 | digit[2 * i + 1]);
+        if (v > 9999) return 0;
+        nonzero |= v != 0;
+        /* digit i stands for 10000^(weight - i): its last decimal place is 4 * (i - weight) */
+        if (v && 4 * (i - weight) > (int)dscale) {
+            int extra = 4 * (i - weight) - (int)dscale;  /* its lowest places past dscale must be zero */
+            unsigned step = 1;
+            for (int e = 0; e < extra && e < 4; e++) step *= 10;
+            if (extra >= 4 || v % step) return 0;
+        }
+    }
+    if (sign == 0x4000 && !nonzero) return 0;
+    if (weight >= 0 && (ndigits > 0 ? (digit[0] | digit[1]) == 0 : weight > 0)) return 0;  /* a leading zero group */
+    if (put_bytes(b, "\"", 1) || (sign == 0x4000 && put_bytes(b, "-", 1))) return -1;
+    char group[8];
+    if (weight < 0) {
+        if (put_bytes(b, "0", 1)) return -1;
+    } else {
+        for (int i = 0; i <= weight; i++) {
+            unsigned v = i < ndigits ? (unsigned)(digit[2 * i] << 8 | digit[2 * i + 1]) : 0;
+            int k = snprintf(group, sizeof group, i == 0 ? "%u" : "%04u", v);
+            if (put_bytes(b, group, k)) return -1;
+        }
+    }
+    if (dscale) {
+        if (put_bytes(b, ".", 1)) return -1;
+        unsigned written = 0;
+        for (int i = weight + 1; written < dscale; i++) {
+            unsigned v = i >= 0 && i < ndigits ? (unsigned)(digit[2 * i] << 8 | digit[2 * i + 1]) : 0;
+            snprintf(group, sizeof group, "%04u", v);
+            unsigned k = dscale - written < 4 ? dscale - written : 4;
+            if (put_bytes(b, group, (Py_ssize_t)k)) return -1;
+            written += k;
+        }
+    }
+    return put_bytes(b, "\"", 1) ? -1 : 1;
+}
+
+static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth);
+
+/* array_send's form (ndim, has-nulls, element OID, per dimension its length and lower bound, then each
+ * element as an int32 length, -1 for NULL, and its bytes) as the nested JSON lists of its elements,
+ * row-major; 0 for anything that does not fit the layout exactly (the Python path keeps it whole) */
+static int put_binary_array(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth)
+{
+    if (n < 12 || depth > 0) return 0;
+    int64_t ndim = be_signed(d, 4);
+    if (ndim == 0) return n == 12 ? (put_bytes(b, "[]", 2) ? -1 : 1) : 0;
+    if (ndim < 1 || ndim > ARRAY_DEPTH || (uint32_t)be_signed(d + 8, 4) != element || n < 12 + 8 * ndim) return 0;
+    int64_t dims[ARRAY_DEPTH], count = 1;
+    for (int i = 0; i < ndim; i++) {
+        dims[i] = be_signed(d + 12 + 8 * i, 4);
+        if (dims[i] < 1 || dims[i] > n) return 0;
+        count *= dims[i];
+        if (count > n) return 0;  /* every element takes at least its 4-byte length */
+    }
+    Py_ssize_t at = 12 + 8 * (Py_ssize_t)ndim;
+    int64_t index[ARRAY_DEPTH] = {0};
+    for (int i = 0; i < ndim; i++)
+        if (put_bytes(b, "[", 1)) return -1;
+    for (int64_t e = 0; e < count; e++) {
+        if (e) {  /* close the lists this element ends, open the next ones */
+            int closed = 0;
+            for (int i = (int)ndim - 1; i >= 0; i--) {
+                if (++index[i] < dims[i]) break;
+                index[i] = 0;
+                closed++;
+            }
+            for (int i = 0; i < closed; i++)
+                if (put_bytes(b, "]", 1)) return -1;
+            if (put_bytes(b, ",", 1)) return -1;
+            for (int i = 0; i < closed; i++)
+                if (put_bytes(b, "[", 1)) return -1;
+        }
+        if (n - at < 4) return 0;
+        int64_t length = be_signed(d + at, 4);
+        at += 4;
+        if (length == -1) {
+            if (put_bytes(b, "null", 4)) return -1;
+            continue;
+        }
+        if (length < 0 || length > n - at) return 0;
+        int r = put_binary(b, way, 0, d + at, (Py_ssize_t)length, depth + 1);
+        if (r != 1) return r;
+        at += (Py_ssize_t)length;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (put_bytes(b, "]", 1)) return -1;
+    return at == n ? 1 : 0;
+}
+
+/* one binary value of a way written in C: 1 written, 0 declined (the Python path writes it), -1 no memory */
+static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth)
+{
+    static const char hex[] = "0123456789abcdef";
+    Py_ssize_t mark = b->len;
+    char text[48];
+    int k, r = 0;
+    if (way > BIN_ARRAY) {
+        r = put_binary_array(b, way - BIN_ARRAY, element, d, n, depth);
+        if (r == 0) b->len = mark;
+        return r;
+    }
+    switch (way) {
+    case BIN_INT2:
+    case BIN_INT4:
+    case BIN_INT8: {
+        int width = way == BIN_INT2 ? 2 : way == BIN_INT4 ? 4 : 8;
+        if (n != width) return 0;
+        k = snprintf(text, sizeof text, "%lld", (long long)be_signed(d, width));
+        return put_bytes(b, text, k) ? -1 : 1;
+    }
+    case BIN_BOOL:
+        if (n != 1) return 0;
+        return (d[0] ? put_bytes(b, "true", 4) : put_bytes(b, "false", 5)) ? -1 : 1;
+    case BIN_FLOAT4:
+        return n == 4 ? put_float4(b, d) : 0;
+    case BIN_FLOAT8: {
+        if (n != 8) return 0;
+        uint64_t bits = (uint64_t)be_signed(d, 8);
+        double v;
+        memcpy(&v, &bits, 8);
+        return put_double(b, v);
+    }
+    case BIN_TEXT:
+        r = put_string(b, d, n);
+        break;
+    case BIN_JSONB:
+        if (n < 1 || d[0] != 1) return 0;
+        r = put_string(b, d + 1, n - 1);
+        break;
+    case BIN_BYTEA:
+        if (put_bytes(b, "\"\\\\x", 4)) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            char pair[2] = {hex[d[i] >> 4], hex[d[i] & 15]};
+            if (put_bytes(b, pair, 2)) return -1;
+        }
+        return put_bytes(b, "\"", 1) ? -1 : 1;
+    case BIN_UUID:
+        if (n != 16) return 0;
+        k = 0;
+        text[k++] = '"';
+        for (int i = 0; i < 16; i++) {
+            if (i == 4 || i == 6 || i == 8 || i == 10) text[k++] = '-';
+            text[k++] = hex[d[i] >> 4];
+            text[k++] = hex[d[i] & 15];
+        }
+        text[k++] = '"';
+        return put_bytes(b, text, k) ? -1 : 1;
+    case BIN_DATE: {
+        if (n != 4) return 0;
+        int64_t days = be_signed(d, 4);
+        if (days == INT32_MAX) return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+        if (days == INT32_MIN) return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_day(b, days + 10957);  /* 10957 days from 1970-01-01 to 2000-01-01 */
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    case BIN_TIMESTAMP:
+    case BIN_TIMESTAMPTZ: {
+        if (n != 8) return 0;
+        int64_t us = be_signed(d, 8);
+        if (us == INT64_MAX) return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+        if (us == INT64_MIN) return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+        const int64_t day = INT64_C(86400000000);
+        int64_t days = us / day, rest = us % day;
+        if (rest < 0) {
+            rest += day;
+            days -= 1;
+        }
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_day(b, days + 10957);
+        if (r == 1) r = put_bytes(b, "T", 1) ? -1 : put_day_time(b, rest);
+        if (r == 1 && way == BIN_TIMESTAMPTZ) r = put_bytes(b, "+00:00", 6) ? -1 : 1;
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    case BIN_TIME: {
+        if (n != 8) return 0;
+        int64_t us = be_signed(d, 8);
+        if (us < 0 || us >= INT64_C(86400000000)) return 0;
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_day_time(b, us);
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    case BIN_INTERVAL:
+        if (n != 16) return 0;
+        return put_iso_interval(b, be_signed(d + 12, 4), be_signed(d + 8, 4), be_signed(d, 8));
+    case BIN_NUMERIC:
+        if (n < 8) return 0;
+        r = put_numeric(b, d, n);
+        break;
+    }
+    if (r == 0) b->len = mark;
+    return r;
+}
+
 /* a text value (an array's element, or a column's) of a way written in C: 1 written, 0 declined, -1 no memory */
 static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
 {
@@ -714,7 +1027,7 @@ static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t 
             if (toasted != NULL) toasted[(*ntoasted)++] = i;
             continue;
         }
-        if (kind == 'b') return 0;
+        if (kind == 'b' && !c->binary) return 0;
         if ((!first && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(c->key), PyBytes_GET_SIZE(c->key)))
             return -1;
         first = 0;
@@ -722,7 +1035,9 @@ static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t 
             if (put_bytes(b, "null", 4)) return -1;
             continue;
         }
-        int r = put_value(b, c, d + col[F_TupleColumn_data].at, col[F_TupleColumn_data].len);
+        const unsigned char *value = d + col[F_TupleColumn_data].at;
+        Py_ssize_t size = col[F_TupleColumn_data].len;
+        int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0) : put_value(b, c, value, size);
         if (r != 1) return r;
     }
     return put_bytes(b, "}", 1) ? -1 : 1;
@@ -1200,7 +1515,8 @@ static PyObject *c_rows_row(PyObject *self, PyObject *args)
             if (toasted != Py_None) marks[ntoasted++] = i;
             continue;
         }
-        if (k != 'n' && (k != 't' || data == NULL || !PyBytes_CheckExact(data))) goto decline;
+        if (k != 'n' && ((k != 't' && (k != 'b' || !c->binary)) || data == NULL || !PyBytes_CheckExact(data)))
+            goto decline;
         if (!first) PUTS(&b, ",");
         first = 0;
         PUTO(&b, c->key);
@@ -1208,7 +1524,9 @@ static PyObject *c_rows_row(PyObject *self, PyObject *args)
             PUTS(&b, "null");
             continue;
         }
-        int r = put_value(&b, c, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        const unsigned char *value = (const unsigned char *)PyBytes_AS_STRING(data);
+        int r = k == 'b' ? put_binary(&b, c->binary, c->element, value, PyBytes_GET_SIZE(data), 0)
+                         : put_value(&b, c, value, PyBytes_GET_SIZE(data));
         if (r < 0) goto nomem;
         if (r == 0) goto decline;
     }
