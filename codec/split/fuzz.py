@@ -32,23 +32,32 @@ from ..io.record_plan import record_frame
 from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
 from ..wire.fast import COMPILED, build
+from ..wire.gen.row_ways import ARRAY, ARRAY_ELEMENTS, BINARY_ARRAY, BINARY_WAYS, TEXT_WAYS
 
 __all__ = ["SEEDS", "fuzz_rows"]
 
 _RELATION = 16384
-#: The relation's columns: a name and a way of writing for each way there is (jsonl._WAYS), and a text value.
-_COLUMNS = (("id", 2), ("name", 1), ("ok", 3), ("n", 4), ("num", 5), ("u", 6), ("b", 7), ("d", 8), ("t", 9),
-            ("ts", 10), ("tz", 11), ("f", 12), ("iv", 13), ("as", 33), ("ai", 34), ("ab", 35), ("an", 37), ("au", 38),
-            ("af", 44))
+#: The relation's columns: a name and a way of writing for each way there is (row_ways), and a text value;
+#: the columns named here are arrays of their way's elements.
+_ARRAYS = ("as", "ai", "ab", "an", "au", "af")
+_COLUMNS = tuple((name, ARRAY + TEXT_WAYS[way] if name in _ARRAYS else TEXT_WAYS[way])
+                 for name, way in (("id", "int"), ("name", "string"), ("ok", "bool"), ("n", "call"), ("num", "numeric"),
+                                   ("u", "uuid"), ("b", "bytea"), ("d", "date"), ("t", "time"), ("ts", "timestamp"),
+                                   ("tz", "timestamptz"), ("f", "float"), ("iv", "interval"), ("as", "string"),
+                                   ("ai", "int"), ("ab", "bool"), ("an", "numeric"), ("au", "uuid"), ("af", "float")))
 _VALUES = ("1", "x\n\"1é", "t", "1.5", "-12.50", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "\\x00Ff", "2024-02-29",
            "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00", "-1.5e-07",
            "1 year -2 mons +3 days -04:05:06.5", '{{a,"b \\"c"},{NULL,""}}', "{1,-2,NULL}", "{t,f}", "{1.50,-0.5}",
            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", "{1e+100,NaN,-Infinity}")
-#: How each column's binary values are written (jsonl._BINARY_WAYS; an array's element type), and a binary
+#: How each column's binary values are written (row_ways.BINARY_WAYS; an array's element type), and a binary
 #: value of each.
-_BINARY = {"id": (2, 0), "name": (7, 0), "ok": (4, 0), "n": (16, 0), "num": (16, 0), "u": (10, 0), "b": (9, 0),
-           "d": (11, 0), "t": (14, 0), "ts": (12, 0), "tz": (13, 0), "f": (6, 0), "iv": (15, 0), "as": (39, 25),
-           "ai": (34, 23), "ab": (36, 16), "an": (48, 1700), "au": (42, 2950), "af": (37, 700)}
+_BINARY = {name: (BINARY_WAYS[way], 0) for name, way in (
+    ("id", "int4"), ("name", "text"), ("ok", "bool"), ("n", "numeric"), ("num", "numeric"), ("u", "uuid"),
+    ("b", "bytea"), ("d", "date"), ("t", "time"), ("ts", "timestamp"), ("tz", "timestamptz"), ("f", "float8"),
+    ("iv", "interval"))}
+_BINARY.update({name: (BINARY_ARRAY + BINARY_WAYS[way], element) for name, way, element in (
+    ("as", "text", 25), ("ai", "int4", 23), ("ab", "bool", 16), ("an", "numeric", 1700), ("au", "uuid", 2950),
+    ("af", "float4", 700))})
 _BINARY_VALUES = (b"\0\0\0\1", b"x\n\"1\xc3\xa9", b"\1", b"\0\1\0\0\0\0\0\1\0\x0f", b"\0\2\0\0\x40\0\0\2\0\x0c\x13\x88",
                   bytes(range(16)), b"\0\xff", b"\0\0\x22\x40", b"\0\0\0\x0a\x7f\x3a\x5c\x40",
                   b"\0\x02\xc0\x2e\xcc\x9b\x5b\x48", b"\xff\xff\xff\xff\xff\xff\xff\xff",
@@ -61,7 +70,7 @@ _BINARY_VALUES = (b"\0\0\0\1", b"x\n\"1\xc3\xa9", b"\1", b"\0\1\0\0\0\0\0\1\0\x0
                   b"\0\0\0\1\0\0\0\0\0\0\x02\xbc\0\0\0\1\0\0\0\1\0\0\0\4\x3f\x8c\xcc\xcd")
 #: The ways of the two-column relations ``_RELATION + way`` (a text, then a column of the way), whose
 #: seeds end a row in an empty value: a read past the value is a read past the row.
-_LAST_WAYS = (*range(2, 14), 33, 34, 35, 37, 38, 44)
+_LAST_WAYS = (*range(2, max(TEXT_WAYS.values()) + 1), *(ARRAY + TEXT_WAYS[way] for way in ARRAY_ELEMENTS))
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 

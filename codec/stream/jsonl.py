@@ -48,6 +48,7 @@ from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
+from ..wire.gen import row_ways
 from .assembler import Change, ChangeMaker, Transaction
 from .server_text import server_text
 from .value_types import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, interval_iso, interval_parts
@@ -184,7 +185,7 @@ _BOOL = 16
 _COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
                          1184: "timestamptz", 700: "float", 701: "float", 1186: "interval"}
 #: The element types whose arrays the compiled row writer also writes in C (array_out's text, as the JSON list
-#: of the typed elements), by element OID: the way each element goes.
+#: of the typed elements), by element OID: the way each element goes (one of row_ways.ARRAY_ELEMENTS).
 _COMPILED_ELEMENTS = {25: "string", 1043: "string", 1042: "string", 19: "string", 20: "int", 21: "int", 23: "int",
                       16: "bool", 1700: "numeric", 2950: "uuid", 700: "float", 701: "float"}
 
@@ -192,9 +193,10 @@ _COMPILED_ELEMENTS = {25: "string", 1043: "string", 1042: "string", 19: "string"
 #: How the compiled row writer writes binary ('b') values, by the OID their type resolves to (``None``: a type
 #: kept as its bytes, written as ``\\x`` hex): the types whose send function's bytes it reads (what
 #: :class:`ValueLoader` loads them as, written as :func:`json_value` writes that); an array of these too.
-_BINARY_WAYS = {21: 1, 23: 2, 20: 3, 16: 4, 700: 5, 701: 6, 25: 7, 1043: 7, 1042: 7, 19: 7, 114: 7, 3802: 8, 17: 9,
-                None: 9, 2950: 10, 1082: 11, 1114: 12, 1184: 13, 1083: 14, 1186: 15, 1700: 16}
-_BINARY_ARRAY = 32
+_BINARY_WAYS = {oid: row_ways.BINARY_WAYS[name] for oid, name in {
+    21: "int2", 23: "int4", 20: "int8", 16: "bool", 700: "float4", 701: "float8", 25: "text", 1043: "text",
+    1042: "text", 19: "text", 114: "text", 3802: "jsonb", 17: "bytea", None: "bytea", 2950: "uuid", 1082: "date",
+    1114: "timestamp", 1184: "timestamptz", 1083: "time", 1186: "interval", 1700: "numeric"}.items()}
 
 
 class RowJson:
@@ -269,7 +271,7 @@ class RowJson:
             if not binary and oid is not None:
                 made_of = loader.kind_of(oid)
                 if made_of is not None and made_of[0] == "array" and made_of[1] in _BINARY_WAYS:
-                    binary, element = _BINARY_ARRAY + _BINARY_WAYS[made_of[1]], made_of[1]
+                    binary, element = row_ways.BINARY_ARRAY + _BINARY_WAYS[made_of[1]], made_of[1]
             out.append((key.encode(), _WAYS[way], is_key, call, meta.name, binary, element))
         return tuple(out)
 
@@ -496,8 +498,8 @@ def _start(schema: RowSchema, op: str) -> str:
 
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
-_WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4, "numeric": 5, "uuid": 6, "bytea": 7, "date": 8, "time": 9,
-         "timestamp": 10, "timestamptz": 11, "float": 12, "interval": 13}
-_WAYS.update({f"array of {way}": 32 + _WAYS[way] for way in set(_COMPILED_ELEMENTS.values())})
+#: The text ways by name (row_ways.TEXT_WAYS, and "array of" an element's).
+_WAYS = {**row_ways.TEXT_WAYS, **{f"array of {way}": row_ways.ARRAY + row_ways.TEXT_WAYS[way]
+                                  for way in row_ways.ARRAY_ELEMENTS}}
 
 __all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "change_objects", "json_value", "objects"]

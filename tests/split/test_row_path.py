@@ -126,12 +126,12 @@ def synthetic_rows(count: int):
     return [(0x1_6000_0000 + 40 * i, 1000 + i, item.data) for i, item in enumerate(corpus.synthetic(count).items)]
 
 
-def synthetic_rows_with_origins(count: int, has_origin):
-    """:func:`synthetic_rows` with an Origin (which the compiled paths leave to Python) after the Begin of each
-    transaction n (from 1) for which ``has_origin(n)``."""
+def synthetic_rows_with_origins(count: int, has_origin, origin=None):
+    """:func:`synthetic_rows` with an Origin (which the compiled column path leaves to Python), or the message
+    ``origin`` given, after the Begin of each transaction n (from 1) for which ``has_origin(n)``."""
     from replwire.codec import Origin
 
-    origin = build_message(Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
+    origin = build_message(origin or Origin(origin_lsn=LSN(5), name="o"), proto_version=1)
     rows, begins = [], 0
     for lsn, xid, data in synthetic_rows(count):
         rows.append((lsn, xid, data))
@@ -540,13 +540,37 @@ def test_the_fuzz_target_starts_inside_the_row_path():
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_stream_the_row_path_mostly_declines(tmp_path, form):
-    """Transactions with an Origin (which the row path leaves to the Assembler), with a plain one now and
-    then: after a run of tries that took nothing the row path is tried less often, and the output is the
-    same."""
-    rows = synthetic_rows_with_origins(6_000, lambda n: n % 40 != 0)
+    """Transactions with a logical message (which the row path leaves to the Assembler), with a plain one
+    now and then: after a run of tries that took nothing the row path is tried less often, and the output
+    is the same."""
+    from replwire.codec import Message
+
+    message = Message(xid=None, flags=1, lsn=LSN(5), prefix="p", content=b"c")
+    rows = synthetic_rows_with_origins(6_000, lambda n: n % 40 != 0, message)
+    path = write_stream(tmp_path / f"messages.{SUFFIX[form]}", rows, form, 1)
+    text, counts, error = same([path], 1)
+    assert error is None and '"prefix":"p"' in text and counts["changes"] > 3_000
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_origins_are_written_by_the_row_path(tmp_path, form):
+    """Transactions with an Origin right after their Begin (what the server sends for a change replicated
+    from elsewhere) are the row path's, their lines naming it; an Origin elsewhere is the Assembler's."""
+    from replwire.codec import Origin
+
+    rows = synthetic_rows_with_origins(3_000, lambda n: n % 2 == 0, Origin(origin_lsn=LSN(5), name="o\"é"))
     path = write_stream(tmp_path / f"origins.{SUFFIX[form]}", rows, form, 1)
     text, counts, error = same([path], 1)
-    assert error is None and '"origin":"o"' in text and counts["changes"] > 3_000
+    assert error is None and '"origin":"o\\"é"' in text and '"origin"' not in text.splitlines()[0]
+    if COMPILED:  # as many changes as without the Origins (those of the transactions with Relations: Python's)
+        plain = write_stream(tmp_path / f"plain.{SUFFIX[form]}", synthetic_rows(3_000), form, 1)
+        assert counts["written"] == same([plain], 1)[1]["written"] > counts["changes"] * 0.9
+    late = [(lsn, xid, data) for lsn, xid, data in rows]
+    first_insert = next(i for i, row in enumerate(late) if row[2][:1] == b"I")
+    late.insert(first_insert + 1, (late[first_insert][0], late[first_insert][1],
+                                   build_message(Origin(origin_lsn=LSN(5), name="late"), proto_version=1)))
+    path = write_stream(tmp_path / f"late.{SUFFIX[form]}", late, form, 1)
+    same([path], 1)
 
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled row path is not built")

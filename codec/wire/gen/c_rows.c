@@ -3,19 +3,20 @@
  *
  * Hand-written C, appended to the compiled codec's generated source by replwire.codec.wire.gen.c_module.
  * It knows no message layout: every message is read by the scan functions generated from the declarations
- * (s_Begin, s_Commit, s_Insert, s_Update, s_Delete and r_TupleColumn, see c_scan.py); what is written here
- * is the CSV row form, a capture record's framing as its plan says, the order of a plain transaction
- * (Begin, row changes, Commit), the checks the decoder makes of those, and how a text value becomes JSON.
+ * (s_Begin, s_Commit, s_Origin, s_Insert, s_Update, s_Delete and r_TupleColumn, see c_scan.py); what is
+ * written here is the CSV row form, a capture record's framing as its plan says, the order of a plain
+ * transaction (Begin, its Origin, row changes, Commit), the checks the decoder makes of those, and how a
+ * value, in text or binary format, becomes JSON.
  *
- * rows_run takes whole transactions only: from a Begin to its Commit, every message one of those, every
- * relation known (a plan from rows_plan), every tuple as wide as its relation, every value in text format
- * and of a form it writes exactly as the Python writer does.  At anything else -- a Relation, an Origin, a
- * streamed block, a binary value, a row that is not (lsn, xid, data), a capture record that is torn or
- * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that
- * transaction (or row) and says so; the caller hands that input to the Python path, which gives the exact
- * result or the exact error.  Every read is bounds-checked
- * (the scans, and the CSV reads below); the only memory it takes is the decoded row (at most half the input
- * row) and the output (proportional to the input). */
+ * rows_run takes whole transactions only: from a Begin (and an Origin right after it) to its Commit, every
+ * message one of those, every relation known (a plan from rows_plan), every tuple as wide as its relation,
+ * every value of a form it writes exactly as the Python writer does.  At anything else -- a Relation, a
+ * streamed block, a two-phase transaction, a value of another form, a row that is not (lsn, xid, data), a
+ * capture record that is torn or fails its checksum, bytes that do not scan, text that is not UTF-8 -- it
+ * stops at the start of that transaction (or row) and says so; the caller hands that input to the Python
+ * path, which gives the exact result or the exact error.  Every read is bounds-checked (the scans, and the
+ * CSV and value reads below); the only memory it takes is the decoded row (at most half the input row), an
+ * array element's unescaped text (at most the array's) and the output (proportional to the input). */
 
 typedef struct {
     PyObject *key;   /* bytes: the column's name as a JSON string and ':' */
@@ -33,33 +34,12 @@ typedef struct {
     PlanColumn cols[1];
 } Plan;
 
-/* How a column's text values are written: as a JSON string, an integer, a bool, through the plan's Python
- * function; or, for the types below, in C where the text has the form the server prints (what the Python
- * conversion of replwire.codec.stream.jsonl gives exactly), else through the function. */
-enum {
-    ROW_STRING = 1, ROW_INT = 2, ROW_BOOL = 3, ROW_CALL = 4, ROW_NUMERIC = 5, ROW_UUID = 6, ROW_BYTEA = 7,
-    ROW_DATE = 8, ROW_TIME = 9, ROW_TIMESTAMP = 10, ROW_TIMESTAMPTZ = 11, ROW_FLOAT = 12, ROW_INTERVAL = 13,
-    ROW_LAST = 13,
-    /* an array whose elements are written as ROW_ARRAY + the element's way (one of ARRAY_ELEMENTS) */
-    ROW_ARRAY = 32
-};
-
-/* How a column's binary values (its type's send function's bytes) are written, where they fit the layout and
- * the JSON is what the Python writer gives the typed value: by the type. */
-enum {
-    BIN_INT2 = 1, BIN_INT4 = 2, BIN_INT8 = 3, BIN_BOOL = 4, BIN_FLOAT4 = 5, BIN_FLOAT8 = 6, BIN_TEXT = 7,
-    BIN_JSONB = 8, BIN_BYTEA = 9, BIN_UUID = 10, BIN_DATE = 11, BIN_TIMESTAMP = 12, BIN_TIMESTAMPTZ = 13,
-    BIN_TIME = 14, BIN_INTERVAL = 15, BIN_NUMERIC = 16, BIN_LAST = 16,
-    /* an array (array_send) whose elements are written as BIN_ARRAY + the element's binary way */
-    BIN_ARRAY = 32
-};
-
-/* the ways an array's elements may have (in their text as array_out writes it) */
-static int array_element(int way)
-{
-    return way == ROW_STRING || way == ROW_INT || way == ROW_BOOL || way == ROW_NUMERIC || way == ROW_UUID
-           || way == ROW_FLOAT;
-}
+/* How a column's text values are written (ROW_*): as a JSON string, an integer, a bool, through the plan's
+ * Python function; or, for the types that have a way of their own, in C where the text has the form the server
+ * prints (what the Python conversion of replwire.codec.stream.jsonl gives exactly), else through the function.
+ * How its binary values are (BIN_*): by the type, where they fit the layout and the JSON is what the Python
+ * writer gives the typed value.  An array's way is ROW_ARRAY (BIN_ARRAY) plus its element's.  The enums are
+ * generated before this file from replwire.codec.wire.gen.row_ways. */
 
 static const char *PLAN_NAME = "replwire.rows.plan";
 
@@ -109,7 +89,7 @@ static PyObject *c_rows_plan(PyObject *self, PyObject *args)
                               &is_key, &call, &name, &binary, &element)) goto fail;
         int known = (kind >= ROW_STRING && kind <= ROW_LAST) || (kind > ROW_ARRAY && array_element(kind - ROW_ARRAY));
         if (!known || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
-        if (binary < 0 || (binary > BIN_LAST && !(binary > BIN_ARRAY && binary <= BIN_ARRAY + BIN_NUMERIC))) goto bad;
+        if (binary < 0 || (binary > BIN_LAST && !(binary > BIN_ARRAY && binary <= BIN_ARRAY + BIN_LAST))) goto bad;
         plan->cols[i].binary = binary;
         plan->cols[i].element = element;
         plan->cols[i].key = Py_NewRef(key);
@@ -208,27 +188,6 @@ static int put_time(Buf *b, int64_t us)
     return put_bytes(b, text, k);
 }
 
-/* the length of the valid UTF-8 sequence at s (as Python's strict decoder takes it), or 0 */
-static inline Py_ssize_t utf8_length(const unsigned char *s, Py_ssize_t left)
-{
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return left >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-        if (left < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0;   /* overlong */
-        if (c == 0xED && s[1] >= 0xA0) return 0;  /* a surrogate */
-        return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        if (left < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0;   /* overlong */
-        if (c == 0xF4 && s[1] >= 0x90) return 0;  /* beyond U+10FFFF */
-        return 4;
-    }
-    return 0;
-}
-
 /* text (UTF-8) as the JSON string json.encoder.encode_basestring writes (ensure_ascii=False): 1 written,
  * 0 not valid UTF-8, -1 no memory */
 static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
@@ -237,6 +196,19 @@ static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
     if (put_bytes(b, "\"", 1)) return -1;
     Py_ssize_t i = 0, run = 0;
     while (i < k) {
+        if (k - i >= 8) {  /* eight bytes at a time while none needs a look */
+            uint64_t word;
+            memcpy(&word, s + i, 8);
+            const uint64_t ones = UINT64_C(0x0101010101010101), highs = UINT64_C(0x8080808080808080);
+            if (!(word & highs)) {  /* all ASCII: then a high bit below says a byte was under 0x20, or the
+                                     * quote, or the backslash (no borrow crosses bytes otherwise) */
+                uint64_t quote = word ^ (ones * '"'), backslash = word ^ (ones * '\\');
+                if (!(((word - ones * 0x20) | (quote - ones) | (backslash - ones)) & highs)) {
+                    i += 8;
+                    continue;
+                }
+            }
+        }
         unsigned c = s[i];
         if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
             i++;
@@ -1388,15 +1360,16 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
     uint64_t last_end = have_last ? (uint64_t)last_in : 0;
     unsigned char *row = NULL;
     Scratch w = {0};
-    Buf out = {0};
+    Buf out = {0}, origin = {0};
     PyObject *result = NULL;
-    if (out_init(&out, size / 2 + 256) || out_init(&w.tx, 4096)) goto nomem;
+    if (out_init(&out, size / 2 + 256) || out_init(&w.tx, 4096) || out_init(&origin, 64)) goto nomem;
     while (pos < size) {
         Py_ssize_t at = pos, taken = 0;
         int state = 0;  /* 0 before the Begin, 1 inside */
         uint64_t xid = 0;
         w.tx.len = 0;
         w.npending = 0;
+        origin.len = 0;  /* the Origin's name as a JSON string, if one came right after the Begin */
         for (;;) {
             if (at >= size) goto more;
             uint64_t lsn;
@@ -1413,6 +1386,14 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
                 xid = F[F_Begin_xid].v;
                 state = 1;
+                continue;
+            }
+            if (d[0] == TAG_Origin && taken == 2) {  /* (the record after the Begin) */
+                Field O[N_Origin];
+                if (!s_Origin(d, n, pv, 0, O)) goto decline;
+                r = put_string(&origin, d + O[F_Origin_name].at, O[F_Origin_name].len);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
                 continue;
             }
             if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
@@ -1442,6 +1423,10 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             if (put_lsn(&tail, F[F_Commit_commit_lsn].v)) goto nomem;
             PUTS(&tail, ",\"commit_time\":");
             if (put_time(&tail, (int64_t)F[F_Commit_commit_time].v)) goto nomem;
+            if (origin.len) {
+                PUTS(&tail, ",\"origin\":");
+                PUT(&tail, origin.p, origin.len);
+            }
             for (Py_ssize_t i = 0; i < w.npending; i++) {
                 Pending *line = &w.pending[i];
                 if (put_bytes(&out, w.tx.p + line->begin, line->split - line->begin)
@@ -1473,6 +1458,7 @@ done:
     PyMem_Free(row);
     out_free(&out);
     out_free(&w.tx);
+    out_free(&origin);
     PyMem_Free(w.pending);
     PyMem_Free(w.toasted);
     PyBuffer_Release(&view);
