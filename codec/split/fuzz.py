@@ -32,18 +32,45 @@ from ..io.record_plan import record_frame
 from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
 from ..scalars import LSN, Timestamp
 from ..wire.fast import COMPILED, build
+from ..wire.gen.row_ways import ARRAY, ARRAY_ELEMENTS, BINARY_ARRAY, BINARY_WAYS, TEXT_WAYS
 
 __all__ = ["SEEDS", "fuzz_rows"]
 
 _RELATION = 16384
-#: The relation's columns: a name and a way of writing for each way there is (jsonl._WAYS), and a text value.
-_COLUMNS = (("id", 2), ("name", 1), ("ok", 3), ("n", 4), ("num", 5), ("u", 6), ("b", 7), ("d", 8), ("t", 9),
-            ("ts", 10), ("tz", 11))
+#: The relation's columns: a name and a way of writing for each way there is (row_ways), and a text value;
+#: the columns named here are arrays of their way's elements.
+_ARRAYS = ("as", "ai", "ab", "an", "au", "af")
+_COLUMNS = tuple((name, ARRAY + TEXT_WAYS[way] if name in _ARRAYS else TEXT_WAYS[way])
+                 for name, way in (("id", "int"), ("name", "string"), ("ok", "bool"), ("n", "call"), ("num", "numeric"),
+                                   ("u", "uuid"), ("b", "bytea"), ("d", "date"), ("t", "time"), ("ts", "timestamp"),
+                                   ("tz", "timestamptz"), ("f", "float"), ("iv", "interval"), ("as", "string"),
+                                   ("ai", "int"), ("ab", "bool"), ("an", "numeric"), ("au", "uuid"), ("af", "float")))
 _VALUES = ("1", "x\n\"1é", "t", "1.5", "-12.50", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "\\x00Ff", "2024-02-29",
-           "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00")
+           "12:00:00.5", "2024-02-29 12:00:00", "2024-02-29 12:00:00.123+00", "-1.5e-07",
+           "1 year -2 mons +3 days -04:05:06.5", '{{a,"b \\"c"},{NULL,""}}', "{1,-2,NULL}", "{t,f}", "{1.50,-0.5}",
+           "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", "{1e+100,NaN,-Infinity}")
+#: How each column's binary values are written (row_ways.BINARY_WAYS; an array's element type), and a binary
+#: value of each.
+_BINARY = {name: (BINARY_WAYS[way], 0) for name, way in (
+    ("id", "int4"), ("name", "text"), ("ok", "bool"), ("n", "numeric"), ("num", "numeric"), ("u", "uuid"),
+    ("b", "bytea"), ("d", "date"), ("t", "time"), ("ts", "timestamp"), ("tz", "timestamptz"), ("f", "float8"),
+    ("iv", "interval"))}
+_BINARY.update({name: (BINARY_ARRAY + BINARY_WAYS[way], element) for name, way, element in (
+    ("as", "text", 25), ("ai", "int4", 23), ("ab", "bool", 16), ("an", "numeric", 1700), ("au", "uuid", 2950),
+    ("af", "float4", 700))})
+_BINARY_VALUES = (b"\0\0\0\1", b"x\n\"1\xc3\xa9", b"\1", b"\0\1\0\0\0\0\0\1\0\x0f", b"\0\2\0\0\x40\0\0\2\0\x0c\x13\x88",
+                  bytes(range(16)), b"\0\xff", b"\0\0\x22\x40", b"\0\0\0\x0a\x7f\x3a\x5c\x40",
+                  b"\0\x02\xc0\x2e\xcc\x9b\x5b\x48", b"\xff\xff\xff\xff\xff\xff\xff\xff",
+                  b"\xbe\x84\x1b\x4b\x2f\x0e\x7a\x9c", b"\0\0\0\0\x0d\x69\x80\0\0\0\0\3\0\0\0\x0e",
+                  b"\0\0\0\1\0\0\0\1\0\0\0\x19\0\0\0\2\0\0\0\1\0\0\0\1a\xff\xff\xff\xff",
+                  b"\0\0\0\1\0\0\0\0\0\0\0\x17\0\0\0\1\0\0\0\1\0\0\0\4\xff\xff\xff\xfe",
+                  b"\0\0\0\1\0\0\0\0\0\0\0\x10\0\0\0\1\0\0\0\1\0\0\0\1\1",
+                  b"\0\0\0\1\0\0\0\0\0\0\x06\xa4\0\0\0\1\0\0\0\1\0\0\0\x08\0\0\0\0\xc0\0\0\0",
+                  b"\0\0\0\1\0\0\0\0\0\0\x0b\x86\0\0\0\1\0\0\0\1\0\0\0\x10" + bytes(range(16)),
+                  b"\0\0\0\1\0\0\0\0\0\0\x02\xbc\0\0\0\1\0\0\0\1\0\0\0\4\x3f\x8c\xcc\xcd")
 #: The ways of the two-column relations ``_RELATION + way`` (a text, then a column of the way), whose
 #: seeds end a row in an empty value: a read past the value is a read past the row.
-_LAST_WAYS = range(2, 12)
+_LAST_WAYS = (*range(2, max(TEXT_WAYS.values()) + 1), *(ARRAY + TEXT_WAYS[way] for way in ARRAY_ELEMENTS))
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 
@@ -55,7 +82,8 @@ def _plans() -> dict[int, Any]:
     def call(data: bytes) -> str:
         return json.dumps(data.decode("latin-1"))
 
-    columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name) for name, way in _COLUMNS)
+    columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name, *_BINARY[name])
+                    for name, way in _COLUMNS)
     plans = {_RELATION: COMPILED.rows_plan(starts, columns)}
     for way in _LAST_WAYS:  # a text column, then one of the way
         plans[_RELATION + way] = COMPILED.rows_plan(starts, ((b'"s":', 1, True, call, "s"), (b'"v":', way, False, call,
@@ -79,6 +107,15 @@ def _transactions() -> list[tuple[int, bytes]]:
     return [(0x1000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
 
 
+def _binary() -> list[tuple[int, bytes]]:
+    """A transaction inserting a row of binary values, one of each column's way."""
+    stamp = Timestamp(0)
+    messages = [Begin(final_lsn=LSN(0x3000), commit_time=stamp, xid=702),
+                Insert(relation_id=_RELATION, new=[TupleColumn(kind="b", data=value) for value in _BINARY_VALUES]),
+                Commit(flags=0, commit_lsn=LSN(0x3000), end_lsn=LSN(0x3010), commit_time=stamp)]
+    return [(0x3000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
+
+
 def _ending_empty(way: int) -> list[tuple[int, bytes]]:
     """A transaction inserting a row of relation ``_RELATION + way`` that ends in an empty text (the row
     longer than the Begin, so that the buffer it is decoded into ends where it ends)."""
@@ -98,10 +135,12 @@ def _seeds() -> list[bytes]:
 
     records = _transactions()
     return [b"\x02" + csv(records), b"\x00" + csv(records) * 2, b"\x03" + capture(records),
-            b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS)]
+            b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS),
+            b"\x02" + csv(_binary()), b"\x03" + capture(_binary())]
 
 
-#: Inputs to start from: plain transactions in both forms, whole and not, and rows ending in an empty value.
+#: Inputs to start from: plain transactions in both forms, whole and not, rows ending in an empty value, and a
+#: row of binary values in both forms.
 SEEDS = _seeds()
 _FRAME = record_frame()
 

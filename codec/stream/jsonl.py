@@ -48,6 +48,7 @@ from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
+from ..wire.gen import row_ways
 from .assembler import Change, ChangeMaker, Transaction
 from .server_text import server_text
 from .value_types import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, interval_iso, interval_parts
@@ -182,7 +183,20 @@ _BOOL = 16
 #: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
 #: the server prints; others through the conversion), by OID: how the plan names them (:data:`_WAYS`).
 _COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
-                         1184: "timestamptz"}
+                         1184: "timestamptz", 700: "float", 701: "float", 1186: "interval"}
+#: The element types whose arrays the compiled row writer also writes in C (array_out's text, as the JSON list
+#: of the typed elements), by element OID: the way each element goes (one of row_ways.ARRAY_ELEMENTS).
+_COMPILED_ELEMENTS = {25: "string", 1043: "string", 1042: "string", 19: "string", 20: "int", 21: "int", 23: "int",
+                      16: "bool", 1700: "numeric", 2950: "uuid", 700: "float", 701: "float"}
+
+
+#: How the compiled row writer writes binary ('b') values, by the OID their type resolves to (``None``: a type
+#: kept as its bytes, written as ``\\x`` hex): the types whose send function's bytes it reads (what
+#: :class:`ValueLoader` loads them as, written as :func:`json_value` writes that); an array of these too.
+_BINARY_WAYS = {oid: row_ways.BINARY_WAYS[name] for oid, name in {
+    21: "int2", 23: "int4", 20: "int8", 16: "bool", 700: "float4", 701: "float8", 25: "text", 1043: "text",
+    1042: "text", 19: "text", 114: "text", 3802: "jsonb", 17: "bytea", None: "bytea", 2950: "uuid", 1082: "date",
+    1114: "timestamp", 1184: "timestamptz", 1083: "time", 1186: "interval", 1700: "numeric"}.items()}
 
 
 class RowJson:
@@ -242,12 +256,24 @@ class RowJson:
         typed value's JSON where a conversion cannot say it exactly)."""
         return self._columns(schema)[0]
 
-    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str], ...]:
+    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str, int, int],
+                                                       ...]:
         """:meth:`columns` as the compiled row path's plans take them (``rows_plan``): the key in UTF-8, the
-        way as a number (1 string, 2 integer, 3 bool, 4 through the function), whether a key column, the
-        function, and the column's name."""
-        return tuple((key.encode(), _WAYS[way], is_key, call, meta.name) for meta, (key, way, is_key, call)
-                     in zip(schema.relation.columns, self.columns(schema)))
+        way as a number (:data:`_WAYS`: 1 string, 2 integer, 3 bool, 4 through the function, ...), whether a
+        key column, the function, the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in
+        C) and, for an array, its element type's OID."""
+        loader = self.loader
+        out = []
+        for meta, type_message, (key, way, is_key, call) in zip(schema.relation.columns, schema.types,
+                                                                 self.columns(schema)):
+            oid = loader.resolve(meta.type_id, type_message)
+            binary, element = _BINARY_WAYS.get(oid, 0), 0
+            if not binary and oid is not None:
+                made_of = loader.kind_of(oid)
+                if made_of is not None and made_of[0] == "array" and made_of[1] in _BINARY_WAYS:
+                    binary, element = row_ways.BINARY_ARRAY + _BINARY_WAYS[made_of[1]], made_of[1]
+            out.append((key.encode(), _WAYS[way], is_key, call, meta.name, binary, element))
+        return tuple(out)
 
     def _columns(self, schema: RowSchema) -> tuple[list[tuple[str, str, bool, Callable[[bytes], str]]],
                                                     Callable[..., str]]:
@@ -273,6 +299,10 @@ class RowJson:
             oid = loader.resolve(meta.type_id, type_message)
             way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
                    else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
+            if way == "call" and oid is not None:
+                made_of = loader.kind_of(oid)
+                if made_of is not None and made_of[0] == "array" and made_of[1] in _COMPILED_ELEMENTS:
+                    way = "array of " + _COMPILED_ELEMENTS[made_of[1]]
             call = converter(oid, i) if oid in _TEXT_CONVERSIONS else functools.partial(typed, "t", i=i)
             out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
         return out, typed
@@ -451,7 +481,8 @@ class JsonLines:
             yield "".join(parts)
 
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str], ...]]:
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str, int, int],
+                                                                          ...]]:
         """What the compiled row path writes the changes of ``schema``'s relation with (its arguments of
         ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, and the
         columns (:meth:`RowJson.plan_columns`); all as :meth:`__call__` writes them."""
@@ -467,7 +498,8 @@ def _start(schema: RowSchema, op: str) -> str:
 
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
-_WAYS = {"string": 1, "int": 2, "bool": 3, "call": 4, "numeric": 5, "uuid": 6, "bytea": 7, "date": 8, "time": 9,
-         "timestamp": 10, "timestamptz": 11}
+#: The text ways by name (row_ways.TEXT_WAYS, and "array of" an element's).
+_WAYS = {**row_ways.TEXT_WAYS, **{f"array of {way}": row_ways.ARRAY + row_ways.TEXT_WAYS[way]
+                                  for way in row_ways.ARRAY_ELEMENTS}}
 
 __all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "change_objects", "json_value", "objects"]

@@ -246,7 +246,7 @@ class ValueLoader:
         self._loaders: dict[tuple[int | None, str], Any] = {}
         self._resolved: dict[tuple[int, tuple[str, str] | None], int | None] = {}
         self._kinds: dict[int, tuple[str, int] | None] = {}
-        self._layout = BinaryLayout(self._kind)
+        self._layout = BinaryLayout(self.kind_of)
         self._psycopg: tuple[Any, Any, Any] | None = None  # registry, transformer, formats: imported when needed
 
     def _ready(self) -> tuple[Any, Any, Any]:
@@ -289,7 +289,7 @@ class ValueLoader:
         self._resolved[key] = oid
         return oid
 
-    def _kind(self, oid: int) -> tuple[str, int] | None:
+    def kind_of(self, oid: int) -> tuple[str, int] | None:
         """What the built-in type ``oid`` is made of: ``("array", element OID)``, ``("range", subtype OID)``,
         ``("multirange", range OID)``, or ``None`` for any other type."""
         if oid in _BUILTIN:
@@ -351,7 +351,7 @@ class ValueLoader:
             return date_server_text(int.from_bytes(data, "big", signed=True))
         if oid in (_TIMESTAMP, _TIMESTAMPTZ):
             return timestamp_server_text(int.from_bytes(data, "big", signed=True), oid == _TIMESTAMPTZ)
-        kind = self._kind(oid)
+        kind = self.kind_of(oid)
         if kind is None or depth >= NESTING:
             return None
         what, inner = kind

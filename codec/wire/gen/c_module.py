@@ -28,7 +28,7 @@ from .... import schema
 from ....schema.encodings import UTF8
 from ....schema.message_spec import MessageSpec
 from ... import walker
-from . import c_scan
+from . import c_scan, row_ways
 from .c_build import CBuildGen
 from .c_common import class_var, slot
 from .c_parse import CParseGen
@@ -67,6 +67,8 @@ PRELUDE = r"""
 #endif
 #include <stdint.h>
 #include <string.h>
+#include <float.h>
+#include <math.h>
 
 static PyTypeObject *LSN_T, *TS_T;
 static PyObject *ZERO, *FALLBACK[4], *S_PROTO, *S_STREAM, *S_ENCODING, *S_SENDER;
@@ -426,7 +428,8 @@ def generate() -> str:
         parts += [f"static Py_ssize_t {slot(cls, name)};" for name in sorted(slots[cls])]
     parts += functions
     defines, scans = c_scan.generate()
-    parts += [FIELD, "\n".join(defines), *scans, *(c.read_text(encoding="utf-8") for c in (ROWS_C, SKIM_C, COLUMNS_C))]
+    parts += [FIELD, "\n".join(defines), *scans, row_ways.c_enums(),
+              *(c.read_text(encoding="utf-8") for c in (ROWS_C, SKIM_C, COLUMNS_C))]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
         parts.append(parse_table(f"PARSE_{sender.upper()}", group))

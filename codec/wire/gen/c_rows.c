@@ -3,19 +3,20 @@
  *
  * Hand-written C, appended to the compiled codec's generated source by replwire.codec.wire.gen.c_module.
  * It knows no message layout: every message is read by the scan functions generated from the declarations
- * (s_Begin, s_Commit, s_Insert, s_Update, s_Delete and r_TupleColumn, see c_scan.py); what is written here
- * is the CSV row form, a capture record's framing as its plan says, the order of a plain transaction
- * (Begin, row changes, Commit), the checks the decoder makes of those, and how a text value becomes JSON.
+ * (s_Begin, s_Commit, s_Origin, s_Insert, s_Update, s_Delete and r_TupleColumn, see c_scan.py); what is
+ * written here is the CSV row form, a capture record's framing as its plan says, the order of a plain
+ * transaction (Begin, its Origin, row changes, Commit), the checks the decoder makes of those, and how a
+ * value, in text or binary format, becomes JSON.
  *
- * rows_run takes whole transactions only: from a Begin to its Commit, every message one of those, every
- * relation known (a plan from rows_plan), every tuple as wide as its relation, every value in text format
- * and of a form it writes exactly as the Python writer does.  At anything else -- a Relation, an Origin, a
- * streamed block, a binary value, a row that is not (lsn, xid, data), a capture record that is torn or
- * fails its checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that
- * transaction (or row) and says so; the caller hands that input to the Python path, which gives the exact
- * result or the exact error.  Every read is bounds-checked
- * (the scans, and the CSV reads below); the only memory it takes is the decoded row (at most half the input
- * row) and the output (proportional to the input). */
+ * rows_run takes whole transactions only: from a Begin (and an Origin right after it) to its Commit, every
+ * message one of those, every relation known (a plan from rows_plan), every tuple as wide as its relation,
+ * every value of a form it writes exactly as the Python writer does.  At anything else -- a Relation, a
+ * streamed block, a two-phase transaction, a value of another form, a row that is not (lsn, xid, data), a
+ * capture record that is torn or fails its checksum, bytes that do not scan, text that is not UTF-8 -- it
+ * stops at the start of that transaction (or row) and says so; the caller hands that input to the Python
+ * path, which gives the exact result or the exact error.  Every read is bounds-checked (the scans, and the
+ * CSV and value reads below); the only memory it takes is the decoded row (at most half the input row), an
+ * array element's unescaped text (at most the array's) and the output (proportional to the input). */
 
 typedef struct {
     PyObject *key;   /* bytes: the column's name as a JSON string and ':' */
@@ -23,6 +24,8 @@ typedef struct {
     int is_key;      /* part of the replica identity key */
     PyObject *call;  /* ROW_CALL: the text's JSON (str) from its bytes */
     PyObject *name;  /* str: the column's name (for unchanged_toast lists) */
+    int binary;      /* BIN_*: how a binary ('b') value is written in C, 0 not (the row is declined) */
+    uint32_t element;  /* BIN_ARRAY: the element type's OID, which array_send's header must name */
 } PlanColumn;
 
 typedef struct {
@@ -31,13 +34,12 @@ typedef struct {
     PlanColumn cols[1];
 } Plan;
 
-/* How a column's text values are written: as a JSON string, an integer, a bool, through the plan's Python
- * function; or, for the types below, in C where the text has the form the server prints (what the Python
- * conversion of replwire.codec.stream.jsonl gives exactly), else through the function. */
-enum {
-    ROW_STRING = 1, ROW_INT = 2, ROW_BOOL = 3, ROW_CALL = 4, ROW_NUMERIC = 5, ROW_UUID = 6, ROW_BYTEA = 7,
-    ROW_DATE = 8, ROW_TIME = 9, ROW_TIMESTAMP = 10, ROW_TIMESTAMPTZ = 11, ROW_LAST = 11
-};
+/* How a column's text values are written (ROW_*): as a JSON string, an integer, a bool, through the plan's
+ * Python function; or, for the types that have a way of their own, in C where the text has the form the server
+ * prints (what the Python conversion of replwire.codec.stream.jsonl gives exactly), else through the function.
+ * How its binary values are (BIN_*): by the type, where they fit the layout and the JSON is what the Python
+ * writer gives the typed value.  An array's way is ROW_ARRAY (BIN_ARRAY) plus its element's.  The enums are
+ * generated before this file from replwire.codec.wire.gen.row_ways. */
 
 static const char *PLAN_NAME = "replwire.rows.plan";
 
@@ -81,10 +83,15 @@ static PyObject *c_rows_plan(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < ncols; i++) {
         PyObject *key, *call, *name;
-        int kind, is_key;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU:rows_plan column", &PyBytes_Type, &key, &kind,
-                              &is_key, &call, &name)) goto fail;
-        if (kind < ROW_STRING || kind > ROW_LAST || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
+        int kind, is_key, binary = 0;
+        unsigned int element = 0;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "O!ipOU|iI:rows_plan column", &PyBytes_Type, &key, &kind,
+                              &is_key, &call, &name, &binary, &element)) goto fail;
+        int known = (kind >= ROW_STRING && kind <= ROW_LAST) || (kind > ROW_ARRAY && array_element(kind - ROW_ARRAY));
+        if (!known || (kind >= ROW_CALL && !PyCallable_Check(call))) goto bad;
+        if (binary < 0 || (binary > BIN_LAST && !(binary > BIN_ARRAY && binary <= BIN_ARRAY + BIN_LAST))) goto bad;
+        plan->cols[i].binary = binary;
+        plan->cols[i].element = element;
         plan->cols[i].key = Py_NewRef(key);
         plan->cols[i].kind = kind;
         plan->cols[i].is_key = is_key;
@@ -181,27 +188,6 @@ static int put_time(Buf *b, int64_t us)
     return put_bytes(b, text, k);
 }
 
-/* the length of the valid UTF-8 sequence at s (as Python's strict decoder takes it), or 0 */
-static inline Py_ssize_t utf8_length(const unsigned char *s, Py_ssize_t left)
-{
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return left >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-        if (left < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0;   /* overlong */
-        if (c == 0xED && s[1] >= 0xA0) return 0;  /* a surrogate */
-        return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        if (left < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0;   /* overlong */
-        if (c == 0xF4 && s[1] >= 0x90) return 0;  /* beyond U+10FFFF */
-        return 4;
-    }
-    return 0;
-}
-
 /* text (UTF-8) as the JSON string json.encoder.encode_basestring writes (ensure_ascii=False): 1 written,
  * 0 not valid UTF-8, -1 no memory */
 static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
@@ -210,6 +196,19 @@ static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
     if (put_bytes(b, "\"", 1)) return -1;
     Py_ssize_t i = 0, run = 0;
     while (i < k) {
+        if (k - i >= 8) {  /* eight bytes at a time while none needs a look */
+            uint64_t word;
+            memcpy(&word, s + i, 8);
+            const uint64_t ones = UINT64_C(0x0101010101010101), highs = UINT64_C(0x8080808080808080);
+            if (!(word & highs)) {  /* all ASCII: then a high bit below says a byte was under 0x20, or the
+                                     * quote, or the backslash (no borrow crosses bytes otherwise) */
+                uint64_t quote = word ^ (ones * '"'), backslash = word ^ (ones * '\\');
+                if (!(((word - ones * 0x20) | (quote - ones) | (backslash - ones)) & highs)) {
+                    i += 8;
+                    continue;
+                }
+            }
+        }
         unsigned c = s[i];
         if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
             i++;
@@ -334,13 +333,262 @@ static int put_clock(Buf *b, const unsigned char *s, Py_ssize_t k)
     return 1;
 }
 
+/* a float as json_value and the JSON encoder write it: repr's shortest form, "NaN", "Infinity", "-Infinity" */
+static int put_double(Buf *b, double v)
+{
+    if (isnan(v)) return put_bytes(b, "\"NaN\"", 5) ? -1 : 1;
+    if (isinf(v)) return (v > 0 ? put_bytes(b, "\"Infinity\"", 10) : put_bytes(b, "\"-Infinity\"", 11)) ? -1 : 1;
+    char *shortest = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (shortest == NULL) return -1;
+    int r = put_bytes(b, shortest, (Py_ssize_t)strlen(shortest)) ? -1 : 1;
+    PyMem_Free(shortest);
+    return r;
+}
+
+/* float4/float8 text as the JSON of float(text): repr's shortest form, "NaN", "Infinity", "-Infinity";
+ * 1 written, 0 another form (spaces, underscores: float() takes them, the function writes them).  An
+ * array's element (element set) that overflows is declined: psycopg's loader of an array fails on it. */
+static int put_float(Buf *b, const unsigned char *s, Py_ssize_t k, int element)
+{
+    char text[64];
+    if (k < 1 || k >= (Py_ssize_t)sizeof text) return 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        unsigned c = s[i];
+        if (!((c >= '0' && c <= '9') || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E' || c == 'N'
+              || c == 'a' || c == 'I' || c == 'n' || c == 'f' || c == 'i' || c == 't' || c == 'y'))
+            return 0;
+        text[i] = (char)c;
+    }
+    text[k] = 0;
+    char *end = NULL;
+    double v = PyOS_string_to_double(text, &end, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (end != text + k) return 0;
+    if (element && isinf(v) && ((text[0] == '-' || text[0] == '+' ? text[1] : text[0]) | 0x20) != 'i') return 0;
+    return put_double(b, v);
+}
+
+/* an interval of these parts as the ISO 8601 duration interval_iso writes, a JSON string; 0 for a
+ * microsecond count of INT64_MIN that is not -infinity's (its magnitude has no int64) */
+static int put_iso_interval(Buf *b, int64_t months, int64_t days, int64_t micro)
+{
+    if (months == INT32_MAX && days == INT32_MAX && micro == INT64_MAX)
+        return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+    if (months == INT32_MIN && days == INT32_MIN && micro == INT64_MIN)
+        return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+    if (micro == INT64_MIN) return 0;
+    char text[160];
+    int n = 0;
+    text[n++] = '"';
+    if (!months && !days && !micro) {
+        memcpy(text + n, "PT0S", 4);
+        n += 4;
+    } else {
+        text[n++] = 'P';
+        int64_t years = months / 12;  /* (C's truncating division: each part has its source's sign) */
+        months %= 12;
+        if (years) n += snprintf(text + n, sizeof text - (size_t)n, "%lldY", (long long)years);
+        if (months) n += snprintf(text + n, sizeof text - (size_t)n, "%lldM", (long long)months);
+        if (days) n += snprintf(text + n, sizeof text - (size_t)n, "%lldD", (long long)days);
+        if (micro) {
+            const char *sign = micro < 0 ? "-" : "";
+            int64_t rest = micro < 0 ? -micro : micro;
+            int64_t h = rest / INT64_C(3600000000), m = rest / 60000000 % 60, sec = rest / 1000000 % 60,
+                    f = rest % 1000000;
+            text[n++] = 'T';
+            if (h) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldH", sign, (long long)h);
+            if (m) n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldM", sign, (long long)m);
+            if (f) {
+                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lld.%06lld", sign, (long long)sec, (long long)f);
+                while (text[n - 1] == '0') n--;
+                text[n++] = 'S';
+            } else if (sec) {
+                n += snprintf(text + n, sizeof text - (size_t)n, "%s%lldS", sign, (long long)sec);
+            }
+        }
+    }
+    text[n++] = '"';
+    return put_bytes(b, text, n) ? -1 : 1;
+}
+
+/* an optionally signed decimal number of 1 to 9 digits at s[*i] (advanced past it), or 0 for none */
+static int interval_number(const unsigned char *s, Py_ssize_t k, Py_ssize_t *i, int64_t *v, int sign)
+{
+    Py_ssize_t j = *i;
+    int negative = 0;
+    if (sign && j < k && (s[j] == '-' || s[j] == '+')) negative = s[j++] == '-';
+    Py_ssize_t first = j;
+    int64_t n = 0;
+    while (j < k && s[j] >= '0' && s[j] <= '9' && j - first < 10) n = n * 10 + (s[j++] - '0');
+    if (j == first || j - first > 9 || (j < k && s[j] >= '0' && s[j] <= '9')) return 0;
+    *v = negative ? -n : n;
+    *i = j;
+    return 1;
+}
+
+/* interval_out's text in the postgres style ("1 year 2 mons -3 days +04:05:06.789"; each part optional,
+ * in that order, as interval_parts reads it) as the ISO 8601 duration interval_iso writes, a JSON string;
+ * 1 written, 0 another form (the ISO style, numbers of ten digits or more: the function writes those) */
+static int put_interval(Buf *b, const unsigned char *s, Py_ssize_t k)
+{
+    static const char *const units[3][2] = {{"year", "years"}, {"mon", "mons"}, {"day", "days"}};
+    if (k == 8 && memcmp(s, "infinity", 8) == 0) return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+    if (k == 9 && memcmp(s, "-infinity", 9) == 0) return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+    if (k < 1) return 0;
+    int64_t part[3] = {0, 0, 0}, micro = 0;
+    Py_ssize_t i = 0;
+    int unit = 0;
+    while (i < k) {
+        Py_ssize_t start = i;
+        int64_t v;
+        if (!interval_number(s, k, &i, &v, 1)) return 0;
+        if (i < k && s[i] == ' ') {  /* a count and its unit */
+            i++;
+            int found = 0;
+            for (; unit < 3 && !found; unit++)
+                for (int plural = 1; plural >= 0 && !found; plural--) {
+                    size_t n = strlen(units[unit][plural]);
+                    if ((Py_ssize_t)n <= k - i && memcmp(s + i, units[unit][plural], n) == 0
+                        && (i + (Py_ssize_t)n == k || s[i + (Py_ssize_t)n] == ' ')) {
+                        part[unit] = v;
+                        i += (Py_ssize_t)n;
+                        found = 1;
+                    }
+                }
+            if (!found) return 0;
+            if (i < k) {
+                i++;  /* the space before the next part */
+                if (i == k) return 0;
+            }
+            continue;
+        }
+        /* the time: [+-]H:MM:SS[.f{1,6}], last */
+        i = start;
+        int negative = 0;
+        if (s[i] == '-' || s[i] == '+') negative = s[i++] == '-';
+        int64_t hours;
+        if (!interval_number(s, k, &i, &hours, 0)) return 0;
+        if (k - i < 6 || s[i] != ':' || !digits(s + i + 1, 2) || s[i + 3] != ':' || !digits(s + i + 4, 2)) return 0;
+        int64_t minutes = number(s + i + 1, 2), seconds = number(s + i + 4, 2), fraction = 0;
+        i += 6;
+        if (i < k) {
+            Py_ssize_t n = k - i - 1;
+            if (s[i] != '.' || n < 1 || n > 6 || !digits(s + i + 1, n)) return 0;
+            fraction = number(s + i + 1, n);
+            for (Py_ssize_t z = n; z < 6; z++) fraction *= 10;
+            i = k;
+        }
+        micro = ((hours * 60 + minutes) * 60 + seconds) * 1000000 + fraction;
+        if (negative) micro = -micro;
+    }
+    return put_iso_interval(b, part[0] * 12 + part[1], part[2], micro);
+}
+
+static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k);
+
+/* the most nesting an array of array_out's may have (PostgreSQL's MAXDIM) */
+#define ARRAY_DEPTH 6
+
+/* array_out's text ({1,2}, {{"a b",NULL},{c,"d\"e"}}: elements separated by commas, quoted where they must
+ * be, NULL unquoted for a null) as the JSON list of its elements' values, each written as the element's way
+ * writes it; 1 written, 0 another form (dimension bounds, another delimiter, spaces: the function writes
+ * those), -1 no memory */
+static int put_array(Buf *b, int way, const unsigned char *s, Py_ssize_t k)
+{
+    Py_ssize_t i = 0;
+    int depth = 0;
+    unsigned char small[256];
+    unsigned char *scratch = small;
+    Py_ssize_t cap = (Py_ssize_t)sizeof small;
+    int r = 0;
+    if (k < 2 || s[0] != '{') return 0;
+    while (i < k) {
+        unsigned c = s[i];
+        if (c == '{') {
+            if (++depth > ARRAY_DEPTH) goto other;
+            if (put_bytes(b, "[", 1)) goto nomem;
+            i++;
+            continue;
+        } else if (c == '}') {
+            if (depth-- == 0) goto other;
+            if (put_bytes(b, "]", 1)) goto nomem;
+            i++;
+            if (depth == 0) break;
+        } else {
+            if (depth == 0) goto other;
+            if (c == '"') {  /* a quoted element: \\ and \" escaped */
+                Py_ssize_t n = 0;
+                i++;
+                while (i < k && s[i] != '"') {
+                    if (s[i] == '\\' && (++i == k || (s[i] != '"' && s[i] != '\\'))) goto other;
+                    if (n == cap) {  /* (an element is shorter than the array's text: at most k bytes) */
+                        Py_ssize_t more = cap * 2 < k ? cap * 2 : k;
+                        unsigned char *grown = scratch == small ? PyMem_Malloc((size_t)more)
+                                                                : PyMem_Realloc(scratch, (size_t)more);
+                        if (grown == NULL) goto nomem;
+                        if (scratch == small) memcpy(grown, small, sizeof small);
+                        scratch = grown;
+                        cap = more;
+                    }
+                    scratch[n++] = s[i++];
+                }
+                if (i == k) goto other;
+                i++;
+                r = put_scalar(b, way, scratch, n);
+            } else {  /* unquoted: up to the next comma or brace */
+                Py_ssize_t start = i;
+                while (i < k && s[i] != ',' && s[i] != '}' && s[i] != '{' && s[i] != '"' && s[i] != '\\'
+                       && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' && s[i] != '\v' && s[i] != '\f')
+                    i++;
+                if (i == start || (i < k && s[i] != ',' && s[i] != '}')) goto other;
+                if (i - start == 4 && memcmp(s + start, "NULL", 4) == 0) r = put_bytes(b, "null", 4) ? -1 : 1;
+                else r = put_scalar(b, way, s + start, i - start);
+            }
+            if (r != 1) goto done;
+            if (i < k && s[i] == '}') continue;
+        }
+        /* after an element or a closed list: a comma, then another element or list */
+        if (i < k && s[i] == ',') {
+            if (put_bytes(b, ",", 1)) goto nomem;
+            i++;
+            if (i == k || s[i] == '}' || s[i] == ',') goto other;
+        } else if (i < k && s[i] != '}') {
+            goto other;
+        }
+    }
+    r = depth == 0 && i == k ? 1 : 0;
+    goto done;
+other:
+    r = 0;
+    goto done;
+nomem:
+    r = -1;
+done:
+    if (scratch != small) PyMem_Free(scratch);
+    return r;
+}
+
 /* a value of one of the types written in C where its text has the server's form: 1 written, 0 another
  * form (the plan's function writes it), -1 no memory */
 static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
 {
     Py_ssize_t mark = b->len;
     int r = 0;
+    if (kind > ROW_ARRAY) {
+        r = put_array(b, kind - ROW_ARRAY, s, k);
+        if (r == 0) b->len = mark;
+        return r;
+    }
     switch (kind) {
+    case ROW_FLOAT:
+        r = put_float(b, s, k, 0);
+        break;
+    case ROW_INTERVAL:
+        r = put_interval(b, s, k);
+        break;
     case ROW_NUMERIC:
         if (!plain_numeric(s, k)) return 0;
         r = put_bytes(b, "\"", 1) || put_bytes(b, (const char *)s, k) || put_bytes(b, "\"", 1) ? -1 : 1;
@@ -394,6 +642,306 @@ static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
     }
     if (r == 0) b->len = mark;
     return r;
+}
+
+/* -- binary values ---------------------------------------------------------------------------------------- */
+
+static inline int64_t be_signed(const unsigned char *d, int size)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < size; i++) v = (v << 8) | d[i];
+    if (size < 8 && (v >> (size * 8 - 1)) & 1) v |= ~UINT64_C(0) << (size * 8);
+    return (int64_t)v;
+}
+
+/* a binary float4 as float4() of value_types loads it: the fewest significant digits (found by the same
+ * bisection over 1-9) whose decimal reads back as the same single, as a float; NaN, infinities and zeros
+ * as they are */
+static int put_float4(Buf *b, const unsigned char *d)
+{
+    uint32_t bits = (uint32_t)be_signed(d, 4);
+    float single;
+    memcpy(&single, &bits, 4);
+    double value = single;
+    if (isnan(value) || isinf(value) || value == 0) return put_double(b, value);
+    int low = 1, high = 9;
+    double found = 0;
+    while (low <= high) {
+        int digits = low < high ? (low + high) / 2 : low;
+        char *text = PyOS_double_to_string(value, 'g', digits, 0, NULL);
+        if (text == NULL) return -1;
+        double back = PyOS_string_to_double(text, NULL, NULL);
+        PyMem_Free(text);
+        if (back == -1.0 && PyErr_Occurred()) return -1;
+        if (low == high) {
+            found = back;
+            break;
+        }
+        if (fabs(back) > FLT_MAX) return 0;  /* struct.pack refuses it: float4() raises, the Python path says */
+        float again = (float)back;
+        uint32_t again_bits;
+        memcpy(&again_bits, &again, 4);
+        if (again_bits == bits) high = digits;
+        else low = digits + 1;
+    }
+    return put_double(b, found);
+}
+
+/* a date of days since 1970-01-01 as date.isoformat() writes it, quoted; 0 outside years 1-9999 */
+static int put_day(Buf *b, int64_t days)
+{
+    int64_t y;
+    unsigned m, d;
+    if (days < -INT64_C(800000) || days > INT64_C(3000000)) return 0;
+    civil(days, &y, &m, &d);
+    if (y < 1 || y > 9999) return 0;
+    char text[16];
+    int k = snprintf(text, sizeof text, "%04d-%02u-%02u", (int)y, m, d);
+    return put_bytes(b, text, k) ? -1 : 1;
+}
+
+/* microseconds of a day as time.isoformat() writes them (the fraction only where it is not zero) */
+static int put_day_time(Buf *b, int64_t us)
+{
+    char text[24];
+    int64_t secs = us / 1000000, micro = us % 1000000;
+    int k = snprintf(text, sizeof text, "%02d:%02d:%02d", (int)(secs / 3600), (int)(secs / 60 % 60), (int)(secs % 60));
+    if (micro) k += snprintf(text + k, sizeof text - (size_t)k, ".%06d", (int)micro);
+    return put_bytes(b, text, k) ? -1 : 1;
+}
+
+/* numeric_send's form (ndigits, weight, sign, dscale, then base-10000 digits; its layout checked) as the
+ * Decimal's 'f' format json_value writes: dscale decimals; 0 for a form the server does not send (a digit
+ * over 9999, nonzero digits past dscale, a negative zero, another sign) */
+static int put_numeric(Buf *b, const unsigned char *d, Py_ssize_t n)
+{
+    int ndigits = (int)be_signed(d, 2) & 0xFFFF, weight = (int)be_signed(d + 2, 2);
+    unsigned sign = (unsigned)be_signed(d + 4, 2) & 0xFFFF, dscale = (unsigned)be_signed(d + 6, 2) & 0xFFFF;
+    if (sign == 0xC000) return put_bytes(b, "\"NaN\"", 5) ? -1 : 1;
+    if (sign == 0xD000) return put_bytes(b, "\"Infinity\"", 10) ? -1 : 1;
+    if (sign == 0xF000) return put_bytes(b, "\"-Infinity\"", 11) ? -1 : 1;
+    if ((sign != 0 && sign != 0x4000) || dscale > 0x3FFF || n != 8 + 2 * (Py_ssize_t)ndigits) return 0;
+    if (weight < -1000 || weight > 1000) return 0;
+    const unsigned char *digit = d + 8;
+    int nonzero = 0;
+    for (int i = 0; i < ndigits; i++) {
+        unsigned v = (unsigned)(digit[2 * i] << 8 | digit[2 * i + 1]);
+        if (v > 9999) return 0;
+        nonzero |= v != 0;
+        /* digit i stands for 10000^(weight - i): its last decimal place is 4 * (i - weight) */
+        if (v && 4 * (i - weight) > (int)dscale) {
+            int extra = 4 * (i - weight) - (int)dscale;  /* its lowest places past dscale must be zero */
+            unsigned step = 1;
+            for (int e = 0; e < extra && e < 4; e++) step *= 10;
+            if (extra >= 4 || v % step) return 0;
+        }
+    }
+    if (sign == 0x4000 && !nonzero) return 0;
+    if (weight >= 0 && (ndigits > 0 ? (digit[0] | digit[1]) == 0 : weight > 0)) return 0;  /* a leading zero group */
+    if (put_bytes(b, "\"", 1) || (sign == 0x4000 && put_bytes(b, "-", 1))) return -1;
+    char group[8];
+    if (weight < 0) {
+        if (put_bytes(b, "0", 1)) return -1;
+    } else {
+        for (int i = 0; i <= weight; i++) {
+            unsigned v = i < ndigits ? (unsigned)(digit[2 * i] << 8 | digit[2 * i + 1]) : 0;
+            int k = snprintf(group, sizeof group, i == 0 ? "%u" : "%04u", v);
+            if (put_bytes(b, group, k)) return -1;
+        }
+    }
+    if (dscale) {
+        if (put_bytes(b, ".", 1)) return -1;
+        unsigned written = 0;
+        for (int i = weight + 1; written < dscale; i++) {
+            unsigned v = i >= 0 && i < ndigits ? (unsigned)(digit[2 * i] << 8 | digit[2 * i + 1]) : 0;
+            snprintf(group, sizeof group, "%04u", v);
+            unsigned k = dscale - written < 4 ? dscale - written : 4;
+            if (put_bytes(b, group, (Py_ssize_t)k)) return -1;
+            written += k;
+        }
+    }
+    return put_bytes(b, "\"", 1) ? -1 : 1;
+}
+
+static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth);
+
+/* array_send's form (ndim, has-nulls, element OID, per dimension its length and lower bound, then each
+ * element as an int32 length, -1 for NULL, and its bytes) as the nested JSON lists of its elements,
+ * row-major; 0 for anything that does not fit the layout exactly (the Python path keeps it whole) */
+static int put_binary_array(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth)
+{
+    if (n < 12 || depth > 0) return 0;
+    int64_t ndim = be_signed(d, 4);
+    if (ndim == 0) return n == 12 ? (put_bytes(b, "[]", 2) ? -1 : 1) : 0;
+    if (ndim < 1 || ndim > ARRAY_DEPTH || (uint32_t)be_signed(d + 8, 4) != element || n < 12 + 8 * ndim) return 0;
+    int64_t dims[ARRAY_DEPTH], count = 1;
+    for (int i = 0; i < ndim; i++) {
+        dims[i] = be_signed(d + 12 + 8 * i, 4);
+        if (dims[i] < 1 || dims[i] > n) return 0;
+        count *= dims[i];
+        if (count > n) return 0;  /* every element takes at least its 4-byte length */
+    }
+    Py_ssize_t at = 12 + 8 * (Py_ssize_t)ndim;
+    int64_t index[ARRAY_DEPTH] = {0};
+    for (int i = 0; i < ndim; i++)
+        if (put_bytes(b, "[", 1)) return -1;
+    for (int64_t e = 0; e < count; e++) {
+        if (e) {  /* close the lists this element ends, open the next ones */
+            int closed = 0;
+            for (int i = (int)ndim - 1; i >= 0; i--) {
+                if (++index[i] < dims[i]) break;
+                index[i] = 0;
+                closed++;
+            }
+            for (int i = 0; i < closed; i++)
+                if (put_bytes(b, "]", 1)) return -1;
+            if (put_bytes(b, ",", 1)) return -1;
+            for (int i = 0; i < closed; i++)
+                if (put_bytes(b, "[", 1)) return -1;
+        }
+        if (n - at < 4) return 0;
+        int64_t length = be_signed(d + at, 4);
+        at += 4;
+        if (length == -1) {
+            if (put_bytes(b, "null", 4)) return -1;
+            continue;
+        }
+        if (length < 0 || length > n - at) return 0;
+        int r = put_binary(b, way, 0, d + at, (Py_ssize_t)length, depth + 1);
+        if (r != 1) return r;
+        at += (Py_ssize_t)length;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (put_bytes(b, "]", 1)) return -1;
+    return at == n ? 1 : 0;
+}
+
+/* one binary value of a way written in C: 1 written, 0 declined (the Python path writes it), -1 no memory */
+static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth)
+{
+    static const char hex[] = "0123456789abcdef";
+    Py_ssize_t mark = b->len;
+    char text[48];
+    int k, r = 0;
+    if (way > BIN_ARRAY) {
+        r = put_binary_array(b, way - BIN_ARRAY, element, d, n, depth);
+        if (r == 0) b->len = mark;
+        return r;
+    }
+    switch (way) {
+    case BIN_INT2:
+    case BIN_INT4:
+    case BIN_INT8: {
+        int width = way == BIN_INT2 ? 2 : way == BIN_INT4 ? 4 : 8;
+        if (n != width) return 0;
+        k = snprintf(text, sizeof text, "%lld", (long long)be_signed(d, width));
+        return put_bytes(b, text, k) ? -1 : 1;
+    }
+    case BIN_BOOL:
+        if (n != 1) return 0;
+        return (d[0] ? put_bytes(b, "true", 4) : put_bytes(b, "false", 5)) ? -1 : 1;
+    case BIN_FLOAT4:
+        return n == 4 ? put_float4(b, d) : 0;
+    case BIN_FLOAT8: {
+        if (n != 8) return 0;
+        uint64_t bits = (uint64_t)be_signed(d, 8);
+        double v;
+        memcpy(&v, &bits, 8);
+        return put_double(b, v);
+    }
+    case BIN_TEXT:
+        r = put_string(b, d, n);
+        break;
+    case BIN_JSONB:
+        if (n < 1 || d[0] != 1) return 0;
+        r = put_string(b, d + 1, n - 1);
+        break;
+    case BIN_BYTEA:
+        if (put_bytes(b, "\"\\\\x", 4)) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            char pair[2] = {hex[d[i] >> 4], hex[d[i] & 15]};
+            if (put_bytes(b, pair, 2)) return -1;
+        }
+        return put_bytes(b, "\"", 1) ? -1 : 1;
+    case BIN_UUID:
+        if (n != 16) return 0;
+        k = 0;
+        text[k++] = '"';
+        for (int i = 0; i < 16; i++) {
+            if (i == 4 || i == 6 || i == 8 || i == 10) text[k++] = '-';
+            text[k++] = hex[d[i] >> 4];
+            text[k++] = hex[d[i] & 15];
+        }
+        text[k++] = '"';
+        return put_bytes(b, text, k) ? -1 : 1;
+    case BIN_DATE: {
+        if (n != 4) return 0;
+        int64_t days = be_signed(d, 4);
+        if (days == INT32_MAX) return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+        if (days == INT32_MIN) return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_day(b, days + 10957);  /* 10957 days from 1970-01-01 to 2000-01-01 */
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    case BIN_TIMESTAMP:
+    case BIN_TIMESTAMPTZ: {
+        if (n != 8) return 0;
+        int64_t us = be_signed(d, 8);
+        if (us == INT64_MAX) return put_bytes(b, "\"infinity\"", 10) ? -1 : 1;
+        if (us == INT64_MIN) return put_bytes(b, "\"-infinity\"", 11) ? -1 : 1;
+        const int64_t day = INT64_C(86400000000);
+        int64_t days = us / day, rest = us % day;
+        if (rest < 0) {
+            rest += day;
+            days -= 1;
+        }
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_day(b, days + 10957);
+        if (r == 1) r = put_bytes(b, "T", 1) ? -1 : put_day_time(b, rest);
+        if (r == 1 && way == BIN_TIMESTAMPTZ) r = put_bytes(b, "+00:00", 6) ? -1 : 1;
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    case BIN_TIME: {
+        if (n != 8) return 0;
+        int64_t us = be_signed(d, 8);
+        if (us < 0 || us >= INT64_C(86400000000)) return 0;
+        if (put_bytes(b, "\"", 1)) return -1;
+        r = put_day_time(b, us);
+        if (r == 1) r = put_bytes(b, "\"", 1) ? -1 : 1;
+        break;
+    }
+    case BIN_INTERVAL:
+        if (n != 16) return 0;
+        return put_iso_interval(b, be_signed(d + 12, 4), be_signed(d + 8, 4), be_signed(d, 8));
+    case BIN_NUMERIC:
+        if (n < 8) return 0;
+        r = put_numeric(b, d, n);
+        break;
+    }
+    if (r == 0) b->len = mark;
+    return r;
+}
+
+/* a text value (an array's element, or a column's) of a way written in C: 1 written, 0 declined, -1 no memory */
+static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
+{
+    switch (kind) {
+    case ROW_STRING:
+        return put_string(b, s, k);
+    case ROW_INT:
+        if (!plain_integer(s, k)) return 0;
+        return put_bytes(b, (const char *)s, k) ? -1 : 1;
+    case ROW_BOOL:
+        if (k == 1 && s[0] == 't') return put_bytes(b, "true", 4) ? -1 : 1;
+        if (k == 1 && s[0] == 'f') return put_bytes(b, "false", 5) ? -1 : 1;
+        return 0;
+    case ROW_FLOAT:
+        return put_float(b, s, k, 1);
+    default:
+        return put_typed(b, kind, s, k);
+    }
 }
 
 /* one text value of column c: 1 written, 0 declined, -1 an error */
@@ -451,7 +999,7 @@ static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t 
             if (toasted != NULL) toasted[(*ntoasted)++] = i;
             continue;
         }
-        if (kind == 'b') return 0;
+        if (kind == 'b' && !c->binary) return 0;
         if ((!first && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(c->key), PyBytes_GET_SIZE(c->key)))
             return -1;
         first = 0;
@@ -459,7 +1007,9 @@ static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t 
             if (put_bytes(b, "null", 4)) return -1;
             continue;
         }
-        int r = put_value(b, c, d + col[F_TupleColumn_data].at, col[F_TupleColumn_data].len);
+        const unsigned char *value = d + col[F_TupleColumn_data].at;
+        Py_ssize_t size = col[F_TupleColumn_data].len;
+        int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0) : put_value(b, c, value, size);
         if (r != 1) return r;
     }
     return put_bytes(b, "}", 1) ? -1 : 1;
@@ -810,15 +1360,16 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
     uint64_t last_end = have_last ? (uint64_t)last_in : 0;
     unsigned char *row = NULL;
     Scratch w = {0};
-    Buf out = {0};
+    Buf out = {0}, origin = {0};
     PyObject *result = NULL;
-    if (out_init(&out, size / 2 + 256) || out_init(&w.tx, 4096)) goto nomem;
+    if (out_init(&out, size / 2 + 256) || out_init(&w.tx, 4096) || out_init(&origin, 64)) goto nomem;
     while (pos < size) {
         Py_ssize_t at = pos, taken = 0;
         int state = 0;  /* 0 before the Begin, 1 inside */
         uint64_t xid = 0;
         w.tx.len = 0;
         w.npending = 0;
+        origin.len = 0;  /* the Origin's name as a JSON string, if one came right after the Begin */
         for (;;) {
             if (at >= size) goto more;
             uint64_t lsn;
@@ -835,6 +1386,14 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
                 xid = F[F_Begin_xid].v;
                 state = 1;
+                continue;
+            }
+            if (d[0] == TAG_Origin && taken == 2) {  /* (the record after the Begin) */
+                Field O[N_Origin];
+                if (!s_Origin(d, n, pv, 0, O)) goto decline;
+                r = put_string(&origin, d + O[F_Origin_name].at, O[F_Origin_name].len);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
                 continue;
             }
             if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
@@ -864,6 +1423,10 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             if (put_lsn(&tail, F[F_Commit_commit_lsn].v)) goto nomem;
             PUTS(&tail, ",\"commit_time\":");
             if (put_time(&tail, (int64_t)F[F_Commit_commit_time].v)) goto nomem;
+            if (origin.len) {
+                PUTS(&tail, ",\"origin\":");
+                PUT(&tail, origin.p, origin.len);
+            }
             for (Py_ssize_t i = 0; i < w.npending; i++) {
                 Pending *line = &w.pending[i];
                 if (put_bytes(&out, w.tx.p + line->begin, line->split - line->begin)
@@ -895,6 +1458,7 @@ done:
     PyMem_Free(row);
     out_free(&out);
     out_free(&w.tx);
+    out_free(&origin);
     PyMem_Free(w.pending);
     PyMem_Free(w.toasted);
     PyBuffer_Release(&view);
@@ -937,7 +1501,8 @@ static PyObject *c_rows_row(PyObject *self, PyObject *args)
             if (toasted != Py_None) marks[ntoasted++] = i;
             continue;
         }
-        if (k != 'n' && (k != 't' || data == NULL || !PyBytes_CheckExact(data))) goto decline;
+        if (k != 'n' && ((k != 't' && (k != 'b' || !c->binary)) || data == NULL || !PyBytes_CheckExact(data)))
+            goto decline;
         if (!first) PUTS(&b, ",");
         first = 0;
         PUTO(&b, c->key);
@@ -945,7 +1510,9 @@ static PyObject *c_rows_row(PyObject *self, PyObject *args)
             PUTS(&b, "null");
             continue;
         }
-        int r = put_value(&b, c, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        const unsigned char *value = (const unsigned char *)PyBytes_AS_STRING(data);
+        int r = k == 'b' ? put_binary(&b, c->binary, c->element, value, PyBytes_GET_SIZE(data), 0)
+                         : put_value(&b, c, value, PyBytes_GET_SIZE(data));
         if (r < 0) goto nomem;
         if (r == 0) goto decline;
     }
