@@ -501,7 +501,7 @@ def as_results(cases: list[tuple[str, pathlib.Path, int]], labels: dict[str, str
                   "bench/naive_stream_decode.py (streaming-aware, values as the server's text or hex, no checks)",
                   "events are the changes each printed, one line each: the same number for all four runs of a "
                   "stream",
-                  "targets (issue 27) on the CPU time, the steadier of the two on a shared machine (each run is one "
+                  "targets on the CPU time, the steadier of the two on a shared machine (each run is one "
                   "single-threaded process: its CPU time is the time it would take on a core of its own)",
                   f"load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end (two cores, shared): "
                   "compare the ratios within the run",
