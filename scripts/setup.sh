@@ -78,8 +78,8 @@ if ! venv_made; then
 fi
 
 wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
-codec_wanted=$(cat setup.py schema/*.py codec/walker.py codec/messages.py codec/scalars.py codec/wire/gen/*.py codec/wire/gen/*.c \
-               | sha256sum | cut -d' ' -f1)
+codec_wanted=$(cat setup.py schema/*.py codec/walker.py codec/messages.py codec/scalars.py codec/wire/gen/*.py \
+                   $(find codec -name '*.c' ! -name _compiled.c | sort) | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]; then
     echo "setup: installing replwire with its dev extra into $VENV (a few minutes the first time)"
     "$VENV/bin/python" -m pip install --quiet -e '.[dev]'

@@ -5,7 +5,9 @@ Every import statement of every module (at module level or inside a function) is
 names; a module may import its own part and the parts below it, never one above or beside it.  The
 public ``replwire.codec`` package itself (``__init__``, the facade that imports everything) is for users:
 only the top layer (the CLI and the Spark adapters, users of the API themselves) may import it.  Inside
-``replwire.schema`` the building blocks the declarations are written with are in order too.
+``replwire.schema`` the building blocks the declarations are written with are in order too.  The compiled
+codec's hand-written C follows the same layers: each file is the twin of the Python module beside it, and the
+generator puts them in layer by layer.
 """
 
 from __future__ import annotations
@@ -129,3 +131,36 @@ def test_the_check_sees_an_upward_import(tmp_path):
     (line, target), = imported("replwire.codec.stream.decoder", path)
     assert (line, part(target)) == (1, "replwire.codec.cli")
     assert LAYERS[part(target)] > LAYERS["replwire.codec.stream"]
+
+
+# -- the C twins ---------------------------------------------------------------------------------------------
+
+def twins_found() -> list[str]:
+    """The hand-written C files of the package (the generated ``_compiled.c`` left out), relative to codec/."""
+    codec = SOURCES["replwire.codec"]
+    return sorted(p.relative_to(codec).as_posix() for p in codec.rglob("*.c") if p.name != "_compiled.c")
+
+
+def twin_module(twin: str) -> str:
+    return "replwire.codec." + twin.removesuffix(".c").replace("/", ".")
+
+
+def test_each_c_file_is_the_twin_of_the_python_module_beside_it():
+    """The compiled codec's hand-written C lives beside the Python module whose work it does, named after it
+    (none in wire/gen, which generates one message at a time), and the generator puts every one of them in."""
+    from replwire.codec.wire.gen.c_module import TWINS
+
+    codec = SOURCES["replwire.codec"]
+    found = twins_found()
+    assert sorted(TWINS) == found
+    assert [t for t in found if not (codec / t).with_suffix(".py").is_file()] == []
+    assert [t for t in found if t.startswith("wire/")] == []
+
+
+def test_the_c_twins_go_in_in_the_order_of_their_layers():
+    """A twin uses only what the twins before it define: the generator puts them in layer by layer, as the
+    Python modules import down."""
+    from replwire.codec.wire.gen.c_module import TWINS
+
+    layers = [LAYERS[part(twin_module(t))] for t in TWINS]
+    assert layers == sorted(layers), list(zip(TWINS, layers))

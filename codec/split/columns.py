@@ -2,7 +2,7 @@
 
 Strategy: :func:`part_changes` gives what :func:`~replwire.codec.split.decode.decode_part` gives (with
 ``rows=False``), in the same order, but each run of plain transactions that the compiled codec's column
-path (``rows_columns``, see ``codec/wire/gen/c_columns.c``) takes comes as one :class:`ColumnRun`: the
+path (``rows_columns``, see its C twin ``codec/split/columns.c``) takes comes as one :class:`ColumnRun`: the
 change rows' columns as buffers, ready to be wrapped as Arrow arrays (:mod:`replwire.spark.rows`), with no
 Python object per change.  The column path runs only between transactions (the decoder idle), with a plan
 for every relation the decoder knows, over whole transactions; it stops at the start of anything else,

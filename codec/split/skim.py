@@ -6,7 +6,7 @@ records to decode, and between them only counts of the row changes.  Plain trans
 changes, its Commit, nothing else), the commonest case, come already parsed, consecutive ones gathered into
 one block of columns of numbers (:data:`COLUMNS` and :data:`~replwire.codec.split.parts.PACKED`), so the
 merge (:mod:`~replwire.codec.split.first_pass`) handles a block, not its records.  The compiled codec reads
-a run in C when it is built (``skim_run``, see ``codec/wire/gen/c_skim.c``), with the same result; the
+a run in C when it is built (``skim_run``, see its C twin ``codec/split/skim.c``), with the same result; the
 Python reading (:meth:`Skimmer.skim` and :func:`take_run`) does what it declines (a torn or corrupt tail, a
 bad row) and reports or raises what it finds.
 """

@@ -323,8 +323,8 @@ class RowJson:
             elif way == "int":
                 lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
             elif way == "bool":
-                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else "
-                             f"'false'))")
+                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else 'false' "
+                             f"if column.data == b'f' else _calls[{i}](column.data)))")
             else:
                 lines.append(f"        elif kind == 't': append({key!r} + _calls[{i}](column.data))")
             lines += ["        elif kind == 'u':",

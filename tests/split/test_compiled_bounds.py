@@ -1,5 +1,5 @@
-"""The compiled first pass (``skim_run``, codec/wire/gen/c_skim.c), column path (``rows_columns``,
-codec/wire/gen/c_columns.c) and row path (``rows_run``, c_rows.c) at the edges of what their callers may hand
+"""The compiled first pass (``skim_run``, codec/split/skim.c), column path (``rows_columns``,
+codec/split/columns.c) and row path (``rows_run``, codec/decode.c) at the edges of what their callers may hand
 them: a record frame whose offsets sit near the top of Py_ssize_t (once summed past the check into an
 out-of-bounds read), a ``start`` that would make offsets negative or overflow, a converter that empties the
 plans it was found in, a converter raising KeyboardInterrupt; and the parts that are right and must stay so:

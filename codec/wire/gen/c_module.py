@@ -42,14 +42,14 @@ __all__ = ["docstring", "generate"]
 MODULE = "replwire.codec.wire._compiled"
 EXPORTED_BY = "replwire.codec.wire.fast"
 FAST = Path(__file__).resolve().parent.parent / "fast.py"
-#: The hand-written C of the compiled row path (value formatting and the order of a plain transaction; the
-#: layouts it reads come from the generated scan functions of :mod:`replwire.codec.wire.gen.c_scan`).
-ROWS_C = Path(__file__).resolve().parent / "c_rows.c"
-#: The hand-written C of the compiled first pass of split decoding (appended after c_rows.c, whose record
-#: and row readers it uses).
-SKIM_C = Path(__file__).resolve().parent / "c_skim.c"
-#: The hand-written C of the change DataFrame's column path (after the row path, whose pieces it uses).
-COLUMNS_C = Path(__file__).resolve().parent / "c_columns.c"
+#: The hand-written C of the compiled codec: each file the twin of the Python module beside it, whose work it
+#: does faster (the stream decoder's row change checks, the JSON writer's rows, the readers of COPY-CSV rows,
+#: capture records and an input's records, the first pass and the change columns of split decoding, decode's
+#: row path), put into the source after the generated code in this order: each uses only what the twins
+#: before it define (the order of the package's layers; the layers test holds it to them).
+TWINS = ("stream/decoder.c", "stream/jsonl.c", "io/copy_csv.c", "io/capture_file.c", "io/segments.c",
+         "split/skim.c", "split/columns.c", "decode.c")
+CODEC = Path(__file__).resolve().parent.parent.parent
 
 #: What a scan function notes of one field (see :mod:`replwire.codec.wire.gen.c_scan`).
 FIELD = """typedef struct {
@@ -429,7 +429,7 @@ def generate() -> str:
     parts += functions
     defines, scans = c_scan.generate()
     parts += [FIELD, "\n".join(defines), *scans, row_ways.c_enums(),
-              *(c.read_text(encoding="utf-8") for c in (ROWS_C, SKIM_C, COLUMNS_C))]
+              *((CODEC / twin).read_text(encoding="utf-8") for twin in TWINS)]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
         parts.append(parse_table(f"PARSE_{sender.upper()}", group))
@@ -473,14 +473,14 @@ static PyMethodDef ENTRY_METHODS[] = {{
 
 static PyMethodDef MODULE_METHODS[] = {{
     {{"_init", c_init, METH_VARARGS, "Hand the module the message classes and the Python entry points."}},
-    {{"rows_plan", c_rows_plan, METH_VARARGS, "A relation's plan for rows_run (see c_rows.c)."}},
+    {{"rows_plan", c_rows_plan, METH_VARARGS, "A relation's plan for rows_run (see codec/stream/jsonl.c)."}},
     {{"rows_run", c_rows_run, METH_VARARGS,
-      "JSON lines of the plain transactions of COPY-CSV rows or capture records (see c_rows.c)."}},
-    {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see c_rows.c)."}},
+      "JSON lines of the plain transactions of COPY-CSV rows or capture records (see codec/decode.c)."}},
+    {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see codec/stream/jsonl.c)."}},
     {{"skim_run", c_skim_run, METH_VARARGS,
-      "A run of records as the first pass of split decoding needs it (see c_skim.c)."}},
+      "A run of records as the first pass of split decoding needs it (see codec/split/skim.c)."}},
     {{"rows_columns", c_rows_columns, METH_VARARGS,
-      "The change rows' column buffers of the plain transactions of records (see c_columns.c)."}},
+      "The change rows' column buffers of the plain transactions of records (see codec/split/columns.c)."}},
     {{"_forwarded", c_forwarded, METH_NOARGS,
       "How many calls of parse, build, parse_envelope, build_envelope went to the Python codec."}},
     {{"_ran", c_ran, METH_NOARGS,

@@ -1,9 +1,10 @@
-/* The compiled path to the change DataFrame's columns: the plain transactions of COPY-CSV rows or capture
- * file records as the column buffers of the change rows (replwire.spark.rows), not as JSON lines.
+/* The C twin of replwire.codec.split.columns: the plain transactions of COPY-CSV rows or capture file
+ * records as the column buffers of the change rows (replwire.spark.rows), not as JSON lines.
  *
- * Hand-written C, appended after c_rows.c (whose record reading, transaction order, checks and row image
- * writer it uses: capture_record, csv_row, put_row, the Plan capsule) by replwire.codec.wire.gen.c_module.
- * It takes what rows_run takes -- whole plain transactions, Begin, row changes, Commit, every relation with
+ * Hand-written C, put into the compiled codec's source by replwire.codec.wire.gen.c_module after the twins
+ * whose pieces it uses: the readers' (next_record), the decoder's (scan_change, change_fits) and the JSON
+ * writer's (put_row, the Plan capsule).
+ * It takes what rows_run takes, but for an Origin -- whole plain transactions, Begin, row changes, Commit, every relation with
  * a plan, every value one the row writer writes exactly as the Python writer does -- and stops at the start
  * of anything else, which the caller hands to the Python path (replwire.codec.split.decode_part).  A
  * transaction whose key (the position of its Begin) is not in the part's outcomes, or whose xid the part

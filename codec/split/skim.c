@@ -1,8 +1,9 @@
-/* The compiled first pass of split decoding: a run of capture file records or COPY-CSV rows reduced to what
- * replwire.codec.split.first_pass's merge needs of it.
+/* The C twin of replwire.codec.split.skim, the first pass of split decoding: a run of capture file records or
+ * COPY-CSV rows reduced to what replwire.codec.split.first_pass's merge needs of it.
  *
- * Hand-written C, appended after c_rows.c by replwire.codec.wire.gen.c_module, whose helpers it uses: a
- * capture record's framing (Frame, capture_record, crc32_of), a COPY-CSV row (csv_row), and the scans
+ * Hand-written C, put into the compiled codec's source by replwire.codec.wire.gen.c_module after the twins
+ * whose helpers it uses: a capture record's framing (Frame, capture_record, crc32_of), a COPY-CSV row
+ * (csv_row), and the scans
  * generated from the declarations (s_Begin, s_Commit).  skim_run gives exactly what the Python reading
  * (Skimmer.skim) and take_run give for the same run: the records that are not row changes, the row
  * changes between them counted, and the plain transactions (a Begin, row changes, its Commit) gathered

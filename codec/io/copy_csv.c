@@ -1,0 +1,65 @@
+/* The C twin of replwire.codec.io.copy_csv's reader: one ``lsn,xid,\x<hex>`` row of the COPY-CSV that
+ * pg_logical_slot_peek_binary_changes writes, decoded into a buffer that grows to hold it. */
+
+/* each byte's value as a hex digit, 16 for a byte that is none */
+static unsigned char HEX[256];
+
+static void hex_init(void)
+{
+    for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval((unsigned)c) < 0 ? 16 : hexval((unsigned)c));
+}
+
+/* the hex digits s[0:k] of 1 to 8 characters as a number, or -1 */
+static int64_t hex_number(const unsigned char *s, Py_ssize_t k)
+{
+    if (k < 1 || k > 8) return -1;
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int h = hexval(s[i]);
+        if (h < 0) return -1;
+        v = (v << 4) | h;
+    }
+    return v;
+}
+
+/* one row ``lsn,xid,\x<hex>`` (s[0:k], its line end stripped) as _copy_csv_rows reads it: its LSN and its
+ * data decoded into *row (which grows to hold it); 1, or 0 for a row of another form, -1 no memory */
+static int csv_row(const unsigned char *s, Py_ssize_t k, uint64_t *lsn, unsigned char **row, Py_ssize_t *cap,
+                   Py_ssize_t *size)
+{
+    const unsigned char *c1 = memchr(s, ',', (size_t)k);
+    if (c1 == NULL) return 0;
+    const unsigned char *c2 = memchr(c1 + 1, ',', (size_t)(k - (c1 + 1 - s)));
+    if (c2 == NULL || memchr(c2 + 1, ',', (size_t)(k - (c2 + 1 - s))) != NULL) return 0;
+    const unsigned char *slash = memchr(s, '/', (size_t)(c1 - s));
+    if (slash == NULL) return 0;
+    int64_t hi = hex_number(s, slash - s), lo = hex_number(slash + 1, c1 - slash - 1);
+    if (hi < 0 || lo < 0) return 0;
+    Py_ssize_t xid = c2 - c1 - 1;
+    if (xid < 1 || xid > 10) return 0;
+    for (const unsigned char *x = c1 + 1; x < c2; x++)
+        if (*x < '0' || *x > '9') return 0;
+    const unsigned char *hex = c2 + 1;
+    Py_ssize_t digits = k - (hex - s);
+    if (digits < 2 || hex[0] != '\\' || hex[1] != 'x') return 0;
+    hex += 2;
+    digits -= 2;
+    if (digits % 2 || digits == 0) return 0;
+    Py_ssize_t bytes = digits / 2;
+    if (bytes > *cap) {
+        unsigned char *grown = PyMem_Realloc(*row, (size_t)bytes);
+        if (grown == NULL) return -1;
+        *row = grown;
+        *cap = bytes;
+    }
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < bytes; i++) {  /* (the digits' values from a table; any non-digit marks bad) */
+        int a = HEX[hex[2 * i]], z = HEX[hex[2 * i + 1]];
+        bad |= a | z;
+        (*row)[i] = (unsigned char)((a << 4) | (z & 15));
+    }
+    if (bad & 16) return 0;
+    *lsn = ((uint64_t)hi << 32) | (uint64_t)lo;
+    *size = bytes;
+    return 1;
+}

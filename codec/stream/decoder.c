@@ -1,0 +1,42 @@
+/* The C twin of replwire.codec.stream.decoder's checks of a row change: an Insert's, Update's or Delete's
+ * fields found by the scan functions generated from the declarations (s_Insert, s_Update, s_Delete, see
+ * replwire.codec.wire.gen.c_scan), and the decoder's check that every tuple is as wide as its Relation.
+ * Hand-written C, put into the compiled codec's source by replwire.codec.wire.gen.c_module (before the
+ * other twins, which use it). */
+
+#define MOST(a, b) ((a) > (b) ? (a) : (b))
+
+/* Where a scanned row change's parts lie in its Fields: its op (0 insert, 1 update, 2 delete), the relation
+ * id's field, and the new, key and old images' fields (-1: an image its kind cannot have). */
+typedef struct {
+    int op;
+    Py_ssize_t relation, new_, key, old;
+} RowChange;
+
+#define N_CHANGE MOST(N_Insert, MOST(N_Update, N_Delete))
+
+/* a row change (d[0:n], its tag an Insert's, an Update's or a Delete's) scanned into F (N_CHANGE Fields):
+ * 1 (c set), 0 it does not scan */
+static int scan_change(const unsigned char *d, Py_ssize_t n, int pv, Field *F, RowChange *c)
+{
+    if (d[0] == TAG_Insert) {
+        if (!s_Insert(d, n, pv, 0, F)) return 0;
+        *c = (RowChange){0, F_Insert_relation_id, F_Insert_new, -1, -1};
+    } else if (d[0] == TAG_Update) {
+        if (!s_Update(d, n, pv, 0, F)) return 0;
+        *c = (RowChange){1, F_Update_relation_id, F_Update_new, F_Update_key, F_Update_old};
+    } else {
+        if (!s_Delete(d, n, pv, 0, F)) return 0;
+        *c = (RowChange){2, F_Delete_relation_id, -1, F_Delete_key, F_Delete_old};
+    }
+    return 1;
+}
+
+/* the decoder's check: every tuple of the change as wide as its Relation (ncols columns) */
+static int change_fits(const Field *F, const RowChange *c, Py_ssize_t ncols)
+{
+    const Py_ssize_t images[3] = {c->new_, c->key, c->old};
+    for (int i = 0; i < 3; i++)
+        if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != ncols) return 0;
+    return 1;
+}
