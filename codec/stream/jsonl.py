@@ -109,6 +109,24 @@ def _row(values: dict[str, Any] | None) -> dict[str, Any] | None:
 ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _STRING = json.encoder.encode_basestring  # what ENCODE writes a str with (ensure_ascii=False)
 
+
+def _value_encoder() -> Callable[[Any], str]:
+    """``ENCODE`` for the JSON-ready values :func:`json_value` gives, without ``JSONEncoder.encode``'s set-up
+    on every call: CPython's C encoder, made once with ENCODE's options (no check for cycles: typed values
+    hold none); plain ``ENCODE`` where there is no C encoder."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return ENCODE
+    encoder = make(None, json.JSONEncoder().default, _STRING, None, ":", ",", False, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_encode = _value_encoder()
+#: The classes :func:`json_value` gives back unchanged, so ``_encode`` takes them as they are.
+_OWN_JSON = frozenset((str, int, bool, type(None)))
+#: Element types whose arrays load as lists of :data:`_OWN_JSON` values (and None): text types, integers, bool.
+_OWN_JSON_ELEMENTS = frozenset((25, 1043, 1042, 19, 20, 21, 23, 16))
+
 # Text-format ('t') columns RowJson writes without the typed value, by the OID their type resolves to: as a
 # JSON string of the text (text types, and types kept as text), or as the integer.
 #: text, varchar, bpchar, name; json, jsonb (the server's JSON text, as a string); the built-in ranges and
@@ -139,6 +157,8 @@ def _uuid_text(data: bytes) -> str | None:
     return _STRING(text) if len(text) == 36 and text == str(uuid.UUID(text)) else None
 
 
+# (a column of dates or intervals holds few distinct values: each one's JSON is remembered)
+@functools.lru_cache(maxsize=4096)
 def _date_text(data: bytes) -> str | None:
     return _STRING(dt.date.fromisoformat(data.decode("ascii")).isoformat()) if _DATE_TEXT.fullmatch(data) else None
 
@@ -166,6 +186,7 @@ def _bytea_text(data: bytes) -> str | None:
     return _STRING("\\x" + digits.decode("ascii").lower())
 
 
+@functools.lru_cache(maxsize=4096)
 def _interval_text(data: bytes) -> str | None:
     parts = interval_parts(data)
     return None if parts is None else '"' + interval_iso(*parts) + '"'  # (ISO text needs no escapes)
@@ -254,8 +275,15 @@ class RowJson:
         loader = self.loader
         types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
 
+        # arrays of values that are their own JSON (a list of lists, multi-dimensional) skip json_value
+        plain = [loader.array_element(oid) in _OWN_JSON_ELEMENTS if oid is not None else False
+                 for oid in (loader.resolve(*column) for column in types)]
+
         def typed(kind: str, data: bytes, i: int) -> str:
-            return ENCODE(json_value(loader.load(kind, data, *types[i])))
+            value = loader.load(kind, data, *types[i])
+            if value.__class__ in _OWN_JSON or (value.__class__ is list and plain[i]):
+                return _encode(value)
+            return _encode(json_value(value))
 
         def converter(oid: int, i: int) -> Callable[[bytes], str]:
             conversion = _TEXT_CONVERSIONS[oid]

@@ -289,6 +289,11 @@ class ValueLoader:
         self._resolved[key] = oid
         return oid
 
+    def array_element(self, oid: int) -> int | None:
+        """The element type of the built-in array type ``oid``, or ``None`` if it is no array type."""
+        kind = self._kind(oid)
+        return kind[1] if kind is not None and kind[0] == "array" else None
+
     def _kind(self, oid: int) -> tuple[str, int] | None:
         """What the built-in type ``oid`` is made of: ``("array", element OID)``, ``("range", subtype OID)``,
         ``("multirange", range OID)``, or ``None`` for any other type."""
