@@ -33,6 +33,7 @@ An unchanged TOASTed column is left out of ``new`` and named in ``unchanged_toas
 
 from __future__ import annotations
 
+import binascii
 import datetime as dt
 import decimal
 import functools
@@ -40,6 +41,7 @@ import ipaddress
 import json
 import math
 import re
+import struct
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -50,7 +52,17 @@ from ..scalars import LSN
 from ..wire.fast import COMPILED
 from .assembler import Change, ChangeMaker, Transaction
 from .server_text import server_text
-from .value_types import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, interval_iso, interval_parts
+from .value_types import (
+    UNCHANGED_TOAST,
+    Infinite,
+    Interval,
+    JsonText,
+    RawValue,
+    float4,
+    interval_binary,
+    interval_iso,
+    interval_parts,
+)
 from .values import RowSchema, ValueLoader
 
 
@@ -139,7 +151,8 @@ _DATE_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2}")
 _TIME_TEXT = re.compile(rb"\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
 _TIMESTAMP_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
 _TIMESTAMPTZ_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?[+-]\d{2}(?::\d{2}){0,2}")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+#: numeric_out's text of a finite value, which Decimal's plain form (format "f") writes back the same
+_NUMERIC_TEXT = re.compile(rb"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 _UTC = dt.timezone.utc
 
 
@@ -149,6 +162,8 @@ def _float_text(data: bytes) -> str | None:
 
 
 def _numeric_text(data: bytes) -> str | None:
+    if _NUMERIC_TEXT.fullmatch(data):  # numeric_out's plain form: the JSON string of the same text
+        return '"' + data.decode("ascii") + '"'
     return _STRING(json_value(decimal.Decimal(data.decode("ascii"))))
 
 
@@ -170,20 +185,32 @@ def _time_text(data: bytes) -> str | None:
 def _timestamp_text(data: bytes) -> str | None:
     if not _TIMESTAMP_TEXT.fullmatch(data):
         return None
-    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).isoformat())
+    text = data.decode("ascii")
+    dt.datetime.fromisoformat(text)  # (a real date and time, or ValueError)
+    return '"' + _iso_timestamp(text) + '"'
 
 
 def _timestamptz_text(data: bytes) -> str | None:
     if not _TIMESTAMPTZ_TEXT.fullmatch(data):
         return None
-    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).astimezone(_UTC).isoformat())
+    text = data.decode("ascii")
+    value = dt.datetime.fromisoformat(text)
+    if text.endswith("+00"):  # in UTC already (a server whose TimeZone is UTC)
+        return '"' + _iso_timestamp(text[:-3]) + '+00:00"'
+    return _STRING(value.astimezone(_UTC).isoformat())
+
+
+def _iso_timestamp(text: str) -> str:
+    """``datetime.isoformat()`` of the timestamp ``text`` (``YYYY-MM-DD HH:MM:SS[.f]``, a real date and time)
+    written from the text: ``T`` between date and time, and the fraction in microseconds (none if zero)."""
+    fraction = text[19:]
+    return text[:10] + "T" + text[11:19] + (fraction.ljust(7, "0") if fraction.strip(".0") else "")
 
 
 def _bytea_text(data: bytes) -> str | None:
-    digits = data[2:]
-    if data[:2] != b"\\x" or len(digits) % 2 or not _HEX.issuperset(digits):
+    if data[:2] != b"\\x":
         return None
-    return _STRING("\\x" + digits.decode("ascii").lower())
+    return '"\\\\x' + binascii.unhexlify(data[2:]).hex() + '"'  # (hex digits, lower case, need no escapes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -200,6 +227,73 @@ _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 1186: _interval_text,
 }
 _BOOL = 16
+
+
+def _binary_integer(width: int) -> Callable[[bytes], str | None]:
+    def integer(data: bytes) -> str | None:
+        return str(int.from_bytes(data, "big", signed=True)) if len(data) == width else None
+    return integer
+
+
+def _binary_bool(data: bytes) -> str | None:
+    return ("false" if data == b"\x00" else "true") if len(data) == 1 else None
+
+
+def _binary_float8(data: bytes) -> str | None:
+    value = _FLOAT8.unpack(data)[0] if len(data) == 8 else math.nan
+    return repr(value) if math.isfinite(value) else None
+
+
+def _binary_float4(data: bytes) -> str | None:
+    value = float4(data) if len(data) == 4 else math.nan
+    return repr(value) if math.isfinite(value) else None
+
+
+def _binary_json(data: bytes, codec: str) -> str | None:
+    return _STRING(data.decode(codec))
+
+
+def _binary_jsonb(data: bytes, codec: str) -> str | None:
+    return _STRING(data[1:].decode(codec)) if data[:1] == b"\x01" else None
+
+
+def _binary_bytea(data: bytes) -> str | None:
+    return '"\\\\x' + data.hex() + '"'  # (hex digits need no escapes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _binary_date(data: bytes) -> str | None:
+    if len(data) != 4:
+        return None
+    return '"' + (_DATE_EPOCH + dt.timedelta(days=int.from_bytes(data, "big", signed=True))).isoformat() + '"'
+
+
+def _binary_timestamptz(data: bytes) -> str | None:
+    if len(data) != 8:
+        return None
+    micro = int.from_bytes(data, "big", signed=True)
+    return '"' + (_TIMESTAMPTZ_EPOCH + dt.timedelta(microseconds=micro)).isoformat() + '"'
+
+
+@functools.lru_cache(maxsize=4096)
+def _binary_interval(data: bytes) -> str | None:
+    return '"' + str(interval_binary(data)) + '"' if len(data) == 16 else None  # (ISO text needs no escapes)
+
+
+_FLOAT8 = struct.Struct(">d")
+_DATE_EPOCH = dt.date(2000, 1, 1)
+_TIMESTAMPTZ_EPOCH = dt.datetime(2000, 1, 1, tzinfo=_UTC)
+# Binary ('b') columns RowJson writes with one conversion, by the OID their type resolves to: each gives exactly
+# the JSON text of the typed value, or None (or raises ValueError or OverflowError) where it cannot say it
+# exactly (a value of the wrong length, NaN, infinity, a date past year 9999: the typed value is written then).
+# The text types' and json's take the client encoding too.
+_BINARY_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
+    21: _binary_integer(2), 23: _binary_integer(4), 20: _binary_integer(8), 16: _binary_bool, 701: _binary_float8,
+    700: _binary_float4, 17: _binary_bytea, 1082: _binary_date, 1184: _binary_timestamptz, 1186: _binary_interval,
+}
+_BINARY_TEXT_CONVERSIONS: dict[int, Callable[..., str | None]] = {
+    **dict.fromkeys((25, 1043, 1042, 19, 114), _binary_json), 3802: _binary_jsonb,
+}
 #: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
 #: the server prints; others through the conversion), by OID: how the plan names them (:data:`_WAYS`).
 _COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
@@ -305,6 +399,54 @@ class RowJson:
             out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
         return out, typed
 
+    def _text_calls(self, schema: RowSchema, columns: list[tuple[str, str, bool, Callable[[bytes], str]]],
+                    typed: Callable[..., str]) -> list[Callable[[bytes], str]]:
+        """How the Python writer writes each column's text-format values it does not write inline: as
+        :meth:`columns` says, but an array of text, integers or bool straight from psycopg's array loader (its
+        list is its own JSON), without :meth:`ValueLoader.load`'s cases for other types."""
+        loader = self.loader
+
+        def array_writer(array_loader: Any, i: int) -> Callable[[bytes], str]:
+            def write(data: bytes) -> str:
+                try:
+                    value = array_loader.load(data)
+                except Exception:  # noqa: BLE001 - a value psycopg refuses: the typed value keeps it whole
+                    return typed("t", data, i)
+                return _encode(value) if value.__class__ is list else typed("t", data, i)
+            return write
+
+        calls = []
+        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
+            oid = loader.resolve(meta.type_id, type_message)
+            if oid is not None and loader.array_element(oid) in _OWN_JSON_ELEMENTS:
+                calls.append(array_writer(loader.text_loader(oid), i))
+            else:
+                calls.append(columns[i][3])
+        return calls
+
+    def _binary_calls(self, schema: RowSchema, typed: Callable[..., str]) -> list[Callable[[bytes], str]]:
+        """How each column's binary-format ('b') values are written: through its type's conversion
+        (:data:`_BINARY_CONVERSIONS`), or the typed value where there is none or it cannot say the value."""
+        loader = self.loader
+
+        def converter(conversion: Callable[[bytes], str | None], i: int) -> Callable[[bytes], str]:
+            def convert(data: bytes) -> str:
+                try:
+                    text = conversion(data)
+                except (ValueError, OverflowError, UnicodeDecodeError):
+                    text = None
+                return text if text is not None else typed("b", data, i)
+            return convert
+
+        calls: list[Callable[[bytes], str]] = []
+        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
+            oid = loader.resolve(meta.type_id, type_message)
+            conversion = _BINARY_CONVERSIONS.get(oid) if oid is not None else None
+            if oid in _BINARY_TEXT_CONVERSIONS:
+                conversion = functools.partial(_BINARY_TEXT_CONVERSIONS[oid], codec=loader.encoding)
+            calls.append(converter(conversion, i) if conversion is not None else functools.partial(typed, "b", i=i))
+        return calls
+
     def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
         lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
         columns, typed = self._columns(schema)
@@ -327,9 +469,12 @@ class RowJson:
                 lines.append(f"        elif kind == 't': append({key!r} + _calls[{i}](column.data))")
             lines += ["        elif kind == 'u':",
                       f"            if toasted is not None: toasted.append({meta.name!r})",
+                      f"        elif kind == 'b': append({key!r} + _binary[{i}](column.data))",
                       f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
         lines.append("    return '{' + ','.join(parts) + '}'")
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_calls": [c[3] for c in columns]}
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed,
+                                     "_calls": self._text_calls(schema, columns, typed),
+                                     "_binary": self._binary_calls(schema, typed)}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
         write: Callable[..., str] = namespace["write"]
         return write

@@ -289,6 +289,11 @@ class ValueLoader:
         self._resolved[key] = oid
         return oid
 
+    def text_loader(self, oid: int) -> Any:
+        """psycopg's loader of text-format values of the built-in type ``oid`` (what :meth:`load` uses after
+        its own cases; a value it raises on is :meth:`load`'s to keep whole)."""
+        return self._loader(oid, "t")
+
     def array_element(self, oid: int) -> int | None:
         """The element type of the built-in array type ``oid``, or ``None`` if it is no array type."""
         kind = self._kind(oid)
