@@ -227,6 +227,8 @@ _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 1186: _interval_text,
 }
 _BOOL = 16
+#: What a conversion raises where the text or bytes are not a value it reads (the typed value is written then).
+_CONVERSION_FAILS = (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation)
 
 
 def _binary_integer(width: int) -> Callable[[bytes], str | None]:
@@ -385,7 +387,7 @@ class RowJson:
             def convert(data: bytes) -> str:
                 try:
                     text = conversion(data)
-                except (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation):
+                except _CONVERSION_FAILS:
                     text = None
                 return text if text is not None else typed("t", data, i)
             return convert
@@ -424,57 +426,61 @@ class RowJson:
                 calls.append(columns[i][3])
         return calls
 
-    def _binary_calls(self, schema: RowSchema, typed: Callable[..., str]) -> list[Callable[[bytes], str]]:
-        """How each column's binary-format ('b') values are written: through its type's conversion
-        (:data:`_BINARY_CONVERSIONS`), or the typed value where there is none or it cannot say the value."""
+    def _binary_conversions(self, schema: RowSchema) -> list[Callable[[bytes], str | None] | None]:
+        """Each column's conversion of binary-format ('b') values (:data:`_BINARY_CONVERSIONS`), or None."""
         loader = self.loader
-
-        def converter(conversion: Callable[[bytes], str | None], i: int) -> Callable[[bytes], str]:
-            def convert(data: bytes) -> str:
-                try:
-                    text = conversion(data)
-                except (ValueError, OverflowError, UnicodeDecodeError):
-                    text = None
-                return text if text is not None else typed("b", data, i)
-            return convert
-
-        calls: list[Callable[[bytes], str]] = []
-        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
+        conversions: list[Callable[[bytes], str | None] | None] = []
+        for meta, type_message in zip(schema.relation.columns, schema.types):
             oid = loader.resolve(meta.type_id, type_message)
             conversion = _BINARY_CONVERSIONS.get(oid) if oid is not None else None
             if oid in _BINARY_TEXT_CONVERSIONS:
                 conversion = functools.partial(_BINARY_TEXT_CONVERSIONS[oid], codec=loader.encoding)
-            calls.append(converter(conversion, i) if conversion is not None else functools.partial(typed, "b", i=i))
-        return calls
+            conversions.append(conversion)
+        return conversions
 
     def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
         lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
         columns, typed = self._columns(schema)
+        binary = self._binary_conversions(schema)
+        text: list[Callable[[bytes], str | None] | None] = []
+        for meta, type_message in zip(schema.relation.columns, schema.types):
+            oid = self.loader.resolve(meta.type_id, type_message)
+            text.append(_TEXT_CONVERSIONS.get(oid) if oid is not None else None)
+
+        def converted(kind: str, conversions: str, i: int, key: str) -> list[str]:
+            # a conversion in place (no call around it), the typed value where it cannot say the value
+            return [f"            try: text = {conversions}[{i}](column.data)",
+                    "            except _FAILS: text = None",
+                    f"            append({key!r} + (text if text is not None else _typed({kind!r}, column.data, {i})))"]
+
         for i, (meta, (key, way, is_key, _)) in enumerate(zip(schema.relation.columns, columns)):
             if only_keys and not is_key:
                 continue
             lines += [f"    if n > {i}:",
                       f"        column = columns[{i}]",
-                      "        kind = column.kind",
-                      f"        if kind == 'n': append({key + 'null'!r})"]
+                      "        kind = column.kind"]
             if way == "string":
                 decode = f"column.data.decode({self.loader.encoding!r})"
-                lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
+                lines.append(f"        if kind == 't': append({key!r} + _string({decode}))")
             elif way == "int":
-                lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
+                lines.append(f"        if kind == 't': append({key!r} + str(int(column.data)))")
             elif way == "bool":
-                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else "
+                lines.append(f"        if kind == 't': append({key!r} + ('true' if column.data == b't' else "
                              f"'false'))")
+            elif text[i] is not None:
+                lines += ["        if kind == 't':", *converted("t", "_text", i, key)]
             else:
-                lines.append(f"        elif kind == 't': append({key!r} + _calls[{i}](column.data))")
-            lines += ["        elif kind == 'u':",
-                      f"            if toasted is not None: toasted.append({meta.name!r})",
-                      f"        elif kind == 'b': append({key!r} + _binary[{i}](column.data))",
-                      f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
+                lines.append(f"        if kind == 't': append({key!r} + _calls[{i}](column.data))")
+            lines += [f"        elif kind == 'n': append({key + 'null'!r})",
+                      "        elif kind == 'u':",
+                      f"            if toasted is not None: toasted.append({meta.name!r})"]
+            if binary[i] is not None:
+                lines += ["        elif kind == 'b':", *converted("b", "_binary", i, key)]
+            lines.append(f"        else: append({key!r} + _typed(kind, column.data, {i}))")
         lines.append("    return '{' + ','.join(parts) + '}'")
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed,
-                                     "_calls": self._text_calls(schema, columns, typed),
-                                     "_binary": self._binary_calls(schema, typed)}
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_FAILS": _CONVERSION_FAILS,
+                                     "_calls": self._text_calls(schema, columns, typed), "_text": text,
+                                     "_binary": binary}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
         write: Callable[..., str] = namespace["write"]
         return write
@@ -609,11 +615,11 @@ class JsonLines:
             if streamed:
                 parts.append(f',"subxid":{subxid}')
             toasted: list[str] = []
-            new = getattr(message, "new", None)
+            dml: Any = message  # an Insert, Update or Delete: the tuples each has
+            new = dml.new if op != "delete" else None
             if new is not None:
                 parts += (',"new":', rows(schema, new, toasted=toasted))
-            key = getattr(message, "key", None)
-            old = getattr(message, "old", None)
+            key, old = (dml.key, dml.old) if op != "insert" else (None, None)
             if key is not None:
                 parts += (',"key":', rows(schema, key, only_keys=True))
             elif old is not None:
