@@ -273,8 +273,8 @@ def _binary_date(data: bytes) -> str | None:
 def _binary_timestamptz(data: bytes) -> str | None:
     if len(data) != 8:
         return None
-    micro = int.from_bytes(data, "big", signed=True)
-    return '"' + (_TIMESTAMPTZ_EPOCH + dt.timedelta(microseconds=micro)).isoformat() + '"'
+    micro = int.from_bytes(data, "big", signed=True)  # since 2000-01-01 00:00 UTC: written as UTC
+    return '"' + (_TIMESTAMP_EPOCH + dt.timedelta(microseconds=micro)).isoformat() + '+00:00"'
 
 
 @functools.lru_cache(maxsize=4096)
@@ -284,7 +284,7 @@ def _binary_interval(data: bytes) -> str | None:
 
 _FLOAT8 = struct.Struct(">d")
 _DATE_EPOCH = dt.date(2000, 1, 1)
-_TIMESTAMPTZ_EPOCH = dt.datetime(2000, 1, 1, tzinfo=_UTC)
+_TIMESTAMP_EPOCH = dt.datetime(2000, 1, 1)  # (naive: its isoformat is half an aware one's)
 # Binary ('b') columns RowJson writes with one conversion, by the OID their type resolves to: each gives exactly
 # the JSON text of the typed value, or None (or raises ValueError or OverflowError) where it cannot say it
 # exactly (a value of the wrong length, NaN, infinity, a date past year 9999: the typed value is written then).
