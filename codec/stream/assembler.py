@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, overload
 
 from ...schema.encodings import UTF8
@@ -416,7 +416,7 @@ class Assembler:
             schema = self._maker.schema_for(decoder, message)
             data = decoder.last_data if message is decoder.last_message else None
             if isinstance(message, _DML) and message.xid is not None:
-                message = replace(message, xid=None)  # the out-of-stream form
+                message = _out_of_stream(message)
             buffers[key].add(schema, route.value, lsn, message, _cost(message, data))
         elif kind is OPEN:
             if route.value is not None:  # a streamed transaction sent again from its first block: start over
@@ -559,6 +559,17 @@ class ChangeMaker:
 
 
 _OPS = {Insert: "insert", Update: "update", Delete: "delete"}
+
+
+def _out_of_stream(message: Any) -> Any:
+    """A streamed change without its Xid, the form it has outside a stream: what ``dataclasses.replace(message,
+    xid=None)`` gives, field by field, without building its keyword arguments and calling ``__init__`` (which
+    only sets the fields) for each change of a streamed transaction."""
+    copy = object.__new__(message.__class__)
+    for name, _, _ in message._fields:
+        setattr(copy, name, getattr(message, name))
+    copy.xid = None
+    return copy
 
 
 def _cost(message: Any, data: bytes | None = None) -> int:

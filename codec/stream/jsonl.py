@@ -33,6 +33,7 @@ An unchanged TOASTed column is left out of ``new`` and named in ``unchanged_toas
 
 from __future__ import annotations
 
+import binascii
 import datetime as dt
 import decimal
 import functools
@@ -40,6 +41,7 @@ import ipaddress
 import json
 import math
 import re
+import struct
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -51,7 +53,17 @@ from ..wire.fast import COMPILED
 from ..wire.gen import row_ways
 from .assembler import Change, ChangeMaker, Transaction
 from .server_text import server_text
-from .value_types import UNCHANGED_TOAST, Infinite, Interval, JsonText, RawValue, interval_iso, interval_parts
+from .value_types import (
+    UNCHANGED_TOAST,
+    Infinite,
+    Interval,
+    JsonText,
+    RawValue,
+    float4,
+    interval_binary,
+    interval_iso,
+    interval_parts,
+)
 from .values import RowSchema, ValueLoader
 
 
@@ -110,6 +122,24 @@ def _row(values: dict[str, Any] | None) -> dict[str, Any] | None:
 ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _STRING = json.encoder.encode_basestring  # what ENCODE writes a str with (ensure_ascii=False)
 
+
+def _value_encoder() -> Callable[[Any], str]:
+    """``ENCODE`` for the JSON-ready values :func:`json_value` gives, without ``JSONEncoder.encode``'s set-up
+    on every call: CPython's C encoder, made once with ENCODE's options (no check for cycles: typed values
+    hold none); plain ``ENCODE`` where there is no C encoder."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return ENCODE
+    encoder = make(None, json.JSONEncoder().default, _STRING, None, ":", ",", False, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_encode = _value_encoder()
+#: The classes :func:`json_value` gives back unchanged, so ``_encode`` takes them as they are.
+_OWN_JSON = frozenset((str, int, bool, type(None)))
+#: Element types whose arrays load as lists of :data:`_OWN_JSON` values (and None): text types, integers, bool.
+_OWN_JSON_ELEMENTS = frozenset((25, 1043, 1042, 19, 20, 21, 23, 16))
+
 # Text-format ('t') columns RowJson writes without the typed value, by the OID their type resolves to: as a
 # JSON string of the text (text types, and types kept as text), or as the integer.
 #: text, varchar, bpchar, name; json, jsonb (the server's JSON text, as a string); the built-in ranges and
@@ -122,7 +152,8 @@ _DATE_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2}")
 _TIME_TEXT = re.compile(rb"\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
 _TIMESTAMP_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?")
 _TIMESTAMPTZ_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?[+-]\d{2}(?::\d{2}){0,2}")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+#: numeric_out's text of a finite value, which Decimal's plain form (format "f") writes back the same
+_NUMERIC_TEXT = re.compile(rb"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 _UTC = dt.timezone.utc
 
 
@@ -132,6 +163,8 @@ def _float_text(data: bytes) -> str | None:
 
 
 def _numeric_text(data: bytes) -> str | None:
+    if _NUMERIC_TEXT.fullmatch(data):  # numeric_out's plain form: the JSON string of the same text
+        return '"' + data.decode("ascii") + '"'
     return _STRING(json_value(decimal.Decimal(data.decode("ascii"))))
 
 
@@ -140,6 +173,8 @@ def _uuid_text(data: bytes) -> str | None:
     return _STRING(text) if len(text) == 36 and text == str(uuid.UUID(text)) else None
 
 
+# (a column of dates or intervals holds few distinct values: each one's JSON is remembered)
+@functools.lru_cache(maxsize=4096)
 def _date_text(data: bytes) -> str | None:
     return _STRING(dt.date.fromisoformat(data.decode("ascii")).isoformat()) if _DATE_TEXT.fullmatch(data) else None
 
@@ -151,22 +186,35 @@ def _time_text(data: bytes) -> str | None:
 def _timestamp_text(data: bytes) -> str | None:
     if not _TIMESTAMP_TEXT.fullmatch(data):
         return None
-    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).isoformat())
+    text = data.decode("ascii")
+    dt.datetime.fromisoformat(text)  # (a real date and time, or ValueError)
+    return '"' + _iso_timestamp(text) + '"'
 
 
 def _timestamptz_text(data: bytes) -> str | None:
     if not _TIMESTAMPTZ_TEXT.fullmatch(data):
         return None
-    return _STRING(dt.datetime.fromisoformat(data.decode("ascii")).astimezone(_UTC).isoformat())
+    text = data.decode("ascii")
+    value = dt.datetime.fromisoformat(text)
+    if text.endswith("+00"):  # in UTC already (a server whose TimeZone is UTC)
+        return '"' + _iso_timestamp(text[:-3]) + '+00:00"'
+    return _STRING(value.astimezone(_UTC).isoformat())
+
+
+def _iso_timestamp(text: str) -> str:
+    """``datetime.isoformat()`` of the timestamp ``text`` (``YYYY-MM-DD HH:MM:SS[.f]``, a real date and time)
+    written from the text: ``T`` between date and time, and the fraction in microseconds (none if zero)."""
+    fraction = text[19:]
+    return text[:10] + "T" + text[11:19] + (fraction.ljust(7, "0") if fraction.strip(".0") else "")
 
 
 def _bytea_text(data: bytes) -> str | None:
-    digits = data[2:]
-    if data[:2] != b"\\x" or len(digits) % 2 or not _HEX.issuperset(digits):
+    if data[:2] != b"\\x":
         return None
-    return _STRING("\\x" + digits.decode("ascii").lower())
+    return '"\\\\x' + binascii.unhexlify(data[2:]).hex() + '"'  # (hex digits, lower case, need no escapes)
 
 
+@functools.lru_cache(maxsize=4096)
 def _interval_text(data: bytes) -> str | None:
     parts = interval_parts(data)
     return None if parts is None else '"' + interval_iso(*parts) + '"'  # (ISO text needs no escapes)
@@ -180,6 +228,75 @@ _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 1186: _interval_text,
 }
 _BOOL = 16
+#: What a conversion raises where the text or bytes are not a value it reads (the typed value is written then).
+_CONVERSION_FAILS = (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation)
+
+
+def _binary_integer(width: int) -> Callable[[bytes], str | None]:
+    def integer(data: bytes) -> str | None:
+        return str(int.from_bytes(data, "big", signed=True)) if len(data) == width else None
+    return integer
+
+
+def _binary_bool(data: bytes) -> str | None:
+    return ("false" if data == b"\x00" else "true") if len(data) == 1 else None
+
+
+def _binary_float8(data: bytes) -> str | None:
+    value = _FLOAT8.unpack(data)[0] if len(data) == 8 else math.nan
+    return repr(value) if math.isfinite(value) else None
+
+
+def _binary_float4(data: bytes) -> str | None:
+    value = float4(data) if len(data) == 4 else math.nan
+    return repr(value) if math.isfinite(value) else None
+
+
+def _binary_json(data: bytes, codec: str) -> str | None:
+    return _STRING(data.decode(codec))
+
+
+def _binary_jsonb(data: bytes, codec: str) -> str | None:
+    return _STRING(data[1:].decode(codec)) if data[:1] == b"\x01" else None
+
+
+def _binary_bytea(data: bytes) -> str | None:
+    return '"\\\\x' + data.hex() + '"'  # (hex digits need no escapes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _binary_date(data: bytes) -> str | None:
+    if len(data) != 4:
+        return None
+    return '"' + (_DATE_EPOCH + dt.timedelta(days=int.from_bytes(data, "big", signed=True))).isoformat() + '"'
+
+
+def _binary_timestamptz(data: bytes) -> str | None:
+    if len(data) != 8:
+        return None
+    micro = int.from_bytes(data, "big", signed=True)  # since 2000-01-01 00:00 UTC: written as UTC
+    return '"' + (_TIMESTAMP_EPOCH + dt.timedelta(microseconds=micro)).isoformat() + '+00:00"'
+
+
+@functools.lru_cache(maxsize=4096)
+def _binary_interval(data: bytes) -> str | None:
+    return '"' + str(interval_binary(data)) + '"' if len(data) == 16 else None  # (ISO text needs no escapes)
+
+
+_FLOAT8 = struct.Struct(">d")
+_DATE_EPOCH = dt.date(2000, 1, 1)
+_TIMESTAMP_EPOCH = dt.datetime(2000, 1, 1)  # (naive: its isoformat is half an aware one's)
+# Binary ('b') columns RowJson writes with one conversion, by the OID their type resolves to: each gives exactly
+# the JSON text of the typed value, or None (or raises ValueError or OverflowError) where it cannot say it
+# exactly (a value of the wrong length, NaN, infinity, a date past year 9999: the typed value is written then).
+# The text types' and json's take the client encoding too.
+_BINARY_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
+    21: _binary_integer(2), 23: _binary_integer(4), 20: _binary_integer(8), 16: _binary_bool, 701: _binary_float8,
+    700: _binary_float4, 17: _binary_bytea, 1082: _binary_date, 1184: _binary_timestamptz, 1186: _binary_interval,
+}
+_BINARY_TEXT_CONVERSIONS: dict[int, Callable[..., str | None]] = {
+    **dict.fromkeys((25, 1043, 1042, 19, 114), _binary_json), 3802: _binary_jsonb,
+}
 #: The conversions of :data:`_TEXT_CONVERSIONS` the compiled row writer also does in C (for the text forms
 #: the server prints; others through the conversion), by OID: how the plan names them (:data:`_WAYS`).
 _COMPILED_CONVERSIONS = {1700: "numeric", 2950: "uuid", 17: "bytea", 1082: "date", 1083: "time", 1114: "timestamp",
@@ -280,8 +397,15 @@ class RowJson:
         loader = self.loader
         types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
 
+        # arrays of values that are their own JSON (a list of lists, multi-dimensional) skip json_value
+        plain = [loader.array_element(oid) in _OWN_JSON_ELEMENTS if oid is not None else False
+                 for oid in (loader.resolve(*column) for column in types)]
+
         def typed(kind: str, data: bytes, i: int) -> str:
-            return ENCODE(json_value(loader.load(kind, data, *types[i])))
+            value = loader.load(kind, data, *types[i])
+            if value.__class__ in _OWN_JSON or (value.__class__ is list and plain[i]):
+                return _encode(value)
+            return _encode(json_value(value))
 
         def converter(oid: int, i: int) -> Callable[[bytes], str]:
             conversion = _TEXT_CONVERSIONS[oid]
@@ -289,7 +413,7 @@ class RowJson:
             def convert(data: bytes) -> str:
                 try:
                     text = conversion(data)
-                except (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation):
+                except _CONVERSION_FAILS:
                     text = None
                 return text if text is not None else typed("t", data, i)
             return convert
@@ -307,31 +431,86 @@ class RowJson:
             out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
         return out, typed
 
+    def _text_calls(self, schema: RowSchema, columns: list[tuple[str, str, bool, Callable[[bytes], str]]],
+                    typed: Callable[..., str]) -> list[Callable[[bytes], str]]:
+        """How the Python writer writes each column's text-format values it does not write inline: as
+        :meth:`columns` says, but an array of text, integers or bool straight from psycopg's array loader (its
+        list is its own JSON), without :meth:`ValueLoader.load`'s cases for other types."""
+        loader = self.loader
+
+        def array_writer(array_loader: Any, i: int) -> Callable[[bytes], str]:
+            def write(data: bytes) -> str:
+                try:
+                    value = array_loader.load(data)
+                except Exception:  # noqa: BLE001 - a value psycopg refuses: the typed value keeps it whole
+                    return typed("t", data, i)
+                return _encode(value) if value.__class__ is list else typed("t", data, i)
+            return write
+
+        calls = []
+        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
+            oid = loader.resolve(meta.type_id, type_message)
+            if oid is not None and loader.array_element(oid) in _OWN_JSON_ELEMENTS:
+                calls.append(array_writer(loader.text_loader(oid), i))
+            else:
+                calls.append(columns[i][3])
+        return calls
+
+    def _binary_conversions(self, schema: RowSchema) -> list[Callable[[bytes], str | None] | None]:
+        """Each column's conversion of binary-format ('b') values (:data:`_BINARY_CONVERSIONS`), or None."""
+        loader = self.loader
+        conversions: list[Callable[[bytes], str | None] | None] = []
+        for meta, type_message in zip(schema.relation.columns, schema.types):
+            oid = loader.resolve(meta.type_id, type_message)
+            conversion = _BINARY_CONVERSIONS.get(oid) if oid is not None else None
+            if oid in _BINARY_TEXT_CONVERSIONS:
+                conversion = functools.partial(_BINARY_TEXT_CONVERSIONS[oid], codec=loader.encoding)
+            conversions.append(conversion)
+        return conversions
+
     def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
         lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
         columns, typed = self._columns(schema)
+        binary = self._binary_conversions(schema)
+        text: list[Callable[[bytes], str | None] | None] = []
+        for meta, type_message in zip(schema.relation.columns, schema.types):
+            oid = self.loader.resolve(meta.type_id, type_message)
+            text.append(_TEXT_CONVERSIONS.get(oid) if oid is not None else None)
+
+        def converted(kind: str, conversions: str, i: int, key: str) -> list[str]:
+            # a conversion in place (no call around it), the typed value where it cannot say the value
+            return [f"            try: text = {conversions}[{i}](column.data)",
+                    "            except _FAILS: text = None",
+                    f"            append({key!r} + (text if text is not None else _typed({kind!r}, column.data, {i})))"]
+
         for i, (meta, (key, way, is_key, _)) in enumerate(zip(schema.relation.columns, columns)):
             if only_keys and not is_key:
                 continue
             lines += [f"    if n > {i}:",
                       f"        column = columns[{i}]",
-                      "        kind = column.kind",
-                      f"        if kind == 'n': append({key + 'null'!r})"]
+                      "        kind = column.kind"]
             if way == "string":
                 decode = f"column.data.decode({self.loader.encoding!r})"
-                lines.append(f"        elif kind == 't': append({key!r} + _string({decode}))")
+                lines.append(f"        if kind == 't': append({key!r} + _string({decode}))")
             elif way == "int":
-                lines.append(f"        elif kind == 't': append({key!r} + str(int(column.data)))")
+                lines.append(f"        if kind == 't': append({key!r} + str(int(column.data)))")
             elif way == "bool":
-                lines.append(f"        elif kind == 't': append({key!r} + ('true' if column.data == b't' else 'false' "
+                lines.append(f"        if kind == 't': append({key!r} + ('true' if column.data == b't' else 'false' "
                              f"if column.data == b'f' else _calls[{i}](column.data)))")
+            elif text[i] is not None:
+                lines += ["        if kind == 't':", *converted("t", "_text", i, key)]
             else:
-                lines.append(f"        elif kind == 't': append({key!r} + _calls[{i}](column.data))")
-            lines += ["        elif kind == 'u':",
-                      f"            if toasted is not None: toasted.append({meta.name!r})",
-                      f"        else: append({key!r} + _typed(kind, column.data, {i}))"]
+                lines.append(f"        if kind == 't': append({key!r} + _calls[{i}](column.data))")
+            lines += [f"        elif kind == 'n': append({key + 'null'!r})",
+                      "        elif kind == 'u':",
+                      f"            if toasted is not None: toasted.append({meta.name!r})"]
+            if binary[i] is not None:
+                lines += ["        elif kind == 'b':", *converted("b", "_binary", i, key)]
+            lines.append(f"        else: append({key!r} + _typed(kind, column.data, {i}))")
         lines.append("    return '{' + ','.join(parts) + '}'")
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_calls": [c[3] for c in columns]}
+        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_FAILS": _CONVERSION_FAILS,
+                                     "_calls": self._text_calls(schema, columns, typed), "_text": text,
+                                     "_binary": binary}
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
         write: Callable[..., str] = namespace["write"]
         return write
@@ -466,11 +645,11 @@ class JsonLines:
             if streamed:
                 parts.append(f',"subxid":{subxid}')
             toasted: list[str] = []
-            new = getattr(message, "new", None)
+            dml: Any = message  # an Insert, Update or Delete: the tuples each has
+            new = dml.new if op != "delete" else None
             if new is not None:
                 parts += (',"new":', rows(schema, new, toasted=toasted))
-            key = getattr(message, "key", None)
-            old = getattr(message, "old", None)
+            key, old = (dml.key, dml.old) if op != "insert" else (None, None)
             if key is not None:
                 parts += (',"key":', rows(schema, key, only_keys=True))
             elif old is not None:

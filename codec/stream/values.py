@@ -289,6 +289,16 @@ class ValueLoader:
         self._resolved[key] = oid
         return oid
 
+    def text_loader(self, oid: int) -> Any:
+        """psycopg's loader of text-format values of the built-in type ``oid`` (what :meth:`load` uses after
+        its own cases; a value it raises on is :meth:`load`'s to keep whole)."""
+        return self._loader(oid, "t")
+
+    def array_element(self, oid: int) -> int | None:
+        """The element type of the built-in array type ``oid``, or ``None`` if it is no array type."""
+        kind = self.kind_of(oid)
+        return kind[1] if kind is not None and kind[0] == "array" else None
+
     def kind_of(self, oid: int) -> tuple[str, int] | None:
         """What the built-in type ``oid`` is made of: ``("array", element OID)``, ``("range", subtype OID)``,
         ``("multirange", range OID)``, or ``None`` for any other type."""
