@@ -105,7 +105,7 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.gc_tuning
         try:
             for item in committed(inputs, tail=flushed_tail, repeated=repeated, warn=flushed_warn,
-                                  rows=output_format != "jsonl", lines=writer):
+                                  rows=output_format == "table", lines=writer):
                 if item.__class__ is Written:  # lines the compiled row path wrote
                     assert isinstance(item, Written)
                     write_pending()
@@ -142,8 +142,8 @@ def _formats(inputs: Sequence[Input], output_format: str, tombstones: bool, vers
         from .stream.debezium import DebeziumEvents
 
         database = next((i.database for i in inputs if i.database), "")  # from the headers open_inputs read
-        events = DebeziumEvents(version, db=database, tombstones=tombstones).events
-        return (lambda item: map(jsonl.ENCODE, events(item))), None
+        # written from the wire tuples (rows=False below): the same text as ENCODE of its events' dicts
+        return DebeziumEvents(version, db=database, tombstones=tombstones, encoding=inputs[0].encoding).lines, None
     if output_format == "table":  # printed line by line as the changes come, like the others
         table = ChangeTable()
         return (lambda item: map(table.line, jsonl.objects(item))), None

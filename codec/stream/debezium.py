@@ -48,6 +48,18 @@ send for it, in the form Kafka Connect's JSON converter writes with ``schemas.en
   ``"__debezium_unavailable_value"`` (the default of ``unavailable.value.placeholder``) in ``after``, whatever
   the column's type, and the event's ``unchanged_toast`` key (replwire's own, which Debezium consumers
   ignore) names those columns; it is present only when there are some.  NULL stays ``null``.
+
+How the lines are written (:meth:`DebeziumEvents.lines`, what the command prints): straight from the wire
+tuples of a transaction (:meth:`~replwire.codec.stream.assembler.Changes.wire`, an Assembler made with
+``rows=False``), as :class:`~replwire.codec.stream.jsonl.JsonLines` writes its lines: per transaction the
+``source`` block's start (commit time, ``sequence``'s first LSN), per relation its ``schema``/``table``, and
+``before``/``after`` from :class:`~replwire.codec.stream.jsonl.RowJson` (the compiled row writer where in
+use), the placeholder put where an unchanged TOASTed value was not sent.  The text is what ``ENCODE`` of
+:meth:`DebeziumEvents.events`'s dicts gives; the rare changes whose events need the typed values -- an
+update that sent its old key (a key change is split in three), an old key with values outside the key,
+truncates, logical messages, snapshot rows, a relation with two columns of one name, a value the row writer
+raises on (the typed path then writes it, or raises its own error) -- go through the dicts of
+:meth:`~DebeziumEvents.events`, made from the typed :class:`~replwire.codec.stream.assembler.Change`.
 """
 
 from __future__ import annotations
@@ -55,12 +67,16 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .assembler import Change, Transaction
-from .jsonl import json_value
+from ...schema.encodings import UTF8
+from ..messages import Delete, Insert, TupleColumn, Update
+from ..scalars import LSN
+from .assembler import Change, ChangeMaker, Transaction, relation_namespace
+from .jsonl import _STRING, ENCODE, RowJson, json_value
 from .value_types import UNCHANGED_TOAST
+from .values import RowSchema, ValueLoader
 
 __all__ = ["UNAVAILABLE_VALUE", "DebeziumEvents"]
 
@@ -108,41 +124,221 @@ def _times(micros: int) -> dict[str, int]:
     return {"ts_ms": micros // 1000, "ts_us": micros, "ts_ns": micros * 1000}
 
 
+class _Order:
+    """A transaction's ``transaction`` block as its events come: ``total_order`` and, per table,
+    ``data_collection_order`` (tombstones are not counted)."""
+
+    __slots__ = ("per_table", "total", "tx_id")
+
+    def __init__(self, tx_id: str) -> None:
+        self.tx_id = tx_id
+        self.total = 0
+        self.per_table: dict[tuple[str, str], int] = {}
+
+    def numbered(self, events: Iterable[tuple[dict[str, Any] | None, tuple[str, str]]]
+                 ) -> Iterator[dict[str, Any] | None]:
+        """``events`` (each with the table it counts under) with their ``transaction`` block."""
+        per_table = self.per_table
+        for event, table in events:
+            if event is not None:
+                self.total += 1
+                per_table[table] = per_table.get(table, 0) + 1
+                event["transaction"] = {"id": self.tx_id, "total_order": self.total,
+                                        "data_collection_order": per_table[table]}
+            yield event
+
+
+class _Relation:
+    """What the lines of one relation's changes take from its :class:`RowSchema`, made once per schema: the
+    ``schema``/``table`` keys of ``source``, the table's key for ``data_collection_order``, and how an old
+    key becomes ``before`` (``None``: names repeat, the typed path writes its rows)."""
+
+    __slots__ = ("keys", "names", "schema", "table")
+
+    def __init__(self, schema: RowSchema) -> None:
+        relation = schema.relation
+        self.schema = schema
+        self.table = (relation_namespace(relation), relation.name)
+        self.names = f',"schema":{_STRING(self.table[0])},"table":{_STRING(self.table[1])},"txId":'
+        columns = relation.columns
+        unique = len({c.name for c in columns}) == len(columns)
+        self.keys: tuple[bool, ...] | None = tuple(bool(c.flags & 1) for c in columns) if unique else None
+
+
+_UNCHANGED = TupleColumn.unchanged_toast()
+_PLACEHOLDER = _STRING(UNAVAILABLE_VALUE)
+_EVENT_OPS = {Insert: "c", Update: "u", Delete: "d"}
+
+
 class DebeziumEvents:
     """Debezium change-event values (see the module docstring) of the assembler's items, in order.
 
     One instance per stream: it remembers the commit LSN of the last transaction it turned into events,
     which the next events' ``source.sequence`` starts with.  ``version`` is replwire's version, ``db`` the
-    database's name (``source.db``); ``tombstones`` says whether a delete is followed by a tombstone.
+    database's name (``source.db``); ``tombstones`` says whether a delete is followed by a tombstone;
+    ``encoding`` the client encoding of the wire tuples :meth:`lines` reads.
     """
 
-    def __init__(self, version: str, *, name: str = "replwire", db: str = "", tombstones: bool = True) -> None:
+    def __init__(self, version: str, *, name: str = "replwire", db: str = "", tombstones: bool = True,
+                 encoding: str = UTF8) -> None:
         self.version = f"replwire-{version}"
         self.name = name
         self.db = db
         self.tombstones = tombstones
+        self.encoding = encoding
         self._last_commit: str | None = None
+        self._rows: RowJson | None = None  # (made at the first row: psycopg is needed from there)
+        self._maker: ChangeMaker | None = None
+        self._relations: dict[int, _Relation] = {}
 
     def events(self, item: Transaction | Change) -> Iterator[dict[str, Any] | None]:
-        """The events of one assembler item: every change of a transaction, or a lone logical message; a
-        tombstone is ``None``."""
+        """The events of one assembler item (with typed rows): every change of a transaction, or a lone
+        logical message or snapshot row; a tombstone is ``None``."""
         if isinstance(item, Transaction):
             commit = _times(int(item.commit_time) + _PG_EPOCH_US)
-            tx_id = f"{item.xid}:{int(item.commit_lsn)}"
-            total = 0
-            per_table: dict[tuple[str, str], int] = {}
+            order = _Order(f"{item.xid}:{int(item.commit_lsn)}")
             for change in item.changes:
-                for event, table in self._change_events(change, commit):
-                    if event is not None:
-                        total += 1
-                        per_table[table] = per_table.get(table, 0) + 1
-                        event["transaction"] = {"id": tx_id, "total_order": total,
-                                                "data_collection_order": per_table[table]}
-                    yield event
+                yield from order.numbered(self._change_events(change, commit))
             self._last_commit = str(int(item.commit_lsn))
         else:
             for event, _ in self._change_events(item, None):
                 yield event
+
+    def lines(self, item: Transaction | Change) -> Iterator[str]:
+        """The lines of one assembler item: ``ENCODE`` of each of :meth:`events` (a tombstone is ``null``),
+        written from the wire tuples of a transaction of an Assembler made with ``rows=False``."""
+        if not isinstance(item, Transaction):
+            for event in self.events(item):
+                yield ENCODE(event)
+            return
+        rows = self._rows
+        if rows is None:
+            rows = self._rows = RowJson(ValueLoader(self.encoding))
+        commit_us = int(item.commit_time) + _PG_EPOCH_US
+        commit = _times(commit_us)
+        order = _Order(f"{item.xid}:{int(item.commit_lsn)}")
+        last = self._last_commit
+        # the source block up to the change's LSN in "sequence" (an escaped JSON text in a JSON string)
+        head = (f',"source":{{"version":{_STRING(self.version)},"connector":"postgresql","name":{_STRING(self.name)},'
+                f'"ts_ms":{commit_us // 1000},"ts_us":{commit_us},"ts_ns":{commit_us * 1000},"snapshot":"false",'
+                f'"db":{_STRING(self.db)},"sequence":'
+                + _STRING("[" + ("null" if last is None else f'"{last}"') + ",")[:-1])
+        tx_id = order.tx_id
+        xid = "null" if item.xid is None else str(item.xid)
+        tail = f',"transaction":{{"id":{_STRING(tx_id)},"total_order":'
+        per_table = order.per_table
+        relations, tombstones, image, line = self._relations, self.tombstones, self._image, self._line
+        time_ns = time.time_ns
+        message: Any  # (an Insert, Update or Delete where op is not None)
+        for message, schema, lsn, subxid in item.changes.wire():
+            op = _EVENT_OPS.get(message.__class__)
+            text: tuple[str, str, list[str]] | None = None
+            relation: _Relation | None = None
+            if op is not None:
+                relation = relations.get(id(schema))
+                if relation is None or relation.schema is not schema:
+                    if len(relations) > 4096:
+                        relations.clear()
+                    relation = relations[id(schema)] = _Relation(schema)
+                try:
+                    if op == "c" and relation.keys is not None:  # (the most common: inline)
+                        toasted: list[str] = []
+                        after = rows(schema, message.new, toasted=toasted)
+                        if toasted:
+                            after = image(rows, schema, message.new, None)
+                        text = "null", after, toasted
+                    else:
+                        text = line(rows, op, message, relation, image)
+                except Exception:  # noqa: BLE001 - a value RowJson does not take: the typed path's, or its error
+                    text = None
+            if text is None or relation is None:  # rare: from the typed change's dicts
+                change = self._change(message, schema, lsn, item, subxid)
+                for event in order.numbered(self._change_events(change, commit)):
+                    yield ENCODE(event)
+                continue
+            before, after, toasted = text
+            total = order.total = order.total + 1
+            table = relation.table
+            count = per_table[table] = per_table.get(table, 0) + 1
+            now = time_ns() // 1000
+            if lsn is None:
+                where = f'null]"{relation.names}{xid},"lsn":null'
+            else:
+                where = f'\\"{lsn}\\"]"{relation.names}{xid},"lsn":{lsn}'
+            toast = ',"unchanged_toast":' + ENCODE(toasted) if toasted else ""
+            yield (f'{{"before":{before},"after":{after}{head}{where},"xmin":null}},"op":"{op}","ts_ms":{now // 1000},'
+                   f'"ts_us":{now},"ts_ns":{now * 1000}{toast}{tail}{total},"data_collection_order":{count}}}}}')
+            if op == "d" and tombstones:
+                yield "null"
+        self._last_commit = str(int(item.commit_lsn))
+
+    @staticmethod
+    def _line(rows: RowJson, op: str, message: Any, relation: _Relation,
+              image: Any) -> tuple[str, str, list[str]] | None:
+        """``before``, ``after`` and the unchanged TOAST names of a row change's event, or ``None`` where
+        the typed change's dicts must write it."""
+        schema = relation.schema
+        keys = relation.keys
+        if keys is None:
+            return None
+        if op == "c":
+            toasted: list[str] = []
+            return "null", image(rows, schema, message.new, toasted), toasted
+        key, old = message.key, message.old
+        if op == "u":
+            if key is not None:  # the old key was sent: perhaps a key change, split in three
+                return None
+            new = message.new
+            toasted = []
+            if old is None:
+                return "null", image(rows, schema, new, toasted), toasted
+            if any(column.kind == "u" for column in new):  # REPLICA IDENTITY FULL: the old row has it
+                n = len(old)
+                new = [old[i] if column.kind == "u" and i < n else column for i, column in enumerate(new)]
+            return image(rows, schema, old, None), image(rows, schema, new, toasted), toasted
+        if key is not None:  # a delete under the default identity: every column, the key's values
+            if len(key) != len(keys) or any(column.kind != "n" for column, is_key in zip(key, keys)
+                                            if not is_key):
+                return None
+            return image(rows, schema, key, None), "null", []
+        if old is None:
+            return "null", "null", []
+        return image(rows, schema, old, None), "null", []
+
+    @staticmethod
+    def _image(rows: RowJson, schema: RowSchema, columns: Sequence[TupleColumn],
+               toasted: list[str] | None) -> str:
+        """A row image's JSON object as the events' ``before``/``after``: every column sent, an unchanged
+        TOASTed one as the placeholder (its name appended to ``toasted`` unless ``None``)."""
+        found: list[str] = []
+        text = rows(schema, columns, toasted=found)
+        if not found:
+            return text
+        if toasted is not None:
+            toasted += found
+        # the runs of sent columns between the unchanged ones, each written alone (the others as unchanged)
+        count = min(len(columns), len(schema.relation.columns))
+        parts: list[str] = []
+        run: list[int] = []
+        for i in range(count):
+            if columns[i].kind == "u":
+                if run:
+                    parts.append(_run(rows, schema, columns, run))
+                    run = []
+                parts.append(f"{_STRING(schema.relation.columns[i].name)}:{_PLACEHOLDER}")
+            else:
+                run.append(i)
+        if run:
+            parts.append(_run(rows, schema, columns, run))
+        return "{" + ",".join(part for part in parts if part) + "}"
+
+    def _change(self, message: Any, schema: Any, lsn: int | None, item: Transaction, subxid: int) -> Change:
+        """The typed :class:`Change` of a change of ``item`` (as the assembler makes it)."""
+        maker = self._maker
+        if maker is None:
+            maker = self._maker = ChangeMaker(encoding=self.encoding)
+        return maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
+                            subxid if item.streamed else None)
 
     def _change_events(self, change: Change,
                        commit: dict[str, int] | None) -> Iterator[tuple[dict[str, Any] | None, tuple[str, str]]]:
@@ -196,3 +392,11 @@ class DebeziumEvents:
                                          separators=(",", ":")),
                   "schema": schema, "table": table, "txId": change.xid, "lsn": lsn, "xmin": None}
         return {"source": source, "op": op, **now}
+
+
+def _run(rows: RowJson, schema: RowSchema, columns: Sequence[TupleColumn], run: list[int]) -> str:
+    """The members of a row image's JSON object of the columns at the positions ``run`` alone."""
+    alone = [_UNCHANGED] * len(columns)
+    for i in run:
+        alone[i] = columns[i]
+    return rows(schema, alone)[1:-1]
