@@ -119,10 +119,11 @@ static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, P
     return r;
 }
 
-/* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, text, records, transactions,
+/* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, lines, records, transactions,
  * changes, repeated, last_end, declined): the whole transactions of the records in data -- COPY-CSV rows, or
  * capture file records laid out as ``frame`` says (a tuple of the Frame's fields) -- (``final``: data ends
- * at the end of the input, so a last row without a line end is whole), their JSON lines in text; consumed
+ * at the end of the input, so a last row without a line end is whole), their JSON lines in lines (bytes,
+ * UTF-8: written as they are to a UTF-8 stream, not decoded and encoded again); consumed
  * is where the rows not taken start, declined whether the row there is one for the Python path (else more
  * input is needed).  last_end is the end LSN of the last transaction printed (-1: none); a transaction
  * ending at or before it is counted in repeated, not printed. */
@@ -236,9 +237,9 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         break;
     }
     transactions -= repeated;
-    PyObject *text = PyUnicode_DecodeUTF8(out.p, out.len, NULL);
-    if (text == NULL) goto done;
-    result = Py_BuildValue("(nNnnnnLi)", pos, text, records, transactions, changes, repeated,
+    PyObject *lines = PyBytes_FromStringAndSize(out.p, out.len);  /* (UTF-8: what a text stream would write) */
+    if (lines == NULL) goto done;
+    result = Py_BuildValue("(nNnnnnLi)", pos, lines, records, transactions, changes, repeated,
                            have_last ? (long long)last_end : -1LL, declined);
     goto done;
 nomem:

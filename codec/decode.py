@@ -56,11 +56,11 @@ class RecordError(ReplwireError, ValueError):
 @dataclass(slots=True)
 class Written:
     """JSON lines the compiled row path wrote for a run of plain transactions of an input (what
-    :class:`~replwire.codec.stream.jsonl.JsonLines` writes for them, each line ending in a newline): the
-    ``records`` they were, the ``transactions`` and ``changes`` printed, and the transactions a resume sent
-    again (``repeated``, not printed)."""
+    :class:`~replwire.codec.stream.jsonl.JsonLines` writes for them, each line ending in a newline), as the
+    UTF-8 ``data`` a text stream would write of them: the ``records`` they were, the ``transactions`` and
+    ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
 
-    text: str
+    data: bytes
     records: int
     transactions: int
     changes: int
@@ -111,12 +111,12 @@ class _RowPath(CompiledPath):
 
     def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Written | None]:
         decoder = self.assembler.decoder
-        consumed, text, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
+        consumed, lines, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
             data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
         if not records:
             return consumed, records, declined, None
         decoder.skip(records)
-        return consumed, records, declined, Written(text, records, transactions, changes, repeated)
+        return consumed, records, declined, Written(lines, records, transactions, changes, repeated)
 
     def python(self, records: Iterator[Any]) -> Iterator[Any]:
         return records  # fed to the Assembler by committed()

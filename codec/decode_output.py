@@ -13,10 +13,11 @@ changes.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 
 from .decode import RecordError, Written, committed
 from .gc_tuning import fewer_collections
@@ -57,6 +58,19 @@ class Progress(Protocol):
         """Remove what is shown: the output is flushed and the caller is about to say something."""
 
 
+def _utf8_buffer(out: TextIO) -> BinaryIO | None:
+    """The byte stream under ``out`` when ``out`` writes text as UTF-8 (``sys.stdout`` as a rule), so that
+    UTF-8 lines can go to it without being decoded and encoded again; else ``None``."""
+    buffer = getattr(out, "buffer", None)
+    encoding = getattr(out, "encoding", None)
+    if buffer is None or not isinstance(encoding, str):
+        return None
+    try:
+        return buffer if codecs.lookup(encoding).name == "utf-8" else None
+    except LookupError:
+        return None
+
+
 def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "jsonl", *, tombstones: bool = True,
                   version: str = "unknown", tail: Callable[[str, TailProblem], None] | None = None,
                   warn: Callable[[str, str], None] | None = None,
@@ -74,6 +88,7 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     lines, writer = _formats(inputs, output_format, tombstones, version)
     counts = DecodeCounts()
     pending: list[str] = []
+    raw = _utf8_buffer(out)  # where the compiled row path's UTF-8 lines go as they are, if anywhere
 
     def write_pending() -> None:
         if pending:
@@ -109,7 +124,11 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
                 if item.__class__ is Written:  # lines the compiled row path wrote
                     assert isinstance(item, Written)
                     write_pending()
-                    out.write(item.text)
+                    if raw is not None:
+                        out.flush()
+                        raw.write(item.data)
+                    else:
+                        out.write(item.data.decode("utf-8"))
                     counts.transactions += item.transactions
                     counts.changes += item.changes
                     counts.repeated += item.repeated

@@ -80,8 +80,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         click.echo(f"warning: {shown(path)}: {message}", err=True)
 
     try:
-        counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=replwire_version(),
-                               tail=tail, warn=warn, progress=progress)
+        version = replwire_version() if output_format == "debezium" else "unknown"  # (Debezium's source.version)
+        counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=version, tail=tail,
+                               warn=warn, progress=progress)
     except (RecordError, CaptureFileError) as error:
         click.echo(f"error: {shown(str(error))}", err=True)
         sys.exit(1)

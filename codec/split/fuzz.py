@@ -150,8 +150,9 @@ def fuzz_rows(data: bytes) -> None:
         return
     flags, body = data[0], data[1:]
     frame = _FRAME if flags & 1 else None
-    consumed, text, records, transactions, changes, repeated, last_end, declined = COMPILED.rows_run(
+    consumed, data, records, transactions, changes, repeated, last_end, declined = COMPILED.rows_run(
         body, bool(flags & 2), _PLANS, 1 + (flags >> 2) % 4, -1, frame)
+    text = data.decode("utf-8")  # (the lines are UTF-8, whatever the input held)
     if not 0 <= consumed <= len(body):
         raise AssertionError(f"took {consumed} bytes of {len(body)}")
     if records and consumed == 0:

@@ -112,18 +112,47 @@ static void out_free(Buf *b)
 #define PUTS(b, s) PUT(b, s, sizeof(s) - 1)
 #define PUTO(b, o) PUT(b, PyBytes_AS_STRING(o), PyBytes_GET_SIZE(o))
 
-static int put_lsn(Buf *b, uint64_t v)
+/* the hex digits of v (uppercase, no leading zeros) ending at end; where they start */
+static char *hex_digits(char *end, uint32_t v)
 {
-    char text[40];
-    int k = snprintf(text, sizeof text, "\"%X/%X\"", (unsigned)(v >> 32), (unsigned)(v & 0xFFFFFFFFu));
-    return put_bytes(b, text, k);
+    static const char digit[] = "0123456789ABCDEF";
+    do {
+        *--end = digit[v & 15];
+        v >>= 4;
+    } while (v);
+    return end;
 }
 
+/* an LSN as its "X/X" text, quoted (two calls a change: no printf) */
+static int put_lsn(Buf *b, uint64_t v)
+{
+    char text[20], *end = text + sizeof text;
+    char *p = end;
+    *--p = '"';
+    p = hex_digits(p, (uint32_t)(v & 0xFFFFFFFFu));
+    *--p = '/';
+    p = hex_digits(p, (uint32_t)(v >> 32));
+    *--p = '"';
+    return put_bytes(b, p, end - p);
+}
+
+/* v in decimal */
 static int put_u64(Buf *b, uint64_t v)
 {
-    char text[24];
-    int k = snprintf(text, sizeof text, "%llu", (unsigned long long)v);
-    return put_bytes(b, text, k);
+    char text[24], *end = text + sizeof text;
+    char *p = end;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return put_bytes(b, p, end - p);
+}
+
+/* v in decimal, signed */
+static int put_i64(Buf *b, int64_t v)
+{
+    if (v >= 0) return put_u64(b, (uint64_t)v);
+    return put_bytes(b, "-", 1) || put_u64(b, (uint64_t)0 - (uint64_t)v);
 }
 
 /* civil date of a day count from 1970-01-01 (H. Hinnant's days_from_civil, inverted) */
@@ -816,8 +845,7 @@ static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d,
     case BIN_INT8: {
         int width = way == BIN_INT2 ? 2 : way == BIN_INT4 ? 4 : 8;
         if (n != width) return 0;
-        k = snprintf(text, sizeof text, "%lld", (long long)be_signed(d, width));
-        return put_bytes(b, text, k) ? -1 : 1;
+        return put_i64(b, be_signed(d, width)) ? -1 : 1;
     }
     case BIN_BOOL:
         if (n != 1) return 0;

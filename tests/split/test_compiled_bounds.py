@@ -201,7 +201,7 @@ _EMPTIED_PLANS = {
                      "print(result[0] == len(body), *result[1:4])", ["True", "5", "3", "0"]),
     "rows_run": ("COMPILED.rows_plan((b'{', b'{', b'{'), columns)", 1,
                  "COMPILED.rows_run(body, True, plans, 1, -1, None)",
-                 "print(result[0] == len(body), result[1].count(chr(10)), result[4])", ["True", "1", "1"]),
+                 "print(result[0] == len(body), result[1].count(b'\\n'), result[4])", ["True", "1", "1"]),
 }
 
 
