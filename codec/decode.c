@@ -8,14 +8,21 @@
  * here is the order of a plain transaction (Begin, an Origin right after it, row changes, Commit), and each
  * change's line around its row images, the Commit's keys in the middle.
  *
- * rows_run takes whole transactions only: every message one of those, every relation known (a plan from
- * rows_plan), every tuple as wide as its relation, every value of a form the JSON writer writes exactly as
- * the Python writer does.  At anything else -- a Relation, a streamed block, a two-phase transaction, a
- * value of another form, a row that is not (lsn, xid, data), a capture record that is torn or fails its
- * checksum, bytes that do not scan, text that is not UTF-8 -- it stops at the start of that transaction (or
- * row) and says so; the caller hands that input to the Python path, which gives the exact result or the
- * exact error.  The only memory it takes is the decoded row (at most half the input row) and the output
- * (proportional to the input). */
+ * Two entry points share it.  rows_run takes whole plain transactions and writes their lines.  rows_body
+ * takes the row changes inside a transaction the Python side holds open -- a stream block's, a prepared
+ * transaction's, a plain one rows_run left -- and renders their lines as a run, which the Python side keeps
+ * in that transaction's buffer (spilling it to disk with the rest) and rows_join finishes once it commits,
+ * leaving out the subtransactions aborted meanwhile; the Python side follows the transactions, so nothing is
+ * read twice when the two take turns.
+ *
+ * Each takes only what it writes exactly as the Python writer does: every relation known (a plan from
+ * rows_plan), every tuple as wide as its relation, every value of a form the JSON writer writes in C or
+ * through the plan's function.  At anything else -- a Relation, a stream block's start or end, a two-phase
+ * transaction's ends, a value of another form, a row that is not (lsn, xid, data), a capture record that is
+ * torn or fails its checksum, bytes that do not scan, text that is not UTF-8 -- rows_run stops at the start
+ * of that transaction, rows_body at that record, and says so; the caller hands that input to the Python
+ * path, which gives the exact result or the exact error.  The only memory they take is the decoded row (at
+ * most half the input row) and the output (proportional to the input). */
 
 /* One change buffered until its Commit: its line up to the "lsn" value in tx[begin:split], the rest from
  * its first row image on in tx[split:end]; the Commit's keys go between the two. */
@@ -31,37 +38,24 @@ typedef struct {
     Py_ssize_t toasted_cap;
 } Scratch;
 
-/* the JSON line of a scanned row change (d[0:n], fields F) by plan, buffered in w: 1, 0 declined, -1 an
- * error */
-static int put_change(Scratch *w, const Plan *plan, const Field *F, const RowChange *rc,
-                      const unsigned char *d, Py_ssize_t n, uint64_t xid, uint64_t lsn)
+/* room in w for the unchanged TOASTed columns of a row of plan's relation: 0, -1 no memory */
+static int toast_room(Scratch *w, const Plan *plan)
 {
-    const int op = rc->op;
+    if (plan->ncols <= w->toasted_cap) return 0;
+    Py_ssize_t *grown = PyMem_Realloc(w->toasted, (size_t)plan->ncols * sizeof(Py_ssize_t));
+    if (grown == NULL) return -1;
+    w->toasted = grown;
+    w->toasted_cap = plan->ncols;
+    return 0;
+}
+
+/* the rest of a scanned row change's line (d[0:n], fields F) by plan, from its first row image on: "new",
+ * "key" or "old" and "key", "unchanged_toast", the end; appended to b: 1, 0 declined, -1 an error */
+static int put_images(Buf *b, Scratch *w, const Plan *plan, const Field *F, const RowChange *rc,
+                      const unsigned char *d, Py_ssize_t n)
+{
     const Py_ssize_t key = rc->key, old = rc->old, new_ = rc->new_;
-    if (!change_fits(F, rc, plan->ncols)) return 0;
-    if (w->npending == w->cap) {
-        Py_ssize_t cap = w->cap ? w->cap * 2 : 64;
-        Pending *grown = PyMem_Realloc(w->pending, (size_t)cap * sizeof(Pending));
-        if (grown == NULL) return -1;
-        w->pending = grown;
-        w->cap = cap;
-    }
-    if (plan->ncols > w->toasted_cap) {
-        Py_ssize_t *grown = PyMem_Realloc(w->toasted, (size_t)plan->ncols * sizeof(Py_ssize_t));
-        if (grown == NULL) return -1;
-        w->toasted = grown;
-        w->toasted_cap = plan->ncols;
-    }
-    Buf *b = &w->tx;
-    Pending *line = &w->pending[w->npending];
-    line->begin = b->len;
-    PUTO(b, plan->start[op]);
-    if (put_u64(b, xid)) goto nomem;
-    PUTS(b, ",\"lsn\":");
-    if (lsn) {
-        if (put_lsn(b, lsn)) goto nomem;
-    } else PUTS(b, "null");
-    line->split = b->len;
+    if (toast_room(w, plan)) return -1;
     Py_ssize_t ntoasted = 0;
     int r = 1;
     if (new_ >= 0) {
@@ -90,6 +84,43 @@ static int put_change(Scratch *w, const Plan *plan, const Field *F, const RowCha
         PUTS(b, "]");
     }
     PUTS(b, "}\n");
+    return 1;
+nomem:
+    return -1;
+}
+
+/* ,"lsn": and a change's LSN (0: none) */
+static int put_lsn_key(Buf *b, uint64_t lsn)
+{
+    PUTS(b, ",\"lsn\":");
+    if (lsn) return put_lsn(b, lsn);
+    PUTS(b, "null");
+    return 0;
+nomem:
+    return -1;
+}
+
+/* the JSON line of a scanned row change (d[0:n], fields F) of a plain transaction with xid, by plan,
+ * buffered in w until the Commit: 1, 0 declined, -1 an error */
+static int put_change(Scratch *w, const Plan *plan, const Field *F, const RowChange *rc,
+                      const unsigned char *d, Py_ssize_t n, uint64_t xid, uint64_t lsn)
+{
+    if (!change_fits(F, rc, plan->ncols)) return 0;
+    if (w->npending == w->cap) {
+        Py_ssize_t cap = w->cap ? w->cap * 2 : 64;
+        Pending *grown = PyMem_Realloc(w->pending, (size_t)cap * sizeof(Pending));
+        if (grown == NULL) return -1;
+        w->pending = grown;
+        w->cap = cap;
+    }
+    Buf *b = &w->tx;
+    Pending *line = &w->pending[w->npending];
+    line->begin = b->len;
+    PUTO(b, plan->start[rc->op]);
+    if (put_u64(b, xid) || put_lsn_key(b, lsn)) goto nomem;
+    line->split = b->len;
+    int r = put_images(b, w, plan, F, rc, d, n);
+    if (r != 1) return r;
     line->end = b->len;
     w->npending++;
     return 1;
@@ -97,26 +128,53 @@ nomem:
     return -1;
 }
 
-/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a transaction with xid, at
- * lsn: 1 buffered, 0 declined, -1 an error */
+/* the plan of a scanned row change's relation, a strong reference (write_change runs the plan's converters,
+ * Python code, which may drop plans' entry): the capsule with *plan set, or NULL -- an error set, or none:
+ * a relation without a plan */
+static PyObject *plan_of(PyObject *plans, const Field *F, const RowChange *rc, const Plan **plan)
+{
+    PyObject *oid = PyLong_FromUnsignedLongLong(F[rc->relation].v);
+    if (oid == NULL) return NULL;
+    PyObject *capsule = PyDict_GetItemWithError(plans, oid);
+    Py_DECREF(oid);
+    if (capsule == NULL) return NULL;
+    *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
+    if (*plan == NULL) return NULL;
+    return Py_NewRef(capsule);
+}
+
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a plain transaction with xid,
+ * at lsn: 1 buffered, 0 declined, -1 an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
                   uint64_t lsn)
 {
     Field F[N_CHANGE];
     RowChange rc;
-    if (!scan_change(d, n, pv, F, &rc)) return 0;
-    PyObject *oid = PyLong_FromUnsignedLongLong(F[rc.relation].v);
-    if (oid == NULL) return -1;
-    PyObject *capsule = PyDict_GetItemWithError(plans, oid);
-    Py_DECREF(oid);
+    const Plan *plan;
+    if (!scan_change(d, n, pv, 0, F, &rc)) return 0;
+    PyObject *capsule = plan_of(plans, F, &rc, &plan);
     if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
-    Plan *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
-    if (plan == NULL) return -1;
-    /* a strong reference: put_row runs the plan's converters (Python code), which may drop plans' entry */
-    Py_INCREF(capsule);
     int r = put_change(w, plan, F, &rc, d, n, xid, lsn);
     Py_DECREF(capsule);
     return r;
+}
+
+/* What rows_run and rows_body say of the record at s[at:size] where they stop: 0 (None given) they did not
+ * decline it (more input is needed, or a cap was reached); else the record itself, where it reads as the
+ * Python reader reads it -- (lsn, data, size): the caller hands it to the Python path without reading it
+ * again -- or 1: the Python reader reads from there (a torn or bad record, a row that is not (lsn, xid,
+ * data)).  A new reference, or NULL with an error set. */
+static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_ssize_t size, Py_ssize_t at,
+                                 int final, int declined, unsigned char **row, Py_ssize_t *row_cap)
+{
+    uint64_t lsn;
+    Py_ssize_t n, end;
+    const unsigned char *d;
+    if (!declined || at >= size) return PyLong_FromLong(declined);
+    int r = next_record(frame, s, size, at, final, &lsn, &d, &n, &end, row, row_cap);
+    if (r < 0) return PyErr_NoMemory();
+    if (r != 1) return PyLong_FromLong(1);
+    return Py_BuildValue("(Ky#n)", (unsigned long long)lsn, (const char *)d, n, end - at);
 }
 
 /* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, lines, records, transactions,
@@ -124,8 +182,8 @@ static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, P
  * capture file records laid out as ``frame`` says (a tuple of the Frame's fields) -- (``final``: data ends
  * at the end of the input, so a last row without a line end is whole), their JSON lines in lines (bytes,
  * UTF-8: written as they are to a UTF-8 stream, not decoded and encoded again); consumed
- * is where the rows not taken start, declined whether the row there is one for the Python path (else more
- * input is needed).  last_end is the end LSN of the last transaction printed (-1: none); a transaction
+ * is where the rows not taken start, declined what declined_record says of the record there (declined: a
+ * transaction for the Python path starts there).  last_end is the end LSN of the last transaction printed (-1: none); a transaction
  * ending at or before it is counted in repeated, not printed. */
 static PyObject *c_rows_run(PyObject *self, PyObject *args)
 {
@@ -152,7 +210,8 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
     Scratch w = {0};
     Buf out = {0}, origin = {0};
     PyObject *result = NULL;
-    if (out_init(&out, size / 2 + 256) || out_init(&w.tx, 4096) || out_init(&origin, 64)) goto nomem;
+    /* (the output grows as it is written: a try that declines at once must not cost a big allocation) */
+    if (out_init(&out, 1 << 16) || out_init(&w.tx, 4096) || out_init(&origin, 64)) goto nomem;
     while (pos < size) {
         Py_ssize_t at = pos, taken = 0;
         int state = 0;  /* 0 before the Begin, 1 inside */
@@ -239,8 +298,13 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
     transactions -= repeated;
     PyObject *lines = PyBytes_FromStringAndSize(out.p, out.len);  /* (UTF-8: what a text stream would write) */
     if (lines == NULL) goto done;
-    result = Py_BuildValue("(nNnnnnLi)", pos, lines, records, transactions, changes, repeated,
-                           have_last ? (long long)last_end : -1LL, declined);
+    PyObject *at = declined_record(capture ? &frame : NULL, s, size, pos, final, declined, &row, &row_cap);
+    if (at == NULL) {
+        Py_DECREF(lines);
+        goto done;
+    }
+    result = Py_BuildValue("(nNnnnnLN)", pos, lines, records, transactions, changes, repeated,
+                           have_last ? (long long)last_end : -1LL, at);
     goto done;
 nomem:
     if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -252,5 +316,248 @@ done:
     PyMem_Free(w.pending);
     PyMem_Free(w.toasted);
     PyBuffer_Release(&view);
+    return result;
+}
+
+/* A run: the lines of row changes of a transaction not yet committed (its body, or a stream block's part of
+ * it), as rows_body renders them and rows_join finishes them once it commits.  Each line is a record of
+ * RUN_HEAD -- four uint32: the subtransaction that made it (0 outside a stream block) and the lengths of its
+ * three pieces -- then the pieces: its start (up to "xid":), ",\"lsn\":" and its LSN, and the rest (",\"subxid\":"
+ * in a stream block, the row images, the end and its newline).  rows_join puts the transaction's xid after
+ * the start and its commit keys after the LSN. */
+#define RUN_HEAD (4 * (Py_ssize_t)sizeof(uint32_t))
+/* the most a run holds before rows_body hands it over (the next changes go to a run of their own) */
+#define RUN_MOST ((Py_ssize_t)4 << 20)
+
+/* a scanned row change (d[0:n], fields F) at lsn as a run's record appended to b, by plan: 1, 0 declined
+ * (b may hold part of it), -1 an error */
+static int put_run_line(Buf *b, Scratch *w, const Plan *plan, const Field *F, const RowChange *rc,
+                        const unsigned char *d, Py_ssize_t n, uint64_t lsn, int streamed, uint32_t subxid)
+{
+    const Py_ssize_t at = b->len;
+    uint32_t head[4] = {subxid, 0, 0, 0};
+    PUT(b, head, RUN_HEAD);
+    PUTO(b, plan->start[rc->op]);
+    const Py_ssize_t start = b->len;
+    if (put_lsn_key(b, lsn)) goto nomem;
+    const Py_ssize_t lsn_end = b->len;
+    if (streamed) {
+        PUTS(b, ",\"subxid\":");
+        if (put_u64(b, subxid)) goto nomem;
+    }
+    int r = put_images(b, w, plan, F, rc, d, n);
+    if (r != 1) return r;
+    head[1] = (uint32_t)(start - at - RUN_HEAD);
+    head[2] = (uint32_t)(lsn_end - start);
+    head[3] = (uint32_t)(b->len - lsn_end);
+    memcpy(b->p + at, head, sizeof head);
+    return 1;
+nomem:
+    return -1;
+}
+
+/* subxids[subxid] += count: 0, -1 an error */
+static int count_subxid(PyObject *subxids, uint32_t subxid, Py_ssize_t count)
+{
+    if (count == 0) return 0;
+    PyObject *key = PyLong_FromUnsignedLong(subxid);
+    if (key == NULL) return -1;
+    PyObject *had = PyDict_GetItemWithError(subxids, key);
+    Py_ssize_t before = 0;
+    if (had != NULL) before = PyLong_AsSsize_t(had);
+    PyObject *now = (had == NULL && PyErr_Occurred()) || before < 0 ? NULL : PyLong_FromSsize_t(before + count);
+    int r = now == NULL ? -1 : PyDict_SetItem(subxids, key, now);
+    Py_DECREF(key);
+    Py_XDECREF(now);
+    return r;
+}
+
+/* rows_body(data, final, plans, proto_version, streamed, frame) -> (consumed, run, records, subxids,
+ * declined): the row changes at the start of the records in data (laid out as for rows_run) -- the body of
+ * the transaction, or the stream block (``streamed``: each carries the streamed xid), open there -- as a run
+ * (bytes, see RUN_HEAD) of at most about RUN_MOST bytes, and how many each subtransaction made ({subxid:
+ * count}; subxid 0 outside a stream block).  It stops at the first record that is not a row change, or that
+ * it declines as rows_run does (declined: what declined_record says of it, for the Python path), or where
+ * more input is needed or the run is full (declined 0). */
+static PyObject *c_rows_body(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int final, pv, streamed;
+    PyObject *plans, *framing;
+    Frame frame = {0};
+    if (!PyArg_ParseTuple(args, "y*pO!ipO:rows_body", &view, &final, &PyDict_Type, &plans, &pv, &streamed,
+                          &framing))
+        return NULL;
+    int capture = framing != Py_None;
+    if (capture && frame_of(framing, &frame, "rows_body") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (capture && CRC_TABLE[0][1] == 0) crc_init();
+    if (HEX['f'] != 15) hex_init();
+    const unsigned char *s = view.buf;
+    Py_ssize_t size = view.len, pos = 0, row_cap = 0, records = 0, same = 0;
+    uint32_t last = 0;  /* the subtransaction of the last ``same`` changes, not yet counted in subxids */
+    int declined = 0;
+    unsigned char *row = NULL;
+    Scratch w = {0};
+    Buf *b = &w.tx;
+    PyObject *result = NULL, *subxids = PyDict_New();
+    if (subxids == NULL || out_init(b, 4096)) goto nomem;
+    while (pos < size && b->len < RUN_MOST) {
+        uint64_t lsn;
+        Py_ssize_t n, end;
+        const unsigned char *d;
+        int r = next_record(capture ? &frame : NULL, s, size, pos, final, &lsn, &d, &n, &end, &row, &row_cap);
+        if (r < 0) goto nomem;
+        if (r == 2) break;
+        Field F[N_CHANGE];
+        RowChange rc;
+        const Plan *plan;
+        if (r == 0 || n == 0 || (d[0] != TAG_Insert && d[0] != TAG_Update && d[0] != TAG_Delete)
+            || !scan_change(d, n, pv, streamed, F, &rc)) {
+            declined = 1;
+            break;
+        }
+        PyObject *capsule = plan_of(plans, F, &rc, &plan);
+        if (capsule == NULL) {
+            if (PyErr_Occurred()) goto done;
+            declined = 1;
+            break;
+        }
+        const Py_ssize_t at = b->len;
+        const uint32_t subxid = streamed ? (uint32_t)F[rc.xid].v : 0;
+        r = change_fits(F, &rc, plan->ncols) ? put_run_line(b, &w, plan, F, &rc, d, n, lsn, streamed, subxid) : 0;
+        Py_DECREF(capsule);
+        if (r < 0) goto nomem;
+        if (r == 0) {
+            b->len = at;
+            declined = 1;
+            break;
+        }
+        if (subxid != last && same) {
+            if (count_subxid(subxids, last, same)) goto done;
+            same = 0;
+        }
+        last = subxid;
+        same++;
+        records++;
+        pos = end;
+    }
+    if (count_subxid(subxids, last, same)) goto done;
+    PyObject *run = PyBytes_FromStringAndSize(b->p, b->len);
+    if (run == NULL) goto done;
+    PyObject *at = declined_record(capture ? &frame : NULL, s, size, pos, final, declined, &row, &row_cap);
+    if (at == NULL) {
+        Py_DECREF(run);
+        goto done;
+    }
+    result = Py_BuildValue("(nNnON)", pos, run, records, subxids, at);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    Py_XDECREF(subxids);
+    PyMem_Free(row);
+    out_free(b);
+    PyMem_Free(w.toasted);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* the record of run r[0:size] at *at: its head (subxid, lengths) and its end set, 1; 0 at the run's end;
+ * -1 not a record of a run (a ValueError set) */
+static int run_record(const unsigned char *r, Py_ssize_t size, Py_ssize_t *at, uint32_t head[4])
+{
+    if (*at == size) return 0;
+    if (size - *at < RUN_HEAD) goto bad;
+    memcpy(head, r + *at, RUN_HEAD);
+    Py_ssize_t body = (Py_ssize_t)head[1] + (Py_ssize_t)head[2] + (Py_ssize_t)head[3];
+    if (body > size - *at - RUN_HEAD) goto bad;
+    *at += RUN_HEAD;
+    return 1;
+bad:
+    PyErr_SetString(PyExc_ValueError, "rows_join: not a run of rows_body");
+    return -1;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* rows_join(run, xid, tail, dropped) -> bytes: the JSON lines of a run (rows_body's), each with the
+ * transaction's xid after its start and its commit keys (``tail``: from ,"commit_lsn": on, as JsonLines
+ * writes them) after its LSN, in UTF-8; the lines of the subtransactions in ``dropped`` (a set of ints, or
+ * None) left out. */
+static PyObject *c_rows_join(PyObject *self, PyObject *args)
+{
+    Py_buffer run, xid, tail;
+    PyObject *dropped, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*O:rows_join", &run, &xid, &tail, &dropped)) return NULL;
+    uint32_t *skip = NULL;
+    Py_ssize_t nskip = 0;
+    if (dropped != Py_None) {
+        if (!PyAnySet_Check(dropped)) {
+            PyErr_SetString(PyExc_TypeError, "rows_join: dropped must be a set or None");
+            goto done;
+        }
+        skip = PyMem_Malloc((size_t)(PySet_GET_SIZE(dropped) + 1) * sizeof(uint32_t));
+        if (skip == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        PyObject *items = PyObject_GetIter(dropped), *item;
+        if (items == NULL) goto done;
+        while ((item = PyIter_Next(items)) != NULL) {
+            unsigned long long v = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
+            Py_DECREF(item);
+            if (PyErr_Occurred()) PyErr_Clear();
+            if (v <= UINT32_MAX && nskip < PySet_GET_SIZE(dropped)) skip[nskip++] = (uint32_t)v;
+        }  /* (a value no uint32 holds is no run's subxid) */
+        Py_DECREF(items);
+        if (PyErr_Occurred()) goto done;
+        qsort(skip, (size_t)nskip, sizeof(uint32_t), by_value);
+    }
+    const unsigned char *r = run.buf;
+    uint32_t head[4];
+    Py_ssize_t at = 0, total = 0;
+    int got;
+    while ((got = run_record(r, run.len, &at, head)) == 1) {  /* the size of the lines kept */
+        at += (Py_ssize_t)head[1] + head[2] + head[3];
+        if (nskip && bsearch(&head[0], skip, (size_t)nskip, sizeof(uint32_t), by_value)) continue;
+        Py_ssize_t line = (Py_ssize_t)head[1] + head[2] + head[3];
+        if (total > PY_SSIZE_T_MAX - line - xid.len - tail.len) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        total += line + xid.len + tail.len;
+    }
+    if (got < 0) goto done;
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    char *o = PyBytes_AS_STRING(result);
+    at = 0;
+    while (run_record(r, run.len, &at, head) == 1) {
+        const unsigned char *p = r + at;
+        at += (Py_ssize_t)head[1] + head[2] + head[3];
+        if (nskip && bsearch(&head[0], skip, (size_t)nskip, sizeof(uint32_t), by_value)) continue;
+        memcpy(o, p, head[1]);
+        o += head[1];
+        memcpy(o, xid.buf, (size_t)xid.len);
+        o += xid.len;
+        memcpy(o, p + head[1], head[2]);
+        o += head[2];
+        memcpy(o, tail.buf, (size_t)tail.len);
+        o += tail.len;
+        memcpy(o, p + head[1] + head[2], head[3]);
+        o += head[3];
+    }
+done:
+    PyMem_Free(skip);
+    PyBuffer_Release(&run);
+    PyBuffer_Release(&xid);
+    PyBuffer_Release(&tail);
     return result;
 }

@@ -23,7 +23,7 @@ from .io.positions import message_completes
 from .io.segments import Input, Reach, read_records
 from .split.compiled_path import CompiledPath
 from .stream import snapshot_records
-from .stream.assembler import Assembler, Change, ChangeMaker, Transaction
+from .stream.assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
 from .stream.decoder import IDLE, Decoder, StreamStateError
 from .wire.fast import COMPILED
 
@@ -81,11 +81,15 @@ _TRIES = 4
 
 
 class _RowPath(CompiledPath):
-    """The records of one input for :func:`committed`, with every run of plain transactions the compiled
-    row path takes (``rows_run``) given as one :class:`Written` instead of its records.  It runs only
-    between transactions (the Assembler idle), with a plan for every relation the decoder knows, and stops
-    at the start of anything else; the records from there go to the Assembler until it is idle again.  A
-    torn or corrupt capture file tail is read by the Python reader, which reports it (``tail``)."""
+    """The records of one input for :func:`committed`, with a plan for every relation the decoder knows.
+    Between transactions (the decoder idle), every run of plain transactions the compiled row path takes
+    (``rows_run``) is given as one :class:`Written` instead of its records.  Inside a transaction the
+    Assembler holds open -- a stream block, a prepared transaction, a plain one ``rows_run`` left -- the
+    row changes it takes (``rows_body``) go to that transaction's buffer as one
+    :class:`~replwire.codec.stream.assembler.Rendered` run of lines, which :class:`JsonLines` finishes when
+    the transaction commits.  Each stops at anything else: the records from there go to the Assembler until
+    the row path can go on.  A torn or corrupt capture file tail is read by the Python reader, which
+    reports it (``tail``)."""
 
     def __init__(self, source: Input, assembler: Assembler, lines: JsonLines, rows: Any) -> None:
         # a capture file is read up to its size when the inputs were opened, as its Python reader does
@@ -93,6 +97,7 @@ class _RowPath(CompiledPath):
                          most=_MOST, worth=_WORTH, tries=_TRIES)
         self.assembler, self.lines, self.rows = assembler, lines, rows
         self.last_end = -1
+        self.rendered = 0  # records taken by rows_body (into Rendered runs) so far
         self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
         self._running: Generator[Any, None, None] | None = None
 
@@ -105,14 +110,21 @@ class _RowPath(CompiledPath):
         if self._running is not None:
             self._running.close()
 
-    def idle(self) -> bool:
-        decoder = self.assembler.decoder
-        return decoder.state == IDLE and not self.assembler.open_transactions and self.last_end < 1 << 63
+    def ready(self) -> bool:
+        return self.last_end < 1 << 63
 
-    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Written | None]:
+    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, Any, Written | None]:
         decoder = self.assembler.decoder
+        plans = self.plans(decoder, self._maker)
+        if decoder.state != IDLE:  # the row changes of the transaction open there
+            consumed, run, records, subxids, declined = self.rows.rows_body(
+                data, eof, plans, decoder.proto_version, decoder.in_stream, self.frame)
+            if records:
+                self.assembler.add_rendered(Rendered(run, records, subxids))
+                self.rendered += records
+            return consumed, records, declined, None
         consumed, lines, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
-            data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
+            data, eof, plans, decoder.proto_version, self.last_end, self.frame)
         if not records:
             return consumed, records, declined, None
         decoder.skip(records)
@@ -190,7 +202,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                             path.last_end = end
                     yield item
         except (DecodeError, StreamStateError, snapshot_records.SnapshotError) as error:
-            raise RecordError(source.path, number - 1, error) from error
+            rendered = path.rendered if path is not None else 0  # (records of Rendered runs, before it)
+            raise RecordError(source.path, number + rendered - 1, error) from error
         finally:
             reading.close()
         if reading.tail is not None and tail is not None:

@@ -141,6 +141,16 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
                     else:
                         counts.changes += 1
                     for line in lines(item):
+                        if line.__class__ is bytes:  # lines the compiled row path rendered, in UTF-8
+                            assert isinstance(line, bytes)
+                            write_pending()
+                            if raw is not None:
+                                out.flush()
+                                raw.write(line)
+                            else:
+                                out.write(line.decode("utf-8"))
+                            continue
+                        assert isinstance(line, str)
                         pending.append(line)
                         if len(pending) >= BATCH:
                             write_pending()
@@ -154,7 +164,7 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
 
 
 def _formats(inputs: Sequence[Input], output_format: str, tombstones: bool, version: str
-             ) -> tuple[Callable[[Transaction | Change], Iterable[str]], jsonl.JsonLines | None]:
+             ) -> tuple[Callable[[Transaction | Change], Iterable[str | bytes]], jsonl.JsonLines | None]:
     """The lines of one item in ``output_format``, and the JSON lines writer the compiled row path may write
     plain transactions with (``None``: every item comes as an item)."""
     if output_format == "debezium":

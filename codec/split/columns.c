@@ -137,7 +137,7 @@ static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const u
 {
     Field F[N_CHANGE];
     RowChange rc;
-    if (!scan_change(d, n, pv, F, &rc)) return 0;
+    if (!scan_change(d, n, pv, 0, F, &rc)) return 0;
     const int op = rc.op;
     const Py_ssize_t relation = rc.relation, key = rc.key, old = rc.old, new_ = rc.new_;
     if (lsn > (uint64_t)INT64_MAX) return 0;  /* an int64 column cannot hold it: the Python path says so */

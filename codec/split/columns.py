@@ -87,7 +87,7 @@ class _ColumnPath(CompiledPath):
         self.base = part.source.position(0)
         self.shapes: list[tuple[str, str, str, int]] = []
 
-    def idle(self) -> bool:
+    def ready(self) -> bool:
         return self.decoding.decoder.state == IDLE
 
     def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, ColumnRun | None]:

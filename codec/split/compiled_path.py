@@ -1,18 +1,20 @@
-"""The driver of a compiled path over one input: a C function that takes runs of plain transactions,
-and the Python reader for everything else, in turn.
+"""The driver of a compiled path over one input: a C function that takes runs of what it can write, and the
+Python reader for everything else, in turn.
 
 Strategy: :class:`CompiledPath` reads the input's records (capture records or COPY-CSV rows) from an
-offset in chunks and hands them to the compiled function (:meth:`CompiledPath.take`) only while the
-Python side is idle (between transactions, :meth:`CompiledPath.idle`), with a plan for every relation the
-decoder knows, made again when its Relation or the types change (:meth:`CompiledPath.plans`; each path
-says how one is made, :meth:`CompiledPath.plan`).  The function takes whole plain transactions and stops
-at the start of anything else; the records from there go to the Python reader
-(:meth:`CompiledPath.python`) until it is idle again, and the compiled function goes on from where the
-Python reader stopped, in the bytes already read.  A try that takes fewer than ``worth`` records counts as
-fruitless: after ``tries`` of them in a row, the Python reader takes more records before the next try,
-so a stream of short runs between what the function declines costs little more than the Python path alone.
-The paths (:mod:`~replwire.codec.decode`'s JSON lines, :mod:`~replwire.codec.split.columns`'
-column buffers) say only which function, its plans, what it gives and how the Python side reads the rest.
+offset in chunks and hands them to the compiled function (:meth:`CompiledPath.take`) wherever the path
+says it may be tried (:meth:`CompiledPath.ready`: the column path between transactions, the row path
+anywhere), with a plan for every relation the decoder knows, made again when its Relation or the types
+change (:meth:`CompiledPath.plans`; each path says how one is made, :meth:`CompiledPath.plan`).  The
+function takes what it writes and stops at anything else; the records from there go to the Python reader
+(:meth:`CompiledPath.python`) until the path is ready again, and the compiled function goes on from where
+the Python reader stopped, in the bytes already read.  Where the function hands back the record it stopped
+at, already read, only that record goes to the Python side, without a reader.  Otherwise a try that takes
+fewer than ``worth`` records counts as fruitless: after ``tries`` of them in a row, the Python reader takes
+more records before the next try, so a stream of short runs between what the function declines costs
+little more than the Python path alone.  The paths (:mod:`~replwire.codec.decode`'s JSON lines,
+:mod:`~replwire.codec.split.columns`' column buffers) say only which function, its plans, what it gives and
+how the Python side reads the rest.
 """
 
 from __future__ import annotations
@@ -61,15 +63,17 @@ class CompiledPath(ABC):
         self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
 
     @abstractmethod
-    def idle(self) -> bool:
-        """Whether the Python side is between transactions, where the compiled function may be tried."""
+    def ready(self) -> bool:
+        """Whether the compiled function may be tried where the Python side is now."""
 
     @abstractmethod
-    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, bool, Any]:
+    def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, Any, Any]:
         """The compiled function over ``data`` (the input's bytes from offset ``at``; ``eof``: they reach
         the end): how many bytes and records it took (counted with the decoder's ``skip``), whether it
-        declined the record there (else more input is needed, or it reached a cap), and what to give for
-        them (``None``: nothing)."""
+        declined the record there (else more input is needed, or it reached a cap) -- or that record itself,
+        as the Python reader reads it, ``(lsn, data, size)``, which goes to :meth:`python` without being read
+        again (as ``(offset, lsn, 0, data)``: the xid is not read) -- and what to give for the records it took
+        (``None``: nothing)."""
 
     @abstractmethod
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
@@ -114,16 +118,23 @@ class CompiledPath(ABC):
                     return rest + more, not more or (stop is not None and at + len(rest) + len(more) >= stop)
 
                 while True:
-                    if self.idle():
+                    if self.ready():
                         if not eof and len(chunk) - low < self.chunk:
                             (chunk, eof), low = read(), 0
                         consumed, records, declined, item = self.take(memoryview(chunk)[low:], eof, at)
-                        self._fruitless = 0 if records >= self.worth else self._fruitless + 1
-                        self._patience = (0 if self._fruitless < self.tries
-                                          else min(_PATIENCE << (self._fruitless - self.tries), _MOST_PATIENCE))
                         if item is not None:
                             yield item
                         low, at = low + consumed, at + consumed
+                        if declined.__class__ is tuple:  # the record there, read: the Python side takes it
+                            lsn, data, size = declined
+                            yield from self.python(iter(((at, lsn, 0, data),)))
+                            low, at = low + size, at + size
+                            if low == len(chunk) and eof:
+                                return
+                            continue
+                        self._fruitless = 0 if records >= self.worth else self._fruitless + 1
+                        self._patience = (0 if self._fruitless < self.tries
+                                          else min(_PATIENCE << (self._fruitless - self.tries), _MOST_PATIENCE))
                         left = len(chunk) - low
                         if not left and eof:
                             return
@@ -133,10 +144,10 @@ class CompiledPath(ABC):
                             continue
                         if not declined and consumed:  # a run reached a cap
                             continue
-                    # the Python reader's part: from the record at ``at`` until idle again
+                    # the Python reader's part: from the record at ``at`` until ready again
                     reading = self._python_records(at)
                     try:
-                        yield from self.python(self._until_idle(reading))
+                        yield from self.python(self._until_ready(reading))
                     finally:
                         reading.close()
                     if self._done:
@@ -160,13 +171,13 @@ class CompiledPath(ABC):
             self._reader = read_capture(self.source.path)
         return self._reader.records(at, self.stop, raw=True)
 
-    def _until_idle(self, reading: Reading) -> Generator[Any, None, None]:
-        """The records of ``reading`` until, after at least the patience's, the Python side is idle;
+    def _until_ready(self, reading: Reading) -> Generator[Any, None, None]:
+        """The records of ``reading`` until, after at least the patience's, the path is ready again;
         ``_done`` says whether the reading ran out."""
         patience, taken = self._patience, 0
         for record in reading:
             yield record
             taken += 1
-            if taken >= patience and self.idle():
+            if taken >= patience and self.ready():
                 return
         self._done = True

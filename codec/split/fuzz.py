@@ -19,6 +19,12 @@ The same input goes to the column path (``rows_columns``), which must take no mo
 and give buffers of Arrow's layout for as many rows as it says, every text UTF-8; with every transaction
 wanted (bit 4 clear: every offset is in its outcomes) and none repeated, where it took as much as
 ``rows_run`` its row images are those of ``rows_run``'s lines; with none wanted, no rows.
+
+And to the body path (``rows_body``, then ``rows_join``), walked over the input as the row path walks it:
+each record it hands back is stepped over and the rest given to it again, as stream block bodies if bit 6
+is set; its counts add up and stay inside the input, its run joins into as many JSON lines of a change as
+it took records, less those of a subtransaction left out; and ``rows_join`` of any bytes is lines or a
+ValueError.
 """
 
 from __future__ import annotations
@@ -168,6 +174,42 @@ def fuzz_rows(data: bytes) -> None:
     _fuzz_columns(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, not flags & 16, consumed,
                   lines if not repeated else None)
     _skim(flags, body)
+    _bodies(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, bool(flags & 64))
+
+
+_TAIL = b',"commit_lsn":"0/1","commit_time":"2000-01-01T00:00:00+00:00"'
+
+
+def _bodies(body: bytes, final: bool, proto_version: int, frame: Any, streamed: bool) -> None:
+    at = 0
+    while at < len(body):
+        consumed, run, records, subxids, declined = COMPILED.rows_body(body[at:], final, _PLANS, proto_version,
+                                                                       streamed, frame)
+        if not 0 <= consumed <= len(body) - at or (records and consumed == 0) or sum(subxids.values()) != records:
+            raise AssertionError(f"body: took {consumed} bytes of {len(body) - at}, {records} records, {subxids}")
+        lines = COMPILED.rows_join(run, b"7", _TAIL, None).decode("utf-8").splitlines()
+        if len(lines) != records:
+            raise AssertionError(f"body: {len(lines)} lines for {records} records")
+        for line in lines:
+            change = json.loads(line)
+            if list(change)[:len(_KEYS)] != list(_KEYS) or change["xid"] != 7 or ("subxid" in change) != streamed:
+                raise AssertionError(f"body: not a change's line: {line}")
+        if subxids:
+            left_out, count = next(iter(subxids.items()))
+            kept = COMPILED.rows_join(run, b"7", _TAIL, {left_out}).count(b"\n")
+            if kept != records - count:
+                raise AssertionError(f"body: {kept} lines kept of {records}, {count} left out")
+        at += consumed
+        if declined.__class__ is not tuple:
+            break
+        size = declined[2]
+        if not 0 < size <= len(body) - at:
+            raise AssertionError(f"body: a record of {size} bytes at {at} of {len(body)}")
+        at += size
+    try:
+        COMPILED.rows_join(body, b"", b"", {1, -1, 1 << 40, "x"})
+    except ValueError:
+        pass
 
 
 #: The plans as the column path takes them: (capsule, slot).

@@ -50,18 +50,20 @@ from ..messages import (
 )
 from ..scalars import LSN
 from ..wire.fast import build, parse
-from .decoder import Decoder
+from .decoder import IDLE, Decoder
 from .outcome import Outcome
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, OPEN, ORIGIN, PREPARE, Router
 from .values import RowSchema, ValueLoader, untyped_row
 
-__all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Transaction", "relation_namespace"]
+__all__ = ["Assembler", "Change", "ChangeMaker", "Changes", "Rendered", "Transaction", "relation_namespace"]
 
 #: Bytes counted per buffered change on top of its wire bytes (the entry and the message object), and per
 #: tuple column (its TupleColumn and data object): what the parsed message costs in memory.
 ENTRY_OVERHEAD = 240
 COLUMN_OVERHEAD = 96
-_RECORD = struct.Struct(">BIIQI")  # flags (bit 0: has lsn), schema index, subxid, lsn, length
+_RECORD = struct.Struct(">BIIQI")  # flags (bit 0: has lsn, bit 1: Rendered), schema index, subxid, lsn, length
+_RENDERED = 2
+_NO_SCHEMA = 0xFFFFFFFF
 _DML = (Insert, Update, Delete, Truncate, Message)
 _OPENERS = (Begin, BeginPrepare, StreamStart)  # the messages that open a transaction
 _WITH_XID = (Relation, Type, *_DML)  # the messages that carry the streamed Xid inside a Stream block
@@ -117,6 +119,20 @@ class Change:
         return [name for name, value in (self.new or {}).items() if value is UNCHANGED_TOAST]
 
 
+class Rendered:
+    """Row changes a writer rendered itself, kept in their transaction's buffer as they are: ``data``, opaque
+    to the assembler (the compiled JSON lines row path's run, see :mod:`replwire.codec.decode`), ``count``
+    changes, ``subxids`` how many of them each subtransaction made (:meth:`Assembler.add_rendered`).
+    :meth:`Changes.wire` gives it in its place among the changes, ``dropped`` then naming the subtransactions
+    aborted since, whose changes the writer leaves out.  No :class:`Change` can be made of it."""
+
+    __slots__ = ("count", "data", "dropped", "subxids")
+
+    def __init__(self, data: bytes, count: int = 0, subxids: dict[int, int] | None = None) -> None:
+        self.data, self.count, self.subxids = data, count, subxids or {}
+        self.dropped: set[int] = set()
+
+
 class Changes(Sequence[Change]):
     """The changes of a committed transaction, in order, read lazily.
 
@@ -142,16 +158,21 @@ class Changes(Sequence[Change]):
         for entry in self._buffer.entries():
             yield self._assembler._change(entry, self._buffer)
 
-    def wire(self) -> Iterator[tuple[WireMessage, Any, int | None, int]]:
+    def wire(self) -> Iterator[tuple[WireMessage | Rendered, Any, int | None, int]]:
         """The changes as ``(message, schema, lsn, subxid)``, without :class:`Change` objects: the wire
         message (out-of-stream form), what its values are read with (as :attr:`Change.row_schema`; a tuple of
         Relations for a Truncate, ``None`` for a logical message), its LSN (an ``int``, or ``None``) and the
-        subtransaction xid (as :attr:`Change.xid`).  For writers that read the wire tuples themselves."""
+        subtransaction xid (as :attr:`Change.xid`).  For writers that read the wire tuples themselves; the
+        changes a writer rendered itself come as the :class:`Rendered` it added (schema and LSN ``None``)."""
         buffer, parse_data = self._buffer, self._assembler._parse_data
         schemas = buffer.schemas
         for index, subxid, lsn, item in buffer.entries():
+            if item.__class__ is Rendered:
+                item.dropped = buffer.dropped
+                yield item, None, None, subxid
+                continue
             message = parse_data(item) if isinstance(item, bytes) else item
-            yield message, schemas[index] if index != 0xFFFFFFFF else None, lsn, subxid
+            yield message, schemas[index] if index != _NO_SCHEMA else None, lsn, subxid
 
     @overload
     def __getitem__(self, index: int) -> Change: ...
@@ -235,7 +256,7 @@ class _Buffer:
 
     def schema_index(self, schema: Any) -> int:
         if schema is None:
-            return 0xFFFFFFFF
+            return _NO_SCHEMA
         index = self._schema_index.get(id(schema))
         if index is None:
             index = self._schema_index[id(schema)] = len(self.schemas)
@@ -244,9 +265,18 @@ class _Buffer:
 
     def add(self, schema: Any, subxid: int, lsn: int | None, message: WireMessage, cost: int) -> None:
         """Buffer ``message``, which costs about ``cost`` bytes in memory (:func:`_cost`)."""
-        entry = (self.schema_index(schema), subxid, lsn, message)
         self.count += 1
         self.per_subxid[subxid] = self.per_subxid.get(subxid, 0) + 1
+        self._keep((self.schema_index(schema), subxid, lsn, message), cost)
+
+    def add_rendered(self, rendered: Rendered) -> None:
+        """Buffer changes a writer rendered itself."""
+        self.count += rendered.count
+        for subxid, count in rendered.subxids.items():
+            self.per_subxid[subxid] = self.per_subxid.get(subxid, 0) + count
+        self._keep((_NO_SCHEMA, 0, None, rendered), len(rendered.data) + ENTRY_OVERHEAD)
+
+    def _keep(self, entry: tuple[int, int, int | None, Any], cost: int) -> None:
         if self.file is not None:
             self._write(entry)
             return
@@ -261,9 +291,11 @@ class _Buffer:
 
     def _write(self, entry: tuple[int, int, int | None, Any]) -> None:
         index, subxid, lsn, message = entry
-        data = self.encode(message)
+        rendered = message.__class__ is Rendered
+        data = message.data if rendered else self.encode(message)
         assert self.file is not None
-        self.file.write(_RECORD.pack(lsn is not None, index, subxid, lsn or 0, len(data)))
+        self.file.write(_RECORD.pack((lsn is not None) | (_RENDERED if rendered else 0), index, subxid, lsn or 0,
+                                     len(data)))
         self.file.write(data)
 
     def drop_subtransaction(self, subxid: int) -> None:
@@ -271,9 +303,8 @@ class _Buffer:
         if not removed:
             return
         self.count -= removed
-        if self.file is not None:
-            self.dropped.add(subxid)
-        else:
+        self.dropped.add(subxid)  # (skipped where read from the spill file, and by the writer of Rendered changes)
+        if self.file is None:
             kept = [e for e in self.memory if e[1] != subxid]
             self.size = max(0, self.size - sum(_cost(e[3]) for e in self.memory if e[1] == subxid))  # (about)
             self.memory = kept
@@ -300,14 +331,14 @@ class _Buffer:
                 yield position
             position += _RECORD.size + length
 
-    def read_at(self, offset: int) -> tuple[int, int, int | None, bytes]:
+    def read_at(self, offset: int) -> tuple[int, int, int | None, bytes | Rendered]:
         assert self.file is not None
         self.file.seek(offset)
         flags, index, subxid, lsn, length = _RECORD.unpack(self.file.read(_RECORD.size))
         data = self.file.read(length)
         if len(data) != length:
             raise OSError(f"spill file truncated at offset {offset}")
-        return index, subxid, (lsn if flags & 1 else None), data
+        return index, subxid, (lsn if flags & 1 else None), Rendered(data) if flags & _RENDERED else data
 
     def close(self) -> None:
         if self.file is not None:
@@ -438,6 +469,23 @@ class Assembler:
             buffers[key].drop_subtransaction(route.value)
         return []
 
+    def add_rendered(self, rendered: Rendered) -> None:
+        """Add ``rendered.count`` row changes a writer rendered itself (:class:`Rendered`) to the transaction
+        open now -- a Begin's, a Begin Prepare's, or the streamed one whose block is open -- as the next
+        messages of the stream, which the decoder counts without being fed: row changes it would have
+        accepted, which leave its state and caches as they are.  The writer reads them back from
+        :meth:`Changes.wire` when the transaction commits."""
+        decoder, router = self.decoder, self._router
+        if decoder.in_stream:
+            assert decoder.stream_xid is not None  # in a stream block: its Stream Start set the xid
+            key = router.streams[decoder.stream_xid]
+        elif router.current is not None and decoder.state != IDLE:
+            key = router.current
+        else:
+            raise ValueError("no transaction is open to add rendered changes to")
+        decoder.skip(rendered.count)
+        self._buffers[key].add_rendered(rendered)
+
     # -- output --------------------------------------------------------------------------------------------
 
     def _transaction(self, buffer: _Buffer, commit: Commit | StreamCommit | CommitPrepared) -> Transaction:
@@ -450,8 +498,11 @@ class Assembler:
 
     def _change(self, entry: tuple[int, int, int | None, Any], buffer: _Buffer) -> Change:
         index, subxid, lsn, item = entry
+        if item.__class__ is Rendered:
+            raise TypeError("changes a writer rendered itself (Assembler.add_rendered) make no Change objects: "
+                            "read them with Changes.wire()")
         message = self._parse_data(item) if isinstance(item, bytes) else item
-        schema = buffer.schemas[index] if index != 0xFFFFFFFF else None
+        schema = buffer.schemas[index] if index != _NO_SCHEMA else None
         return self._maker.change(message, schema, LSN(lsn) if lsn is not None else None, buffer.xid,
                                   subxid if buffer.streamed else None)
 

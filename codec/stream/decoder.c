@@ -6,28 +6,29 @@
 
 #define MOST(a, b) ((a) > (b) ? (a) : (b))
 
-/* Where a scanned row change's parts lie in its Fields: its op (0 insert, 1 update, 2 delete), the relation
- * id's field, and the new, key and old images' fields (-1: an image its kind cannot have). */
+/* Where a scanned row change's parts lie in its Fields: its op (0 insert, 1 update, 2 delete), the streamed
+ * xid's field (present only inside a stream block), the relation id's field, and the new, key and old
+ * images' fields (-1: an image its kind cannot have). */
 typedef struct {
     int op;
-    Py_ssize_t relation, new_, key, old;
+    Py_ssize_t xid, relation, new_, key, old;
 } RowChange;
 
 #define N_CHANGE MOST(N_Insert, MOST(N_Update, N_Delete))
 
-/* a row change (d[0:n], its tag an Insert's, an Update's or a Delete's) scanned into F (N_CHANGE Fields):
- * 1 (c set), 0 it does not scan */
-static int scan_change(const unsigned char *d, Py_ssize_t n, int pv, Field *F, RowChange *c)
+/* a row change (d[0:n], its tag an Insert's, an Update's or a Delete's; ins: inside a stream block, where
+ * it carries the streamed xid) scanned into F (N_CHANGE Fields): 1 (c set), 0 it does not scan */
+static int scan_change(const unsigned char *d, Py_ssize_t n, int pv, int ins, Field *F, RowChange *c)
 {
     if (d[0] == TAG_Insert) {
-        if (!s_Insert(d, n, pv, 0, F)) return 0;
-        *c = (RowChange){0, F_Insert_relation_id, F_Insert_new, -1, -1};
+        if (!s_Insert(d, n, pv, ins, F)) return 0;
+        *c = (RowChange){0, F_Insert_xid, F_Insert_relation_id, F_Insert_new, -1, -1};
     } else if (d[0] == TAG_Update) {
-        if (!s_Update(d, n, pv, 0, F)) return 0;
-        *c = (RowChange){1, F_Update_relation_id, F_Update_new, F_Update_key, F_Update_old};
+        if (!s_Update(d, n, pv, ins, F)) return 0;
+        *c = (RowChange){1, F_Update_xid, F_Update_relation_id, F_Update_new, F_Update_key, F_Update_old};
     } else {
-        if (!s_Delete(d, n, pv, 0, F)) return 0;
-        *c = (RowChange){2, F_Delete_relation_id, -1, F_Delete_key, F_Delete_old};
+        if (!s_Delete(d, n, pv, ins, F)) return 0;
+        *c = (RowChange){2, F_Delete_xid, F_Delete_relation_id, -1, F_Delete_key, F_Delete_old};
     }
     return 1;
 }

@@ -51,7 +51,7 @@ from ..messages import Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
 from ..wire.gen import row_ways
-from .assembler import Change, ChangeMaker, Transaction
+from .assembler import Change, ChangeMaker, Rendered, Transaction
 from .server_text import server_text
 from .value_types import (
     UNCHANGED_TOAST,
@@ -617,8 +617,10 @@ class JsonLines:
         self.maker = ChangeMaker(rows=False, encoding=encoding)
         self._starts: dict[tuple[int, str], tuple[Any, str]] = {}
 
-    def __call__(self, item: Transaction | Change) -> Iterator[str]:
-        """The lines of ``item``, one at a time (a spilled transaction is read back as they are taken)."""
+    def __call__(self, item: Transaction | Change) -> Iterator[str | bytes]:
+        """The lines of ``item``, one at a time (a spilled transaction is read back as they are taken); the
+        changes the compiled row path rendered (:class:`~replwire.codec.stream.assembler.Rendered`) as bytes:
+        their lines in UTF-8, each ending in a newline."""
         if not isinstance(item, Transaction):
             for obj in objects(item):
                 yield ENCODE(obj)
@@ -627,7 +629,15 @@ class JsonLines:
         tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
         xid = f"{item.xid}" if item.xid is not None else "null"
         streamed, rows, starts = item.streamed, self.rows, self._starts
+        joined: tuple[bytes, bytes] | None = None  # the xid and tail rows_join puts into Rendered lines
         for message, schema, lsn, subxid in item.changes.wire():
+            if message.__class__ is Rendered:
+                assert isinstance(message, Rendered) and COMPILED is not None  # (only the compiled path renders)
+                if joined is None:
+                    joined = (xid.encode(), tail.encode())
+                yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
+                continue
+            assert not isinstance(message, Rendered)
             op = _OPS.get(message.__class__)
             if op is None:  # a truncate or a logical message
                 change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,

@@ -79,6 +79,11 @@ def decode(paths, proto_version, *, row_path):
                 continue
             counts["transactions"] += isinstance(item, Transaction)
             for line in writer(item):
+                if isinstance(line, bytes):  # lines the row path rendered inside a transaction
+                    out.append(line.decode())
+                    counts["changes"] += line.count(b"\n")
+                    counts["written"] += line.count(b"\n")
+                    continue
                 out.append(line + "\n")
                 counts["changes"] += 1
     except Exception as error:  # noqa: BLE001 - compared between the two paths
@@ -186,8 +191,9 @@ def test_a_transaction_longer_than_a_read(tmp_path, form):
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_transaction_longer_than_the_row_path_takes(tmp_path, form, monkeypatch):
-    """A transaction of more input than the row path holds at once goes to the Assembler (which spills a big
-    one to a file), the transactions around it to the row path."""
+    """A transaction of more input than ``rows_run`` holds at once is opened by the Assembler (which spills a
+    big one to a file), and its changes rendered into its buffer by ``rows_body``; the transactions around
+    it go to ``rows_run``."""
     from replwire.codec import decode
 
     monkeypatch.setattr(decode, "_CHUNK", 1 << 14)
@@ -201,8 +207,8 @@ def test_a_transaction_longer_than_the_row_path_takes(tmp_path, form, monkeypatc
     path = write_stream(tmp_path / f"big.{SUFFIX[form]}", rows, form, 1)
     text, counts, error = same([path], 1)
     assert error is None and '"op":"insert"' in text
-    if COMPILED:
-        assert 0 < counts["written"] <= counts["changes"] - 600
+    if COMPILED:  # all but the few the Assembler takes after fruitless tries (CompiledPath's patience)
+        assert counts["changes"] - 100 < counts["written"] <= counts["changes"]
 
 
 # -- every value form: drawn streams over columns of many types -----------------------------------------------
@@ -535,7 +541,7 @@ def test_the_fuzz_target_starts_inside_the_row_path():
             elif n >= 4 + len(fuzz._LAST_WAYS):  # the row of binary values: written in C
                 assert result[4] == 1 and result[7] == 0
             elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
-                assert result[:5] == (0, b"", 0, 0, 0) and result[7] == 1
+                assert result[:5] == (0, b"", 0, 0, 0) and result[7] != 0
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -589,11 +595,19 @@ def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
                 Commit(flags=0, commit_lsn=LSN(0x100), end_lsn=LSN(0x108), commit_time=when)]
     rows = b"".join(f"{LSN(0x100 + i)},1,\\x{build_message(m, proto_version=1).hex()}\n".encode()
                     for i, m in enumerate(messages))
+    body = rows[rows.index(b"\n") + 1:]  # (the Insert and the Commit: what rows_body takes inside the Begin)
     if raised is KeyboardInterrupt:
         with pytest.raises(KeyboardInterrupt, match="stop"):
             fast.COMPILED.rows_run(rows, True, plans, 1, -1, None)
-    else:
-        assert fast.COMPILED.rows_run(rows, True, plans, 1, -1, None) == (0, b"", 0, 0, 0, 0, -1, 1)
+        with pytest.raises(KeyboardInterrupt, match="stop"):
+            fast.COMPILED.rows_body(body, True, plans, 1, False, None)
+    else:  # declined at the transaction's start (the Begin, handed back as read), and at the Insert
+        begin = build_message(messages[0], proto_version=1)
+        assert fast.COMPILED.rows_run(rows, True, plans, 1, -1, None) == (
+            0, b"", 0, 0, 0, 0, -1, (0x100, begin, len(rows) - len(body)))
+        insert = build_message(messages[1], proto_version=1)
+        assert fast.COMPILED.rows_body(body, True, plans, 1, False, None) == (
+            0, b"", 0, {}, (0x101, insert, body.index(b"\n") + 1))
 
 
 def test_binary_values_written_in_c():
@@ -650,3 +664,206 @@ def test_drawn_binary_values(data):
         plan = fast.COMPILED.rows_plan((b"", b"", b""), jsonl.RowJson().plan_columns(schema))
         written = fast.COMPILED.rows_row(plan, columns, False, None)
         assert written is None or (written, []) == expected
+
+
+# -- streamed and two-phase transactions: the row changes inside them rendered by rows_body --------------------
+
+def _columns(width: int) -> list[RelationColumn]:
+    names = [("id", 23, 1), ("v", 25, 0), ("w", 20, 0)]
+    return [RelationColumn(flags=flags, name=name, type_id=oid, type_modifier=-1) for name, oid, flags in names[:width]]
+
+
+@st.composite
+def interleaved_streams(draw):
+    """A protocol 4 stream of streamed transactions whose blocks interleave with each other, with plain and
+    two-phase transactions between them: subtransactions aborted between blocks, whole transactions
+    aborted, streamed ones prepared and committed or rolled back later, Relations inside blocks (the table
+    changing shape mid-stream: each change is read with the Relation in force when it came), logical
+    messages and truncates inside bodies (which rows_body leaves to the Assembler), a value it does not
+    write in C.  As ``(lsn, xid, data)`` rows."""
+    from replwire.codec import (
+        BeginPrepare,
+        CommitPrepared,
+        Message,
+        Prepare,
+        RollbackPrepared,
+        StreamAbort,
+        StreamCommit,
+        StreamPrepare,
+        StreamStart,
+        StreamStop,
+        Truncate,
+    )
+
+    rows: list[tuple[int, int, bytes]] = []
+    lsn = [0x7000_0000]
+    width = [2]
+
+    def emit(message, in_stream=False, xid=0):
+        lsn[0] += 0x40
+        rows.append((lsn[0], xid, build_message(message, proto_version=4, in_stream=in_stream)))
+
+    def relation(xid=None):
+        width[0] = draw(st.sampled_from([2, 3]))
+        emit(Relation(xid=xid, relation_id=9, namespace="public", name="t\u00e9", replica_identity="d",
+                      columns=_columns(width[0])), in_stream=xid is not None, xid=xid or 0)
+
+    def value(i):
+        n = draw(st.integers(0, 9))
+        return [TupleColumn.text(str(n)), TupleColumn.text(draw(st.sampled_from(["a", "\u00e9\"\\", ""]))),
+                draw(st.sampled_from([TupleColumn.text(str(1 << 40)), TupleColumn.null(),
+                                      TupleColumn.binary(b"\x00\x01")]))][:width[0]]  # (w binary: not int8's 8 bytes)
+
+    def body(xid, sub=None):
+        for i in range(draw(st.integers(0, 6))):
+            x = sub if sub is None else draw(st.sampled_from(sub))
+            kind = draw(st.sampled_from(["I", "I", "U", "D", "M", "T", "R"] if x is not None else ["I", "U", "D", "M"]))
+            streamed = x is not None
+            if kind == "R":
+                relation(xid)
+            elif kind == "I":
+                emit(Insert(xid=x, relation_id=9, new=value(i)), streamed, xid)
+            elif kind == "U":
+                new = value(i)
+                if width[0] == 3 and draw(st.booleans()):
+                    new[2] = TupleColumn.unchanged_toast()
+                emit(Update(xid=x, relation_id=9, key=None, old=None, new=new), streamed, xid)
+            elif kind == "D":
+                emit(Delete(xid=x, relation_id=9, key=[TupleColumn.text("1")] + [TupleColumn.null()] * (width[0] - 1),
+                            old=None), streamed, xid)
+            elif kind == "M":
+                emit(Message(xid=x, flags=1, lsn=LSN(lsn[0]), prefix="p", content=b"c"), streamed, xid)
+            else:
+                emit(Truncate(xid=x, options=0, relation_ids=[9]), streamed, xid)
+
+    def ends():
+        lsn[0] += 0x40
+        return LSN(lsn[0]), LSN(lsn[0] + 8)
+
+    commit, end = ends()
+    emit(Begin(final_lsn=commit, commit_time=Timestamp(5), xid=600), xid=600)
+    relation()
+    emit(Commit(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(5)), xid=600)
+    open_streams: dict[int, list[int]] = {}
+    prepared: list[tuple[int, str]] = []
+    next_xid = 700
+    for _ in range(draw(st.integers(1, 20))):
+        action = draw(st.sampled_from(["plain", "block", "block", "block", "abort sub", "abort sub", "end", "two-phase",
+                                       "finish prepared"]))
+        if action == "plain":
+            xid = next_xid = next_xid + 1
+            commit, end = ends()
+            emit(Begin(final_lsn=commit, commit_time=Timestamp(5), xid=xid), xid=xid)
+            body(xid)
+            emit(Commit(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(5)), xid=xid)
+        elif action == "block":
+            if open_streams and draw(st.booleans()):
+                xid = draw(st.sampled_from(sorted(open_streams)))
+                first = False
+            else:
+                xid = next_xid = next_xid + 1
+                open_streams[xid] = [xid]
+                first = True
+            subs = open_streams[xid]
+            if len(subs) < 3 and draw(st.booleans()):
+                subs.append(xid * 1000 + len(subs))
+            emit(StreamStart(xid=xid, first_segment=int(first)), xid=xid)
+            if first and draw(st.booleans()):
+                relation(xid)
+            body(xid, subs)
+            emit(StreamStop(), xid=xid)
+        elif action == "abort sub" and any(len(subs) > 1 for subs in open_streams.values()):
+            xid = draw(st.sampled_from(sorted(x for x, subs in open_streams.items() if len(subs) > 1)))
+            subxid = draw(st.sampled_from(open_streams[xid][1:]))
+            open_streams[xid].remove(subxid)  # (an aborted subtransaction makes no more changes)
+            emit(StreamAbort(xid=xid, subxid=subxid, abort_lsn=None, abort_time=None), xid=xid)
+        elif action == "end" and open_streams:
+            xid = draw(st.sampled_from(sorted(open_streams)))
+            del open_streams[xid]
+            how = draw(st.sampled_from(["commit", "abort", "prepare"]))
+            commit, end = ends()
+            if how == "commit":
+                emit(StreamCommit(xid=xid, flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(7)), xid=xid)
+            elif how == "abort":
+                emit(StreamAbort(xid=xid, subxid=xid, abort_lsn=None, abort_time=None), xid=xid)
+            else:
+                gid = f"g{xid}"
+                emit(StreamPrepare(flags=0, prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(7), xid=xid,
+                                   gid=gid), xid=xid)
+                prepared.append((xid, gid))
+        elif action == "two-phase":
+            xid = next_xid = next_xid + 1
+            commit, end = ends()
+            emit(BeginPrepare(prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=f"g{xid}"),
+                 xid=xid)
+            body(xid)
+            emit(Prepare(flags=0, prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=f"g{xid}"),
+                 xid=xid)
+            prepared.append((xid, f"g{xid}"))
+        elif action == "finish prepared" and prepared:
+            xid, gid = prepared.pop(draw(st.integers(0, len(prepared) - 1)))
+            commit, end = ends()
+            if draw(st.booleans()):
+                emit(CommitPrepared(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(8), xid=xid,
+                                    gid=gid), xid=xid)
+            else:
+                emit(RollbackPrepared(flags=0, prepare_end_lsn=commit, rollback_end_lsn=end, prepare_time=Timestamp(6),
+                                      rollback_time=Timestamp(8), xid=xid, gid=gid), xid=xid)
+    for xid in sorted(open_streams):  # the streams still open commit (or are prepared, and commit later)
+        commit, end = ends()
+        emit(StreamCommit(xid=xid, flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(9)), xid=xid)
+    for xid, gid in prepared:
+        commit, end = ends()
+        emit(CommitPrepared(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(9), xid=xid, gid=gid),
+             xid=xid)
+    return rows
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(rows=interleaved_streams(), form=st.sampled_from(FORMS), spill=st.booleans())
+def test_interleaved_streamed_and_two_phase_transactions(tmp_path_factory, monkeypatch, rows, form, spill):
+    """Streamed, prepared and plain transactions interleaved (:func:`interleaved_streams`): the row path
+    prints what the Python path prints, and what the typed objects give; with ``spill`` every transaction's
+    buffer goes to its spill file at once, the rendered runs with the parsed changes."""
+    import functools
+
+    from replwire.codec import decode as decode_module
+
+    if spill:
+        monkeypatch.setattr(decode_module, "Assembler", functools.partial(Assembler, spill_threshold=0))
+    path = write_stream(tmp_path_factory.mktemp("interleaved") / f"s.{SUFFIX[form]}", rows, form, 4)
+    text, counts, error = same([path], 4)
+    assert error is None
+    assert text == typed_lines([(data, lsn) for lsn, _, data in rows], 4)
+
+
+def test_streamed_changes_are_rendered_by_the_row_path(tmp_path):
+    """The row changes inside stream blocks and prepared transactions are written by the row path (the
+    Assembler keeps their transactions), and a subtransaction aborted between blocks leaves out its lines."""
+    from replwire.codec import BeginPrepare, CommitPrepared, Prepare, StreamAbort, StreamCommit, StreamStart, StreamStop
+
+    def insert(i, xid=None):
+        return Insert(xid=xid, relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x")])
+
+    at = (LSN(0x800), LSN(0x808), Timestamp(1))
+    messages = [(StreamStart(xid=5, first_segment=1), False),
+                (Relation(xid=5, relation_id=9, namespace="public", name="t", replica_identity="d",
+                          columns=_columns(2)), True),
+                *[(insert(i, 5 if i % 2 else 6), True) for i in range(40)],
+                (StreamStop(), False),
+                (StreamAbort(xid=5, subxid=6, abort_lsn=None, abort_time=None), False),
+                (StreamCommit(xid=5, flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x910), commit_time=Timestamp(1)),
+                 False),
+                (BeginPrepare(prepare_lsn=at[0], end_lsn=at[1], prepare_time=at[2], xid=8, gid="g"), False),
+                *[(insert(i), False) for i in range(10)],
+                (Prepare(flags=0, prepare_lsn=at[0], end_lsn=at[1], prepare_time=at[2], xid=8, gid="g"), False),
+                (CommitPrepared(flags=0, commit_lsn=LSN(0xA00), end_lsn=LSN(0xA10), commit_time=Timestamp(2), xid=8,
+                                gid="g"), False)]
+    rows = [(0x100 + 0x10 * n, 5, build_message(m, proto_version=4, in_stream=streamed))
+            for n, (m, streamed) in enumerate(messages)]
+    path = write_stream(tmp_path / "s.csv", rows, "copy-csv", 4)
+    text, counts, error = same([path], 4)
+    assert error is None and counts["changes"] == 30
+    assert text.count('"subxid":5') == 20 and text.count('"gid":"g"') == 10
+    assert counts["written"] == (30 if COMPILED else 0)

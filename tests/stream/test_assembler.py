@@ -30,6 +30,7 @@ from replwire.codec import (
     StreamStart,
     StreamStateError,
     StreamStop,
+    Timestamp,
     Transaction,
     Truncate,
     TupleColumn,
@@ -330,3 +331,35 @@ def test_resume_drops_an_incomplete_transaction_and_keeps_the_caches():
         out += asm.feed(build(message, proto_version=2))
     (txn,) = out
     assert ids(txn) == [1, 2] and asm.decoder.state == "idle"
+
+
+@pytest.mark.parametrize("spill_threshold", [0, 1 << 20])
+def test_rendered_changes_keep_their_place_and_their_subtransactions(spill_threshold):
+    """Changes a writer rendered itself (``add_rendered``) sit in their transaction's buffer among the parsed
+    ones, in memory or in the spill file, counted as changes; a subtransaction aborted between blocks is named
+    in their ``dropped``; they make no Change objects, and need an open transaction."""
+    from replwire.codec.stream.assembler import Rendered
+
+    relation = Relation(xid=5, relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=[RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1)])
+    asm = Assembler(proto_version=4, spill_threshold=spill_threshold)
+    with pytest.raises(ValueError, match="no transaction is open"):
+        asm.add_rendered(Rendered(b"x", 1, {0: 1}))
+    asm.add(StreamStart(xid=5, first_segment=1))
+    asm.add(relation)
+    asm.add(Insert(xid=5, relation_id=9, new=[TupleColumn.text("1")]))
+    position = asm.decoder.index
+    asm.add_rendered(Rendered(b"rendered bytes", 3, {5: 1, 6: 2}))
+    assert asm.decoder.index == position + 3  # (counted as messages of the stream)
+    asm.add(Insert(xid=6, relation_id=9, new=[TupleColumn.text("2")]))
+    asm.add(StreamStop())
+    asm.add(StreamAbort(xid=5, subxid=6, abort_lsn=None, abort_time=None))
+    [txn] = asm.add(StreamCommit(xid=5, flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x910), commit_time=Timestamp(1)))
+    assert len(txn.changes) == 2  # the parsed insert of 5, the rendered change of 5
+    assert txn.changes.spilled == (spill_threshold == 0)
+    wire = list(txn.changes.wire())
+    assert [type(m).__name__ for m, *_ in wire] == ["Insert", "Rendered"]
+    rendered = wire[1][0]
+    assert rendered.data == b"rendered bytes" and rendered.dropped == {6}
+    with pytest.raises(TypeError, match="make no Change objects"):
+        list(txn.changes)
