@@ -20,7 +20,7 @@ from itertools import chain
 from typing import Any
 
 from ..errors import DecodeError
-from ..io.capture_file import Reading, TailProblem, read_capture
+from ..io.capture_file import CaptureFileError, Reading, TailProblem, read_capture
 from ..io.copy_csv import read_copy_csv
 from ..io.record_plan import record_frame
 from ..io.segments import Input
@@ -84,6 +84,7 @@ class Skimmer:
         self._lines: Reading | None = None  # COPY-CSV: the lines from ``_next`` on, one read
         self._next = -1
         self._carried: Any = None
+        self._failed: CaptureFileError | None = None  # COPY-CSV: the line at ``_next`` is not a row
         self._frame = record_frame() if source.form == "capture" else None
         self._file = None
         if COMPILED is not None:
@@ -142,21 +143,31 @@ class Skimmer:
             if self._lines is not None:
                 self._lines.close()
             self._lines = read_copy_csv(self.source.path, start, self.source.size, raw=True)
-            self._carried = None
+            self._carried = self._failed = None
+        elif self._failed is not None:  # this run's first line is not a row: the run before found it
+            raise self._failed
         rest = self._lines
         assert rest is not None  # opened above, or by the skim that ended at start (_next is -1 before any)
         lines = chain((self._carried,), rest) if self._carried is not None else rest
         before, after_stop, self._carried = 0, self.source.size, None
-        for line in lines:
-            offset, lsn, xid, data = line
-            if offset >= stop:
-                after_stop, self._carried = offset, line
-                break
-            if data and data[0] in ROW_TAGS:
-                before += 1
-            else:
-                append((offset, lsn, xid, data, before))
-                before = 0
+        try:
+            for line in lines:
+                offset, lsn, xid, data = line
+                if offset >= stop:
+                    after_stop, self._carried = offset, line
+                    break
+                if data and data[0] in ROW_TAGS:
+                    before += 1
+                else:
+                    append((offset, lsn, xid, data, before))
+                    before = 0
+        except CaptureFileError as error:
+            # the line read to find where this run ends (the first at or past stop) is not a row -- a torn
+            # last line, say: it is the next run's, which raises it (as the compiled reading, which reads no
+            # further than this run, does); this run is the rows before it
+            if error.offset is None or error.offset < stop:
+                raise
+            after_stop, self._failed = error.offset, error
         self._next = after_stop
         return Skimmed(controls, before, after_stop, None)
 

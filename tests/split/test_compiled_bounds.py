@@ -248,3 +248,16 @@ def test_dropped_subtransactions_that_change_while_asked_are_read_safely():
     consumed, records, rows, declined, _ = COMPILED.rows_columns(body, True, plans, 1, None, 0, {0: None}, dropped,
                                                              1 << 30, 1 << 30)
     assert (consumed, records, rows, declined) == (len(body), 4, 0, 0)  # its xid dropped: no rows
+
+
+@pytest.mark.parametrize("length", [12, 4094, 4096, 4200])
+def test_the_fuzz_targets_runs_agree_at_a_torn_csv_line_after_a_run(length):
+    """The fuzz target's comparison of the compiled runs with the Python ones (runs of 4096 bytes: bits 4-7 of
+    the flags clear), over COPY-CSV rows whose last line is cut short, inside the first run or right where it
+    ends (the first line 4096 bytes or longer): the run before the torn line is the same on both sides (the
+    Python reading reads the torn line to find where that run ends, and leaves its error to the next run),
+    and the torn line's own run is declined."""
+    row = b"0/10,0,\\x49" + b"00" * ((length - 12) // 2) + b"\n"  # an Insert's tag byte: a line of length bytes
+    for body in (row + b"0/1", row + b"0/11,0,\\x4", row + b"0/11,0,\\x", row * 3 + b"0/11,0"):
+        for flags in (0x0C, 0x0E):  # COPY-CSV rows, protocol 4, ending the input or not
+            fuzz._skim(flags, body)

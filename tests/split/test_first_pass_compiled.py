@@ -12,6 +12,7 @@ import pytest
 
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Insert, Message, TupleColumn, build
+from replwire.codec.io.capture_file import CaptureFileError
 from replwire.codec.split import open_inputs, plan, skim
 from replwire.codec.stream import snapshot_records
 from replwire.codec.wire import fast
@@ -211,3 +212,118 @@ def test_stream_errors(monkeypatch, tmp_path):
             expected = outcome(open_inputs([path]))
         assert isinstance(expected[0], type)  # an error
         same(monkeypatch, open_inputs([path]), sizes=((1, 1), (1 << 30, 1)))
+
+
+def runs_of(monkeypatch, inputs, unit, compiled):
+    """Every run :func:`skim.runs_here` reads of ``inputs``, ``unit`` bytes at a time, by the compiled reading
+    (else the Python one): each run's bounds, records, items, row counts and tail, then the error that ended
+    the reading (class and text), if one did."""
+    got = []
+    with monkeypatch.context() as patch:
+        if not compiled:
+            patch.setattr(skim, "COMPILED", None)
+        try:
+            for run in skim.runs_here(inputs, unit):
+                tail = run.tail and (run.tail.offset, run.tail.reason, run.tail.size)
+                got.append((run.start, run.stop, run.records, run.controls, run.rows, tail))
+        except Exception as error:  # noqa: BLE001 -- compared between the two paths
+            got.append((type(error), str(error)))
+    return got
+
+
+def runs_alike(monkeypatch, inputs, unit):
+    """The compiled and the Python reading read ``inputs`` in the same runs, step by step, and end alike."""
+    expected = runs_of(monkeypatch, inputs, unit, compiled=False)
+    assert runs_of(monkeypatch, inputs, unit, compiled=True) == expected, unit
+    return expected
+
+
+def _csv_text(rows):
+    return "".join(f"{LSN(lsn)},{xid},\\x{data.hex()}\n" for lsn, xid, data in rows).encode()
+
+
+def _long_transactions(transactions=3, changes=300):
+    """Plain transactions of ``changes`` row changes each (several 4 KiB units each), a Relation first."""
+    rows = [(0x100, 699, build(Begin(final_lsn=LSN(0x101), commit_time=1, xid=699), proto_version=4)),
+            (0x100, 699, build(_relation(16385, "t", 2), proto_version=4)),
+            (0x101, 699, build(Commit(flags=0, commit_lsn=LSN(0x101), end_lsn=LSN(0x102), commit_time=1),
+                               proto_version=4))]
+    lsn = 0x1000
+    for t in range(transactions):
+        xid = 700 + t
+        rows.append((lsn, xid, build(Begin(final_lsn=LSN(lsn + changes + 1), commit_time=1, xid=xid), proto_version=4)))
+        for i in range(changes):
+            lsn += 1
+            rows.append((lsn, xid, build(Insert(relation_id=16385, new=[TupleColumn.text(str(i)),
+                                                                         TupleColumn.text("v" * (i % 40))]),
+                                         proto_version=4)))
+        lsn += 1
+        rows.append((lsn, xid, build(Commit(flags=0, commit_lsn=LSN(lsn), end_lsn=LSN(lsn + 1), commit_time=1),
+                                     proto_version=4)))
+        lsn += 10
+    return rows
+
+
+def _run_starts(monkeypatch, path, unit):
+    """Where the runs of ``unit`` bytes start in the intact COPY-CSV file at ``path``."""
+    return [run[0] for run in runs_of(monkeypatch, open_inputs([path], proto_version=4), unit, compiled=False)]
+
+
+def test_a_torn_csv_line_right_after_a_run_fails_the_run_it_starts(monkeypatch, tmp_path):
+    """The smallest case: a row, then a line cut short that starts where the first run (of 1 byte) ends.
+    That line is the next run's (runs hold the rows that start below their end): the first run is read, the
+    rows in it decoded, and the next one raises what the torn line is."""
+    path = tmp_path / "torn.csv"
+    path.write_bytes(b"0/10,0,\\x49\n0/1")  # an Insert's tag byte, then a torn row
+    inputs = open_inputs([path], proto_version=4)
+    runs = runs_alike(monkeypatch, inputs, 1)
+    assert runs[0] == (0, 12, 1, [], [1], None)
+    assert runs[1][0] is CaptureFileError and "at offset 12: not an (lsn, xid, data) row" in runs[1][1]
+    assert len(runs) == 2
+
+
+@pytest.mark.parametrize("unit", [4096, 1000])
+@pytest.mark.parametrize("seed", range(2))
+def test_torn_csv_tails_cut_around_every_read_unit(monkeypatch, tmp_path, seed, unit):
+    """A COPY-CSV input (random transactions, or long plain ones over several 4 KiB units) cut at every offset
+    around where each run of ``unit`` bytes starts -- the line before it, the run's first line, into its
+    second --, so that the last line is torn inside a transaction that crosses the run's start: the compiled
+    and the Python reading read the same runs, step by step, and end with the same error or tail."""
+    if seed == 0:
+        rows = [(lsn, 0, data) for lsn, data in StreamMaker(seed).make(40)]
+    else:
+        rows = _long_transactions()
+    text = _csv_text(rows)
+    whole = write_csv(tmp_path / "whole.csv", rows)
+    path = tmp_path / "cut.csv"
+    starts = _run_starts(monkeypatch, whole, unit)[1:]
+    compared = 0
+    for begin in starts[:: max(1, len(starts) // 6)]:
+        after = text.index(b"\n", text.index(b"\n", begin) + 1) + 1  # the end of the run's second line
+        for cut in range(max(1, text.rindex(b"\n", 0, begin - 1) + 1), min(after + 1, len(text))):
+            path.write_bytes(text[:cut])
+            runs_alike(monkeypatch, open_inputs([path], proto_version=4), unit)
+            compared += 1
+    assert compared > 200
+
+
+def test_a_stream_error_in_the_run_before_a_torn_csv_line(monkeypatch, tmp_path):
+    """A Begin inside an open transaction in the run just before the torn last line: the first pass raises
+    the stream error (the run that holds it is read before the torn line's), in C and in Python alike, though
+    the Python reading reads the torn line to find where that run ends."""
+    begin = [build(Begin(final_lsn=LSN(0x9000), commit_time=1, xid=800 + i), proto_version=4) for i in range(200)]
+    insert = build(Insert(relation_id=16385, new=[TupleColumn.text("x" * 40)]), proto_version=4)
+    rows = [(0x200, 700, begin[0]), *((0x201 + i, 700, insert) for i in range(400)),
+            *((0x600 + i, 800 + i, begin[i]) for i in range(1, 200))]
+    text = _csv_text(rows)
+    whole = write_csv(tmp_path / "whole.csv", rows)
+    # a unit of 4096 bytes, as plan makes it for parts of 32 KiB: the runs start where they do in the whole file
+    stray = len(_csv_text(rows[:401]))  # where the first Begin inside the open transaction is
+    start = next(s for s in _run_starts(monkeypatch, whole, 4096) if s > stray)
+    path = tmp_path / "cut.csv"
+    assert start > 32768  # (so that plan's parts of 32 KiB are 32 KiB, and its runs 4 KiB)
+    for cut in range(start + 1, text.index(b"\n", start)):
+        path.write_bytes(text[:cut])
+        inputs = open_inputs([path], proto_version=4)
+        same(monkeypatch, inputs, sizes=((32768, 1),))
+        assert outcome(inputs, part_bytes=32768)[0].__name__ == "StreamStateError"
