@@ -372,21 +372,22 @@ static int count_subxid(PyObject *subxids, uint32_t subxid, Py_ssize_t count)
     return r;
 }
 
-/* rows_body(data, final, plans, proto_version, streamed, frame) -> (consumed, run, records, subxids,
- * declined): the row changes at the start of the records in data (laid out as for rows_run) -- the body of
- * the transaction, or the stream block (``streamed``: each carries the streamed xid), open there -- as a run
- * (bytes, see RUN_HEAD) of at most about RUN_MOST bytes, and how many each subtransaction made ({subxid:
+/* rows_body(data, final, plans, proto_version, streamed, frame, debezium) -> (consumed, run, records,
+ * subxids, declined): the row changes at the start of the records in data (laid out as for rows_run) -- the
+ * body of the transaction, or the stream block (``streamed``: each carries the streamed xid), open there --
+ * as a run (bytes, see RUN_HEAD; with ``debezium``, of their Debezium events, see DEBEZIUM_HEAD and the
+ * plans' form there) of at most about RUN_MOST bytes, and how many each subtransaction made ({subxid:
  * count}; subxid 0 outside a stream block).  It stops at the first record that is not a row change, or that
  * it declines as rows_run does (declined: what declined_record says of it, for the Python path), or where
  * more input is needed or the run is full (declined 0). */
 static PyObject *c_rows_body(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    int final, pv, streamed;
+    int final, pv, streamed, debezium;
     PyObject *plans, *framing;
     Frame frame = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!ipO:rows_body", &view, &final, &PyDict_Type, &plans, &pv, &streamed,
-                          &framing))
+    if (!PyArg_ParseTuple(args, "y*pO!ipOp:rows_body", &view, &final, &PyDict_Type, &plans, &pv, &streamed,
+                          &framing, &debezium))
         return NULL;
     int capture = framing != Py_None;
     if (capture && frame_of(framing, &frame, "rows_body") < 0) {
@@ -427,7 +428,9 @@ static PyObject *c_rows_body(PyObject *self, PyObject *args)
         }
         const Py_ssize_t at = b->len;
         const uint32_t subxid = streamed ? (uint32_t)F[rc.xid].v : 0;
-        r = change_fits(F, &rc, plan->ncols) ? put_run_line(b, &w, plan, F, &rc, d, n, lsn, streamed, subxid) : 0;
+        if (!change_fits(F, &rc, plan->ncols)) r = 0;
+        else if (!debezium) r = put_run_line(b, &w, plan, F, &rc, d, n, lsn, streamed, subxid);
+        else r = toast_room(&w, plan) ? -1 : put_event_record(b, plan, F, &rc, d, n, lsn, subxid, w.toasted);
         Py_DECREF(capsule);
         if (r < 0) goto nomem;
         if (r == 0) {
@@ -465,6 +468,28 @@ done:
     return result;
 }
 
+/* rows_next(data, final, frame) -> what declined_record says of the first record of data (laid out as for
+ * rows_run): the record to hand to the Python path where a writer takes nothing between transactions. */
+static PyObject *c_rows_next(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int final;
+    PyObject *framing, *result = NULL;
+    Frame frame = {0};
+    unsigned char *row = NULL;
+    Py_ssize_t row_cap = 0;
+    if (!PyArg_ParseTuple(args, "y*pO:rows_next", &view, &final, &framing)) return NULL;
+    int capture = framing != Py_None;
+    if (!capture || frame_of(framing, &frame, "rows_next") == 0) {
+        if (capture && CRC_TABLE[0][1] == 0) crc_init();
+        if (HEX['f'] != 15) hex_init();
+        result = declined_record(capture ? &frame : NULL, view.buf, view.len, 0, final, 1, &row, &row_cap);
+    }
+    PyMem_Free(row);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* the record of run r[0:size] at *at: its head (subxid, lengths) and its end set, 1; 0 at the run's end;
  * -1 not a record of a run (a ValueError set) */
 static int run_record(const unsigned char *r, Py_ssize_t size, Py_ssize_t *at, uint32_t head[4])
@@ -481,12 +506,6 @@ bad:
     return -1;
 }
 
-static int by_value(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* rows_join(run, xid, tail, dropped) -> bytes: the JSON lines of a run (rows_body's), each with the
  * transaction's xid after its start and its commit keys (``tail``: from ,"commit_lsn": on, as JsonLines
  * writes them) after its LSN, in UTF-8; the lines of the subtransactions in ``dropped`` (a set of ints, or
@@ -498,35 +517,14 @@ static PyObject *c_rows_join(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*O:rows_join", &run, &xid, &tail, &dropped)) return NULL;
     uint32_t *skip = NULL;
     Py_ssize_t nskip = 0;
-    if (dropped != Py_None) {
-        if (!PyAnySet_Check(dropped)) {
-            PyErr_SetString(PyExc_TypeError, "rows_join: dropped must be a set or None");
-            goto done;
-        }
-        skip = PyMem_Malloc((size_t)(PySet_GET_SIZE(dropped) + 1) * sizeof(uint32_t));
-        if (skip == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        PyObject *items = PyObject_GetIter(dropped), *item;
-        if (items == NULL) goto done;
-        while ((item = PyIter_Next(items)) != NULL) {
-            unsigned long long v = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
-            Py_DECREF(item);
-            if (PyErr_Occurred()) PyErr_Clear();
-            if (v <= UINT32_MAX && nskip < PySet_GET_SIZE(dropped)) skip[nskip++] = (uint32_t)v;
-        }  /* (a value no uint32 holds is no run's subxid) */
-        Py_DECREF(items);
-        if (PyErr_Occurred()) goto done;
-        qsort(skip, (size_t)nskip, sizeof(uint32_t), by_value);
-    }
+    if (dropped_xids(dropped, "rows_join", &skip, &nskip)) goto done;
     const unsigned char *r = run.buf;
     uint32_t head[4];
     Py_ssize_t at = 0, total = 0;
     int got;
     while ((got = run_record(r, run.len, &at, head)) == 1) {  /* the size of the lines kept */
         at += (Py_ssize_t)head[1] + head[2] + head[3];
-        if (nskip && bsearch(&head[0], skip, (size_t)nskip, sizeof(uint32_t), by_value)) continue;
+        if (dropped_xid(skip, nskip, head[0])) continue;
         Py_ssize_t line = (Py_ssize_t)head[1] + head[2] + head[3];
         if (total > PY_SSIZE_T_MAX - line - xid.len - tail.len) {
             PyErr_NoMemory();
@@ -542,7 +540,7 @@ static PyObject *c_rows_join(PyObject *self, PyObject *args)
     while (run_record(r, run.len, &at, head) == 1) {
         const unsigned char *p = r + at;
         at += (Py_ssize_t)head[1] + head[2] + head[3];
-        if (nskip && bsearch(&head[0], skip, (size_t)nskip, sizeof(uint32_t), by_value)) continue;
+        if (dropped_xid(skip, nskip, head[0])) continue;
         memcpy(o, p, head[1]);
         o += head[1];
         memcpy(o, xid.buf, (size_t)xid.len);

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
@@ -29,7 +29,6 @@ from .wire.fast import COMPILED
 
 if TYPE_CHECKING:
     from .messages import Relation
-    from .stream.jsonl import JsonLines
     from .stream.values import RowSchema
 
 __all__ = ["RecordError", "Written", "committed"]
@@ -51,6 +50,18 @@ class RecordError(ReplwireError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RecordError, (self.path, self.record, self.error))
+
+
+class RowWriter(Protocol):
+    """A writer of lines the compiled row path writes for (:class:`~replwire.codec.stream.jsonl.JsonLines`,
+    :class:`~replwire.codec.stream.debezium.DebeziumEvents`): whether it writes Debezium's events (the row
+    path then renders the changes inside open transactions only, else it writes whole plain transactions
+    too), and its plan for a relation's changes (the arguments of ``rows_plan``; ``None``: none, its changes
+    go to the writer as items)."""
+
+    debezium: bool
+
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None: ...
 
 
 @dataclass(slots=True)
@@ -91,7 +102,7 @@ class _RowPath(CompiledPath):
     the row path can go on.  A torn or corrupt capture file tail is read by the Python reader, which
     reports it (``tail``)."""
 
-    def __init__(self, source: Input, assembler: Assembler, lines: JsonLines, rows: Any) -> None:
+    def __init__(self, source: Input, assembler: Assembler, lines: RowWriter, rows: Any) -> None:
         # a capture file is read up to its size when the inputs were opened, as its Python reader does
         super().__init__(source, source.first, source.size if source.form == "capture" else None, chunk=_CHUNK,
                          most=_MOST, worth=_WORTH, tries=_TRIES)
@@ -115,16 +126,18 @@ class _RowPath(CompiledPath):
 
     def take(self, data: memoryview, eof: bool, at: int) -> tuple[int, int, Any, Written | None]:
         decoder = self.assembler.decoder
-        plans = self.plans(decoder, self._maker)
         if decoder.state != IDLE:  # the row changes of the transaction open there
             consumed, run, records, subxids, declined = self.rows.rows_body(
-                data, eof, plans, decoder.proto_version, decoder.in_stream, self.frame)
+                data, eof, self.plans(decoder, self._maker), decoder.proto_version, decoder.in_stream, self.frame,
+                self.lines.debezium)
             if records:
                 self.assembler.add_rendered(Rendered(run, records, subxids))
                 self.rendered += records
             return consumed, records, declined, None
+        if self.lines.debezium:  # (Debezium's events are written at the Assembler's commits only)
+            return 0, 0, self.rows.rows_next(data, eof, self.frame), None
         consumed, lines, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
-            data, eof, plans, decoder.proto_version, self.last_end, self.frame)
+            data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
         if not records:
             return consumed, records, declined, None
         decoder.skip(records)
@@ -134,14 +147,15 @@ class _RowPath(CompiledPath):
         return records  # fed to the Assembler by committed()
 
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
-        return self.rows.rows_plan(*self.lines.plan(schema))
+        plan = self.lines.plan(schema)
+        return self.rows.rows_plan(*plan) if plan is not None else None
 
 
 def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
               repeated: Callable[[Transaction | Change], None] | None = None,
               warn: Callable[[str, str], None] | None = None,
-              lines: JsonLines | None = None) -> Iterator[Transaction | Change | Written]:
+              lines: RowWriter | None = None) -> Iterator[Transaction | Change | Written]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed

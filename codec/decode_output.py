@@ -2,13 +2,13 @@
 
 Strategy: :func:`write_changes` runs the single-process decoding (:func:`~replwire.codec.decode.committed`)
 over the inputs and writes each committed change to a text stream in one of three formats -- JSON lines
-(:mod:`~replwire.codec.stream.jsonl`; where the compiled codec is in use its row path writes the plain
-transactions itself), Debezium's change-event values (:mod:`~replwire.codec.stream.debezium`), or
-:class:`ChangeTable` -- and counts what it wrote.  Lines go out in batches, one write per
-:data:`BATCH` lines rather than one per line, and the batch is flushed before the caller hears of anything
-(a torn tail, an interrupted snapshot section, an error), so a caller that reports on stderr keeps the two
-streams in order on a terminal.  What is said, and where, is the caller's: this module writes only the
-changes.
+(:mod:`~replwire.codec.stream.jsonl`), Debezium's change-event values (:mod:`~replwire.codec.stream.debezium`),
+or :class:`ChangeTable` -- and counts what it wrote; where the compiled codec is in use, its row path writes
+JSON lines and Debezium's events itself, as UTF-8 bytes that go out as they are.  Lines go out in batches,
+one write per :data:`BATCH` lines (or per MiB of the row path's) rather than one per line, and the batch is
+flushed before the caller hears of anything (a torn tail, an interrupted snapshot section, an error), so a
+caller that reports on stderr keeps the two streams in order on a terminal.  What is said, and where, is
+the caller's: this module writes only the changes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TextIO
 
-from .decode import RecordError, Written, committed
+from .decode import RecordError, RowWriter, Written, committed
 from .gc_tuning import fewer_collections
 from .io.capture_file import CaptureFileError, TailProblem
 from .io.segments import Input
@@ -33,6 +33,8 @@ __all__ = ["BATCH", "FORMATS", "ChangeTable", "DecodeCounts", "Progress", "write
 FORMATS = ("jsonl", "table", "debezium")
 #: Lines written to the output at a time.
 BATCH = 2048
+#: Bytes of the compiled row path's lines written at a time (at least).
+_BLOCK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -87,14 +89,37 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     ``TypedValuesUnavailable`` before writing anything), the others from the first row."""
     lines, writer = _formats(inputs, output_format, tombstones, version)
     counts = DecodeCounts()
+    # what is not yet written: lines (str, without their newline), or the compiled row path's UTF-8 lines
+    # (bytes, each ending in a newline), never both: each kind is written before the other is taken
     pending: list[str] = []
+    blocks: list[bytes] = []
+    held = 0  # the bytes in blocks
     raw = _utf8_buffer(out)  # where the compiled row path's UTF-8 lines go as they are, if anywhere
 
     def write_pending() -> None:
+        nonlocal held
         if pending:
             pending.append("")
             out.write("\n".join(pending))
             pending.clear()
+        if blocks:
+            data = blocks[0] if len(blocks) == 1 else b"".join(blocks)
+            blocks.clear()
+            held = 0
+            if raw is not None:
+                out.flush()
+                raw.write(data)
+            else:
+                out.write(data.decode("utf-8"))
+
+    def write_utf8(data: bytes) -> None:
+        nonlocal held
+        if pending:
+            write_pending()
+        blocks.append(data)
+        held += len(data)
+        if held >= _BLOCK:
+            write_pending()
 
     def flush() -> None:
         write_pending()
@@ -123,12 +148,7 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
                                   rows=output_format == "table", lines=writer):
                 if item.__class__ is Written:  # lines the compiled row path wrote
                     assert isinstance(item, Written)
-                    write_pending()
-                    if raw is not None:
-                        out.flush()
-                        raw.write(item.data)
-                    else:
-                        out.write(item.data.decode("utf-8"))
+                    write_utf8(item.data)
                     counts.transactions += item.transactions
                     counts.changes += item.changes
                     counts.repeated += item.repeated
@@ -143,14 +163,11 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
                     for line in lines(item):
                         if line.__class__ is bytes:  # lines the compiled row path rendered, in UTF-8
                             assert isinstance(line, bytes)
-                            write_pending()
-                            if raw is not None:
-                                out.flush()
-                                raw.write(line)
-                            else:
-                                out.write(line.decode("utf-8"))
+                            write_utf8(line)
                             continue
                         assert isinstance(line, str)
+                        if blocks:
+                            write_pending()
                         pending.append(line)
                         if len(pending) >= BATCH:
                             write_pending()
@@ -164,15 +181,16 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
 
 
 def _formats(inputs: Sequence[Input], output_format: str, tombstones: bool, version: str
-             ) -> tuple[Callable[[Transaction | Change], Iterable[str | bytes]], jsonl.JsonLines | None]:
-    """The lines of one item in ``output_format``, and the JSON lines writer the compiled row path may write
-    plain transactions with (``None``: every item comes as an item)."""
+             ) -> tuple[Callable[[Transaction | Change], Iterable[str | bytes]], RowWriter | None]:
+    """The lines of one item in ``output_format``, and the writer the compiled row path writes for (``None``:
+    every item comes as an item)."""
     if output_format == "debezium":
         from .stream.debezium import DebeziumEvents
 
         database = next((i.database for i in inputs if i.database), "")  # from the headers open_inputs read
         # written from the wire tuples (rows=False below): the same text as ENCODE of its events' dicts
-        return DebeziumEvents(version, db=database, tombstones=tombstones, encoding=inputs[0].encoding).lines, None
+        events = DebeziumEvents(version, db=database, tombstones=tombstones, encoding=inputs[0].encoding)
+        return events.lines, events
     if output_format == "table":  # printed line by line as the changes come, like the others
         table = ChangeTable()
         return (lambda item: map(table.line, jsonl.objects(item))), None

@@ -77,7 +77,7 @@ class CompiledPath(ABC):
 
     @abstractmethod
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
-        """The compiled function's plan for the changes of a relation, read with ``schema``;
+        """The compiled function's plan for the changes of a relation, read with ``schema``; ``None`` or
         ``UnicodeEncodeError`` where it can have none."""
 
     @abstractmethod
@@ -95,9 +95,11 @@ class CompiledPath(ABC):
             self._planned[relation_id] = (relation, decoder.types_version)
             self._plans.pop(relation_id, None)
             try:
-                self._plans[relation_id] = self.plan(relation_id, relation, maker.row_schema(decoder, relation_id))
+                plan = self.plan(relation_id, relation, maker.row_schema(decoder, relation_id))
             except UnicodeEncodeError:
-                pass
+                continue
+            if plan is not None:
+                self._plans[relation_id] = plan
         return self._plans
 
     def run(self) -> Generator[Any, None, None]:

@@ -22,9 +22,10 @@ wanted (bit 4 clear: every offset is in its outcomes) and none repeated, where i
 
 And to the body path (``rows_body``, then ``rows_join``), walked over the input as the row path walks it:
 each record it hands back is stepped over and the rest given to it again, as stream block bodies if bit 6
-is set; its counts add up and stay inside the input, its run joins into as many JSON lines of a change as
-it took records, less those of a subtransaction left out; and ``rows_join`` of any bytes is lines or a
-ValueError.
+is set, rendering Debezium's events if bit 7 is; its counts add up and stay inside the input, its run joins
+(``rows_join``, ``rows_join_debezium``) into as many JSON lines of a change or events as it took records
+(and a tombstone per delete), less those of a subtransaction left out; and the joins of any bytes are lines
+or a ValueError.
 """
 
 from __future__ import annotations
@@ -80,11 +81,14 @@ _LAST_WAYS = (*range(2, max(TEXT_WAYS.values()) + 1), *(ARRAY + TEXT_WAYS[way] f
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 
-def _plans() -> dict[int, Any]:
+def _plans(debezium: bool = False) -> dict[int, Any]:
+    """The relations' plans: for JSON lines, or (``debezium``) for Debezium's events."""
     if COMPILED is None:
         return {}
     starts = tuple(f'{{"op":"{op}","schema":"public","table":"t","xid":'.encode() for op in ("insert", "update",
                                                                                              "delete"))
+    if debezium:
+        starts = (b',"schema":"public","table":"t","txId":',) * 3
     def call(data: bytes) -> str:
         return json.dumps(data.decode("latin-1"))
 
@@ -98,6 +102,7 @@ def _plans() -> dict[int, Any]:
 
 
 _PLANS = _plans()
+_DEBEZIUM_PLANS = _plans(debezium=True)
 
 
 def _transactions() -> list[tuple[int, bytes]]:
@@ -174,31 +179,50 @@ def fuzz_rows(data: bytes) -> None:
     _fuzz_columns(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, not flags & 16, consumed,
                   lines if not repeated else None)
     _skim(flags, body)
-    _bodies(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, bool(flags & 64))
+    _bodies(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, bool(flags & 64), bool(flags & 128))
 
 
 _TAIL = b',"commit_lsn":"0/1","commit_time":"2000-01-01T00:00:00+00:00"'
+#: A Debezium event's source block up to "sequence"'s change LSN, and its transaction block up to total_order.
+_SOURCE = b',"source":{"version":"v","ts_ms":0,"snapshot":"false","db":"","sequence":"[null,'
+_TRANSACTION = b',"transaction":{"id":"7:1","total_order":'
 
 
-def _bodies(body: bytes, final: bool, proto_version: int, frame: Any, streamed: bool) -> None:
+def _join(run: bytes, debezium: bool, dropped: set[int] | None) -> list[Any]:
+    """The lines of a run, as JSON values: changes, or (``debezium``) events and tombstones (``None``)."""
+    if not debezium:
+        return [json.loads(line) for line in COMPILED.rows_join(run, b"7", _TAIL, dropped).splitlines()]
+    per_table: dict[str, int] = {}
+    data, total = COMPILED.rows_join_debezium(run, _SOURCE, b"7", _TRANSACTION, dropped, per_table, 3, True)
+    events = [json.loads(line) for line in data.splitlines()]
+    if total != 3 + sum(per_table.values()) or total != 3 + sum(event is not None for event in events):
+        raise AssertionError(f"body: a total of {total} after {per_table} for {events}")
+    return events
+
+
+def _bodies(body: bytes, final: bool, proto_version: int, frame: Any, streamed: bool, debezium: bool) -> None:
     at = 0
+    plans = _DEBEZIUM_PLANS if debezium else _PLANS
     while at < len(body):
-        consumed, run, records, subxids, declined = COMPILED.rows_body(body[at:], final, _PLANS, proto_version,
-                                                                       streamed, frame)
+        consumed, run, records, subxids, declined = COMPILED.rows_body(body[at:], final, plans, proto_version,
+                                                                       streamed, frame, debezium)
         if not 0 <= consumed <= len(body) - at or (records and consumed == 0) or sum(subxids.values()) != records:
             raise AssertionError(f"body: took {consumed} bytes of {len(body) - at}, {records} records, {subxids}")
-        lines = COMPILED.rows_join(run, b"7", _TAIL, None).decode("utf-8").splitlines()
-        if len(lines) != records:
-            raise AssertionError(f"body: {len(lines)} lines for {records} records")
-        for line in lines:
-            change = json.loads(line)
-            if list(change)[:len(_KEYS)] != list(_KEYS) or change["xid"] != 7 or ("subxid" in change) != streamed:
+        lines = _join(run, debezium, None)
+        events = [line for line in lines if line is not None]
+        if len(events) != records:
+            raise AssertionError(f"body: {len(events)} lines for {records} records")
+        for line in events:
+            if debezium:
+                if list(line)[:3] != ["before", "after", "source"] or line["source"]["txId"] != 7:
+                    raise AssertionError(f"body: not an event: {line}")
+            elif list(line)[:len(_KEYS)] != list(_KEYS) or line["xid"] != 7 or ("subxid" in line) != streamed:
                 raise AssertionError(f"body: not a change's line: {line}")
         if subxids:
             left_out, count = next(iter(subxids.items()))
-            kept = COMPILED.rows_join(run, b"7", _TAIL, {left_out}).count(b"\n")
-            if kept != records - count:
-                raise AssertionError(f"body: {kept} lines kept of {records}, {count} left out")
+            kept = [line for line in _join(run, debezium, {left_out}) if line is not None]
+            if len(kept) != records - count:
+                raise AssertionError(f"body: {len(kept)} lines kept of {records}, {count} left out")
         at += consumed
         if declined.__class__ is not tuple:
             break
@@ -206,8 +230,13 @@ def _bodies(body: bytes, final: bool, proto_version: int, frame: Any, streamed: 
         if not 0 < size <= len(body) - at:
             raise AssertionError(f"body: a record of {size} bytes at {at} of {len(body)}")
         at += size
+    dropped = {1, -1, 1 << 40, "x"}
     try:
-        COMPILED.rows_join(body, b"", b"", {1, -1, 1 << 40, "x"})
+        COMPILED.rows_join(body, b"", b"", dropped)
+    except ValueError:
+        pass
+    try:
+        COMPILED.rows_join_debezium(body, b"", b"", b"", dropped, {}, 0, True)
     except ValueError:
         pass
 

@@ -73,7 +73,8 @@ from typing import Any
 from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, TupleColumn, Update
 from ..scalars import LSN
-from .assembler import Change, ChangeMaker, Transaction, relation_namespace
+from ..wire.fast import COMPILED
+from .assembler import Change, ChangeMaker, Rendered, Transaction, relation_namespace
 from .jsonl import _STRING, ENCODE, RowJson, json_value
 from .value_types import UNCHANGED_TOAST
 from .values import RowSchema, ValueLoader
@@ -124,24 +125,31 @@ def _times(micros: int) -> dict[str, int]:
     return {"ts_ms": micros // 1000, "ts_us": micros, "ts_ns": micros * 1000}
 
 
+def _table_keys(schema: str, table: str) -> str:
+    """The ``schema``, ``table`` and ``txId`` keys of a table's events' ``source`` block, up to the xid: also
+    what ``data_collection_order`` counts the events under (one text per table)."""
+    return f',"schema":{_STRING(schema)},"table":{_STRING(table)},"txId":'
+
+
 class _Order:
-    """A transaction's ``transaction`` block as its events come: ``total_order`` and, per table,
-    ``data_collection_order`` (tombstones are not counted)."""
+    """A transaction's ``transaction`` block as its events come: ``total_order`` and, per table (by
+    :func:`_table_keys`), ``data_collection_order`` (tombstones are not counted)."""
 
     __slots__ = ("per_table", "total", "tx_id")
 
     def __init__(self, tx_id: str) -> None:
         self.tx_id = tx_id
         self.total = 0
-        self.per_table: dict[tuple[str, str], int] = {}
+        self.per_table: dict[str, int] = {}
 
     def numbered(self, events: Iterable[tuple[dict[str, Any] | None, tuple[str, str]]]
                  ) -> Iterator[dict[str, Any] | None]:
         """``events`` (each with the table it counts under) with their ``transaction`` block."""
         per_table = self.per_table
-        for event, table in events:
+        for event, (schema, name) in events:
             if event is not None:
                 self.total += 1
+                table = _table_keys(schema, name)
                 per_table[table] = per_table.get(table, 0) + 1
                 event["transaction"] = {"id": self.tx_id, "total_order": self.total,
                                         "data_collection_order": per_table[table]}
@@ -153,13 +161,12 @@ class _Relation:
     ``schema``/``table`` keys of ``source``, the table's key for ``data_collection_order``, and how an old
     key becomes ``before`` (``None``: names repeat, the typed path writes its rows)."""
 
-    __slots__ = ("keys", "names", "schema", "table")
+    __slots__ = ("keys", "names", "schema")
 
     def __init__(self, schema: RowSchema) -> None:
         relation = schema.relation
         self.schema = schema
-        self.table = (relation_namespace(relation), relation.name)
-        self.names = f',"schema":{_STRING(self.table[0])},"table":{_STRING(self.table[1])},"txId":'
+        self.names = _table_keys(relation_namespace(relation), relation.name)
         columns = relation.columns
         unique = len({c.name for c in columns}) == len(columns)
         self.keys: tuple[bool, ...] | None = tuple(bool(c.flags & 1) for c in columns) if unique else None
@@ -204,16 +211,45 @@ class DebeziumEvents:
             for event, _ in self._change_events(item, None):
                 yield event
 
-    def lines(self, item: Transaction | Change) -> Iterator[str]:
+    #: The compiled row path renders events (rows_body's Debezium runs) inside open transactions only.
+    debezium = True
+
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None:
+        """What the compiled row path renders the events of ``schema``'s relation with (the arguments of
+        ``rows_plan``): the ``source`` block's table keys, in the place of a JSON lines plan's line starts,
+        and the columns (:meth:`RowJson.plan_columns`); ``None`` for a relation whose events the typed dicts
+        write (two columns of one name)."""
+        relation = self._relation(schema)
+        if relation.keys is None:
+            return None
+        names = relation.names.encode()
+        return (names, names, names), self._row_json().plan_columns(schema)
+
+    def _row_json(self) -> RowJson:
+        rows = self._rows
+        if rows is None:
+            rows = self._rows = RowJson(ValueLoader(self.encoding))
+        return rows
+
+    def _relation(self, schema: RowSchema) -> _Relation:
+        relations = self._relations
+        relation = relations.get(id(schema))
+        if relation is None or relation.schema is not schema:
+            if len(relations) > 4096:
+                relations.clear()
+            relation = relations[id(schema)] = _Relation(schema)
+        return relation
+
+    def lines(self, item: Transaction | Change) -> Iterator[str | bytes]:
         """The lines of one assembler item: ``ENCODE`` of each of :meth:`events` (a tombstone is ``null``),
-        written from the wire tuples of a transaction of an Assembler made with ``rows=False``."""
+        written from the wire tuples of a transaction of an Assembler made with ``rows=False``; the events
+        the compiled row path rendered (:class:`~replwire.codec.stream.assembler.Rendered`) as bytes: their
+        lines in UTF-8, each ending in a newline."""
         if not isinstance(item, Transaction):
             for event in self.events(item):
                 yield ENCODE(event)
             return
-        rows = self._rows
-        if rows is None:
-            rows = self._rows = RowJson(ValueLoader(self.encoding))
+        rows = self._row_json()
         commit_us = int(item.commit_time) + _PG_EPOCH_US
         commit = _times(commit_us)
         order = _Order(f"{item.xid}:{int(item.commit_lsn)}")
@@ -227,19 +263,24 @@ class DebeziumEvents:
         xid = "null" if item.xid is None else str(item.xid)
         tail = f',"transaction":{{"id":{_STRING(tx_id)},"total_order":'
         per_table = order.per_table
-        relations, tombstones, image, line = self._relations, self.tombstones, self._image, self._line
+        tombstones, image, line = self.tombstones, self._image, self._line
         time_ns = time.time_ns
+        joined: tuple[bytes, bytes, bytes] | None = None  # what rows_join_debezium puts into Rendered events
         message: Any  # (an Insert, Update or Delete where op is not None)
         for message, schema, lsn, subxid in item.changes.wire():
+            if message.__class__ is Rendered:
+                assert COMPILED is not None  # (only the compiled row path renders)
+                if joined is None:
+                    joined = (head.encode(), xid.encode(), tail.encode())
+                data, order.total = COMPILED.rows_join_debezium(message.data, *joined, message.dropped or None,
+                                                                per_table, order.total, tombstones)
+                yield data
+                continue
             op = _EVENT_OPS.get(message.__class__)
             text: tuple[str, str, list[str]] | None = None
             relation: _Relation | None = None
             if op is not None:
-                relation = relations.get(id(schema))
-                if relation is None or relation.schema is not schema:
-                    if len(relations) > 4096:
-                        relations.clear()
-                    relation = relations[id(schema)] = _Relation(schema)
+                relation = self._relation(schema)
                 try:
                     if op == "c" and relation.keys is not None:  # (the most common: inline)
                         toasted: list[str] = []
@@ -258,7 +299,7 @@ class DebeziumEvents:
                 continue
             before, after, toasted = text
             total = order.total = order.total + 1
-            table = relation.table
+            table = relation.names
             count = per_table[table] = per_table.get(table, 0) + 1
             now = time_ns() // 1000
             if lsn is None:

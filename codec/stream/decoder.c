@@ -1,6 +1,7 @@
 /* The C twin of replwire.codec.stream.decoder's checks of a row change: an Insert's, Update's or Delete's
  * fields found by the scan functions generated from the declarations (s_Insert, s_Update, s_Delete, see
- * replwire.codec.wire.gen.c_scan), and the decoder's check that every tuple is as wide as its Relation.
+ * replwire.codec.wire.gen.c_scan), and the decoder's check that every tuple is as wide as its Relation; and
+ * the aborted subtransactions, whose changes the writers of runs leave out.
  * Hand-written C, put into the compiled codec's source by replwire.codec.wire.gen.c_module (before the
  * other twins, which use it). */
 
@@ -40,4 +41,48 @@ static int change_fits(const Field *F, const RowChange *c, Py_ssize_t ncols)
     for (int i = 0; i < 3; i++)
         if (images[i] >= 0 && F[images[i]].present && (Py_ssize_t)F[images[i]].v != ncols) return 0;
     return 1;
+}
+
+static int by_xid(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The subtransactions a run's writer leaves out (``dropped``: a set of xids, as the Assembler keeps the aborted
+ * ones, or None) as a sorted array in *xids (PyMem; NULL for None), their number in *count: 0, or -1 with an
+ * error set.  A value no uint32 holds is no change's subxid, and is left out. */
+static int dropped_xids(PyObject *dropped, const char *who, uint32_t **xids, Py_ssize_t *count)
+{
+    *xids = NULL;
+    *count = 0;
+    if (dropped == Py_None) return 0;
+    if (!PyAnySet_Check(dropped)) {
+        PyErr_Format(PyExc_TypeError, "%s: dropped must be a set or None", who);
+        return -1;
+    }
+    Py_ssize_t most = PySet_GET_SIZE(dropped);
+    *xids = PyMem_Malloc((size_t)(most + 1) * sizeof(uint32_t));
+    if (*xids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *items = PyObject_GetIter(dropped), *item;
+    if (items == NULL) return -1;
+    while ((item = PyIter_Next(items)) != NULL) {
+        unsigned long long v = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : (unsigned long long)-1;
+        Py_DECREF(item);
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (v <= UINT32_MAX && *count < most) (*xids)[(*count)++] = (uint32_t)v;
+    }
+    Py_DECREF(items);
+    if (PyErr_Occurred()) return -1;
+    qsort(*xids, (size_t)*count, sizeof(uint32_t), by_xid);
+    return 0;
+}
+
+/* whether xid is one of xids[0:count] (sorted) */
+static int dropped_xid(const uint32_t *xids, Py_ssize_t count, uint32_t xid)
+{
+    return count && bsearch(&xid, xids, (size_t)count, sizeof(uint32_t), by_xid) != NULL;
 }

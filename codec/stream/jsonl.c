@@ -359,9 +359,10 @@ static int put_double(Buf *b, double v)
 }
 
 /* float4/float8 text as the JSON of float(text): repr's shortest form, "NaN", "Infinity", "-Infinity";
- * 1 written, 0 another form (spaces, underscores: float() takes them, the function writes them).  An
- * array's element (element set) that overflows is declined: psycopg's loader of an array fails on it. */
-static int put_float(Buf *b, const unsigned char *s, Py_ssize_t k, int element)
+ * 1 written, 0 another form (spaces, underscores: float() takes them, the function writes them).  A text
+ * that overflows (a number past DBL_MAX, not infinity's spelling) is declined: psycopg's loader fails on it,
+ * so the typed value is the text (and the load of an array holding it fails). */
+static int put_float(Buf *b, const unsigned char *s, Py_ssize_t k)
 {
     char text[64];
     if (k < 1 || k >= (Py_ssize_t)sizeof text) return 0;
@@ -380,7 +381,7 @@ static int put_float(Buf *b, const unsigned char *s, Py_ssize_t k, int element)
         return 0;
     }
     if (end != text + k) return 0;
-    if (element && isinf(v) && ((text[0] == '-' || text[0] == '+' ? text[1] : text[0]) | 0x20) != 'i') return 0;
+    if (isinf(v) && ((text[0] == '-' || text[0] == '+' ? text[1] : text[0]) | 0x20) != 'i') return 0;
     return put_double(b, v);
 }
 
@@ -597,7 +598,7 @@ static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
     }
     switch (kind) {
     case ROW_FLOAT:
-        r = put_float(b, s, k, 0);
+        r = put_float(b, s, k);
         break;
     case ROW_INTERVAL:
         r = put_interval(b, s, k);
@@ -948,7 +949,7 @@ static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
         if (k == 1 && s[0] == 'f') return put_bytes(b, "false", 5) ? -1 : 1;
         return 0;
     case ROW_FLOAT:
-        return put_float(b, s, k, 1);
+        return put_float(b, s, k);
     default:
         return put_typed(b, kind, s, k);
     }

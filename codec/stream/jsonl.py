@@ -157,9 +157,20 @@ _NUMERIC_TEXT = re.compile(rb"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 _UTC = dt.timezone.utc
 
 
+#: The bytes of the float texts written from the text (the C writer's too): what float() reads as psycopg's
+#: loader does (no spaces, no underscores)
+_FLOAT_BYTES = b"0123456789.+-eENaIinfty"
+
+
 def _float_text(data: bytes) -> str | None:
+    if data.translate(None, _FLOAT_BYTES):
+        return None  # (float() takes spaces and underscores, psycopg's loader does not: the typed value)
     value = float(data)
-    return repr(value) if math.isfinite(value) else _STRING(json_value(value))
+    if math.isfinite(value):
+        return repr(value)
+    if math.isinf(value) and data.lstrip(b" +-")[:1] not in (b"I", b"i"):
+        return None  # a number past the double's range: psycopg's loader fails on it, the typed value is the text
+    return _STRING(json_value(value))
 
 
 def _numeric_text(data: bytes) -> str | None:
@@ -611,6 +622,9 @@ class JsonLines:
     The changes come from :meth:`~replwire.codec.stream.assembler.Changes.wire` (an Assembler made with
     ``rows=False`` makes no row dicts); truncates and logical messages, rare, go through :func:`objects`.
     """
+
+    #: The compiled row path writes whole plain transactions (rows_run) and renders lines inside open ones.
+    debezium = False
 
     def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
         self.rows = rows or RowJson(ValueLoader(encoding))

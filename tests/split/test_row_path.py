@@ -600,13 +600,13 @@ def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
         with pytest.raises(KeyboardInterrupt, match="stop"):
             fast.COMPILED.rows_run(rows, True, plans, 1, -1, None)
         with pytest.raises(KeyboardInterrupt, match="stop"):
-            fast.COMPILED.rows_body(body, True, plans, 1, False, None)
+            fast.COMPILED.rows_body(body, True, plans, 1, False, None, False)
     else:  # declined at the transaction's start (the Begin, handed back as read), and at the Insert
         begin = build_message(messages[0], proto_version=1)
         assert fast.COMPILED.rows_run(rows, True, plans, 1, -1, None) == (
             0, b"", 0, 0, 0, 0, -1, (0x100, begin, len(rows) - len(body)))
         insert = build_message(messages[1], proto_version=1)
-        assert fast.COMPILED.rows_body(body, True, plans, 1, False, None) == (
+        assert fast.COMPILED.rows_body(body, True, plans, 1, False, None, False) == (
             0, b"", 0, {}, (0x101, insert, body.index(b"\n") + 1))
 
 
@@ -746,7 +746,7 @@ def interleaved_streams(draw):
     emit(Commit(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(5)), xid=600)
     open_streams: dict[int, list[int]] = {}
     prepared: list[tuple[int, str]] = []
-    next_xid = 700
+    next_xid, next_sub = 700, 700_000
     for _ in range(draw(st.integers(1, 20))):
         action = draw(st.sampled_from(["plain", "block", "block", "block", "abort sub", "abort sub", "end", "two-phase",
                                        "finish prepared"]))
@@ -766,7 +766,8 @@ def interleaved_streams(draw):
                 first = True
             subs = open_streams[xid]
             if len(subs) < 3 and draw(st.booleans()):
-                subs.append(xid * 1000 + len(subs))
+                next_sub = next_sub + 1  # (a new subtransaction: an aborted one's xid is never used again)
+                subs.append(next_sub)
             emit(StreamStart(xid=xid, first_segment=int(first)), xid=xid)
             if first and draw(st.booleans()):
                 relation(xid)

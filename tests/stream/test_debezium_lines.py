@@ -20,7 +20,7 @@ from replwire.codec.stream.debezium import DebeziumEvents
 from replwire.codec.stream.jsonl import ENCODE, RowJson
 from replwire.codec.stream.values import ValueLoader
 from replwire.codec.wire import fast
-from tests.split.test_row_path import FORMS, SUFFIX, streams, write_stream
+from tests.split.test_row_path import FORMS, SUFFIX, interleaved_streams, streams, write_stream
 
 _NOW = re.compile(r'"op":"(.)","ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+)')
 _SOURCE_TIMES = re.compile(r'"ts_ms":(\d+),"ts_us":(\d+),"ts_ns":(\d+),"snapshot"')
@@ -44,9 +44,11 @@ def masked(lines: list[str], start_us: int, end_us: int) -> list[str]:
     return out
 
 
-def run(paths, proto_version, *, wire: bool, compiled_rows: bool = True, tombstones: bool = True):
+def run(paths, proto_version, *, wire: bool, compiled_rows: bool = True, tombstones: bool = True,
+        row_path: bool = False):
     """The lines of ``paths`` (masked) and the error they end with: from the wire tuples (``wire``), else
-    ``ENCODE`` of the events of typed items."""
+    ``ENCODE`` of the events of typed items; with ``row_path``, the compiled row path renders the events of
+    the row changes inside transactions, as ``replwire decode --format debezium`` has it."""
     start = time.time_ns() // 1000
     out: list[str] = []
     error = None
@@ -56,9 +58,10 @@ def run(paths, proto_version, *, wire: bool, compiled_rows: bool = True, tombsto
         if wire and not compiled_rows:  # RowJson's Python writer all through
             events._rows = RowJson(ValueLoader(inputs[0].encoding))
             events._rows._compiled = None
-        for item in committed(inputs, rows=not wire):
+        for item in committed(inputs, rows=not wire, lines=events if row_path else None):
             if wire:
-                out += events.lines(item)
+                for line in events.lines(item):
+                    out += line.decode().split("\n")[:-1] if isinstance(line, bytes) else [line]
             else:
                 out += map(ENCODE, events.events(item))
     except Exception as caught:  # noqa: BLE001 - compared between the two writers
@@ -68,8 +71,10 @@ def run(paths, proto_version, *, wire: bool, compiled_rows: bool = True, tombsto
 
 def same(paths, proto_version, *, tombstones: bool = True) -> list[str]:
     expected, expected_error = run(paths, proto_version, wire=False, tombstones=tombstones)
-    for compiled_rows in (True, False) if fast.COMPILED is not None else (False,):
-        lines, error = run(paths, proto_version, wire=True, compiled_rows=compiled_rows, tombstones=tombstones)
+    ways = [(True, True), (True, False), (False, False)] if fast.COMPILED is not None else [(False, False)]
+    for compiled_rows, row_path in ways:
+        lines, error = run(paths, proto_version, wire=True, compiled_rows=compiled_rows, tombstones=tombstones,
+                           row_path=row_path)
         assert error == expected_error
         assert lines == expected
     return expected
@@ -109,4 +114,15 @@ def server_bools(rows) -> bool:
 @given(rows=streams().filter(server_bools), form=st.sampled_from(FORMS), tombstones=st.booleans())
 def test_drawn_streams(tmp_path_factory, rows, form, tombstones):
     same([write_stream(tmp_path_factory.mktemp("drawn") / f"stream.{SUFFIX[form]}", rows, form, 1)], 1,
+         tombstones=tombstones)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(rows=interleaved_streams(), form=st.sampled_from(FORMS), tombstones=st.booleans())
+def test_interleaved_streamed_and_two_phase_transactions(tmp_path_factory, rows, form, tombstones):
+    """Streamed, prepared and plain transactions interleaved, subtransactions aborted, the table's shape
+    changing mid-stream (:func:`~tests.split.test_row_path.interleaved_streams`): the events the compiled row
+    path renders inside them are the typed dicts' events."""
+    same([write_stream(tmp_path_factory.mktemp("interleaved") / f"s.{SUFFIX[form]}", rows, form, 4)], 4,
          tombstones=tombstones)

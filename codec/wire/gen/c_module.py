@@ -47,8 +47,8 @@ FAST = Path(__file__).resolve().parent.parent / "fast.py"
 #: capture records and an input's records, the first pass and the change columns of split decoding, decode's
 #: row path), put into the source after the generated code in this order: each uses only what the twins
 #: before it define (the order of the package's layers; the layers test holds it to them).
-TWINS = ("stream/decoder.c", "stream/jsonl.c", "io/copy_csv.c", "io/capture_file.c", "io/segments.c",
-         "split/skim.c", "split/columns.c", "decode.c")
+TWINS = ("stream/decoder.c", "stream/jsonl.c", "stream/debezium.c", "io/copy_csv.c", "io/capture_file.c",
+         "io/segments.c", "split/skim.c", "split/columns.c", "decode.c")
 CODEC = Path(__file__).resolve().parent.parent.parent
 
 #: What a scan function notes of one field (see :mod:`replwire.codec.wire.gen.c_scan`).
@@ -69,6 +69,7 @@ PRELUDE = r"""
 #include <string.h>
 #include <float.h>
 #include <math.h>
+#include <time.h>
 
 static PyTypeObject *LSN_T, *TS_T;
 static PyObject *ZERO, *FALLBACK[4], *S_PROTO, *S_STREAM, *S_ENCODING, *S_SENDER;
@@ -480,6 +481,10 @@ static PyMethodDef MODULE_METHODS[] = {{
       "The row changes of an open transaction or stream block as a run of lines (see codec/decode.c)."}},
     {{"rows_join", c_rows_join, METH_VARARGS,
       "A run's JSON lines, with its transaction's xid and commit keys (see codec/decode.c)."}},
+    {{"rows_join_debezium", c_rows_join_debezium, METH_VARARGS,
+      "A Debezium run's event lines, with its transaction's keys (see codec/stream/debezium.c)."}},
+    {{"rows_next", c_rows_next, METH_VARARGS,
+      "The first record of COPY-CSV rows or capture records (see codec/decode.c)."}},
     {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see codec/stream/jsonl.c)."}},
     {{"skim_run", c_skim_run, METH_VARARGS,
       "A run of records as the first pass of split decoding needs it (see codec/split/skim.c)."}},

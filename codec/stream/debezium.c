@@ -1,0 +1,247 @@
+/* The C twin of replwire.codec.stream.debezium's lines: a row change's Debezium event written from its wire
+ * tuples, as DebeziumEvents.lines writes it.  Hand-written C, put into the compiled codec's source by
+ * replwire.codec.wire.gen.c_module after the JSON writer's twin, whose row writing it uses.
+ *
+ * The events of the row changes inside a transaction are rendered as a run (rows_body with debezium set, in
+ * codec/decode.c) while the transaction is open: per change its op, LSN, table (the source block's
+ * "schema", "table" and "txId" keys, which the Debezium plan holds where a JSON lines plan holds its line
+ * starts), before, after and unchanged TOAST.  rows_join_debezium writes the events once the transaction
+ * commits: the source block of the commit, the transaction's xid, the time each event is made, and the
+ * transaction block with its total and per-table orders, which go on from the Python writer's counts.
+ * The changes DebeziumEvents.lines leaves to the typed dicts are declined: an update that sent its old key
+ * (a key change is split in three), an old key with values outside the key, a value the row writer does
+ * not write (and a relation with two columns of one name, which gets no plan). */
+
+/* Debezium's unavailable.value.placeholder default, as a JSON string */
+#define PLACEHOLDER "\"__debezium_unavailable_value\""
+
+/* A row image as an event's before or after (DebeziumEvents._image): every column of the TupleData whose
+ * items start at ``at``, as put_row writes it, but an unchanged TOASTed value taken from the TupleData at
+ * ``fill`` (the old row of REPLICA IDENTITY FULL; -1: none) or else written as the placeholder, its
+ * column's index then appended to toasted (when not NULL).  1 written, 0 declined, -1 an error. */
+static int put_image(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at,
+                     Py_ssize_t fill, Py_ssize_t *toasted, Py_ssize_t *ntoasted)
+{
+    Field col[N_TupleColumn], old[N_TupleColumn];
+    if (put_bytes(b, "{", 1)) return -1;
+    for (Py_ssize_t i = 0; i < plan->ncols; i++) {
+        at = r_TupleColumn(d, n, at, col);
+        if (at < 0) return 0;
+        const Field *use = col;
+        if (fill >= 0) {
+            fill = r_TupleColumn(d, n, fill, old);
+            if (fill < 0) return 0;
+            if ((int)col[F_TupleColumn_kind].v == 'u') use = old;
+        }
+        const PlanColumn *c = &plan->cols[i];
+        int kind = (int)use[F_TupleColumn_kind].v;
+        if (kind == 'b' && !c->binary) return 0;
+        if ((i && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(c->key), PyBytes_GET_SIZE(c->key)))
+            return -1;
+        if (kind == 'u') {
+            if (toasted != NULL) toasted[(*ntoasted)++] = i;
+            if (put_bytes(b, PLACEHOLDER, sizeof PLACEHOLDER - 1)) return -1;
+            continue;
+        }
+        if (kind == 'n') {
+            if (put_bytes(b, "null", 4)) return -1;
+            continue;
+        }
+        const unsigned char *value = d + use[F_TupleColumn_data].at;
+        Py_ssize_t size = use[F_TupleColumn_data].len;
+        int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0) : put_value(b, c, value, size);
+        if (r != 1) return r;
+    }
+    return put_bytes(b, "}", 1) ? -1 : 1;
+}
+
+/* whether every column of the TupleData at ``at`` outside the replica identity key is NULL (a delete's old key,
+ * which becomes "before" with every column of the table): 1, 0 not (or it does not read) */
+static int only_key_values(const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
+{
+    Field col[N_TupleColumn];
+    for (Py_ssize_t i = 0; i < plan->ncols; i++) {
+        at = r_TupleColumn(d, n, at, col);
+        if (at < 0) return 0;
+        if (!plan->cols[i].is_key && (int)col[F_TupleColumn_kind].v != 'n') return 0;
+    }
+    return 1;
+}
+
+/* An event's record in a run: DEBEZIUM_HEAD -- eight uint32: the subtransaction that made it, the op
+ * ('c', 'u', 'd'), the LSN's low and high halves (0: none), and the lengths of the table's keys, before,
+ * after and the unchanged TOAST key (",\"unchanged_toast\":[...]", or nothing) -- then those four. */
+#define DEBEZIUM_HEAD (8 * (Py_ssize_t)sizeof(uint32_t))
+
+/* a scanned row change (d[0:n], fields F, its relation's Debezium plan) at lsn as a run's record appended to
+ * b; toasted has room for the relation's columns.  1, 0 declined (b may hold part of it), -1 an error */
+static int put_event_record(Buf *b, const Plan *plan, const Field *F, const RowChange *rc, const unsigned char *d,
+                            Py_ssize_t n, uint64_t lsn, uint32_t subxid, Py_ssize_t *toasted)
+{
+    static const char OPS[3] = {'c', 'u', 'd'};
+    const Py_ssize_t at = b->len;
+    const int key = rc->key >= 0 && F[rc->key].present, old = rc->old >= 0 && F[rc->old].present;
+    uint32_t head[8] = {subxid, (uint32_t)OPS[rc->op], (uint32_t)lsn, (uint32_t)(lsn >> 32), 0, 0, 0, 0};
+    Py_ssize_t ntoasted = 0, mark;
+    int r = 1;
+    if (rc->op == 1 && key) return 0;  /* an update that sent its old key: perhaps a key change, split in three */
+    if (rc->op == 2 && key && !only_key_values(plan, d, n, F[rc->key].at)) return 0;
+    if (put_bytes(b, (const char *)head, DEBEZIUM_HEAD)) return -1;
+    PyObject *names = plan->start[0];
+    if (put_bytes(b, PyBytes_AS_STRING(names), PyBytes_GET_SIZE(names))) return -1;
+    mark = b->len;
+    if (rc->op == 0 || (rc->op == 1 && !old)) {  /* an insert, an update with no old row: after only */
+        if (put_bytes(b, "null", 4)) return -1;
+        head[5] = 4;
+        r = put_image(b, plan, d, n, F[rc->new_].at, -1, toasted, &ntoasted);
+    } else if (rc->op == 1) {  /* an update with the old row: the new row's unchanged TOAST taken from it */
+        r = put_image(b, plan, d, n, F[rc->old].at, -1, NULL, NULL);
+        head[5] = (uint32_t)(b->len - mark);
+        if (r == 1) r = put_image(b, plan, d, n, F[rc->new_].at, F[rc->old].at, toasted, &ntoasted);
+    } else {  /* a delete: before only, from the old row or the old key (every column) */
+        if (key || old) r = put_image(b, plan, d, n, F[key ? rc->key : rc->old].at, -1, NULL, NULL);
+        else if (put_bytes(b, "null", 4)) return -1;
+        head[5] = (uint32_t)(b->len - mark);
+        if (r == 1 && put_bytes(b, "null", 4)) return -1;
+    }
+    if (r != 1) return r;
+    head[6] = (uint32_t)(b->len - mark - head[5]);
+    mark = b->len;
+    if (ntoasted) {
+        if (put_bytes(b, ",\"unchanged_toast\":[", 20)) return -1;
+        for (Py_ssize_t i = 0; i < ntoasted; i++) {
+            PyObject *name = plan->cols[toasted[i]].key;
+            if ((i && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name) - 1))
+                return -1;  /* (the key without its ':') */
+        }
+        if (put_bytes(b, "]", 1)) return -1;
+    }
+    head[4] = (uint32_t)PyBytes_GET_SIZE(names);
+    head[7] = (uint32_t)(b->len - mark);
+    memcpy(b->p + at, head, sizeof head);
+    return 1;
+}
+
+/* the event record of run r[0:size] at *at: its head set and *at moved past it, 1; 0 at the run's end; -1
+ * not a record of a Debezium run (a ValueError set) */
+static int event_record(const unsigned char *r, Py_ssize_t size, Py_ssize_t *at, uint32_t head[8])
+{
+    if (*at == size) return 0;
+    if (size - *at < DEBEZIUM_HEAD) goto bad;
+    memcpy(head, r + *at, DEBEZIUM_HEAD);
+    Py_ssize_t body = (Py_ssize_t)head[4] + head[5] + head[6] + head[7];
+    if (body > size - *at - DEBEZIUM_HEAD || (head[1] != 'c' && head[1] != 'u' && head[1] != 'd')) goto bad;
+    *at += DEBEZIUM_HEAD + body;
+    return 1;
+bad:
+    PyErr_SetString(PyExc_ValueError, "rows_join_debezium: not a Debezium run of rows_body");
+    return -1;
+}
+
+/* the time now in microseconds since 1970, as time.time_ns() // 1000 */
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* per_table[table] += 1 (table: the names of an event's table, decoded): the new count, or -1 with an error */
+static Py_ssize_t count_event(PyObject *per_table, const char *names, Py_ssize_t k)
+{
+    PyObject *table = PyUnicode_DecodeUTF8(names, k, "strict");
+    if (table == NULL) return -1;
+    PyObject *had = PyDict_GetItemWithError(per_table, table);
+    Py_ssize_t count = had == NULL ? (PyErr_Occurred() ? -2 : 0) : PyLong_AsSsize_t(had);
+    PyObject *now = count < 0 ? NULL : PyLong_FromSsize_t(count + 1);
+    int r = now == NULL ? -1 : PyDict_SetItem(per_table, table, now);
+    Py_DECREF(table);
+    Py_XDECREF(now);
+    return r < 0 ? -1 : count + 1;
+}
+
+/* rows_join_debezium(run, head, xid, tail, dropped, per_table, total, tombstones) -> (bytes, total): the
+ * event lines of a Debezium run (rows_body's, debezium set) as DebeziumEvents.lines writes them, in UTF-8,
+ * each ending in a newline: ``head`` the source block up to "sequence"'s change LSN, ``xid`` the
+ * transaction's (its text), ``tail`` the transaction block up to total_order's value; the events of the
+ * subtransactions in ``dropped`` (a set of ints, or None) left out; ``total`` the events of the transaction
+ * before these, ``per_table`` (a dict, updated) its events per table (by the table's source keys, str);
+ * a delete followed by a tombstone (null) if ``tombstones``.  Gives the lines and the new total. */
+static PyObject *c_rows_join_debezium(PyObject *self, PyObject *args)
+{
+    Py_buffer run, head, xid, tail;
+    PyObject *dropped, *per_table, *result = NULL;
+    Py_ssize_t total;
+    int tombstones;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*OO!np:rows_join_debezium", &run, &head, &xid, &tail, &dropped,
+                          &PyDict_Type, &per_table, &total, &tombstones))
+        return NULL;
+    uint32_t *skip = NULL;
+    Py_ssize_t nskip = 0;
+    Buf b = {0};
+    if (dropped_xids(dropped, "rows_join_debezium", &skip, &nskip)) goto done;
+    const unsigned char *r = run.buf;
+    uint32_t h[8];
+    Py_ssize_t at = 0;
+    int got;
+    if (out_init(&b, run.len + run.len / 2 + 64)) goto nomem;
+    for (;;) {
+        const Py_ssize_t start = at;
+        got = event_record(r, run.len, &at, h);
+        if (got <= 0) break;
+        if (dropped_xid(skip, nskip, h[0])) continue;
+        const char *names = (const char *)r + start + DEBEZIUM_HEAD, *before = names + h[4], *after = before + h[5],
+                   *toast = after + h[6];
+        const uint64_t lsn = (uint64_t)h[2] | ((uint64_t)h[3] << 32);
+        Py_ssize_t count = count_event(per_table, names, h[4]);
+        if (count < 0) goto done;
+        total++;
+        PUTS(&b, "{\"before\":");
+        PUT(&b, before, h[5]);
+        PUTS(&b, ",\"after\":");
+        PUT(&b, after, h[6]);
+        PUT(&b, head.buf, head.len);
+        if (lsn) {
+            PUTS(&b, "\\\"");
+            if (put_u64(&b, lsn)) goto nomem;
+            PUTS(&b, "\\\"]\"");
+        } else PUTS(&b, "null]\"");
+        PUT(&b, names, h[4]);
+        PUT(&b, xid.buf, xid.len);
+        PUTS(&b, ",\"lsn\":");
+        if (lsn) {
+            if (put_u64(&b, lsn)) goto nomem;
+        } else PUTS(&b, "null");
+        PUTS(&b, ",\"xmin\":null},\"op\":\"");
+        char op = (char)h[1];
+        PUT(&b, &op, 1);
+        const int64_t now = now_us();
+        PUTS(&b, "\",\"ts_ms\":");
+        if (put_i64(&b, now / 1000)) goto nomem;
+        PUTS(&b, ",\"ts_us\":");
+        if (put_i64(&b, now)) goto nomem;
+        PUTS(&b, ",\"ts_ns\":");
+        if (put_i64(&b, now * 1000)) goto nomem;
+        PUT(&b, toast, h[7]);
+        PUT(&b, tail.buf, tail.len);
+        if (put_i64(&b, total)) goto nomem;
+        PUTS(&b, ",\"data_collection_order\":");
+        if (put_i64(&b, count)) goto nomem;
+        PUTS(&b, "}}\n");
+        if (op == 'd' && tombstones) PUTS(&b, "null\n");
+    }
+    if (got < 0) goto done;
+    PyObject *lines = PyBytes_FromStringAndSize(b.p, b.len);
+    if (lines != NULL) result = Py_BuildValue("(Nn)", lines, total);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    out_free(&b);
+    PyMem_Free(skip);
+    PyBuffer_Release(&run);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&xid);
+    PyBuffer_Release(&tail);
+    return result;
+}
