@@ -34,6 +34,7 @@ typedef struct {
     Buf tx;
     Pending *pending;
     Py_ssize_t npending, cap;
+    Py_ssize_t events;  /* Debezium's: the changes whose events tx holds (a run, see DEBEZIUM_HEAD) */
     Py_ssize_t *toasted;
     Py_ssize_t toasted_cap;
 } Scratch;
@@ -144,9 +145,9 @@ static PyObject *plan_of(PyObject *plans, const Field *F, const RowChange *rc, c
 }
 
 /* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a plain transaction with xid,
- * at lsn: 1 buffered, 0 declined, -1 an error */
+ * at lsn, buffered as its JSON line or (debezium) its event's record: 1 buffered, 0 declined, -1 an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
-                  uint64_t lsn)
+                  uint64_t lsn, int debezium)
 {
     Field F[N_CHANGE];
     RowChange rc;
@@ -154,8 +155,75 @@ static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, P
     if (!scan_change(d, n, pv, 0, F, &rc)) return 0;
     PyObject *capsule = plan_of(plans, F, &rc, &plan);
     if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
-    int r = put_change(w, plan, F, &rc, d, n, xid, lsn);
+    int r;
+    if (!debezium) r = put_change(w, plan, F, &rc, d, n, xid, lsn);
+    else if (!change_fits(F, &rc, plan->ncols)) r = 0;
+    else {
+        const Py_ssize_t at = w->tx.len;
+        r = toast_room(w, plan) ? -1 : put_event_record(&w->tx, plan, F, &rc, d, n, lsn, 0, w->toasted);
+        if (r == 1) w->events++;
+        else w->tx.len = at;
+    }
     Py_DECREF(capsule);
+    return r;
+}
+
+/* What rows_run writes Debezium's events with: the source block's start, up to the commit's "ts_ms" value,
+ * and its middle, from "snapshot" to the opening of "sequence"'s text; whether a delete is followed by a
+ * tombstone; the commit LSN of the last transaction whose events were written (have_last: one was). */
+typedef struct {
+    Py_buffer start, mid;
+    int on, tombstones, have_last;
+    uint64_t last;
+} Events;
+
+#define PG_EPOCH_US 946684800000000LL  /* 2000-01-01 00:00:00 UTC in microseconds since 1970 */
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+/* the events of a plain transaction (its run in w->tx) with xid, committed at commit_lsn and commit_us
+ * (microseconds since 1970), appended to out: 0, -1 an error */
+static int put_transaction_events(Buf *out, Events *ev, const Scratch *w, uint64_t xid, uint64_t commit_lsn,
+                                  int64_t commit_us)
+{
+    Buf head = {0}, ids = {0};
+    int r = -1;
+    PyObject *per_table = PyDict_New();
+    if (per_table == NULL || out_init(&head, 256) || out_init(&ids, 64)) goto nomem;
+    PUT(&head, ev->start.buf, ev->start.len);
+    if (put_i64(&head, floor_div(commit_us, 1000))) goto nomem;
+    PUTS(&head, ",\"ts_us\":");
+    if (put_i64(&head, commit_us)) goto nomem;
+    PUTS(&head, ",\"ts_ns\":");
+    if (put_i64(&head, commit_us * 1000)) goto nomem;
+    PUT(&head, ev->mid.buf, ev->mid.len);
+    if (ev->have_last) {
+        PUTS(&head, "\\\"");
+        if (put_u64(&head, ev->last)) goto nomem;
+        PUTS(&head, "\\\",");
+    } else PUTS(&head, "null,");
+    if (put_u64(&ids, xid)) goto nomem;  /* the xid, then the transaction block up to total_order's value */
+    const Py_ssize_t nx = ids.len;
+    PUTS(&ids, ",\"transaction\":{\"id\":\"");
+    if (put_u64(&ids, xid)) goto nomem;
+    PUTS(&ids, ":");
+    if (put_u64(&ids, commit_lsn)) goto nomem;
+    PUTS(&ids, "\",\"total_order\":");
+    Py_ssize_t total = 0;
+    r = put_events(out, (const unsigned char *)w->tx.p, w->tx.len, head.p, head.len, ids.p, nx, ids.p + nx,
+                   ids.len - nx, NULL, 0, per_table, &total, ev->tombstones);
+    ev->have_last = 1;
+    ev->last = commit_lsn;
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    Py_XDECREF(per_table);
+    out_free(&head);
+    out_free(&ids);
     return r;
 }
 
@@ -177,25 +245,45 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
     return Py_BuildValue("(Ky#n)", (unsigned long long)lsn, (const char *)d, n, end - at);
 }
 
-/* rows_run(data, final, plans, proto_version, last_end, frame) -> (consumed, lines, records, transactions,
- * changes, repeated, last_end, declined): the whole transactions of the records in data -- COPY-CSV rows, or
- * capture file records laid out as ``frame`` says (a tuple of the Frame's fields) -- (``final``: data ends
- * at the end of the input, so a last row without a line end is whole), their JSON lines in lines (bytes,
- * UTF-8: written as they are to a UTF-8 stream, not decoded and encoded again); consumed
- * is where the rows not taken start, declined what declined_record says of the record there (declined: a
- * transaction for the Python path starts there).  last_end is the end LSN of the last transaction printed (-1: none); a transaction
- * ending at or before it is counted in repeated, not printed. */
+/* rows_run(data, final, plans, proto_version, last_end, frame, events) -> (consumed, lines, records,
+ * transactions, changes, repeated, last_end, declined, last_commit): the whole transactions of the records in
+ * data -- COPY-CSV rows, or capture file records laid out as ``frame`` says (a tuple of the Frame's fields) --
+ * (``final``: data ends at the end of the input, so a last row without a line end is whole), their JSON
+ * lines in lines (bytes, UTF-8: written as they are to a UTF-8 stream, not decoded and encoded again), or
+ * with ``events`` -- None, or (start, mid, tombstones, last_commit) as Events has them (last_commit -1: none)
+ * and plans of Debezium's form -- their Debezium events; consumed is where the rows not taken start,
+ * declined what declined_record says of the record there (declined: a transaction for the Python path
+ * starts there).  last_end is the end LSN of the last transaction printed (-1: none); a transaction ending
+ * at or before it is counted in repeated, not printed.  last_commit is the commit LSN of the last
+ * transaction whose events were written (-1: none). */
 static PyObject *c_rows_run(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     int final, pv;
-    PyObject *plans, *framing;
-    long long last_in;
+    PyObject *plans, *framing, *events;
+    long long last_in, last_commit = -1;
     Frame frame = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!iLO:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing))
+    Events ev = {0};
+    if (!PyArg_ParseTuple(args, "y*pO!iLOO:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing,
+                          &events))
         return NULL;
     int capture = framing != Py_None;
+    if (events != Py_None) {
+        if (!PyTuple_Check(events)) PyErr_SetString(PyExc_TypeError, "rows_run: events must be a tuple or None");
+        if (PyErr_Occurred() || !PyArg_ParseTuple(events, "y*y*pL:rows_run events", &ev.start, &ev.mid,
+                                                  &ev.tombstones, &last_commit)) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        ev.on = 1;
+        ev.have_last = last_commit >= 0;
+        ev.last = (uint64_t)last_commit;
+    }
     if (capture && frame_of(framing, &frame, "rows_run") < 0) {
+        if (ev.on) {
+            PyBuffer_Release(&ev.start);
+            PyBuffer_Release(&ev.mid);
+        }
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -217,7 +305,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         int state = 0;  /* 0 before the Begin, 1 inside */
         uint64_t xid = 0;
         w.tx.len = 0;
-        w.npending = 0;
+        w.npending = w.events = 0;
         origin.len = 0;  /* the Origin's name as a JSON string, if one came right after the Begin */
         for (;;) {
             if (at >= size) goto more;
@@ -246,7 +334,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 continue;
             }
             if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
-                r = change(&w, plans, pv, d, n, xid, lsn);
+                r = change(&w, plans, pv, d, n, xid, lsn, ev.on);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 continue;
@@ -255,6 +343,10 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             /* the Commit: print the transaction, unless a resume sent it again */
             uint64_t end_lsn = F[F_Commit_end_lsn].v;
             if (end_lsn > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
+            const int64_t commit_time = (int64_t)F[F_Commit_commit_time].v;  /* (its events' times in ns: int64) */
+            if (ev.on && (F[F_Commit_commit_lsn].v > (uint64_t)INT64_MAX || commit_time > INT64_MAX / 1000 - PG_EPOCH_US
+                          || commit_time < INT64_MIN / 1000 + PG_EPOCH_US))
+                goto decline;
             records += taken;
             pos = at;
             transactions++;
@@ -264,6 +356,12 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             }
             have_last = 1;
             last_end = end_lsn;
+            if (ev.on) {
+                if (put_transaction_events(&out, &ev, &w, xid, F[F_Commit_commit_lsn].v, commit_time + PG_EPOCH_US))
+                    goto done;
+                changes += w.events;
+                break;
+            }
             Buf tail;
             tail.p = tail.small;
             tail.len = 0;
@@ -303,8 +401,8 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         Py_DECREF(lines);
         goto done;
     }
-    result = Py_BuildValue("(nNnnnnLN)", pos, lines, records, transactions, changes, repeated,
-                           have_last ? (long long)last_end : -1LL, at);
+    result = Py_BuildValue("(nNnnnnLNL)", pos, lines, records, transactions, changes, repeated,
+                           have_last ? (long long)last_end : -1LL, at, ev.have_last ? (long long)ev.last : -1LL);
     goto done;
 nomem:
     if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -316,6 +414,10 @@ done:
     PyMem_Free(w.pending);
     PyMem_Free(w.toasted);
     PyBuffer_Release(&view);
+    if (ev.on) {
+        PyBuffer_Release(&ev.start);
+        PyBuffer_Release(&ev.mid);
+    }
     return result;
 }
 
@@ -464,28 +566,6 @@ done:
     PyMem_Free(row);
     out_free(b);
     PyMem_Free(w.toasted);
-    PyBuffer_Release(&view);
-    return result;
-}
-
-/* rows_next(data, final, frame) -> what declined_record says of the first record of data (laid out as for
- * rows_run): the record to hand to the Python path where a writer takes nothing between transactions. */
-static PyObject *c_rows_next(PyObject *self, PyObject *args)
-{
-    Py_buffer view;
-    int final;
-    PyObject *framing, *result = NULL;
-    Frame frame = {0};
-    unsigned char *row = NULL;
-    Py_ssize_t row_cap = 0;
-    if (!PyArg_ParseTuple(args, "y*pO:rows_next", &view, &final, &framing)) return NULL;
-    int capture = framing != Py_None;
-    if (!capture || frame_of(framing, &frame, "rows_next") == 0) {
-        if (capture && CRC_TABLE[0][1] == 0) crc_init();
-        if (HEX['f'] != 15) hex_init();
-        result = declined_record(capture ? &frame : NULL, view.buf, view.len, 0, final, 1, &row, &row_cap);
-    }
-    PyMem_Free(row);
     PyBuffer_Release(&view);
     return result;
 }

@@ -54,14 +54,18 @@ class RecordError(ReplwireError, ValueError):
 
 class RowWriter(Protocol):
     """A writer of lines the compiled row path writes for (:class:`~replwire.codec.stream.jsonl.JsonLines`,
-    :class:`~replwire.codec.stream.debezium.DebeziumEvents`): whether it writes Debezium's events (the row
-    path then renders the changes inside open transactions only, else it writes whole plain transactions
-    too), and its plan for a relation's changes (the arguments of ``rows_plan``; ``None``: none, its changes
-    go to the writer as items)."""
+    :class:`~replwire.codec.stream.debezium.DebeziumEvents`)."""
 
-    debezium: bool
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None:
+        """Its plan for a relation's changes (the arguments of ``rows_plan``; ``None``: none, their
+        transactions go to the writer as items)."""
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None: ...
+    def compiled_events(self) -> tuple[bytes, bytes, bool, int] | None:
+        """What the row path writes Debezium's events with (``rows_run``'s ``events``), ``None`` for JSON
+        lines."""
+
+    def written_through(self, commit_lsn: int) -> None:
+        """The row path wrote the events of the transactions up to the one committed at ``commit_lsn``."""
 
 
 @dataclass(slots=True)
@@ -109,6 +113,7 @@ class _RowPath(CompiledPath):
         self.assembler, self.lines, self.rows = assembler, lines, rows
         self.last_end = -1
         self.rendered = 0  # records taken by rows_body (into Rendered runs) so far
+        self._events = lines.compiled_events() is not None  # (Debezium's events, else JSON lines)
         self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
         self._running: Generator[Any, None, None] | None = None
 
@@ -129,15 +134,17 @@ class _RowPath(CompiledPath):
         if decoder.state != IDLE:  # the row changes of the transaction open there
             consumed, run, records, subxids, declined = self.rows.rows_body(
                 data, eof, self.plans(decoder, self._maker), decoder.proto_version, decoder.in_stream, self.frame,
-                self.lines.debezium)
+                self._events)
             if records:
                 self.assembler.add_rendered(Rendered(run, records, subxids))
                 self.rendered += records
             return consumed, records, declined, None
-        if self.lines.debezium:  # (Debezium's events are written at the Assembler's commits only)
-            return 0, 0, self.rows.rows_next(data, eof, self.frame), None
-        consumed, lines, records, transactions, changes, repeated, self.last_end, declined = self.rows.rows_run(
-            data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end, self.frame)
+        events = self.lines.compiled_events() if self._events else None
+        consumed, lines, records, transactions, changes, repeated, self.last_end, declined, last_commit = (
+            self.rows.rows_run(data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end,
+                               self.frame, events))
+        if events and last_commit != events[3]:
+            self.lines.written_through(last_commit)
         if not records:
             return consumed, records, declined, None
         decoder.skip(records)

@@ -20,7 +20,9 @@ and give buffers of Arrow's layout for as many rows as it says, every text UTF-8
 wanted (bit 4 clear: every offset is in its outcomes) and none repeated, where it took as much as
 ``rows_run`` its row images are those of ``rows_run``'s lines; with none wanted, no rows.
 
-And to the body path (``rows_body``, then ``rows_join``), walked over the input as the row path walks it:
+With bit 7 set, ``rows_run`` writes Debezium's events (a relation's plan of that form): as many as it
+counts changes, each with before, after and source first, a tombstone after a delete's.  And the input
+goes to the body path (``rows_body``, then ``rows_join``), walked over the input as the row path walks it:
 each record it hands back is stepped over and the rest given to it again, as stream block bodies if bit 6
 is set, rendering Debezium's events if bit 7 is; its counts add up and stay inside the input, its run joins
 (``rows_join``, ``rows_join_debezium``) into as many JSON lines of a change or events as it took records
@@ -161,27 +163,36 @@ def fuzz_rows(data: bytes) -> None:
         return
     flags, body = data[0], data[1:]
     frame = _FRAME if flags & 1 else None
-    consumed, data, records, transactions, changes, repeated, last_end, declined = COMPILED.rows_run(
-        body, bool(flags & 2), _PLANS, 1 + (flags >> 2) % 4, -1, frame)
+    debezium = bool(flags & 128)
+    consumed, data, records, transactions, changes, repeated, last_end, declined, last_commit = COMPILED.rows_run(
+        body, bool(flags & 2), _DEBEZIUM_PLANS if debezium else _PLANS, 1 + (flags >> 2) % 4, -1, frame,
+        _EVENTS if debezium else None)
     text = data.decode("utf-8")  # (the lines are UTF-8, whatever the input held)
     if not 0 <= consumed <= len(body):
         raise AssertionError(f"took {consumed} bytes of {len(body)}")
     if records and consumed == 0:
         raise AssertionError(f"{records} records in no bytes")
     lines = text.splitlines()
-    if len(lines) != changes or transactions + repeated > records:
-        raise AssertionError(f"{len(lines)} lines for {changes} changes, {transactions}+{repeated} transactions "
-                             f"of {records} records")
-    for line in lines:
-        change = json.loads(line)
-        if list(change)[:len(_KEYS)] != list(_KEYS):
-            raise AssertionError(f"not a change's line: {line}")
+    values = [json.loads(line) for line in lines]
+    if debezium:  # events, a tombstone after each delete's
+        events = [value for value in values if value is not None]
+        if len(events) != changes or (last_commit >= 0) != (transactions > 0):
+            raise AssertionError(f"{len(events)} events for {changes} changes, last commit {last_commit}")
+        if any(list(event)[:3] != ["before", "after", "source"] for event in events):
+            raise AssertionError(f"not events: {text}")
+    elif len(lines) != changes or any(list(change)[:len(_KEYS)] != list(_KEYS) for change in values):
+        raise AssertionError(f"{len(lines)} lines for {changes} changes: {text}")
+    if transactions + repeated > records:
+        raise AssertionError(f"{transactions}+{repeated} transactions of {records} records")
     _fuzz_columns(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, not flags & 16, consumed,
-                  lines if not repeated else None)
+                  lines if not repeated and not debezium else None)
     _skim(flags, body)
-    _bodies(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, bool(flags & 64), bool(flags & 128))
+    _bodies(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, bool(flags & 64), debezium)
 
 
+#: What rows_run writes Debezium's events with (its ``events``): no transaction's events written before.
+_EVENTS = (b',"source":{"version":"v","connector":"postgresql","name":"n","ts_ms":',
+           b',"snapshot":"false","db":"","sequence":"[', True, -1)
 _TAIL = b',"commit_lsn":"0/1","commit_time":"2000-01-01T00:00:00+00:00"'
 #: A Debezium event's source block up to "sequence"'s change LSN, and its transaction block up to total_order.
 _SOURCE = b',"source":{"version":"v","ts_ms":0,"snapshot":"false","db":"","sequence":"[null,'

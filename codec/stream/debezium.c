@@ -160,6 +160,67 @@ static Py_ssize_t count_event(PyObject *per_table, const char *names, Py_ssize_t
     return r < 0 ? -1 : count + 1;
 }
 
+/* The events of a Debezium run r[0:size] appended to out as rows_join_debezium writes them (see there):
+ * head[0:nh], xid[0:nx], tail[0:nt] as there, the subtransactions skip[0:nskip] (sorted) left out, *total
+ * and per_table counted on.  0, or -1 with an error set (a ValueError: not a Debezium run). */
+static int put_events(Buf *out, const unsigned char *r, Py_ssize_t size, const char *head, Py_ssize_t nh,
+                      const char *xid, Py_ssize_t nx, const char *tail, Py_ssize_t nt, const uint32_t *skip,
+                      Py_ssize_t nskip, PyObject *per_table, Py_ssize_t *total, int tombstones)
+{
+    uint32_t h[8];
+    Py_ssize_t at = 0;
+    int got;
+    for (;;) {
+        const Py_ssize_t start = at;
+        got = event_record(r, size, &at, h);
+        if (got <= 0) break;
+        if (dropped_xid(skip, nskip, h[0])) continue;
+        const char *names = (const char *)r + start + DEBEZIUM_HEAD, *before = names + h[4], *after = before + h[5],
+                   *toast = after + h[6];
+        const uint64_t lsn = (uint64_t)h[2] | ((uint64_t)h[3] << 32);
+        Py_ssize_t count = count_event(per_table, names, h[4]);
+        if (count < 0) return -1;
+        ++*total;
+        PUTS(out, "{\"before\":");
+        PUT(out, before, h[5]);
+        PUTS(out, ",\"after\":");
+        PUT(out, after, h[6]);
+        PUT(out, head, nh);
+        if (lsn) {
+            PUTS(out, "\\\"");
+            if (put_u64(out, lsn)) goto nomem;
+            PUTS(out, "\\\"]\"");
+        } else PUTS(out, "null]\"");
+        PUT(out, names, h[4]);
+        PUT(out, xid, nx);
+        PUTS(out, ",\"lsn\":");
+        if (lsn) {
+            if (put_u64(out, lsn)) goto nomem;
+        } else PUTS(out, "null");
+        PUTS(out, ",\"xmin\":null},\"op\":\"");
+        char op = (char)h[1];
+        PUT(out, &op, 1);
+        const int64_t now = now_us();
+        PUTS(out, "\",\"ts_ms\":");
+        if (put_i64(out, now / 1000)) goto nomem;
+        PUTS(out, ",\"ts_us\":");
+        if (put_i64(out, now)) goto nomem;
+        PUTS(out, ",\"ts_ns\":");
+        if (put_i64(out, now * 1000)) goto nomem;
+        PUT(out, toast, h[7]);
+        PUT(out, tail, nt);
+        if (put_i64(out, *total)) goto nomem;
+        PUTS(out, ",\"data_collection_order\":");
+        if (put_i64(out, count)) goto nomem;
+        PUTS(out, "}}\n");
+        if (op == 'd' && tombstones) PUTS(out, "null\n");
+    }
+    return got;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
 /* rows_join_debezium(run, head, xid, tail, dropped, per_table, total, tombstones) -> (bytes, total): the
  * event lines of a Debezium run (rows_body's, debezium set) as DebeziumEvents.lines writes them, in UTF-8,
  * each ending in a newline: ``head`` the source block up to "sequence"'s change LSN, ``xid`` the
@@ -180,62 +241,15 @@ static PyObject *c_rows_join_debezium(PyObject *self, PyObject *args)
     Py_ssize_t nskip = 0;
     Buf b = {0};
     if (dropped_xids(dropped, "rows_join_debezium", &skip, &nskip)) goto done;
-    const unsigned char *r = run.buf;
-    uint32_t h[8];
-    Py_ssize_t at = 0;
-    int got;
-    if (out_init(&b, run.len + run.len / 2 + 64)) goto nomem;
-    for (;;) {
-        const Py_ssize_t start = at;
-        got = event_record(r, run.len, &at, h);
-        if (got <= 0) break;
-        if (dropped_xid(skip, nskip, h[0])) continue;
-        const char *names = (const char *)r + start + DEBEZIUM_HEAD, *before = names + h[4], *after = before + h[5],
-                   *toast = after + h[6];
-        const uint64_t lsn = (uint64_t)h[2] | ((uint64_t)h[3] << 32);
-        Py_ssize_t count = count_event(per_table, names, h[4]);
-        if (count < 0) goto done;
-        total++;
-        PUTS(&b, "{\"before\":");
-        PUT(&b, before, h[5]);
-        PUTS(&b, ",\"after\":");
-        PUT(&b, after, h[6]);
-        PUT(&b, head.buf, head.len);
-        if (lsn) {
-            PUTS(&b, "\\\"");
-            if (put_u64(&b, lsn)) goto nomem;
-            PUTS(&b, "\\\"]\"");
-        } else PUTS(&b, "null]\"");
-        PUT(&b, names, h[4]);
-        PUT(&b, xid.buf, xid.len);
-        PUTS(&b, ",\"lsn\":");
-        if (lsn) {
-            if (put_u64(&b, lsn)) goto nomem;
-        } else PUTS(&b, "null");
-        PUTS(&b, ",\"xmin\":null},\"op\":\"");
-        char op = (char)h[1];
-        PUT(&b, &op, 1);
-        const int64_t now = now_us();
-        PUTS(&b, "\",\"ts_ms\":");
-        if (put_i64(&b, now / 1000)) goto nomem;
-        PUTS(&b, ",\"ts_us\":");
-        if (put_i64(&b, now)) goto nomem;
-        PUTS(&b, ",\"ts_ns\":");
-        if (put_i64(&b, now * 1000)) goto nomem;
-        PUT(&b, toast, h[7]);
-        PUT(&b, tail.buf, tail.len);
-        if (put_i64(&b, total)) goto nomem;
-        PUTS(&b, ",\"data_collection_order\":");
-        if (put_i64(&b, count)) goto nomem;
-        PUTS(&b, "}}\n");
-        if (op == 'd' && tombstones) PUTS(&b, "null\n");
+    if (out_init(&b, run.len + run.len / 2 + 64)) {
+        PyErr_NoMemory();
+        goto done;
     }
-    if (got < 0) goto done;
-    PyObject *lines = PyBytes_FromStringAndSize(b.p, b.len);
-    if (lines != NULL) result = Py_BuildValue("(Nn)", lines, total);
-    goto done;
-nomem:
-    if (!PyErr_Occurred()) PyErr_NoMemory();
+    if (put_events(&b, run.buf, run.len, head.buf, head.len, xid.buf, xid.len, tail.buf, tail.len, skip, nskip,
+                   per_table, &total, tombstones) == 0) {
+        PyObject *lines = PyBytes_FromStringAndSize(b.p, b.len);
+        if (lines != NULL) result = Py_BuildValue("(Nn)", lines, total);
+    }
 done:
     out_free(&b);
     PyMem_Free(skip);

@@ -211,8 +211,21 @@ class DebeziumEvents:
             for event, _ in self._change_events(item, None):
                 yield event
 
-    #: The compiled row path renders events (rows_body's Debezium runs) inside open transactions only.
-    debezium = True
+    def compiled_events(self) -> tuple[bytes, bytes, bool, int]:
+        """What the compiled row path writes the events of whole transactions with (``rows_run``'s
+        ``events``): the ``source`` block's start up to the commit's ``ts_ms`` value, its middle from
+        ``snapshot`` to the opening of ``sequence``'s text, whether a delete is followed by a tombstone, and
+        the commit LSN of the last transaction whose events were written (-1: none)."""
+        start = (f',"source":{{"version":{_STRING(self.version)},"connector":"postgresql",'
+                 f'"name":{_STRING(self.name)},"ts_ms":')
+        middle = f',"snapshot":"false","db":{_STRING(self.db)},"sequence":"['
+        last = -1 if self._last_commit is None else int(self._last_commit)
+        return start.encode(), middle.encode(), self.tombstones, last
+
+    def written_through(self, commit_lsn: int) -> None:
+        """The compiled row path wrote the events of transactions up to the one committed at ``commit_lsn``:
+        the next events' ``source.sequence`` starts with it."""
+        self._last_commit = str(commit_lsn)
 
     def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None:
         """What the compiled row path renders the events of ``schema``'s relation with (the arguments of

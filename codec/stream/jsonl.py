@@ -623,9 +623,6 @@ class JsonLines:
     ``rows=False`` makes no row dicts); truncates and logical messages, rare, go through :func:`objects`.
     """
 
-    #: The compiled row path writes whole plain transactions (rows_run) and renders lines inside open ones.
-    debezium = False
-
     def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
         self.rows = rows or RowJson(ValueLoader(encoding))
         self.maker = ChangeMaker(rows=False, encoding=encoding)
@@ -683,6 +680,12 @@ class JsonLines:
             parts.append("}")
             yield "".join(parts)
 
+
+    def compiled_events(self) -> None:
+        """JSON lines, not Debezium's events (see :class:`~replwire.codec.decode.RowWriter`)."""
+
+    def written_through(self, commit_lsn: int) -> None:
+        """(Nothing to remember: see :class:`~replwire.codec.decode.RowWriter`.)"""
 
     def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str, int, int],
                                                                           ...]]:

@@ -69,7 +69,7 @@ def test_a_frame_near_the_top_of_py_ssize_t_is_refused(frame):
         record += struct.pack(">I", zlib.crc32(record))
         for call in (lambda: COMPILED.skim_run(record, True, {frame!r}, 1, b"IUD", 0, len(record), 0),
                      lambda: COMPILED.rows_columns(record, True, {{}}, 1, {frame!r}, 0, {{}}, {{}}, 10, 10),
-                     lambda: COMPILED.rows_run(record, True, {{}}, 1, -1, {frame!r})):
+                     lambda: COMPILED.rows_run(record, True, {{}}, 1, -1, {frame!r}, None)):
             try:
                 print("returned", call())
             except ValueError as error:
@@ -193,15 +193,25 @@ def test_a_converter_raising_keyboard_interrupt_propagates():
 
 
 #: Each row writer called with plans a converter empties: (how plans hold a plan, inserts in the transaction,
-#: the call, what it prints).  rows_run looks each change's plan up again (the second finds none: declined),
-#: rows_columns keeps the one it found for the next change of the same relation.
+#: the call, what it prints).  rows_run and rows_body look each change's plan up again (the second finds none:
+#: declined), rows_columns keeps the one it found for the next change of the same relation.
 _EMPTIED_PLANS = {
     "rows_columns": ("(COMPILED.rows_plan((b'', b'', b''), columns), 0)", 3,
                      "COMPILED.rows_columns(body, True, plans, 1, None, 0, {0: None}, {}, 1 << 30, 1 << 30)",
                      "print(result[0] == len(body), *result[1:4])", ["True", "5", "3", "0"]),
     "rows_run": ("COMPILED.rows_plan((b'{', b'{', b'{'), columns)", 1,
-                 "COMPILED.rows_run(body, True, plans, 1, -1, None)",
+                 "COMPILED.rows_run(body, True, plans, 1, -1, None, None)",
                  "print(result[0] == len(body), result[1].count(b'\\n'), result[4])", ["True", "1", "1"]),
+    "rows_run, Debezium's events": ("COMPILED.rows_plan((b'', b'', b''), columns)", 1,
+                                    "COMPILED.rows_run(body, True, plans, 1, -1, None, (b'', b'', True, -1))",
+                                    "print(result[0] == len(body), result[1].count(b'\\n'), result[4])",
+                                    ["True", "1", "1"]),
+    "rows_body": ("COMPILED.rows_plan((b'{', b'{', b'{'), columns)", 2,
+                  "COMPILED.rows_body(body[body.index(b'\\n') + 1:], True, plans, 1, False, None, False)",
+                  "print(result[2], type(result[4]).__name__)", ["1", "tuple"]),
+    "rows_body, Debezium's events": ("COMPILED.rows_plan((b'', b'', b''), columns)", 2,
+                                     "COMPILED.rows_body(body[body.index(b'\\n') + 1:], True, plans, 1, False, "
+                                     "None, True)", "print(result[2], type(result[4]).__name__)", ["1", "tuple"]),
 }
 
 

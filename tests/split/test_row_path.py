@@ -535,7 +535,8 @@ def test_the_fuzz_target_starts_inside_the_row_path():
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
         if COMPILED and seed[0] & 2:  # whole input
-            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None)
+            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None,
+                                            None)
             if n < 4:  # every transaction written
                 assert result[4] == 3 and result[7] == 0
             elif n >= 4 + len(fuzz._LAST_WAYS):  # the row of binary values: written in C
@@ -598,13 +599,13 @@ def test_an_interrupt_in_a_value_function_is_not_swallowed(raised):
     body = rows[rows.index(b"\n") + 1:]  # (the Insert and the Commit: what rows_body takes inside the Begin)
     if raised is KeyboardInterrupt:
         with pytest.raises(KeyboardInterrupt, match="stop"):
-            fast.COMPILED.rows_run(rows, True, plans, 1, -1, None)
+            fast.COMPILED.rows_run(rows, True, plans, 1, -1, None, None)
         with pytest.raises(KeyboardInterrupt, match="stop"):
             fast.COMPILED.rows_body(body, True, plans, 1, False, None, False)
     else:  # declined at the transaction's start (the Begin, handed back as read), and at the Insert
         begin = build_message(messages[0], proto_version=1)
-        assert fast.COMPILED.rows_run(rows, True, plans, 1, -1, None) == (
-            0, b"", 0, 0, 0, 0, -1, (0x100, begin, len(rows) - len(body)))
+        assert fast.COMPILED.rows_run(rows, True, plans, 1, -1, None, None) == (
+            0, b"", 0, 0, 0, 0, -1, (0x100, begin, len(rows) - len(body)), -1)
         insert = build_message(messages[1], proto_version=1)
         assert fast.COMPILED.rows_body(body, True, plans, 1, False, None, False) == (
             0, b"", 0, {}, (0x101, insert, body.index(b"\n") + 1))

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replwire.codec import LSN, Delete, Insert, Relation, Update, parse
-from replwire.codec.decode import committed
+from replwire.codec.decode import Written, committed
 from replwire.codec.split import open_inputs
 from replwire.codec.stream.debezium import DebeziumEvents
 from replwire.codec.stream.jsonl import ENCODE, RowJson
@@ -59,7 +59,9 @@ def run(paths, proto_version, *, wire: bool, compiled_rows: bool = True, tombsto
             events._rows = RowJson(ValueLoader(inputs[0].encoding))
             events._rows._compiled = None
         for item in committed(inputs, rows=not wire, lines=events if row_path else None):
-            if wire:
+            if isinstance(item, Written):  # whole transactions' events the row path wrote
+                out += item.data.decode().split("\n")[:-1]
+            elif wire:
                 for line in events.lines(item):
                     out += line.decode().split("\n")[:-1] if isinstance(line, bytes) else [line]
             else:

@@ -483,8 +483,6 @@ static PyMethodDef MODULE_METHODS[] = {{
       "A run's JSON lines, with its transaction's xid and commit keys (see codec/decode.c)."}},
     {{"rows_join_debezium", c_rows_join_debezium, METH_VARARGS,
       "A Debezium run's event lines, with its transaction's keys (see codec/stream/debezium.c)."}},
-    {{"rows_next", c_rows_next, METH_VARARGS,
-      "The first record of COPY-CSV rows or capture records (see codec/decode.c)."}},
     {{"rows_row", c_rows_row, METH_VARARGS, "A row image of parsed tuple columns as JSON (see codec/stream/jsonl.c)."}},
     {{"skim_run", c_skim_run, METH_VARARGS,
       "A run of records as the first pass of split decoding needs it (see codec/split/skim.c)."}},
