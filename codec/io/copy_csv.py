@@ -48,9 +48,18 @@ _CSV_HEAD = 1 << 16
 _ROW_START = re.compile(rb"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8},[0-9]{1,10},\\x[0-9A-Fa-f]*")
 
 
-def _line(number: int, start: int) -> str:
-    """Line ``number`` of a reading from offset ``start``, as a message names it."""
-    return f"line {number}" if start == 0 else f"line {number} after offset {start}"
+def _line(name: str, offset: int) -> str:
+    """The line at ``offset`` of the file ``name`` as a message names it: by its number in the file, whichever
+    offset the reading started from (the lines before it are counted only here, for the message)."""
+    before, left = 0, offset
+    with open(name, "rb") as handle:
+        while left > 0:
+            chunk = handle.read(min(1 << 20, left))
+            if not chunk:
+                break
+            before += chunk.count(b"\n")
+            left -= len(chunk)
+    return f"line {before + 1}"
 
 
 def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, raw: bool
@@ -59,21 +68,19 @@ def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, ra
         handle.seek(start)
         offset = start
         readline = handle.readline
-        lines = 0  # lines read (from ``start``)
         while True:
             line = readline(_CSV_HEAD)
             if not line:
                 break
             if stop is not None and offset >= stop:
                 break
-            lines += 1
             if len(line) == _CSV_HEAD and line[-1:] != b"\n":  # a long line: read on only if it starts like a row
                 if _ROW_START.fullmatch(line) is None:
-                    raise CaptureFileError(name, f"{_line(lines, start)} is not an (lsn, xid, data) row: its first "
+                    raise CaptureFileError(name, f"{_line(name, offset)} is not an (lsn, xid, data) row: its first "
                                                  f"{_CSV_HEAD} bytes have no line break", offset)
                 line += readline(MAX_CSV_LINE - len(line))
                 if len(line) == MAX_CSV_LINE and line[-1:] != b"\n":
-                    raise CaptureFileError(name, f"{_line(lines, start)} is longer than a row can be ({MAX_CSV_LINE} "
+                    raise CaptureFileError(name, f"{_line(name, offset)} is longer than a row can be ({MAX_CSV_LINE} "
                                                  "bytes: the data column, a bytea, holds at most 1 GB)", offset)
             here, offset = offset, offset + len(line)
             try:
