@@ -39,6 +39,8 @@ __all__ = ["CompiledPath"]
 #: the next, twice as many after each further such try, up to the most.
 _PATIENCE = 16
 _MOST_PATIENCE = 1 << 16
+#: The tags of the messages that change the decoder's caches, which the plans follow: Relation, Type.
+_CACHED = frozenset(b"RY")
 
 
 class CompiledPath(ABC):
@@ -61,6 +63,7 @@ class CompiledPath(ABC):
         self._done = False  # the Python reader's reading ran out
         self._plans: dict[int, Any] = {}
         self._planned: dict[int, tuple[Any, int]] = {}  # relation id -> (Relation, types_version) of its plan
+        self._fresh = False  # the plans are the decoder's caches' (only what the Python side reads changes them)
 
     @abstractmethod
     def ready(self) -> bool:
@@ -88,6 +91,9 @@ class CompiledPath(ABC):
         """A plan for every relation ``decoder`` knows now, by relation id (made again when its Relation or
         the types changed); a relation that cannot have one (a name in no Unicode) gets none, and its
         changes go to the Python reader."""
+        if self._fresh:
+            return self._plans
+        self._fresh = True
         for relation_id, relation in decoder.relations.items():
             made = self._planned.get(relation_id)
             if made is not None and made[0] is relation and made[1] == decoder.types_version:
@@ -129,6 +135,8 @@ class CompiledPath(ABC):
                         low, at = low + consumed, at + consumed
                         if declined.__class__ is tuple:  # the record there, read: the Python side takes it
                             lsn, data, size = declined
+                            if data[0] in _CACHED:
+                                self._fresh = False
                             yield from self.python(iter(((at, lsn, 0, data),)))
                             low, at = low + size, at + size
                             if low == len(chunk) and eof:
@@ -147,6 +155,7 @@ class CompiledPath(ABC):
                         if not declined and consumed:  # a run reached a cap
                             continue
                     # the Python reader's part: from the record at ``at`` until ready again
+                    self._fresh = False
                     reading = self._python_records(at)
                     try:
                         yield from self.python(self._until_ready(reading))
