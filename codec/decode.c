@@ -449,6 +449,7 @@ static int put_run_line(Buf *b, Scratch *w, const Plan *plan, const Field *F, co
     }
     int r = put_images(b, w, plan, F, rc, d, n);
     if (r != 1) return r;
+    if (b->len - lsn_end > (Py_ssize_t)UINT32_MAX) return 0;  /* (more than a record's length holds) */
     head[1] = (uint32_t)(start - at - RUN_HEAD);
     head[2] = (uint32_t)(lsn_end - start);
     head[3] = (uint32_t)(b->len - lsn_end);

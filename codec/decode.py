@@ -4,8 +4,10 @@ Strategy: :func:`committed` feeds the records of one stream's inputs (:func:`~re
 open_inputs`, in stream order) to one :class:`~replwire.codec.Assembler`, resumed between inputs, and yields
 each committed transaction (and non-transactional logical message) once: what a resume sends again is
 skipped by its end LSN, and a snapshot section an earlier input already held is read once (:class:`_Sections`).
-Where the compiled codec is in use and the caller writes JSON lines, :class:`_RowPath` lets the compiled row
-path write runs of plain transactions between the Assembler's items (:class:`Written`), with the same text.
+Where the compiled codec is in use and the caller writes JSON lines or Debezium's events, :class:`_RowPath`
+lets the compiled row path write runs of plain transactions between the Assembler's items (:class:`Written`)
+and render the changes inside the transactions the Assembler holds (streamed, prepared, long ones), with
+the same text.
 This is the single-process way to what :mod:`replwire.codec.split` gives part by part; the tests hold the two
 to each other.  :mod:`replwire.codec.decode_output` writes what this yields.
 """
@@ -70,10 +72,10 @@ class RowWriter(Protocol):
 
 @dataclass(slots=True)
 class Written:
-    """JSON lines the compiled row path wrote for a run of plain transactions of an input (what
-    :class:`~replwire.codec.stream.jsonl.JsonLines` writes for them, each line ending in a newline), as the
-    UTF-8 ``data`` a text stream would write of them: the ``records`` they were, the ``transactions`` and
-    ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
+    """Lines the compiled row path wrote for a run of plain transactions of an input (what its
+    :class:`RowWriter` writes for them -- JSON lines or Debezium's events -- each line ending in a newline),
+    as the UTF-8 ``data`` a text stream would write of them: the ``records`` they were, the ``transactions``
+    and ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
 
     data: bytes
     records: int
@@ -101,8 +103,8 @@ class _RowPath(CompiledPath):
     (``rows_run``) is given as one :class:`Written` instead of its records.  Inside a transaction the
     Assembler holds open -- a stream block, a prepared transaction, a plain one ``rows_run`` left -- the
     row changes it takes (``rows_body``) go to that transaction's buffer as one
-    :class:`~replwire.codec.stream.assembler.Rendered` run of lines, which :class:`JsonLines` finishes when
-    the transaction commits.  Each stops at anything else: the records from there go to the Assembler until
+    :class:`~replwire.codec.stream.assembler.Rendered` run of lines, which the writer finishes when the
+    transaction commits.  Each stops at anything else: the records from there go to the Assembler until
     the row path can go on.  A torn or corrupt capture file tail is read by the Python reader, which
     reports it (``tail``)."""
 
@@ -172,9 +174,10 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     capture file tail once the records before it are done.  A record that does not decode raises
     :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`).
 
-    With ``lines`` (the :class:`~replwire.codec.stream.jsonl.JsonLines` the caller writes the items with),
-    the compiled row path, where the compiled codec is in use, writes the plain transactions of UTF-8
-    inputs itself: they come as :class:`Written` JSON lines (the same text), not as items."""
+    With ``lines`` (the :class:`RowWriter` the caller writes the items with), the compiled row path, where
+    the compiled codec is in use, writes for UTF-8 inputs the plain transactions itself -- they come as
+    :class:`Written` lines (the same text), not as items -- and renders the changes inside the others into
+    their buffers (the writer finishes them at their commit)."""
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed

@@ -105,6 +105,7 @@ static int put_event_record(Buf *b, const Plan *plan, const Field *F, const RowC
         if (r == 1 && put_bytes(b, "null", 4)) return -1;
     }
     if (r != 1) return r;
+    if (b->len - at > (Py_ssize_t)UINT32_MAX) return 0;  /* (more than a record's lengths hold) */
     head[6] = (uint32_t)(b->len - mark - head[5]);
     mark = b->len;
     if (ntoasted) {
