@@ -121,7 +121,8 @@ class Change:
 
 class Rendered:
     """Row changes a writer rendered itself, kept in their transaction's buffer as they are: ``data``, opaque
-    to the assembler (the compiled JSON lines row path's run, see :mod:`replwire.codec.decode`), ``count``
+    to the assembler (a run of the compiled row path's JSON lines or Debezium events, see
+    :mod:`replwire.codec.decode`), ``count``
     changes, ``subxids`` how many of them each subtransaction made (:meth:`Assembler.add_rendered`).
     :meth:`Changes.wire` gives it in its place among the changes, ``dropped`` then naming the subtransactions
     aborted since, whose changes the writer leaves out.  No :class:`Change` can be made of it."""

@@ -669,8 +669,8 @@ def test_drawn_binary_values(data):
 
 # -- streamed and two-phase transactions: the row changes inside them rendered by rows_body --------------------
 
-def _columns(width: int) -> list[RelationColumn]:
-    names = [("id", 23, 1), ("v", 25, 0), ("w", 20, 0)]
+def _columns(width: int, w_type: int = 20) -> list[RelationColumn]:
+    names = [("id", 23, 1), ("v", 25, 0), ("w", w_type, 0)]
     return [RelationColumn(flags=flags, name=name, type_id=oid, type_modifier=-1) for name, oid, flags in names[:width]]
 
 
@@ -704,10 +704,11 @@ def interleaved_streams(draw):
         lsn[0] += 0x40
         rows.append((lsn[0], xid, build_message(message, proto_version=4, in_stream=in_stream)))
 
-    def relation(xid=None):
+    def relation(xid=None):  # (w's type changes too: its values are then written another way)
         width[0] = draw(st.sampled_from([2, 3]))
         emit(Relation(xid=xid, relation_id=9, namespace="public", name="t\u00e9", replica_identity="d",
-                      columns=_columns(width[0])), in_stream=xid is not None, xid=xid or 0)
+                      columns=_columns(width[0], draw(st.sampled_from([20, 25])))), in_stream=xid is not None,
+             xid=xid or 0)
 
     def value(i):
         n = draw(st.integers(0, 9))
@@ -869,3 +870,29 @@ def test_streamed_changes_are_rendered_by_the_row_path(tmp_path):
     assert error is None and counts["changes"] == 30
     assert text.count('"subxid":5') == 20 and text.count('"gid":"g"') == 10
     assert counts["written"] == (30 if COMPILED else 0)
+
+
+def test_a_relation_changed_inside_a_stream_block_changes_how_values_are_written(tmp_path):
+    """A Relation inside a stream block that changes a column's type (int8, then text): the changes after it
+    are written the new way (the row path's plans follow the Relations the Python side reads)."""
+    from replwire.codec import StreamCommit, StreamStart, StreamStop
+
+    def relation(w_type):
+        return Relation(xid=5, relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=_columns(3, w_type))
+
+    def insert(i):
+        return Insert(xid=5, relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x"),
+                                                 TupleColumn.text("42")])
+
+    messages = [(StreamStart(xid=5, first_segment=1), False), (relation(20), True),
+                *[(insert(i), True) for i in range(3)], (relation(25), True), *[(insert(i), True) for i in range(3)],
+                (StreamStop(), False),
+                (StreamCommit(xid=5, flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x910), commit_time=Timestamp(1)),
+                 False)]
+    rows = [(0x100 + 0x10 * n, 5, build_message(m, proto_version=4, in_stream=streamed))
+            for n, (m, streamed) in enumerate(messages)]
+    text, counts, error = same([write_stream(tmp_path / "s.csv", rows, "copy-csv", 4)], 4)
+    assert error is None and counts["written"] == (6 if COMPILED else 0)
+    assert [line.endswith('"w":42}}') for line in text.splitlines()] == [True] * 3 + [False] * 3
+    assert text.count('"w":"42"}}') == 3
