@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, overload
 
 from ...schema.encodings import UTF8
+from ..errors import DecodeError
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -50,7 +51,8 @@ from ..messages import (
 )
 from ..scalars import LSN
 from ..wire.fast import build, parse
-from .decoder import IDLE, Decoder
+from .decoder import IDLE, STREAM, TRANSACTION, Decoder
+from .decoder import PREPARE as PREPARING
 from .outcome import Outcome
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, OPEN, ORIGIN, PREPARE, Router
 from .values import RowSchema, ValueLoader, untyped_row
@@ -397,8 +399,79 @@ class Assembler:
 
     def feed(self, data: bytes, lsn: int | None = None) -> list[Transaction | Change]:
         """Decode one pgoutput message and add it; the items it completes (see :meth:`add`)."""
-        message = self.decoder.feed(data)
+        decoder = self.decoder
+        if data.__class__ is bytes and data and data[0] in _ROW_TAGS and decoder.state in _ROW_STATES \
+                and decoder.__class__ is Decoder:
+            # the commonest message: a row change inside a transaction, taken in one go (what Decoder.feed
+            # and add do for it, without the Route and the calls); anything else takes their way
+            in_stream = decoder.state == STREAM
+            try:
+                message = decoder._parse(data, proto_version=decoder.proto_version, in_stream=in_stream,
+                                         encoding=decoder.encoding)
+            except DecodeError:  # (Decoder.feed parses it again and raises, noting where)
+                return self.add(decoder.feed(data), lsn=lsn)
+            if self._add_row(message, data, lsn, in_stream):
+                return []
+            decoder.accept(message)  # (what Decoder.feed does after its parse)
+            decoder.last_data = data
+            return self.add(message, lsn=lsn)
+        message = decoder.feed(data)
         return self.add(message, lsn=lsn)
+
+    def _add_row(self, message: Any, data: bytes, lsn: int | None, in_stream: bool) -> bool:
+        """Accept and buffer a row change just parsed from ``data`` as :meth:`Decoder.feed` and :meth:`add`
+        would, where it is the common case: a known relation, every tuple as wide as its Relation, an open
+        transaction to buffer it in.  ``False`` (nothing done) where it is not."""
+        cls = message.__class__
+        decoder = self.decoder
+        relation = decoder.relations.get(message.relation_id)
+        if relation is None or cls not in _TUPLE_NAMES:
+            return False
+        width = len(relation.columns)
+        if cls is Insert:
+            new = message.new
+            if new is None:
+                columns = 0
+            elif len(new) != width:
+                return False
+            else:
+                columns = width
+        else:
+            columns = 0
+            for name in _TUPLE_NAMES[cls]:
+                tuple_ = getattr(message, name)
+                if tuple_ is not None:
+                    if len(tuple_) != width:
+                        return False
+                    columns += width
+        router = self._router
+        if in_stream:
+            key = router.streams.get(decoder.stream_xid)  # type: ignore[arg-type]
+            subxid = message.xid
+        else:
+            key = router.current
+            subxid = router.current_xid
+        buffer = self._buffers.get(key) if key is not None else None
+        if buffer is None:
+            return False
+        # -- accepted (Decoder.accept), routed to the open transaction (Router.route) and buffered (add)
+        decoder.index += 1
+        decoder.last_message = self._last_added = message
+        decoder.last_data = data
+        maker = self._maker
+        schema = maker._schemas.get((id(relation), decoder.types_version))
+        if schema is None or schema.relation is not relation:
+            schema = maker.row_schema(decoder, message.relation_id)
+        if in_stream:
+            message = _OUT_OF_STREAM[cls](message)
+        buffer.count += 1
+        per_subxid = buffer.per_subxid
+        per_subxid[subxid] = per_subxid.get(subxid, 0) + 1
+        index = buffer._schema_index.get(id(schema))
+        if index is None:
+            index = buffer.schema_index(schema)
+        buffer._keep((index, subxid, lsn, message), len(data) + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns)
+        return True
 
     def feed_frame(self, payload: bytes) -> list[Transaction | Change]:
         """Decode one walsender CopyData payload; an XLogData's message is added with the frame's LSN
@@ -645,6 +718,33 @@ def _cost(message: Any, data: bytes | None = None) -> int:
 
 
 _TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
+#: The tags of the row changes (:meth:`Assembler.feed` takes them in one go).
+_ROW_TAGS = frozenset(b"IUD")
+#: The decoder states a row change may come in (every one but idle).
+_ROW_STATES = frozenset((TRANSACTION, PREPARING, STREAM))
+
+
+def _insert_out_of_stream(message: Any) -> Any:
+    copy = object.__new__(Insert)
+    copy.xid, copy.relation_id, copy.new = None, message.relation_id, message.new
+    return copy
+
+
+def _update_out_of_stream(message: Any) -> Any:
+    copy = object.__new__(Update)
+    copy.xid, copy.relation_id, copy.key, copy.old, copy.new = (None, message.relation_id, message.key, message.old,
+                                                                message.new)
+    return copy
+
+
+def _delete_out_of_stream(message: Any) -> Any:
+    copy = object.__new__(Delete)
+    copy.xid, copy.relation_id, copy.key, copy.old = None, message.relation_id, message.key, message.old
+    return copy
+
+
+#: :func:`_out_of_stream` of each row change, field by field.
+_OUT_OF_STREAM = {Insert: _insert_out_of_stream, Update: _update_out_of_stream, Delete: _delete_out_of_stream}
 
 
 def relation_namespace(relation: Relation) -> str:
