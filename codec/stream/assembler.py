@@ -168,7 +168,7 @@ class Changes(Sequence[Change]):
         changes a writer rendered itself come as the :class:`Rendered` it added (schema and LSN ``None``)."""
         buffer, parse_data = self._buffer, self._assembler._parse_data
         schemas = buffer.schemas
-        for index, subxid, lsn, item in buffer.entries():
+        for index, subxid, lsn, item in (buffer.memory if buffer.file is None else buffer.entries()):
             if item.__class__ is Rendered:
                 item.dropped = buffer.dropped
                 yield item, None, None, subxid
@@ -285,11 +285,15 @@ class _Buffer:
         self.memory.append(entry)
         self.size += cost
         if self.size > self.threshold:
-            self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
-            for item in self.memory:
-                self._write(item)
-            self.memory = []
-            self.size = 0
+            self.spill()
+
+    def spill(self) -> None:
+        """Move the entries in memory to the spill file, and buffer there from now on."""
+        self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
+        for item in self.memory:
+            self._write(item)
+        self.memory = []
+        self.size = 0
 
     def _write(self, entry: tuple[int, int, int | None, Any]) -> None:
         index, subxid, lsn, message = entry
@@ -392,6 +396,9 @@ class Assembler:
         self._router = Router(self.decoder)
         self._buffers: dict[int, _Buffer] = {}  # open, streamed and prepared transactions by routing key
         self._last_added: WireMessage | None = None
+        # the RowSchema of the last row change feed took in one go, and the decoder's types_version then
+        self._last_schema: RowSchema | None = None
+        self._last_types = -1
         self._parse = parse
         self._build = build
 
@@ -403,75 +410,73 @@ class Assembler:
         if data.__class__ is bytes and data and data[0] in _ROW_TAGS and decoder.state in _ROW_STATES \
                 and decoder.__class__ is Decoder:
             # the commonest message: a row change inside a transaction, taken in one go (what Decoder.feed
-            # and add do for it, without the Route and the calls); anything else takes their way
+            # and add do for it, without the Route and the calls) where it is the common case -- a known
+            # relation, every tuple as wide as its Relation, an open transaction in memory; anything else
+            # takes their way
             in_stream = decoder.state == STREAM
+            message: Any
             try:
                 message = decoder._parse(data, proto_version=decoder.proto_version, in_stream=in_stream,
                                          encoding=decoder.encoding)
             except DecodeError:  # (Decoder.feed parses it again and raises, noting where)
                 return self.add(decoder.feed(data), lsn=lsn)
-            if self._add_row(message, data, lsn, in_stream):
-                return []
+            cls = message.__class__
+            relation = decoder.relations.get(message.relation_id)
+            if cls is Insert:
+                new = message.new
+                columns = len(new) if new is not None else -1
+                fits = relation is not None and columns == len(relation.columns)
+            elif relation is not None and cls in _TUPLE_NAMES:
+                width, columns, fits = len(relation.columns), 0, True
+                for name in _TUPLE_NAMES[cls]:
+                    tuple_ = getattr(message, name)
+                    if tuple_ is not None:
+                        fits = fits and len(tuple_) == width
+                        columns += width
+            else:
+                fits = False
+            if fits:
+                router = self._router
+                if in_stream:
+                    key = router.streams.get(decoder.stream_xid)  # type: ignore[arg-type]
+                    subxid = message.xid
+                else:
+                    key = router.current
+                    subxid = router.current_xid
+                buffer = self._buffers.get(key)  # type: ignore[arg-type]
+                if buffer is not None and buffer.file is None:
+                    # -- accepted (Decoder.accept), routed to the open transaction (Router.route), buffered (add)
+                    decoder.index += 1
+                    decoder.last_message = self._last_added = message
+                    decoder.last_data = data
+                    schema = self._last_schema
+                    if schema is None or schema.relation is not relation or \
+                            self._last_types != decoder.types_version:
+                        schema = self._last_schema = self._maker.row_schema(decoder, message.relation_id)
+                        self._last_types = decoder.types_version
+                    if in_stream:
+                        if cls is Insert:  # (the commonest: _insert_out_of_stream inline)
+                            copy = _new(Insert)
+                            copy.xid, copy.relation_id, copy.new = None, message.relation_id, message.new
+                            message = copy
+                        else:
+                            message = _OUT_OF_STREAM[cls](message)
+                    buffer.count += 1
+                    per_subxid = buffer.per_subxid
+                    per_subxid[subxid] = per_subxid.get(subxid, 0) + 1
+                    index = buffer._schema_index.get(id(schema))
+                    if index is None:
+                        index = buffer.schema_index(schema)
+                    buffer.memory.append((index, subxid, lsn, message))
+                    buffer.size += len(data) + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
+                    if buffer.size > buffer.threshold:
+                        buffer.spill()
+                    return []
             decoder.accept(message)  # (what Decoder.feed does after its parse)
             decoder.last_data = data
             return self.add(message, lsn=lsn)
         message = decoder.feed(data)
         return self.add(message, lsn=lsn)
-
-    def _add_row(self, message: Any, data: bytes, lsn: int | None, in_stream: bool) -> bool:
-        """Accept and buffer a row change just parsed from ``data`` as :meth:`Decoder.feed` and :meth:`add`
-        would, where it is the common case: a known relation, every tuple as wide as its Relation, an open
-        transaction to buffer it in.  ``False`` (nothing done) where it is not."""
-        cls = message.__class__
-        decoder = self.decoder
-        relation = decoder.relations.get(message.relation_id)
-        if relation is None or cls not in _TUPLE_NAMES:
-            return False
-        width = len(relation.columns)
-        if cls is Insert:
-            new = message.new
-            if new is None:
-                columns = 0
-            elif len(new) != width:
-                return False
-            else:
-                columns = width
-        else:
-            columns = 0
-            for name in _TUPLE_NAMES[cls]:
-                tuple_ = getattr(message, name)
-                if tuple_ is not None:
-                    if len(tuple_) != width:
-                        return False
-                    columns += width
-        router = self._router
-        if in_stream:
-            key = router.streams.get(decoder.stream_xid)  # type: ignore[arg-type]
-            subxid = message.xid
-        else:
-            key = router.current
-            subxid = router.current_xid
-        buffer = self._buffers.get(key) if key is not None else None
-        if buffer is None:
-            return False
-        # -- accepted (Decoder.accept), routed to the open transaction (Router.route) and buffered (add)
-        decoder.index += 1
-        decoder.last_message = self._last_added = message
-        decoder.last_data = data
-        maker = self._maker
-        schema = maker._schemas.get((id(relation), decoder.types_version))
-        if schema is None or schema.relation is not relation:
-            schema = maker.row_schema(decoder, message.relation_id)
-        if in_stream:
-            message = _OUT_OF_STREAM[cls](message)
-        buffer.count += 1
-        per_subxid = buffer.per_subxid
-        per_subxid[subxid] = per_subxid.get(subxid, 0) + 1
-        index = buffer._schema_index.get(id(schema))
-        if index is None:
-            index = buffer.schema_index(schema)
-        buffer._keep((index, subxid, lsn, message), len(data) + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns)
-        return True
 
     def feed_frame(self, payload: bytes) -> list[Transaction | Change]:
         """Decode one walsender CopyData payload; an XLogData's message is added with the frame's LSN
@@ -718,6 +723,7 @@ def _cost(message: Any, data: bytes | None = None) -> int:
 
 
 _TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
+_new = object.__new__
 #: The tags of the row changes (:meth:`Assembler.feed` takes them in one go).
 _ROW_TAGS = frozenset(b"IUD")
 #: The decoder states a row change may come in (every one but idle).

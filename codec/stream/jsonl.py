@@ -188,8 +188,12 @@ def _time_text(data: bytes) -> str | None:
 
 
 def _timestamp_text(data: bytes) -> str | None:
+    if len(data) == 19 and data[10] == 32 and data[:10] in _DAYS_SEEN and data[11:] in _CLOCKS_SEEN:
+        text = data.decode("ascii")  # (whole seconds, a day and a time of day read before: the text with a T)
+        return '"' + text[:10] + "T" + text[11:] + '"'
     match = _TIMESTAMP_PLAIN.fullmatch(data)
     if match is not None and _real_day(match[1]):  # (a real date and time: what fromisoformat would say)
+        _seen(match[1], data[11:19])
         if match[2] is None:  # whole seconds: the text with a T
             text = data.decode("ascii")
             return '"' + text[:10] + "T" + text[11:] + '"'
@@ -202,8 +206,13 @@ def _timestamp_text(data: bytes) -> str | None:
 
 
 def _timestamptz_text(data: bytes) -> str | None:
+    if len(data) == 22 and data[19:] == b"+00" and data[10] == 32 and data[:10] in _DAYS_SEEN and \
+            data[11:19] in _CLOCKS_SEEN and _UTC_OFFSET_READS:
+        text = data.decode("ascii")  # (as below: whole seconds in UTC, a day and a time of day read before)
+        return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
     match = _TIMESTAMPTZ_UTC.fullmatch(data)
     if match is not None and _real_day(match[1]) and _UTC_OFFSET_READS:  # in UTC, a real date and time
+        _seen(match[1], data[11:19])
         if match[2] is None:  # whole seconds: the text with a T, and the offset as isoformat writes it
             text = data.decode("ascii")
             return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
@@ -241,6 +250,19 @@ def _reads_utc_offset() -> bool:
 
 _UTC_OFFSET_READS = _reads_utc_offset()
 _REAL_DAYS: dict[bytes, bool] = {}
+#: The days (``YYYY-MM-DD``, real) and times of day (``HH:MM:SS``, hours to 23, minutes and seconds to 59) of
+#: the timestamps read so far that match :data:`_TIMESTAMP_PLAIN` or :data:`_TIMESTAMPTZ_UTC`: a timestamp made
+#: of one of each matches too, so the next ones of whole seconds need no match.
+_DAYS_SEEN: set[bytes] = set()
+_CLOCKS_SEEN: set[bytes] = set()
+
+
+def _seen(day: bytes, clock: bytes) -> None:
+    if len(_CLOCKS_SEEN) > 100_000 or len(_DAYS_SEEN) > 100_000:
+        _CLOCKS_SEEN.clear()
+        _DAYS_SEEN.clear()
+    _DAYS_SEEN.add(day)
+    _CLOCKS_SEEN.add(clock)
 
 
 def _real_day(day: bytes) -> bool:
@@ -611,8 +633,18 @@ class RowJson:
                     lines.append(f"            if k == 't': {v} = ('true' if {c}.data == b't' else 'false' if "
                                  f"{c}.data == b'f' else _calls[{i}]({c}.data))")
                 elif text[i] is not None:
+                    # the conversion's common case inline (the same text), the conversion itself otherwise
+                    conversion = text[i]
+                    if conversion is _float_text:
+                        call = f"repr(f) if (f := float({c}.data)) - f == 0.0 else _t{i}({c}.data)"
+                    elif conversion is _numeric_text:
+                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _numeric({c}.data) else _t{i}({c}.data)"
+                    elif conversion is _uuid_text:
+                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _uuid({c}.data) else _t{i}({c}.data)"
+                    else:
+                        call = f"_t{i}({c}.data)"
                     lines += ["            if k == 't':",
-                              f"                try: {v} = _t{i}({c}.data)",
+                              f"                try: {v} = {call}",
                               f"                except _FAILS: {v} = None",
                               f"                if {v} is None: {v} = _typed('t', {c}.data, {i})"]
                 else:
@@ -654,7 +686,8 @@ class RowJson:
         lines.append("    return '{' + ','.join(parts) + '}'")
         calls = self._text_calls(schema, columns, typed)
         namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_FAILS": _CONVERSION_FAILS,
-                                     "_calls": calls, "_text": text, "_binary": binary, "_Other": _Other}
+                                     "_calls": calls, "_text": text, "_binary": binary, "_Other": _Other,
+                                     "_numeric": _NUMERIC_TEXT.fullmatch, "_uuid": _UUID_TEXT.fullmatch}
         for i in range(width):
             namespace[f"_t{i}"], namespace[f"_c{i}"], namespace[f"_b{i}"] = text[i], calls[i], binary_call(i)
         exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
