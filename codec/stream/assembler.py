@@ -475,6 +475,41 @@ class Assembler:
             decoder.accept(message)  # (what Decoder.feed does after its parse)
             decoder.last_data = data
             return self.add(message, lsn=lsn)
+        if data.__class__ is bytes and data and data[0] in _BEGIN_COMMIT and decoder.__class__ is Decoder:
+            # a Begin between transactions, a Commit of the open one: the same, in one go
+            opens = data[0] == 66
+            if decoder.state == (IDLE if opens else TRANSACTION):
+                try:
+                    message = decoder._parse(data, proto_version=decoder.proto_version, in_stream=False,
+                                             encoding=decoder.encoding)
+                except DecodeError:  # (Decoder.feed parses it again and raises, noting where)
+                    return self.add(decoder.feed(data), lsn=lsn)
+                router = self._router
+                if opens and message.__class__ is Begin:
+                    # Decoder.accept: idle -> transaction; Router.route: OPEN at the next position; add: a buffer
+                    decoder.opened_at = decoder.index
+                    decoder.xid = message.xid
+                    decoder.state = TRANSACTION
+                    decoder.index += 1
+                    decoder.last_message = self._last_added = message
+                    decoder.last_data = data
+                    router.current, router.current_xid = decoder.index, message.xid
+                    self._buffers[decoder.index] = _Buffer(message.xid, self.spill_threshold, self.spill_dir,
+                                                           streamed=False, encode=self._encode)
+                    return []
+                key = router.current
+                if not opens and message.__class__ is Commit and key in self._buffers:
+                    # Decoder.accept: transaction -> idle; Router.route: COMMIT of the open one; add: it
+                    decoder.stream_xid = decoder.xid = decoder.opened_at = None
+                    decoder.state = IDLE
+                    decoder.index += 1
+                    decoder.last_message = self._last_added = message
+                    decoder.last_data = data
+                    router.current = router.current_xid = None
+                    return [self._transaction(self._buffers.pop(key), message)]
+                decoder.accept(message)
+                decoder.last_data = data
+                return self.add(message, lsn=lsn)
         message = decoder.feed(data)
         return self.add(message, lsn=lsn)
 
@@ -724,6 +759,8 @@ def _cost(message: Any, data: bytes | None = None) -> int:
 
 _TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
 _new = object.__new__
+#: The tags of Begin and Commit (:meth:`Assembler.feed` takes them in one go too).
+_BEGIN_COMMIT = frozenset(b"BC")
 #: The tags of the row changes (:meth:`Assembler.feed` takes them in one go).
 _ROW_TAGS = frozenset(b"IUD")
 #: The decoder states a row change may come in (every one but idle).
