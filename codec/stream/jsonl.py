@@ -690,9 +690,19 @@ class RowJson:
                                      "_numeric": _NUMERIC_TEXT.fullmatch, "_uuid": _UUID_TEXT.fullmatch}
         for i in range(width):
             namespace[f"_t{i}"], namespace[f"_c{i}"], namespace[f"_b{i}"] = text[i], calls[i], binary_call(i)
-        exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
+        source = "\n".join(lines)
+        code = _WRITER_CODE.get(source)
+        if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
+            if len(_WRITER_CODE) > 1024:
+                _WRITER_CODE.clear()
+            code = _WRITER_CODE[source] = compile(source, "<replwire.codec.stream.jsonl: row writer>", "exec")
+        exec(code, namespace)  # noqa: S102
         write: Callable[..., str] = namespace["write"]
         return write
+
+
+#: The row writers' sources compiled so far: the code of each (what it refers to is each writer's own).
+_WRITER_CODE: dict[str, Any] = {}
 
 
 class _Other(Exception):  # noqa: N818 - not an error: the way out of a row writer's every-column-at-once part
