@@ -46,6 +46,8 @@ MAX_CSV_LINE = len(b"FFFFFFFF/FFFFFFFF,4294967295,\\x") + 2 * 0x3FFFFFFF + 2
 #: How much of a line is read before its start is checked: a longer line must start like a row.
 _CSV_HEAD = 1 << 16
 _ROW_START = re.compile(rb"[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8},[0-9]{1,10},\\x[0-9A-Fa-f]*")
+#: A row's LSN (and its two halves) and xid, up to its data's hex digits.
+_ROW = re.compile(rb"(([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})),([0-9]{1,10}),\\x")
 
 
 def _line(name: str, offset: int) -> str:
@@ -68,6 +70,8 @@ def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, ra
         handle.seek(start)
         offset = start
         readline = handle.readline
+        match_row, unhexlify = _ROW.match, binascii.unhexlify
+        last_lsn, last_position = b"", 0  # the fast way's last LSN text and what it says
         while True:
             line = readline(_CSV_HEAD)
             if not line:
@@ -83,6 +87,22 @@ def _copy_csv_rows(reading: Reading, name: str, start: int, stop: int | None, ra
                     raise CaptureFileError(name, f"{_line(name, offset)} is longer than a row can be ({MAX_CSV_LINE} "
                                                  "bytes: the data column, a bytea, holds at most 1 GB)", offset)
             here, offset = offset, offset + len(line)
+            # the common case at once: a row as COPY writes it, ending in a line break
+            row = match_row(line)
+            if row is not None and line[-1] == 10:
+                try:
+                    payload = unhexlify(line[row.end():-1])
+                except ValueError:  # (binascii.Error is one) -- the line as any other, for its error
+                    pass
+                else:
+                    lsn = row[1]
+                    if lsn != last_lsn:  # (the rows of one commit share an LSN)
+                        last_lsn, last_position = lsn, (int(row[2], 16) << 32) | int(row[3], 16)
+                    reading.end = offset
+                    number = int(row[4])
+                    yield (here, last_position, number, payload) if raw else CaptureRecord(
+                        LSN(last_position), number, payload, here)
+                    continue
             try:
                 lsn, xid, data = line.rstrip(b"\r\n").split(b",")
                 if not data.startswith(b"\\x"):

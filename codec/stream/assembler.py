@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, overload
 
 from ...schema.encodings import UTF8
+from ..errors import DecodeError
 from ..messages import (
     Begin,
     BeginPrepare,
@@ -50,7 +51,8 @@ from ..messages import (
 )
 from ..scalars import LSN
 from ..wire.fast import build, parse
-from .decoder import IDLE, Decoder
+from .decoder import IDLE, STREAM, TRANSACTION, Decoder
+from .decoder import PREPARE as PREPARING
 from .outcome import Outcome
 from .routing import CHANGE, COMMIT, DROP, DROP_SUBXACT, LONE, OPEN, ORIGIN, PREPARE, Router
 from .values import RowSchema, ValueLoader, untyped_row
@@ -167,7 +169,7 @@ class Changes(Sequence[Change]):
         changes a writer rendered itself come as the :class:`Rendered` it added (schema and LSN ``None``)."""
         buffer, parse_data = self._buffer, self._assembler._parse_data
         schemas = buffer.schemas
-        for index, subxid, lsn, item in buffer.entries():
+        for index, subxid, lsn, item in (buffer.memory if buffer.file is None else buffer.entries()):
             if item.__class__ is Rendered:
                 item.dropped = buffer.dropped
                 yield item, None, None, subxid
@@ -284,11 +286,15 @@ class _Buffer:
         self.memory.append(entry)
         self.size += cost
         if self.size > self.threshold:
-            self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
-            for item in self.memory:
-                self._write(item)
-            self.memory = []
-            self.size = 0
+            self.spill()
+
+    def spill(self) -> None:
+        """Move the entries in memory to the spill file, and buffer there from now on."""
+        self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
+        for item in self.memory:
+            self._write(item)
+        self.memory = []
+        self.size = 0
 
     def _write(self, entry: tuple[int, int, int | None, Any]) -> None:
         index, subxid, lsn, message = entry
@@ -391,6 +397,9 @@ class Assembler:
         self._router = Router(self.decoder)
         self._buffers: dict[int, _Buffer] = {}  # open, streamed and prepared transactions by routing key
         self._last_added: WireMessage | None = None
+        # the RowSchema of the last row change feed took in one go, and the decoder's types_version then
+        self._last_schema: RowSchema | None = None
+        self._last_types = -1
         self._parse = parse
         self._build = build
 
@@ -398,7 +407,111 @@ class Assembler:
 
     def feed(self, data: bytes, lsn: int | None = None) -> list[Transaction | Change]:
         """Decode one pgoutput message and add it; the items it completes (see :meth:`add`)."""
-        message = self.decoder.feed(data)
+        decoder = self.decoder
+        if data.__class__ is bytes and data and data[0] in _ROW_TAGS and decoder.state in _ROW_STATES \
+                and decoder.__class__ is Decoder:
+            # the commonest message: a row change inside a transaction, taken in one go (what Decoder.feed
+            # and add do for it, without the Route and the calls) where it is the common case -- a known
+            # relation, every tuple as wide as its Relation, an open transaction in memory; anything else
+            # takes their way
+            in_stream = decoder.state == STREAM
+            message: Any
+            try:
+                message = decoder._parse(data, proto_version=decoder.proto_version, in_stream=in_stream,
+                                         encoding=decoder.encoding)
+            except DecodeError:  # (Decoder.feed parses it again and raises, noting where)
+                return self.add(decoder.feed(data), lsn=lsn)
+            cls = message.__class__
+            relation = decoder.relations.get(message.relation_id)
+            if cls is Insert:
+                new = message.new
+                columns = len(new) if new is not None else -1
+                fits = relation is not None and columns == len(relation.columns)
+            elif relation is not None and cls in _TUPLE_NAMES:
+                width, columns, fits = len(relation.columns), 0, True
+                for name in _TUPLE_NAMES[cls]:
+                    tuple_ = getattr(message, name)
+                    if tuple_ is not None:
+                        fits = fits and len(tuple_) == width
+                        columns += width
+            else:
+                fits = False
+            if fits:
+                router = self._router
+                if in_stream:
+                    key = router.streams.get(decoder.stream_xid)  # type: ignore[arg-type]
+                    subxid = message.xid
+                else:
+                    key = router.current
+                    subxid = router.current_xid
+                buffer = self._buffers.get(key)  # type: ignore[arg-type]
+                if buffer is not None and buffer.file is None:
+                    # -- accepted (Decoder.accept), routed to the open transaction (Router.route), buffered (add)
+                    decoder.index += 1
+                    decoder.last_message = self._last_added = message
+                    decoder.last_data = data
+                    schema = self._last_schema
+                    if schema is None or schema.relation is not relation or \
+                            self._last_types != decoder.types_version:
+                        schema = self._last_schema = self._maker.row_schema(decoder, message.relation_id)
+                        self._last_types = decoder.types_version
+                    if in_stream:
+                        if cls is Insert:  # (the commonest: _insert_out_of_stream inline)
+                            copy = _new(Insert)
+                            copy.xid, copy.relation_id, copy.new = None, message.relation_id, message.new
+                            message = copy
+                        else:
+                            message = _OUT_OF_STREAM[cls](message)
+                    buffer.count += 1
+                    per_subxid = buffer.per_subxid
+                    per_subxid[subxid] = per_subxid.get(subxid, 0) + 1
+                    index = buffer._schema_index.get(id(schema))
+                    if index is None:
+                        index = buffer.schema_index(schema)
+                    buffer.memory.append((index, subxid, lsn, message))
+                    buffer.size += len(data) + ENTRY_OVERHEAD + COLUMN_OVERHEAD * columns
+                    if buffer.size > buffer.threshold:
+                        buffer.spill()
+                    return []
+            decoder.accept(message)  # (what Decoder.feed does after its parse)
+            decoder.last_data = data
+            return self.add(message, lsn=lsn)
+        if data.__class__ is bytes and data and data[0] in _BEGIN_COMMIT and decoder.__class__ is Decoder:
+            # a Begin between transactions, a Commit of the open one: the same, in one go
+            opens = data[0] == 66
+            if decoder.state == (IDLE if opens else TRANSACTION):
+                try:
+                    message = decoder._parse(data, proto_version=decoder.proto_version, in_stream=False,
+                                             encoding=decoder.encoding)
+                except DecodeError:  # (Decoder.feed parses it again and raises, noting where)
+                    return self.add(decoder.feed(data), lsn=lsn)
+                router = self._router
+                if opens and message.__class__ is Begin:
+                    # Decoder.accept: idle -> transaction; Router.route: OPEN at the next position; add: a buffer
+                    decoder.opened_at = decoder.index
+                    decoder.xid = message.xid
+                    decoder.state = TRANSACTION
+                    decoder.index += 1
+                    decoder.last_message = self._last_added = message
+                    decoder.last_data = data
+                    router.current, router.current_xid = decoder.index, message.xid
+                    self._buffers[decoder.index] = _Buffer(message.xid, self.spill_threshold, self.spill_dir,
+                                                           streamed=False, encode=self._encode)
+                    return []
+                key = router.current
+                if not opens and message.__class__ is Commit and key in self._buffers:
+                    # Decoder.accept: transaction -> idle; Router.route: COMMIT of the open one; add: it
+                    decoder.stream_xid = decoder.xid = decoder.opened_at = None
+                    decoder.state = IDLE
+                    decoder.index += 1
+                    decoder.last_message = self._last_added = message
+                    decoder.last_data = data
+                    router.current = router.current_xid = None
+                    return [self._transaction(self._buffers.pop(key), message)]
+                decoder.accept(message)
+                decoder.last_data = data
+                return self.add(message, lsn=lsn)
+        message = decoder.feed(data)
         return self.add(message, lsn=lsn)
 
     def feed_frame(self, payload: bytes) -> list[Transaction | Change]:
@@ -646,6 +759,36 @@ def _cost(message: Any, data: bytes | None = None) -> int:
 
 
 _TUPLE_NAMES = {Insert: ("new",), Update: ("key", "old", "new"), Delete: ("key", "old")}
+_new = object.__new__
+#: The tags of Begin and Commit (:meth:`Assembler.feed` takes them in one go too).
+_BEGIN_COMMIT = frozenset(b"BC")
+#: The tags of the row changes (:meth:`Assembler.feed` takes them in one go).
+_ROW_TAGS = frozenset(b"IUD")
+#: The decoder states a row change may come in (every one but idle).
+_ROW_STATES = frozenset((TRANSACTION, PREPARING, STREAM))
+
+
+def _insert_out_of_stream(message: Any) -> Any:
+    copy = object.__new__(Insert)
+    copy.xid, copy.relation_id, copy.new = None, message.relation_id, message.new
+    return copy
+
+
+def _update_out_of_stream(message: Any) -> Any:
+    copy = object.__new__(Update)
+    copy.xid, copy.relation_id, copy.key, copy.old, copy.new = (None, message.relation_id, message.key, message.old,
+                                                                message.new)
+    return copy
+
+
+def _delete_out_of_stream(message: Any) -> Any:
+    copy = object.__new__(Delete)
+    copy.xid, copy.relation_id, copy.key, copy.old = None, message.relation_id, message.key, message.old
+    return copy
+
+
+#: :func:`_out_of_stream` of each row change, field by field.
+_OUT_OF_STREAM = {Insert: _insert_out_of_stream, Update: _update_out_of_stream, Delete: _delete_out_of_stream}
 
 
 def relation_namespace(relation: Relation) -> str:

@@ -155,6 +155,8 @@ _TIMESTAMPTZ_TEXT = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6
 #: numeric_out's text of a finite value, which Decimal's plain form (format "f") writes back the same
 _NUMERIC_TEXT = re.compile(rb"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 _UTC = dt.timezone.utc
+#: uuid_out's text: what ``str()`` of the UUID writes
+_UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 #: The bytes of the float texts written from the text (the C writer's too): what float() reads as psycopg's
@@ -180,6 +182,8 @@ def _numeric_text(data: bytes) -> str | None:
 
 
 def _uuid_text(data: bytes) -> str | None:
+    if _UUID_TEXT.fullmatch(data) is not None:  # uuid_out's form: what str() of the UUID writes back
+        return '"' + data.decode("ascii") + '"'
     text = data.decode("ascii")
     return _STRING(text) if len(text) == 36 and text == str(uuid.UUID(text)) else None
 
@@ -195,6 +199,16 @@ def _time_text(data: bytes) -> str | None:
 
 
 def _timestamp_text(data: bytes) -> str | None:
+    if len(data) == 19 and data[10] == 32 and data[:10] in _DAYS_SEEN and data[11:] in _CLOCKS_SEEN:
+        text = data.decode("ascii")  # (whole seconds, a day and a time of day read before: the text with a T)
+        return '"' + text[:10] + "T" + text[11:] + '"'
+    match = _TIMESTAMP_PLAIN.fullmatch(data)
+    if match is not None and _real_day(match[1]):  # (a real date and time: what fromisoformat would say)
+        _seen(match[1], data[11:19])
+        if match[2] is None:  # whole seconds: the text with a T
+            text = data.decode("ascii")
+            return '"' + text[:10] + "T" + text[11:] + '"'
+        return '"' + _iso_timestamp(data.decode("ascii")) + '"'
     if not _TIMESTAMP_TEXT.fullmatch(data):
         return None
     text = data.decode("ascii")
@@ -203,6 +217,17 @@ def _timestamp_text(data: bytes) -> str | None:
 
 
 def _timestamptz_text(data: bytes) -> str | None:
+    if len(data) == 22 and data[19:] == b"+00" and data[10] == 32 and data[:10] in _DAYS_SEEN and \
+            data[11:19] in _CLOCKS_SEEN and _UTC_OFFSET_READS:
+        text = data.decode("ascii")  # (as below: whole seconds in UTC, a day and a time of day read before)
+        return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
+    match = _TIMESTAMPTZ_UTC.fullmatch(data)
+    if match is not None and _real_day(match[1]) and _UTC_OFFSET_READS:  # in UTC, a real date and time
+        _seen(match[1], data[11:19])
+        if match[2] is None:  # whole seconds: the text with a T, and the offset as isoformat writes it
+            text = data.decode("ascii")
+            return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
+        return '"' + _iso_timestamp(data[:-3].decode("ascii")) + '+00:00"'
     if not _TIMESTAMPTZ_TEXT.fullmatch(data):
         return None
     text = data.decode("ascii")
@@ -210,6 +235,60 @@ def _timestamptz_text(data: bytes) -> str | None:
     if text.endswith("+00"):  # in UTC already (a server whose TimeZone is UTC)
         return '"' + _iso_timestamp(text[:-3]) + '+00:00"'
     return _STRING(value.astimezone(_UTC).isoformat())
+
+
+#: A timestamp's text (and a timestamptz's in UTC) whose time fromisoformat takes wherever its date is real
+#: (hours to 23, minutes and seconds to 59; a fraction of 1 to 6 digits, where this Python reads every such
+#: fraction): the date, and the fraction if any.
+def _reads_fractions() -> bool:
+    try:
+        return all(dt.datetime.fromisoformat("2000-01-01 00:00:00." + "1" * k).microsecond for k in range(1, 7))
+    except ValueError:  # (Python 3.10 reads 3 or 6 digits only)
+        return False
+
+
+_FRACTION = rb"(\.\d{1,6})?" if _reads_fractions() else rb"(\.(?!))?"
+_TIMESTAMP_PLAIN = re.compile(rb"(\d{4}-\d{2}-\d{2}) (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION)
+_TIMESTAMPTZ_UTC = re.compile(rb"(\d{4}-\d{2}-\d{2}) (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION + rb"\+00")
+
+
+def _reads_utc_offset() -> bool:
+    try:
+        return dt.datetime.fromisoformat("2000-01-01 00:00:00+00").utcoffset() == dt.timedelta(0)
+    except ValueError:
+        return False
+
+
+_UTC_OFFSET_READS = _reads_utc_offset()
+_REAL_DAYS: dict[bytes, bool] = {}
+#: The days (``YYYY-MM-DD``, real) and times of day (``HH:MM:SS``, hours to 23, minutes and seconds to 59) of
+#: the timestamps read so far that match :data:`_TIMESTAMP_PLAIN` or :data:`_TIMESTAMPTZ_UTC`: a timestamp made
+#: of one of each matches too, so the next ones of whole seconds need no match.
+_DAYS_SEEN: set[bytes] = set()
+_CLOCKS_SEEN: set[bytes] = set()
+
+
+def _seen(day: bytes, clock: bytes) -> None:
+    if len(_CLOCKS_SEEN) > 100_000 or len(_DAYS_SEEN) > 100_000:
+        _CLOCKS_SEEN.clear()
+        _DAYS_SEEN.clear()
+    _DAYS_SEEN.add(day)
+    _CLOCKS_SEEN.add(clock)
+
+
+def _real_day(day: bytes) -> bool:
+    """Whether fromisoformat reads the date ``day`` (``YYYY-MM-DD``) with a time: a real date."""
+    real = _REAL_DAYS.get(day)
+    if real is None:
+        try:
+            dt.datetime.fromisoformat(day.decode("ascii") + " 00:00:00")
+            real = True
+        except ValueError:
+            real = False
+        if len(_REAL_DAYS) > 65536:
+            _REAL_DAYS.clear()
+        _REAL_DAYS[day] = real
+    return real
 
 
 def _iso_timestamp(text: str) -> str:
@@ -239,6 +318,29 @@ _TEXT_CONVERSIONS: dict[int, Callable[[bytes], str | None]] = {
     1083: _time_text, 1114: _timestamp_text, 1184: _timestamptz_text, 17: _bytea_text, 1186: _interval_text,
 }
 _BOOL = 16
+
+
+def _plain_string_array(data: bytes) -> str | None:
+    """The JSON list of a one-dimensional array of strings (UTF-8) whose elements array_out writes bare
+    and JSON writes without escapes, as psycopg loads it; else None."""
+    if _PLAIN_STRING_ARRAY.fullmatch(data) is None:
+        return None
+    return '["' + data[1:-1].decode("utf-8").replace(",", '","') + '"]'
+
+
+def _plain_integer_array(data: bytes) -> str | None:
+    """The JSON list of a one-dimensional array of integers in array_out's form, as psycopg loads it (the
+    same digits); else None."""
+    return "[" + data[1:-1].decode("ascii") + "]" if _PLAIN_INTEGER_ARRAY.fullmatch(data) is not None else None
+
+
+#: Elements that are no NULL, need no quotes in array_out's text (no quote, backslash, brace, delimiter or
+#: white space) and no escape in JSON (no control character).
+_PLAIN_STRING_ARRAY = re.compile(rb'\{(?!(?i:null)[,}])[^"\\{},\x00-\x20]+(?:,(?!(?i:null)[,}])[^"\\{},\x00-\x20]+)*\}')
+_PLAIN_INTEGER_ARRAY = re.compile(rb"\{(?:0|-?[1-9][0-9]{0,18})(?:,(?:0|-?[1-9][0-9]{0,18}))*\}")
+#: Arrays written from their text without psycopg, where the client encoding is UTF-8, by element OID.
+_PLAIN_ARRAYS: dict[int, Callable[[bytes], str | None]] = {
+    **dict.fromkeys((25, 1043, 1042, 19), _plain_string_array), **dict.fromkeys((20, 21, 23), _plain_integer_array)}
 #: What a conversion raises where the text or bytes are not a value it reads (the typed value is written then).
 _CONVERSION_FAILS = (ValueError, OverflowError, UnicodeDecodeError, decimal.InvalidOperation)
 
@@ -449,8 +551,16 @@ class RowJson:
         list is its own JSON), without :meth:`ValueLoader.load`'s cases for other types."""
         loader = self.loader
 
-        def array_writer(array_loader: Any, i: int) -> Callable[[bytes], str]:
+        def array_writer(array_loader: Any, i: int, plain: Callable[[bytes], str | None] | None
+                         ) -> Callable[[bytes], str]:
             def write(data: bytes) -> str:
+                if plain is not None:
+                    try:
+                        text = plain(data)
+                    except UnicodeDecodeError:
+                        text = None
+                    if text is not None:
+                        return text
                 try:
                     value = array_loader.load(data)
                 except Exception:  # noqa: BLE001 - a value psycopg refuses: the typed value keeps it whole
@@ -461,8 +571,10 @@ class RowJson:
         calls = []
         for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
             oid = loader.resolve(meta.type_id, type_message)
-            if oid is not None and loader.array_element(oid) in _OWN_JSON_ELEMENTS:
-                calls.append(array_writer(loader.text_loader(oid), i))
+            element = loader.array_element(oid) if oid is not None else None
+            if oid is not None and element in _OWN_JSON_ELEMENTS:
+                plain = _PLAIN_ARRAYS.get(element) if loader.encoding == "utf-8" else None
+                calls.append(array_writer(loader.text_loader(oid), i, plain))
             else:
                 calls.append(columns[i][3])
         return calls
@@ -480,13 +592,18 @@ class RowJson:
         return conversions
 
     def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
-        lines = ["def write(columns, toasted):", "    parts = []", "    append = parts.append", "    n = len(columns)"]
+        """The function that writes a tuple of ``schema`` (``only_keys``: its key columns): first, where the
+        tuple is as wide as the relation, every column into a local of its own and the object joined at once
+        (an unchanged TOASTed value, or a kind the stream cannot have, gives up on that: :class:`_Other`),
+        then, for the rest, column by column."""
+        lines = ["def write(columns, toasted):"]
         columns, typed = self._columns(schema)
         binary = self._binary_conversions(schema)
         text: list[Callable[[bytes], str | None] | None] = []
         for meta, type_message in zip(schema.relation.columns, schema.types):
             oid = self.loader.resolve(meta.type_id, type_message)
             text.append(_TEXT_CONVERSIONS.get(oid) if oid is not None else None)
+        encoding = self.loader.encoding
 
         def converted(kind: str, conversions: str, i: int, key: str) -> list[str]:
             # a conversion in place (no call around it), the typed value where it cannot say the value
@@ -494,6 +611,66 @@ class RowJson:
                     "            except _FAILS: text = None",
                     f"            append({key!r} + (text if text is not None else _typed({kind!r}, column.data, {i})))"]
 
+        def binary_call(i: int) -> Callable[[bytes], str]:
+            conversion = binary[i]
+
+            def write(data: bytes) -> str:
+                text = None
+                if conversion is not None:
+                    try:
+                        text = conversion(data)
+                    except _CONVERSION_FAILS:
+                        text = None
+                return text if text is not None else typed("b", data, i)
+            return write
+
+        # -- every column at once
+        kept = [i for i, (_, _, is_key, _) in enumerate(columns) if is_key or not only_keys]
+        width = len(columns)
+        if kept:
+            lines += [f"    if len(columns) == {width}:",
+                      "        " + ", ".join(f"c{i}" for i in range(width)) + (", = columns" if width == 1 else
+                                                                                 " = columns"),
+                      "        try:"]
+            for i in kept:
+                way = columns[i][1]
+                c, v = f"c{i}", f"v{i}"
+                lines.append(f"            k = {c}.kind")
+                if way == "string":
+                    lines.append(f"            if k == 't': {v} = _string({c}.data.decode({encoding!r}))")
+                elif way == "int":
+                    lines.append(f"            if k == 't': {v} = str(int({c}.data))")
+                elif way == "bool":
+                    lines.append(f"            if k == 't': {v} = ('true' if {c}.data == b't' else 'false' if "
+                                 f"{c}.data == b'f' else _calls[{i}]({c}.data))")
+                elif text[i] is not None:
+                    # the conversion's common case inline (the same text), the conversion itself otherwise
+                    conversion = text[i]
+                    if conversion is _float_text:
+                        call = (f"repr(f) if not {c}.data.translate(None, _float_bytes) and "
+                                f"(f := float({c}.data)) - f == 0.0 else _t{i}({c}.data)")
+                    elif conversion is _numeric_text:
+                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _numeric({c}.data) else _t{i}({c}.data)"
+                    elif conversion is _uuid_text:
+                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _uuid({c}.data) else _t{i}({c}.data)"
+                    else:
+                        call = f"_t{i}({c}.data)"
+                    lines += ["            if k == 't':",
+                              f"                try: {v} = {call}",
+                              f"                except _FAILS: {v} = None",
+                              f"                if {v} is None: {v} = _typed('t', {c}.data, {i})"]
+                else:
+                    lines.append(f"            if k == 't': {v} = _c{i}({c}.data)")
+                lines += [f"            elif k == 'n': {v} = 'null'",
+                          f"            elif k == 'b': {v} = _b{i}({c}.data)",
+                          "            else: raise _Other"]
+            lines.append("        except _Other: pass")
+            joined: list[str] = []
+            for n, i in enumerate(kept):
+                joined += [repr(("{" if n == 0 else ",") + columns[i][0]), f"v{i}"]
+            lines.append("        else: return ''.join((" + ", ".join(joined) + ", '}'))")
+        # -- column by column
+        lines += ["    parts = []", "    append = parts.append", "    n = len(columns)"]
         for i, (meta, (key, way, is_key, _)) in enumerate(zip(schema.relation.columns, columns)):
             if only_keys and not is_key:
                 continue
@@ -501,7 +678,7 @@ class RowJson:
                       f"        column = columns[{i}]",
                       "        kind = column.kind"]
             if way == "string":
-                decode = f"column.data.decode({self.loader.encoding!r})"
+                decode = f"column.data.decode({encoding!r})"
                 lines.append(f"        if kind == 't': append({key!r} + _string({decode}))")
             elif way == "int":
                 lines.append(f"        if kind == 't': append({key!r} + str(int(column.data)))")
@@ -519,12 +696,30 @@ class RowJson:
                 lines += ["        elif kind == 'b':", *converted("b", "_binary", i, key)]
             lines.append(f"        else: append({key!r} + _typed(kind, column.data, {i}))")
         lines.append("    return '{' + ','.join(parts) + '}'")
+        calls = self._text_calls(schema, columns, typed)
         namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_FAILS": _CONVERSION_FAILS,
-                                     "_calls": self._text_calls(schema, columns, typed), "_text": text,
-                                     "_binary": binary}
-        exec(compile("\n".join(lines), "<replwire.codec.stream.jsonl: row writer>", "exec"), namespace)  # noqa: S102
+                                     "_calls": calls, "_text": text, "_binary": binary, "_Other": _Other,
+                                     "_numeric": _NUMERIC_TEXT.fullmatch, "_uuid": _UUID_TEXT.fullmatch,
+                                     "_float_bytes": _FLOAT_BYTES}
+        for i in range(width):
+            namespace[f"_t{i}"], namespace[f"_c{i}"], namespace[f"_b{i}"] = text[i], calls[i], binary_call(i)
+        source = "\n".join(lines)
+        code = _WRITER_CODE.get(source)
+        if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
+            if len(_WRITER_CODE) > 1024:
+                _WRITER_CODE.clear()
+            code = _WRITER_CODE[source] = compile(source, "<replwire.codec.stream.jsonl: row writer>", "exec")
+        exec(code, namespace)  # noqa: S102
         write: Callable[..., str] = namespace["write"]
         return write
+
+
+#: The row writers' sources compiled so far: the code of each (what it refers to is each writer's own).
+_WRITER_CODE: dict[str, Any] = {}
+
+
+class _Other(Exception):  # noqa: N818 - not an error: the way out of a row writer's every-column-at-once part
+    """A column the first part of a row writer leaves to the second (an unchanged TOASTed value, say)."""
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
