@@ -61,17 +61,17 @@ static int put_images(Buf *b, Scratch *w, const Plan *plan, const Field *F, cons
     int r = 1;
     if (new_ >= 0) {
         PUTS(b, ",\"new\":");
-        r = put_row(b, plan, d, n, F[new_].at, plan->ncols, 0, w->toasted, &ntoasted);
+        r = put_row(b, plan, d, n, F[new_].at, plan->ncols, 0, -1, NULL, w->toasted, &ntoasted);
     }
     if (r == 1 && key >= 0 && F[key].present) {
         PUTS(b, ",\"key\":");
-        r = put_row(b, plan, d, n, F[key].at, plan->ncols, 1, NULL, NULL);
+        r = put_row(b, plan, d, n, F[key].at, plan->ncols, 1, -1, NULL, NULL, NULL);
     } else if (r == 1 && old >= 0 && F[old].present) {
         PUTS(b, ",\"old\":");
-        r = put_row(b, plan, d, n, F[old].at, plan->ncols, 0, NULL, NULL);
+        r = put_row(b, plan, d, n, F[old].at, plan->ncols, 0, -1, NULL, NULL, NULL);
         if (r == 1) {
             PUTS(b, ",\"key\":");
-            r = put_row(b, plan, d, n, F[old].at, plan->ncols, 1, NULL, NULL);
+            r = put_row(b, plan, d, n, F[old].at, plan->ncols, 1, -1, NULL, NULL, NULL);
         }
     }
     if (r != 1) return r;

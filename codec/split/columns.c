@@ -158,15 +158,15 @@ static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const u
     int has[3] = {0, 0, 0};  /* new, old, key */
     r = 1;
     if (new_ >= 0) {
-        r = put_row(&c->b[K_NEW], plan, d, n, F[new_].at, plan->ncols, 0, *toasted, &ntoasted);
+        r = put_row(&c->b[K_NEW], plan, d, n, F[new_].at, plan->ncols, 0, -1, NULL, *toasted, &ntoasted);
         has[0] = 1;
     }
     if (r == 1 && key >= 0 && F[key].present) {
-        r = put_row(&c->b[K_KEY], plan, d, n, F[key].at, plan->ncols, 1, NULL, NULL);
+        r = put_row(&c->b[K_KEY], plan, d, n, F[key].at, plan->ncols, 1, -1, NULL, NULL, NULL);
         has[2] = 1;
     } else if (r == 1 && old >= 0 && F[old].present) {
-        r = put_row(&c->b[K_OLD], plan, d, n, F[old].at, plan->ncols, 0, NULL, NULL);
-        if (r == 1) r = put_row(&c->b[K_KEY], plan, d, n, F[old].at, plan->ncols, 1, NULL, NULL);
+        r = put_row(&c->b[K_OLD], plan, d, n, F[old].at, plan->ncols, 0, -1, NULL, NULL, NULL);
+        if (r == 1) r = put_row(&c->b[K_KEY], plan, d, n, F[old].at, plan->ncols, 1, -1, NULL, NULL, NULL);
         has[1] = has[2] = 1;
     }
     if (r != 1) return r;

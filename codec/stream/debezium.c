@@ -22,37 +22,7 @@
 static int put_image(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at,
                      Py_ssize_t fill, Py_ssize_t *toasted, Py_ssize_t *ntoasted)
 {
-    Field col[N_TupleColumn], old[N_TupleColumn];
-    if (put_bytes(b, "{", 1)) return -1;
-    for (Py_ssize_t i = 0; i < plan->ncols; i++) {
-        at = r_TupleColumn(d, n, at, col);
-        if (at < 0) return 0;
-        const Field *use = col;
-        if (fill >= 0) {
-            fill = r_TupleColumn(d, n, fill, old);
-            if (fill < 0) return 0;
-            if ((int)col[F_TupleColumn_kind].v == 'u') use = old;
-        }
-        const PlanColumn *c = &plan->cols[i];
-        int kind = (int)use[F_TupleColumn_kind].v;
-        if (kind == 'b' && !c->binary) return 0;
-        if ((i && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(c->key), PyBytes_GET_SIZE(c->key)))
-            return -1;
-        if (kind == 'u') {
-            if (toasted != NULL) toasted[(*ntoasted)++] = i;
-            if (put_bytes(b, PLACEHOLDER, sizeof PLACEHOLDER - 1)) return -1;
-            continue;
-        }
-        if (kind == 'n') {
-            if (put_bytes(b, "null", 4)) return -1;
-            continue;
-        }
-        const unsigned char *value = d + use[F_TupleColumn_data].at;
-        Py_ssize_t size = use[F_TupleColumn_data].len;
-        int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0) : put_value(b, c, value, size);
-        if (r != 1) return r;
-    }
-    return put_bytes(b, "}", 1) ? -1 : 1;
+    return put_row(b, plan, d, n, at, plan->ncols, 0, fill, PLACEHOLDER, toasted, ntoasted);
 }
 
 /* whether every column of the TupleData at ``at`` outside the replica identity key is NULL (a delete's old key,

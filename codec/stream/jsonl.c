@@ -994,33 +994,43 @@ static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssi
 }
 
 /* a row image (the TupleData whose items start at ``at``, count columns) as RowJson writes it: 1 written,
- * 0 declined, -1 an error; unchanged TOASTed columns go to toasted (when not NULL) */
+ * 0 declined, -1 an error; unchanged TOASTed columns go to toasted (when not NULL).  Debezium's events
+ * write theirs with two more: an unchanged TOASTed value taken from the TupleData at ``fill`` (the old row
+ * of REPLICA IDENTITY FULL; -1: none), else written as ``placeholder`` (a JSON value; NULL: left out). */
 static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t n, Py_ssize_t at,
-                   Py_ssize_t count, int only_keys, Py_ssize_t *toasted, Py_ssize_t *ntoasted)
+                   Py_ssize_t count, int only_keys, Py_ssize_t fill, const char *placeholder, Py_ssize_t *toasted,
+                   Py_ssize_t *ntoasted)
 {
-    Field col[N_TupleColumn];
+    Field col[N_TupleColumn], old[N_TupleColumn];
     int first = 1;
     if (put_bytes(b, "{", 1)) return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
         at = r_TupleColumn(d, n, at, col);
         if (at < 0) return 0;
+        const Field *use = col;
+        if (fill >= 0) {
+            fill = r_TupleColumn(d, n, fill, old);
+            if (fill < 0) return 0;
+            if ((int)col[F_TupleColumn_kind].v == 'u') use = old;
+        }
         const PlanColumn *c = &plan->cols[i];
         if (only_keys && !c->is_key) continue;
-        int kind = (int)col[F_TupleColumn_kind].v;
+        int kind = (int)use[F_TupleColumn_kind].v;
         if (kind == 'u') {
             if (toasted != NULL) toasted[(*ntoasted)++] = i;
-            continue;
+            if (placeholder == NULL) continue;
         }
         if (kind == 'b' && !c->binary) return 0;
         if ((!first && put_bytes(b, ",", 1)) || put_bytes(b, PyBytes_AS_STRING(c->key), PyBytes_GET_SIZE(c->key)))
             return -1;
         first = 0;
-        if (kind == 'n') {
-            if (put_bytes(b, "null", 4)) return -1;
+        if (kind == 'u' || kind == 'n') {
+            const char *text = kind == 'u' ? placeholder : "null";
+            if (put_bytes(b, text, (Py_ssize_t)strlen(text))) return -1;
             continue;
         }
-        const unsigned char *value = d + col[F_TupleColumn_data].at;
-        Py_ssize_t size = col[F_TupleColumn_data].len;
+        const unsigned char *value = d + use[F_TupleColumn_data].at;
+        Py_ssize_t size = use[F_TupleColumn_data].len;
         int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0) : put_value(b, c, value, size);
         if (r != 1) return r;
     }
