@@ -357,8 +357,10 @@ class TableRows:
                     if c is not None and c.kind == "u":
                         toasted.setdefault(row, []).append(name)
             if kind_type.texts is not None and kinds <= _TEXT_OR_NOTHING:
-                out.append(kind_type.texts([c.data if c is not None and c.kind == "t" else None for c in column]))
-                continue
+                made = kind_type.texts([c.data if c is not None and c.kind == "t" else None for c in column])
+                if made is not None:
+                    out.append(made)
+                    continue
             values: list[Any] = []
             value = kind_type.value
             for row, c in enumerate(column):

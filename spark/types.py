@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from replwire.codec.stream.binary_layout import BINARY_WIDTHS
@@ -74,14 +75,15 @@ class Unrepresentable(Exception):
 class ColumnType:
     """How one PostgreSQL column becomes a Spark column: its Spark and Arrow types, and ``value(kind,
     data)`` making the Arrow-ready value of a ``t``/``b`` tuple column (raising :class:`Unrepresentable`);
-    for a type whose text never is unrepresentable, ``texts(data)`` makes the Arrow array of many text
-    (``t``) values at once (``None`` for no value), equal to ``value`` of each."""
+    ``texts(data)``, where there is one, makes the Arrow array of many text (``t``) values at once (``None``
+    for no value), equal to ``value`` of each -- or gives ``None`` when one of them is not in the form it
+    reads, and the caller then takes ``value`` of each."""
 
     spark: T.DataType
     arrow: pa.DataType
     value: Callable[[str, bytes], Any]
     oid: int | None
-    texts: Callable[[list[bytes | None]], pa.Array] | None = None
+    texts: Callable[[list[bytes | None]], pa.Array | None] | None = None
 
 
 def numeric_precision_scale(type_modifier: int) -> tuple[int, int] | None:
@@ -126,6 +128,41 @@ def _texts(encoding: str) -> Callable[[list[bytes | None]], pa.Array]:
     return texts
 
 
+def _parsed(form: str, parse: pa.DataType, arrow: pa.DataType) -> Callable[[list[bytes | None]], pa.Array | None]:
+    """Many text values parsed by Arrow as ``parse``, then cast to ``arrow``, when every one is in ``form``
+    (a regular expression of what the type's output function writes, in which Arrow's parser and ``value``
+    read the same value); else ``None``, and the caller reads them value by value: a BC date, ``infinity``,
+    a DateStyle other than ISO, an offset with seconds, numeric ``NaN`` or a value out of the type's range.
+    The forms are ASCII, which every client encoding PostgreSQL has spells alike."""
+    def texts(data: list[bytes | None]) -> pa.Array | None:
+        try:
+            text = pa.array(data, pa.binary()).cast(pa.string())
+            if pc.any(pc.invert(pc.match_substring_regex(text, form))).as_py():
+                return None
+            out = text.cast(parse)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        return out if parse == arrow else out.cast(arrow, safe=False)
+    return texts
+
+
+#: the forms :func:`_parsed` reads (int*out, float*out, numeric_out, date_out and timestamp*_out in ISO style)
+_INTEGER = r"^-?[0-9]{1,19}$"
+_FLOAT_FORM = r"^(-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?|NaN|-?Infinity)$"
+_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"
+_DAY = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_TIME = _DAY + r" [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+
+
+def _booleans(data: list[bytes | None]) -> pa.Array | None:
+    """Many bool texts (``t`` or ``f``, as boolout writes them) at once; ``None`` if one is anything else."""
+    text = pa.array(data, pa.binary())
+    true = pc.equal(text, b"t")
+    if (pc.sum(pc.or_(true, pc.equal(text, b"f"))).as_py() or 0) != len(text) - text.null_count:
+        return None
+    return true
+
+
 def _element_of(oid: int, loader: ValueLoader) -> int | None:
     registry = loader._registry  # psycopg's type registry: which built-in array type has this OID
     cache: dict[int, int] = _element_of.__dict__.setdefault("cache", {})
@@ -149,13 +186,12 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
 
     if oid in _INT:
         spark, arrow = _INT[oid]
-        return ColumnType(spark, arrow, _int_value(oid, loader), oid,
-                          lambda data: pa.array([int(d) if d is not None else None for d in data], arrow))
-    if oid in _FLOAT:
+        return ColumnType(spark, arrow, _int_value(oid, loader), oid, _parsed(_INTEGER, arrow, arrow))
+    if oid in _FLOAT:  # float4 too is read as a double first, as float() does before Arrow narrows it
         spark, arrow = _FLOAT[oid]
-        return ColumnType(spark, arrow, typed(), oid)
+        return ColumnType(spark, arrow, typed(), oid, _parsed(_FLOAT_FORM, pa.float64(), arrow))
     if oid == _BOOL:
-        return ColumnType(T.BooleanType(), pa.bool_(), typed(), oid)
+        return ColumnType(T.BooleanType(), pa.bool_(), typed(), oid, _booleans)
     if oid == _NUMERIC:
         ps = numeric_precision_scale(type_modifier)
         if ps is None or not 0 <= ps[1] <= ps[0] <= 38:
@@ -165,14 +201,18 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
             if not value.is_finite():
                 raise Unrepresentable(str(value))
             return value
-        return ColumnType(T.DecimalType(*ps), pa.decimal128(*ps), typed(finite), oid)
+        decimal_type = pa.decimal128(*ps)
+        return ColumnType(T.DecimalType(*ps), decimal_type, typed(finite), oid,
+                          _parsed(_DECIMAL, decimal_type, decimal_type))
     if oid == _DATE:
-        return ColumnType(T.DateType(), pa.date32(), typed(), oid)
+        return ColumnType(T.DateType(), pa.date32(), typed(), oid, _parsed(f"^{_DAY}$", pa.date32(), pa.date32()))
     if oid == _TIMESTAMP:
-        return ColumnType(T.TimestampNTZType(), pa.timestamp("us"), typed(), oid)
+        arrow = pa.timestamp("us")
+        return ColumnType(T.TimestampNTZType(), arrow, typed(), oid, _parsed(f"^{_TIME}$", arrow, arrow))
     if oid == _TIMESTAMPTZ:
-        return ColumnType(T.TimestampType(), pa.timestamp("us", tz="UTC"),
-                          typed(lambda v: v.astimezone(_UTC)), oid)
+        arrow = pa.timestamp("us", tz="UTC")
+        return ColumnType(T.TimestampType(), arrow, typed(lambda v: v.astimezone(_UTC)), oid,
+                          _parsed(f"^{_TIME}[-+][0-9]{{2}}(:[0-9]{{2}})?$", arrow, arrow))
     if oid == _BYTEA:
         return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid)
     if oid == _INTERVAL:  # the ISO 8601 text replwire decode writes (months, days and time apart), in both formats

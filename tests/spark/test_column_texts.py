@@ -1,0 +1,124 @@
+"""A typed column's text values read many at once by Arrow (``ColumnType.texts``) are the values read one by
+one (``ColumnType.value``, psycopg's loaders): for the forms PostgreSQL's output functions write, and for
+everything else -- which must make ``texts`` give ``None`` (the caller then reads value by value) or read
+exactly what ``value`` reads, never something else."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replwire.codec.stream.values import ValueLoader
+
+pytest.importorskip("pyspark")
+
+from replwire.spark.types import ColumnType, Unrepresentable, column_type  # noqa: E402
+
+# (type OID, type modifier): int2, int4, int8, float4, float8, bool, numeric(12, 2), numeric(38, 0), date,
+# timestamp, timestamptz
+TYPES = [(21, -1), (23, -1), (20, -1), (700, -1), (701, -1), (16, -1), (1700, (12 << 16 | 2) + 4),
+         (1700, (38 << 16) + 4), (1082, -1), (1114, -1), (1184, -1)]
+
+# what the output functions write, and near misses of it
+SEEN = {
+    21: ["0", "-32768", "32767", "32768", " 1", "+1", "1.0", ""],
+    23: ["12", "-2147483648", "2147483647", "2147483648", "1e3", "0x10"],
+    20: ["-9223372036854775808", "9223372036854775807", "9223372036854775808", "007", "1_000"],
+    700: ["NaN", "Infinity", "-Infinity", "-0", "0.33333334", "3.4028235e+38", "1e-45", "1e39", "1_0", " 1",
+          "inf", "nan", "0x1p3", "1.5e", "16777217"],
+    701: ["NaN", "Infinity", "-Infinity", "-0", "0.1", "1.7976931348623157e+308", "5e-324", "1e309", "1e-400",
+          "1_000", "infinity", "+1.5", ".5", "5.", "0x10"],
+    16: ["t", "f", "true", "false", "T", "1", ""],
+    1700: ["79.19", "-0.50", "1", "0.005", "NaN", "Infinity", "-Infinity", "1e3", "9999999999.99", "99999999999.99",
+           "+1.00", ".5", "00012.30", "1_0"],
+    1082: ["2020-01-02", "0001-01-01", "9999-12-31", "2020-01-02 BC", "infinity", "-infinity", "10000-01-01",
+           "2024-02-30", "20200102", "2020-1-2", "01/02/2020"],
+    1114: ["2024-01-01 00:00:37", "2024-01-01 00:00:37.123456", "2024-01-01 00:00:37.5", "2024-01-01T00:00:37",
+           "2024-01-01 24:00:00", "infinity", "0044-03-15 12:00:00 BC", "10000-01-01 00:00:00",
+           "2024-01-01 00:00:37+00", "2024-01-01 00:00", "2024-01-01"],
+    1184: ["2024-01-01 00:00:01+00", "2024-01-01 00:00:01.25-07", "2024-01-01 00:00:01+05:30",
+           "1900-01-01 00:00:00+05:53:28", "infinity", "2024-01-01 00:00:01", "2024-01-01T00:00:01Z",
+           "2024-01-01 00:00:01+0530", "0044-03-15 12:00:00+00 BC", "2024-01-01 00:00:01.1234567+00"],
+}
+
+
+def _one_by_one(kind_type: ColumnType, texts: list[bytes | None]) -> pa.Array | None:
+    """The values read one by one, or None where one of them is refused (unrepresentable or an error)."""
+    values = []
+    for text in texts:
+        if text is None:
+            values.append(None)
+            continue
+        try:
+            values.append(kind_type.value("t", text))
+        except (Unrepresentable, ValueError, ArithmeticError):
+            return None
+    return pa.array(values, kind_type.arrow)
+
+
+def _same(a: pa.Array, b: pa.Array) -> bool:
+    if a.type != b.type or len(a) != len(b):
+        return False
+    for x, y in zip(a.to_pylist(), b.to_pylist()):
+        if isinstance(x, float) and isinstance(y, float):
+            if not (x == y and math.copysign(1, x) == math.copysign(1, y) or math.isnan(x) and math.isnan(y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _check(kind_type: ColumnType, texts: list[bytes | None]) -> None:
+    assert kind_type.texts is not None
+    many = kind_type.texts(texts)
+    if many is None:
+        return  # read value by value
+    expected = _one_by_one(kind_type, texts)
+    assert expected is not None, f"Arrow read {texts!r}, which the one-by-one reading refuses"
+    assert _same(many, expected), (texts, many, expected)
+
+
+@pytest.mark.parametrize(("oid", "modifier"), TYPES)
+def test_each_seen_text_alone_and_together(oid, modifier):
+    kind_type = column_type(oid, modifier, None, ValueLoader())
+    forms = [t.encode() for t in SEEN[1700 if oid == 1700 else oid]]
+    read = 0
+    for form in forms:
+        _check(kind_type, [form, None])
+        read += kind_type.texts([form]) is not None  # type: ignore[misc]
+    assert read >= 1  # the server's own forms are read many at once
+    _check(kind_type, [*forms, None])
+
+
+def _text_of(oid: int) -> st.SearchStrategy[str]:
+    if oid in (21, 23, 20):
+        return st.integers(-2**63, 2**63).map(str)
+    if oid in (700, 701):
+        return st.floats(width=32 if oid == 700 else 64).map(
+            lambda f: "NaN" if math.isnan(f) else "Infinity" if f == math.inf else "-Infinity" if f == -math.inf
+            else repr(f))
+    if oid == 16:
+        return st.sampled_from(["t", "f"])
+    if oid == 1700:
+        return st.decimals(allow_nan=False, allow_infinity=False, places=2,
+                           min_value=-10**10, max_value=10**10).map(str)
+    if oid == 1082:
+        return st.dates().map(lambda d: d.isoformat())
+    if oid == 1114:
+        return st.datetimes().map(lambda d: d.isoformat(" "))
+    return st.tuples(st.datetimes(), st.sampled_from(["+00", "-07", "+05:30", "+14"])).map(
+        lambda pair: pair[0].isoformat(" ") + pair[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_drawn_columns(data):
+    oid, modifier = data.draw(st.sampled_from(TYPES))
+    kind_type = column_type(oid, modifier, None, ValueLoader())
+    texts = data.draw(st.lists(st.one_of(st.none(), _text_of(oid).map(str.encode)
+                                         | st.sampled_from([t.encode() for t in SEEN[oid]])), max_size=20))
+    _check(kind_type, texts)
