@@ -128,10 +128,11 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
     import pyarrow.parquet as pq
 
     from replwire.codec.messages import Update
-    from replwire.codec.split import Shapes, decode_part
+    from replwire.codec.split import Shapes
+    from replwire.codec.split.columns import ColumnRun, part_changes
     from replwire.codec.stream.values import ValueLoader
 
-    from .rows import ChangeRows, TableRows
+    from .rows import ChangeRows, TableRows, table_runs
     from .shipping import note_codec
 
     if codecs is not None:
@@ -164,7 +165,23 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
             writer[0].write_batch(batch)
             counts[target] = counts.get(target, 0) + batch.num_rows
 
-        for decoded in decode_part(part, rows=False):
+        for decoded in part_changes(part, cells=True):
+            if isinstance(decoded, ColumnRun):  # plain transactions' rows from the compiled column path
+                for schema, table, indices, position, old_image, widths in table_runs(decoded):
+                    name = f"{schema}.{table}"
+                    target = shapes.at(name, position)
+                    if target is None:
+                        continue
+                    key = (name, target.version)
+                    rows = collectors.get(key)
+                    if rows is None:
+                        rows = collectors[key] = TableRows(target, loader)
+                    rows.add_cells(decoded, indices, widths, position)
+                    if old_image:
+                        old_images.add(key)
+                    if len(rows) >= 8192:
+                        flush(key, rows)
+                continue
             change = decoded.change
             if change.op == "message":
                 rows = collectors.get("_messages")

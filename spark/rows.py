@@ -28,7 +28,7 @@ a Python object per row.  The Spark schemas here are the contract of ``spark.rea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +37,7 @@ from pyspark.sql import types as T
 
 from replwire.codec.messages import Delete, Insert
 from replwire.codec.split import Decoded, Part, RelationVersion
-from replwire.codec.split.columns import ColumnRun, part_changes
+from replwire.codec.split.columns import BUFFERS, ColumnRun, part_changes
 from replwire.codec.stream.assembler import Change
 from replwire.codec.stream.jsonl import RowJson
 from replwire.codec.stream.outcome import Outcome
@@ -45,7 +45,8 @@ from replwire.codec.stream.values import ValueLoader
 
 from .types import ColumnType, Unrepresentable, column_type
 
-__all__ = ["CHANGES", "ChangeRows", "TableRows", "change_batches", "meta_names", "table_schema"]
+__all__ = ["CHANGES", "ChangeRows", "TableRows", "change_batches", "meta_names", "table_batches", "table_runs",
+           "table_schema"]
 
 #: Meta columns of the per-table change rows, before the table's own columns.
 META = [("op", T.StringType(), pa.string()), ("schema", T.StringType(), pa.string()),
@@ -97,7 +98,11 @@ def _facts(outcome: Outcome) -> _Facts:
             outcome.origin[0] if outcome.origin else None, outcome.gid, outcome.streamed)
 
 
-_TEXT_OR_NOTHING = frozenset("tnu")  # tuple column kinds a column's texts() reads alone
+#: the kinds of a tuple's column, as bytes: null, unchanged TOAST, text, binary
+_N, _U, _T, _B = b"nutb"
+#: a tuple's columns (``column(i)``: the rows' kinds, null for a row without the tuple, and bytes of column
+#: ``i``) and which rows have one
+_Tuples = tuple[Callable[[int], tuple[pa.Array, pa.Array]], pa.Array]
 _NONE = object()  # no outcome seen yet (None is a lone logical message's)
 
 
@@ -316,9 +321,10 @@ class TableRows:
         self._facts: list[_Facts] = []
         self._outcome: Any = _NONE
         self._transaction = -1
+        self._ready: list[pa.RecordBatch] = []  # batches made of earlier rows (see add_cells)
 
     def __len__(self) -> int:
-        return len(self._columns[0])
+        return len(self._columns[0]) + sum(int(batch.num_rows) for batch in self._ready)
 
     def add(self, decoded: Decoded) -> None:
         change = decoded.change
@@ -335,6 +341,10 @@ class TableRows:
                 new = message.new
             if kind is not Insert:
                 old = message.key or message.old
+        width = len(self.names)
+        for row in (new, old):
+            if row is not None and len(row) != width:
+                raise self._misfit(len(row), decoded.position)
         append = self._append
         append[0](change.op)
         append[1](self._transaction)
@@ -344,61 +354,129 @@ class TableRows:
         append[5](new)
         append[6](old)
 
-    def _read(self, tuples: list[Any], toasted: dict[int, list[str]],
+    def _misfit(self, width: int, position: int) -> ValueError:
+        return ValueError(f"a row of {width} columns at position {position} for {self.version.name}, whose shape "
+                          f"there ({self.version.version}) has {len(self.names)}: the stream sends changes of "
+                          "another relation of that name")
+
+    def add_cells(self, run: ColumnRun, rows: pa.Array, widths: set[int], position: int) -> None:
+        """Add the rows of ``run`` (whose images are cells, see :func:`~replwire.codec.split.columns.part_changes`)
+        at the indices ``rows`` (all of this table in this shape, their tuples ``widths`` columns wide, the
+        first at ``position``): made into a batch now, after the rows added one by one before them."""
+        if widths != {len(self.names)}:
+            raise self._misfit(min(widths - {len(self.names)}), position)
+        if len(self._columns[0]):
+            self._ready.append(self._batch())
+        buffers = dict(zip(BUFFERS, (None if b is None else pa.py_buffer(b) for b in run.buffers)))
+        count = run.rows
+
+        def fixed(kind: pa.DataType, name: str, valid: str | None = None) -> pa.Array:
+            return pa.Array.from_buffers(kind, count, [buffers[valid] if valid else None, buffers[name]]).take(rows)
+
+        cells = buffers["cell_kind"].size  # type: ignore[union-attr]
+        kinds = pa.Array.from_buffers(pa.uint8(), cells, [None, buffers["cell_kind"]])
+        data = pa.Array.from_buffers(pa.binary(), cells, [None, buffers["cell_off"], buffers["cell"]])
+        new_at, old_at = fixed(pa.int32(), "new_at"), fixed(pa.int32(), "old_at")
+        ops = pa.array([shape[0] for shape in run.shapes], pa.string()).take(fixed(pa.int32(), "shape"))
+        time = fixed(pa.int64(), "commit_time", "time_ok").cast(pa.timestamp("us", tz="UTC"))
+        meta = [ops, fixed(pa.int64(), "xid"), pa.nulls(len(rows), pa.int64()), fixed(pa.int64(), "lsn", "lsn_ok"),
+                fixed(pa.int64(), "commit_lsn"), time, fixed(pa.int64(), "position"), pa.nulls(len(rows), pa.string())]
+
+        def tuple_of(at: pa.Array) -> _Tuples | None:
+            taken = pc.if_else(pc.equal(at, -1), None, at)
+            if taken.null_count == len(taken):
+                return None
+
+            def column(i: int) -> tuple[pa.Array, pa.Array]:
+                index = pc.add(taken, i)
+                return kinds.take(index), data.take(index)
+            return column, pc.is_valid(taken)
+        self._ready.append(self._assemble(len(rows), meta, tuple_of(new_at), tuple_of(old_at)))
+
+    def _read(self, column: Callable[[int], tuple[pa.Array, pa.Array]], toasted: dict[int, list[str]],
               odd: dict[int, list[tuple[str, str]]]) -> list[pa.Array]:
-        """Each column's values in ``tuples`` (``None`` where a row has no tuple), naming a row's unchanged
-        TOASTed columns in ``toasted`` and its unrepresentable values in ``odd`` (by row index)."""
+        """Each column's values of a tuple per row (``column(i)``: the kinds of the rows' values of column
+        ``i`` -- null where a row has no tuple -- and their bytes), naming a row's unchanged TOASTed columns
+        in ``toasted`` and its unrepresentable values in ``odd`` (by row index)."""
         out = []
         for i, (name, kind_type) in enumerate(zip(self.names, self.types)):
-            column = [t[i] if t is not None else None for t in tuples]
-            kinds = {c.kind for c in column if c is not None}
-            if "u" in kinds:
-                for row, c in enumerate(column):
-                    if c is not None and c.kind == "u":
-                        toasted.setdefault(row, []).append(name)
-            if kind_type.texts is not None and kinds <= _TEXT_OR_NOTHING:
-                made = kind_type.texts([c.data if c is not None and c.kind == "t" else None for c in column])
+            kinds, data = column(i)
+            if pc.any(pc.equal(kinds, _U)).as_py():
+                for row in pc.indices_nonzero(pc.fill_null(pc.equal(kinds, _U), False)).to_pylist():
+                    toasted.setdefault(row, []).append(name)
+            if kind_type.texts is not None and not pc.any(pc.equal(kinds, _B)).as_py():
+                made = kind_type.texts(pc.if_else(pc.equal(kinds, _T), data, None))
                 if made is not None:
                     out.append(made)
                     continue
             values: list[Any] = []
             value = kind_type.value
-            for row, c in enumerate(column):
-                if c is None or c.kind in "nu":
+            for row, (kind, datum) in enumerate(zip(kinds.to_pylist(), data.to_pylist())):
+                if kind is None or kind == _N or kind == _U:
                     values.append(None)
                     continue
                 try:
-                    values.append(value(c.kind, c.data))
+                    values.append(value(chr(kind), datum))
                 except Unrepresentable as error:
                     values.append(None)
                     odd.setdefault(row, []).append(
-                        (name, c.data.decode(self.encoding, "replace") if c.kind == "t" else str(error)))
+                        (name, datum.decode(self.encoding, "replace") if kind == _T else str(error)))
             out.append(pa.array(values, kind_type.arrow))
         return out
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
+        if len(self._columns[0]) or not self._ready:
+            self._ready.append(self._batch())
+        ready, self._ready = self._ready, []
+        return ready[0] if len(ready) == 1 else pa.Table.from_batches(ready).combine_chunks().to_batches()[0]
+
+    def _batch(self) -> pa.RecordBatch:
+        """The rows added one by one since the last batch, as a batch."""
         ops, transaction, subxid, lsn, position, new, old = self._columns
-        count = len(ops)
         facts = self._facts
         by_transaction = pa.array(transaction, pa.int32())
         xid, commit_lsn, _, commit_time, _, gid, _ = zip(*facts) if facts else [()] * 7
         types = [f.type for f in self.arrow]
+
+        def of(values: Sequence[Any], at: int) -> pa.Array:
+            return pa.array(values, types[at]).take(by_transaction)
+
+        meta = [pa.array(ops, types[0]), of(xid, 3), pa.array(subxid, types[4]), pa.array(lsn, types[5]),
+                of(commit_lsn, 6), of(commit_time, 7), pa.array(position, types[8]), of(gid, 9)]
+
+        def tuple_of(tuples: list[Any]) -> _Tuples | None:
+            if all(t is None for t in tuples):
+                return None
+
+            def column(i: int) -> tuple[pa.Array, pa.Array]:
+                cells = [t[i] if t is not None else None for t in tuples]
+                return (pa.array([ord(c.kind) if c is not None else None for c in cells], pa.uint8()),
+                        pa.array([c.data if c is not None else None for c in cells], pa.binary()))
+            return column, pa.array([t is not None for t in tuples], pa.bool_())
+        out = self._assemble(len(ops), meta, tuple_of(new), tuple_of(old))
+        self._columns = [[] for _ in range(7)]
+        self._append = tuple(column.append for column in self._columns)
+        self._facts = facts[-1:]
+        self._transaction = 0
+        return out
+
+    def _assemble(self, count: int, meta: list[pa.Array], new: _Tuples | None, old: _Tuples | None) -> pa.RecordBatch:
+        """A batch of ``count`` rows: ``meta`` (op, xid, subxid, lsn, commit_lsn, commit_time, position, gid)
+        and the rows' new and old tuples (each its columns, see :meth:`_read`, and which rows have one;
+        ``None``: no row has one)."""
+        types = [f.type for f in self.arrow]
         before_toasted: dict[int, list[str]] = {}
         toasted: dict[int, list[str]] = {}
         odd: dict[int, list[tuple[str, str]]] = {}
-        has_old = any(t is not None for t in old)
-        if has_old:
-            before_columns = self._read(old, before_toasted, odd)
-            before = pa.StructArray.from_arrays(before_columns, fields=list(self._struct),
-                                                mask=pa.array([t is None for t in old], pa.bool_()))
-        else:
-            before_columns = [pa.nulls(count, t.arrow) for t in self.types]
-            before = pa.nulls(count, self._struct)
-        row = self._read(new, toasted, odd)
-        if has_old:  # a delete's row is its old tuple's values
-            is_new = pa.array([t is not None for t in new], pa.bool_())
-            row = [pc.if_else(is_new, n, b) for n, b in zip(row, before_columns)]
+        nothing = [pa.nulls(count, t.arrow) for t in self.types]
+        before_columns = self._read(old[0], before_toasted, odd) if old is not None else nothing
+        before = (pa.StructArray.from_arrays(before_columns, fields=list(self._struct), mask=pc.invert(old[1]))
+                  if old is not None else pa.nulls(count, self._struct))
+        row = self._read(new[0], toasted, odd) if new is not None else nothing
+        if old is not None:  # a delete's row is its old tuple's values
+            row = [pc.if_else(new[1], n, b) for n, b in zip(row, before_columns)] if new is not None else before_columns
+
         def sparse(values: dict[int, Any], at: int) -> pa.Array:
             if not values:
                 return pa.nulls(count, types[at])
@@ -407,23 +485,15 @@ class TableRows:
                 out[index] = value
             return pa.array(out, types[at])
 
-        def of(values: Sequence[Any], at: int) -> pa.Array:
-            return pa.array(values, types[at]).take(by_transaction)
-
         width = len(self.names)
         version = self.version
+        op, xid, subxid, lsn, commit_lsn, commit_time, position, gid = meta
         # in the order of self.arrow: META, the table's columns, then the four trailing columns
-        columns = [pa.array(ops, types[0]), pa.repeat(pa.scalar(version.schema, pa.string()), count),
-                   pa.repeat(pa.scalar(version.table, pa.string()), count), of(xid, 3), pa.array(subxid, types[4]),
-                   pa.array(lsn, types[5]), of(commit_lsn, 6), of(commit_time, 7), pa.array(position, types[8]),
-                   of(gid, 9), *row, before, sparse(before_toasted, 10 + width + 1),
+        columns = [op, pa.repeat(pa.scalar(version.schema, pa.string()), count),
+                   pa.repeat(pa.scalar(version.table, pa.string()), count), xid, subxid, lsn, commit_lsn,
+                   commit_time, position, gid, *row, before, sparse(before_toasted, 10 + width + 1),
                    sparse(toasted, 10 + width + 2), sparse(odd, 10 + width + 3)]
-        out = pa.RecordBatch.from_arrays(columns, schema=self.arrow)
-        self._columns = [[] for _ in range(7)]
-        self._append = tuple(column.append for column in self._columns)
-        self._facts = facts[-1:]
-        self._transaction = 0
-        return out
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow)
 
 
 def batches(rows: ChangeRows | TableRows, decoded: Iterable[Decoded], size: int = 8192) -> Iterator[pa.RecordBatch]:
@@ -435,6 +505,53 @@ def batches(rows: ChangeRows | TableRows, decoded: Iterable[Decoded], size: int 
         if count == size:
             yield rows.batch()
             count = 0
+    if len(rows):
+        yield rows.batch()
+
+
+def table_runs(run: ColumnRun) -> Iterator[tuple[str, str, pa.Array, int, bool, set[int]]]:
+    """The rows of a run of cells (:func:`~replwire.codec.split.columns.part_changes` with ``cells``) table by
+    table: its schema and name, the rows' indices in the run (in order), the first one's position, whether
+    an update among them carries an old or key tuple, and their tuples' widths.  A table's rows in a run are
+    all of one shape of it: a shape changes at a Relation message, which a run never takes."""
+    buffers = dict(zip(BUFFERS, run.buffers))
+
+    def of(name: str) -> pa.Array:
+        return pa.Array.from_buffers(pa.int32() if name != "position" else pa.int64(), run.rows,
+                                     [None, pa.py_buffer(buffers[name])])
+    shape, old_at, position = of("shape"), of("old_at"), of("position")
+    slots = pc.divide(shape, 3)
+    old_updates = pc.and_(pc.equal(pc.subtract(shape, pc.multiply(slots, 3)), 1), pc.not_equal(old_at, -1))
+    tables: dict[tuple[str, str], list[int]] = {}  # a table may have several relation ids (dropped, made again)
+    for slot in pc.unique(slots).to_pylist():
+        tables.setdefault(run.shapes[3 * slot][1:3], []).append(slot)
+    for (schema, table), of_table in tables.items():
+        rows = pc.indices_nonzero(pc.is_in(slots, pa.array(of_table, pa.int32())))
+        yield (schema, table, rows, position[rows[0].as_py()].as_py(),
+               bool(pc.any(old_updates.take(rows)).as_py()), {run.widths[slot] for slot in of_table})
+
+
+def table_batches(part: Part, version: RelationVersion, wanted: Callable[[int], bool],
+                  size: int = 8192) -> Iterator[pa.RecordBatch]:
+    """The batches of :func:`table_schema` of one part: its changes of ``version``'s table (and truncates
+    naming it) at the positions ``wanted`` takes, the runs of plain transactions read from the compiled column
+    path's cells, the rest from ``decode_part``."""
+    rows = TableRows(version, ValueLoader(part.source.encoding))
+    name = (version.schema, version.table)
+    for item in part_changes(part, size, cells=True):
+        if isinstance(item, ColumnRun):
+            for schema, table, indices, position, _, widths in table_runs(item):
+                if (schema, table) == name and wanted(position):
+                    rows.add_cells(item, indices, widths, position)
+        else:
+            change = item.change
+            if ((change.relations is not None and name in change.relations if change.op == "truncate"
+                 else (change.schema, change.table) == name) and wanted(item.position)):
+                rows.add(item)
+            else:
+                continue
+        if len(rows) >= size:
+            yield rows.batch()
     if len(rows):
         yield rows.batch()
 
@@ -469,7 +586,7 @@ def _run_batch(run: ColumnRun) -> pa.RecordBatch:
     count = run.rows
     (shape, lsn, lsn_valid, position, xid, commit_lsn, end_lsn, commit_time, time_valid, new_valid, new_offsets,
      new, old_valid, old_offsets, old, key_valid, key_offsets, key, toast_valid, toast_offsets, name_offsets,
-     names) = [None if b is None else pa.py_buffer(b) for b in run.buffers]
+     names) = [None if b is None else pa.py_buffer(b) for b in run.buffers[:BUFFERS.index("new_at")]]
     types = _CHANGES_ARROW.types
     index = pa.Array.from_buffers(pa.int32(), count, [None, shape])
     ops, schemas, tables, relation_ids = zip(*run.shapes)

@@ -159,31 +159,17 @@ class ReplwireReader(DataSourceReader):
         return [_Part(part, version, shapes) for part in request.plan.parts]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from replwire.codec.split import decode_part
-        from replwire.codec.stream.values import ValueLoader
-
         assert isinstance(partition, _Part)  # Spark hands back the partitions that partitions() made
 
-        from .rows import TableRows, batches, change_batches
+        from .rows import change_batches, table_batches
 
         if partition.version is None:
             yield from change_batches(partition.part, _BATCH_ROWS)
             return
-        loader = ValueLoader(partition.part.source.encoding)
         version, shapes = partition.version, partition.shapes
 
         def in_shape(position: int) -> bool:
             current = shapes.at(version.name, position)
             return current is not None and current.version == version.version
 
-        def of_table(decoded: Iterator[Any]) -> Iterator[Any]:
-            for d in decoded:
-                change = d.change
-                if change.op == "truncate":
-                    if (version.schema, version.table) in change.relations and in_shape(d.position):
-                        yield d
-                elif (change.schema == version.schema and change.table == version.table
-                      and in_shape(d.position)):
-                    yield d
-
-        yield from batches(TableRows(version, loader), of_table(decode_part(partition.part, rows=False)), _BATCH_ROWS)
+        yield from table_batches(partition.part, version, in_shape, _BATCH_ROWS)

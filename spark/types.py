@@ -75,15 +75,15 @@ class Unrepresentable(Exception):
 class ColumnType:
     """How one PostgreSQL column becomes a Spark column: its Spark and Arrow types, and ``value(kind,
     data)`` making the Arrow-ready value of a ``t``/``b`` tuple column (raising :class:`Unrepresentable`);
-    ``texts(data)``, where there is one, makes the Arrow array of many text (``t``) values at once (``None``
-    for no value), equal to ``value`` of each -- or gives ``None`` when one of them is not in the form it
+    ``texts(data)``, where there is one, makes the Arrow array of many text (``t``) values at once (a binary
+    array, null for no value), equal to ``value`` of each -- or gives ``None`` when one of them is not in the form it
     reads, and the caller then takes ``value`` of each."""
 
     spark: T.DataType
     arrow: pa.DataType
     value: Callable[[str, bytes], Any]
     oid: int | None
-    texts: Callable[[list[bytes | None]], pa.Array | None] | None = None
+    texts: Callable[[pa.Array], pa.Array | None] | None = None
 
 
 def numeric_precision_scale(type_modifier: int) -> tuple[int, int] | None:
@@ -113,35 +113,41 @@ def column_type(type_id: int, type_modifier: int, type_message: Any, loader: Val
                       _texts(loader.encoding))
 
 
-def _texts(encoding: str) -> Callable[[list[bytes | None]], pa.Array]:
+def _texts(encoding: str) -> Callable[[pa.Array], pa.Array]:
     """Many text values of a string column at once: decoded by Arrow (which checks UTF-8) when the client
     encoding is UTF-8 -- else, and for bytes that are not UTF-8 (to raise the same error), one by one."""
     utf8 = codecs.lookup(encoding).name == "utf-8"
 
-    def texts(data: list[bytes | None]) -> pa.Array:
+    def texts(data: pa.Array) -> pa.Array:
         if utf8:
             try:
-                return pa.array(data, pa.binary()).cast(pa.string())
+                return data.cast(pa.string())
             except pa.ArrowInvalid:
                 pass
-        return pa.array([d.decode(encoding) if d is not None else None for d in data], pa.string())
+        return pa.array([d.decode(encoding) if d is not None else None for d in data.to_pylist()], pa.string())
     return texts
 
 
-def _parsed(form: str, parse: pa.DataType, arrow: pa.DataType) -> Callable[[list[bytes | None]], pa.Array | None]:
+def _parsed(form: str, parse: pa.DataType, arrow: pa.DataType,
+            bounds: tuple[int, int] | None = None) -> Callable[[pa.Array], pa.Array | None]:
     """Many text values parsed by Arrow as ``parse``, then cast to ``arrow``, when every one is in ``form``
     (a regular expression of what the type's output function writes, in which Arrow's parser and ``value``
     read the same value); else ``None``, and the caller reads them value by value: a BC date, ``infinity``,
-    a DateStyle other than ISO, an offset with seconds, numeric ``NaN`` or a value out of the type's range.
-    The forms are ASCII, which every client encoding PostgreSQL has spells alike."""
-    def texts(data: list[bytes | None]) -> pa.Array | None:
+    a DateStyle other than ISO, an offset with seconds, numeric ``NaN``, a value out of the type's range or
+    outside ``bounds`` (least, most, as the parsed values' integers).  The forms are ASCII, which every
+    client encoding PostgreSQL has spells alike."""
+    def texts(data: pa.Array) -> pa.Array | None:
         try:
-            text = pa.array(data, pa.binary()).cast(pa.string())
+            text = data.cast(pa.string())
             if pc.any(pc.invert(pc.match_substring_regex(text, form))).as_py():
                 return None
             out = text.cast(parse)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
+        if bounds is not None and out.null_count < len(out):
+            least, most = pc.min_max(out.cast(pa.int64())).values()
+            if least.as_py() < bounds[0] or most.as_py() > bounds[1]:
+                return None
         return out if parse == arrow else out.cast(arrow, safe=False)
     return texts
 
@@ -150,13 +156,12 @@ def _parsed(form: str, parse: pa.DataType, arrow: pa.DataType) -> Callable[[list
 _INTEGER = r"^-?[0-9]{1,19}$"
 _FLOAT_FORM = r"^(-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?|NaN|-?Infinity)$"
 _DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"
-_DAY = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_DAY = r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-[0-9]{2}-[0-9]{2}"  # years 1-9999
 _TIME = _DAY + r" [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
 
 
-def _booleans(data: list[bytes | None]) -> pa.Array | None:
+def _booleans(text: pa.Array) -> pa.Array | None:
     """Many bool texts (``t`` or ``f``, as boolout writes them) at once; ``None`` if one is anything else."""
-    text = pa.array(data, pa.binary())
     true = pc.equal(text, b"t")
     if (pc.sum(pc.or_(true, pc.equal(text, b"f"))).as_py() or 0) != len(text) - text.null_count:
         return None
@@ -211,8 +216,8 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
         return ColumnType(T.TimestampNTZType(), arrow, typed(), oid, _parsed(f"^{_TIME}$", arrow, arrow))
     if oid == _TIMESTAMPTZ:
         arrow = pa.timestamp("us", tz="UTC")
-        return ColumnType(T.TimestampType(), arrow, typed(lambda v: v.astimezone(_UTC)), oid,
-                          _parsed(f"^{_TIME}[-+][0-9]{{2}}(:[0-9]{{2}})?$", arrow, arrow))
+        return ColumnType(T.TimestampType(), arrow, typed(_in_utc), oid,
+                          _parsed(f"^{_TIME}[-+][0-9]{{2}}(:[0-9]{{2}})?$", arrow, arrow, _UTC_RANGE))
     if oid == _BYTEA:
         return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid)
     if oid == _INTERVAL:  # the ISO 8601 text replwire decode writes (months, days and time apart), in both formats
@@ -222,6 +227,18 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
             return str(load(kind, data, oid))
         return ColumnType(T.StringType(), pa.string(), interval, oid)
     return None
+
+
+#: the instants a datetime holds in UTC, in microseconds from 1970 (a timestamptz whose offset moves it past
+#: them is unrepresentable)
+_UTC_RANGE = (-62135596800_000000, 253402300799_999999)
+
+
+def _in_utc(value: dt.datetime) -> dt.datetime:
+    try:
+        return value.astimezone(_UTC)
+    except OverflowError:  # (year 1 east of UTC, year 9999 west of it)
+        raise Unrepresentable(str(value)) from None
 
 
 def _int_value(oid: int, loader: ValueLoader) -> Callable[[str, bytes], Any]:

@@ -18,14 +18,16 @@
 enum {
     K_SHAPE, K_LSN, K_LSN_OK, K_POSITION, K_XID, K_COMMIT_LSN, K_END_LSN, K_TIME, K_TIME_OK,
     K_NEW_OK, K_NEW_OFF, K_NEW, K_OLD_OK, K_OLD_OFF, K_OLD, K_KEY_OK, K_KEY_OFF, K_KEY,
-    K_TOAST_OK, K_TOAST_OFF, K_NAME_OFF, K_NAME, K_COUNT
+    K_TOAST_OK, K_TOAST_OFF, K_NAME_OFF, K_NAME,
+    /* cells (rows_columns(..., cells=True)): the rows' wire tuples column by column, not as JSON */
+    K_NEW_AT, K_OLD_AT, K_CELL_KIND, K_CELL_OFF, K_CELL, K_COUNT
 };
 
 /* which buffers hold one byte per row that becomes a validity bitmap */
 static const int K_VALIDITY[] = {K_LSN_OK, K_TIME_OK, K_NEW_OK, K_OLD_OK, K_KEY_OK, K_TOAST_OK};
 
-/* the text buffers (int32 offsets into them): new, old, key, the unchanged TOASTed columns' names */
-static const int K_TEXT[] = {K_NEW, K_OLD, K_KEY, K_NAME};
+/* the text buffers (int32 offsets into them): new, old, key, the unchanged TOASTed columns' names, cells */
+static const int K_TEXT[] = {K_NEW, K_OLD, K_KEY, K_NAME, K_CELL};
 
 /* a commit time's range that datetime holds (years 1-9999, microseconds from 2000-01-01), and the shift to
  * microseconds from 1970-01-01 */
@@ -35,7 +37,7 @@ static const int K_TEXT[] = {K_NEW, K_OLD, K_KEY, K_NAME};
 
 typedef struct {
     Buf b[K_COUNT];
-    Py_ssize_t rows, names;
+    Py_ssize_t rows, names, cells;
 } Columns;
 
 static int col_put(Columns *c, int k, const void *v, Py_ssize_t size)
@@ -59,7 +61,7 @@ static int col_end(Columns *c, int off, int text)
 
 /* the buffers' lengths at the start of a transaction, to go back to */
 typedef struct {
-    Py_ssize_t len[K_COUNT], rows, names;
+    Py_ssize_t len[K_COUNT], rows, names, cells;
 } Mark;
 
 static void col_mark(const Columns *c, Mark *m)
@@ -67,6 +69,7 @@ static void col_mark(const Columns *c, Mark *m)
     for (int k = 0; k < K_COUNT; k++) m->len[k] = c->b[k].len;
     m->rows = c->rows;
     m->names = c->names;
+    m->cells = c->cells;
 }
 
 static void col_back(Columns *c, const Mark *m)
@@ -74,6 +77,7 @@ static void col_back(Columns *c, const Mark *m)
     for (int k = 0; k < K_COUNT; k++) c->b[k].len = m->len[k];
     c->rows = m->rows;
     c->names = m->names;
+    c->cells = m->cells;
 }
 
 /* whether a text buffer, or the list of unchanged TOASTed columns' names (its int32 offsets count names,
@@ -82,7 +86,7 @@ static int col_too_big(const Columns *c)
 {
     for (size_t i = 0; i < sizeof K_TEXT / sizeof K_TEXT[0]; i++)
         if (c->b[K_TEXT[i]].len > INT32_MAX) return 1;
-    return c->names > INT32_MAX;
+    return c->names > INT32_MAX || c->cells > INT32_MAX;
 }
 
 static Py_ssize_t col_text(const Columns *c)
@@ -130,10 +134,34 @@ static int look_up(Looked *l, PyObject *plans, uint64_t oid)
     return 1;
 }
 
+/* the count columns of the tuple at d[at:n] as cells: each column's kind (n, u, t or b) and its bytes (none
+ * for n and u); where they start as the row's at-buffer ``k``; 1, 0 declined (cut short, an unknown kind),
+ * -1 an error */
+static int column_cells(Columns *c, int k, const unsigned char *d, Py_ssize_t n, Py_ssize_t at, Py_ssize_t count)
+{
+    Field col[N_TupleColumn];
+    if (col_i32(c, k, (int32_t)c->cells)) return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        at = r_TupleColumn(d, n, at, col);
+        if (at < 0) return 0;
+        char kind = (char)col[F_TupleColumn_kind].v;
+        if (kind != 'n' && kind != 'u' && kind != 't' && kind != 'b') return 0;
+        if (col_put(c, K_CELL_KIND, &kind, 1)) return -1;
+        if ((kind == 't' || kind == 'b')
+            && col_put(c, K_CELL, d + col[F_TupleColumn_data].at, col[F_TupleColumn_data].len))
+            return -1;
+        if (col_end(c, K_CELL_OFF, K_CELL)) return -1;
+        c->cells++;
+    }
+    return 1;
+}
+
 /* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) at lsn and position: its row
- * written (the transaction's facts come at its Commit); 1, 0 declined, -1 an error */
+ * written (the transaction's facts come at its Commit), as JSON images or, with ``cells``, as cells (the
+ * new tuple's and the old or key tuple's; the JSON images empty, unchanged_toast empty lists);
+ * 1, 0 declined, -1 an error */
 static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n,
-                         uint64_t lsn, int64_t position, Py_ssize_t **toasted, Py_ssize_t *toasted_cap)
+                         uint64_t lsn, int64_t position, int cells, Py_ssize_t **toasted, Py_ssize_t *toasted_cap)
 {
     Field F[N_CHANGE];
     RowChange rc;
@@ -157,7 +185,16 @@ static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const u
     Py_ssize_t ntoasted = 0;
     int has[3] = {0, 0, 0};  /* new, old, key */
     r = 1;
-    if (new_ >= 0) {
+    if (cells) {
+        Py_ssize_t before = key >= 0 && F[key].present ? key : old >= 0 && F[old].present ? old : -1;
+        has[0] = new_ >= 0;
+        has[1] = before == old && before >= 0;
+        has[2] = before >= 0;
+        r = new_ >= 0 ? column_cells(c, K_NEW_AT, d, n, F[new_].at, plan->ncols) : col_i32(c, K_NEW_AT, -1) ? -1 : 1;
+        if (r == 1)
+            r = before >= 0 ? column_cells(c, K_OLD_AT, d, n, F[before].at, plan->ncols)
+                            : col_i32(c, K_OLD_AT, -1) ? -1 : 1;
+    } else if (new_ >= 0) {
         r = put_row(&c->b[K_NEW], plan, d, n, F[new_].at, plan->ncols, 0, -1, NULL, *toasted, &ntoasted);
         has[0] = 1;
     }
@@ -241,10 +278,13 @@ static PyObject *column_bytes(const Columns *c, int k)
     return bits;
 }
 
-/* rows_columns(data, final, plans, proto_version, frame, origin, outcomes, dropped, max_rows, max_text) ->
+/* rows_columns(data, final, plans, proto_version, frame, origin, outcomes, dropped, max_rows, max_text[,
+ * cells]) ->
  * (consumed, records, rows, declined, buffers): the whole plain transactions at the start of data -- COPY-CSV
  * rows, or capture records laid out as ``frame`` says (see rows_run; ``final``: data ends the input) -- as
- * the change rows' column buffers (a tuple in the order of the K_ enum); plans maps a relation id to
+ * the change rows' column buffers (a tuple in the order of the K_ enum; with ``cells``, the row images as
+ * cells: per row the index of its new tuple's first cell and its old or key tuple's, -1 for none, and per
+ * cell its kind and its bytes, every tuple of a relation as many cells as its plan has columns); plans maps a relation id to
  * (its rows_plan capsule, its slot: a row's shape is slot * 3 + 0 insert, 1 update, 2 delete); origin is
  * the position of data's first byte (a row's position is origin plus its record's offset in data, a
  * transaction's key that of its Begin); outcomes and dropped are the part's (decode_part).  It stops after
@@ -258,9 +298,10 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
     PyObject *plans, *framing, *outcomes, *dropped;
     long long origin;
     Py_ssize_t max_rows, max_text;
+    int cells = 0;
     Frame frame = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn:rows_columns", &view, &final, &PyDict_Type, &plans, &pv, &framing,
-                          &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text))
+    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn|p:rows_columns", &view, &final, &PyDict_Type, &plans, &pv, &framing,
+                          &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text, &cells))
         return NULL;
     int capture = framing != Py_None;
     if (capture && frame_of(framing, &frame, "rows_columns") < 0) {
@@ -284,7 +325,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     for (int k = 0; k < K_COUNT; k++)
         if (out_init(&c.b[k], 4096)) goto nomem;
-    static const int OFFSETS[] = {K_NEW_OFF, K_OLD_OFF, K_KEY_OFF, K_TOAST_OFF, K_NAME_OFF};
+    static const int OFFSETS[] = {K_NEW_OFF, K_OLD_OFF, K_KEY_OFF, K_TOAST_OFF, K_NAME_OFF, K_CELL_OFF};
     for (size_t i = 0; i < sizeof OFFSETS / sizeof OFFSETS[0]; i++)
         if (col_i32(&c, OFFSETS[i], 0)) goto nomem;
     while (pos < size && c.rows < max_rows && col_text(&c) < max_text) {
@@ -318,7 +359,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
                 continue;
             }
             if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
-                r = column_change(&c, &looked, plans, pv, d, n, lsn, position, &toasted, &toasted_cap);
+                r = column_change(&c, &looked, plans, pv, d, n, lsn, position, cells, &toasted, &toasted_cap);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 if (col_too_big(&c)) {  /* past int32 offsets: the Python path takes it, if it comes first */

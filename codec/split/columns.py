@@ -31,7 +31,12 @@ from .compiled_path import CompiledPath
 from .decode import Decoded, PartDecoder, decode_part
 from .parts import Part
 
-__all__ = ["ColumnRun", "part_changes"]
+__all__ = ["BUFFERS", "ColumnRun", "part_changes"]
+
+#: The names of a :class:`ColumnRun`'s buffers, in order (the K_ enum of columns.c).
+BUFFERS = ("shape", "lsn", "lsn_ok", "position", "xid", "commit_lsn", "end_lsn", "commit_time", "time_ok", "new_ok",
+           "new_off", "new", "old_ok", "old_off", "old", "key_ok", "key_off", "key", "toast_ok", "toast_off",
+           "name_off", "name", "new_at", "old_at", "cell_kind", "cell_off", "cell")
 
 
 @dataclass(slots=True)
@@ -41,12 +46,17 @@ class ColumnRun:
     shapes (int32: slot * 3 + 0 insert, 1 update, 2 delete), LSNs (int64) and their validity, positions,
     their transaction's xid, commit LSN, end LSN, commit time (int64 microseconds from 1970-01-01 UTC) and
     its validity; then new, old and key (each a validity, int32 offsets, UTF-8 text); unchanged_toast's
-    validity and int32 offsets into the names, whose int32 offsets and UTF-8 text come last.  A validity
-    is a bitmap, ``None`` where every row is valid."""
+    validity and int32 offsets into the names, whose int32 offsets and UTF-8 text come next (:data:`BUFFERS`
+    names them all).  A validity is a bitmap, ``None`` where every row is valid.  A run of cells (see
+    :func:`part_changes`) has its row images as cells instead, and new, old, key and unchanged_toast empty:
+    per row the index of its new tuple's first cell and of its old or key tuple's (int32, -1 for none), and
+    per cell its kind (``n``, ``u``, ``t`` or ``b``), int32 offsets and bytes; a tuple is as many cells in a
+    row as its relation has columns."""
 
     rows: int
     buffers: tuple[bytes | None, ...]
     shapes: list[tuple[str, str, str, int]]
+    widths: list[int]  # by slot: how many columns the relation has (cells a tuple of it is)
 
 
 #: How much of a part the column path reads at a time, and the most input one transaction may take in it
@@ -62,30 +72,33 @@ _TRIES = 4
 _OPS = ("insert", "update", "delete")
 
 
-def part_changes(part: Part, rows: int = 8192) -> Iterator[Decoded | ColumnRun]:
+def part_changes(part: Part, rows: int = 8192, *, cells: bool = False) -> Iterator[Decoded | ColumnRun]:
     """The committed changes of ``part`` as ``decode_part(part, rows=False)`` gives them, in the same order,
     with the runs of plain transactions the column path takes as :class:`ColumnRun` s of about ``rows``
-    rows (a run ends after the transaction that reaches them)."""
+    rows (a run ends after the transaction that reaches them), their row images as JSON -- or with
+    ``cells``, as the wire tuples' columns (for typed columns, :class:`replwire.spark.rows.TableRows`)."""
     if COMPILED is None or part.source.encoding != UTF8:
         yield from decode_part(part, rows=False)
         return
     with fewer_collections():
-        yield from _ColumnPath(part, rows).run()
+        yield from _ColumnPath(part, rows, cells).run()
 
 
 class _ColumnPath(CompiledPath):
     """The column path and the Python path over one part, in turn (see the module docstring)."""
 
-    def __init__(self, part: Part, rows: int) -> None:
+    def __init__(self, part: Part, rows: int, cells: bool) -> None:
         super().__init__(part.source, part.start, part.stop, chunk=_CHUNK, most=_MOST, worth=_WORTH,
                          tries=_TRIES)
         self.rows = rows
+        self.cells = cells
         self.decoding = PartDecoder(part, rows=False)
         self.json = RowJson(ValueLoader(part.source.encoding))
         self.outcomes = part.outcome_keys()
         self.dropped = dict(part.dropped_subxacts)
         self.base = part.source.position(0)
         self.shapes: list[tuple[str, str, str, int]] = []
+        self.widths: list[int] = []
 
     def ready(self) -> bool:
         return self.decoding.decoder.state == IDLE
@@ -94,10 +107,10 @@ class _ColumnPath(CompiledPath):
         decoder = self.decoding.decoder
         consumed, records, rows, declined, buffers = COMPILED.rows_columns(
             data, eof, self.plans(decoder, self.decoding.maker), decoder.proto_version, self.frame, self.base | at,
-            self.outcomes, self.dropped, self.rows, _MOST_TEXT)
+            self.outcomes, self.dropped, self.rows, _MOST_TEXT, self.cells)
         if records:
             decoder.skip(records)
-        return consumed, records, declined, ColumnRun(rows, buffers, self.shapes) if rows else None
+        return consumed, records, declined, ColumnRun(rows, buffers, self.shapes, self.widths) if rows else None
 
     def python(self, records: Iterator[Any]) -> Iterator[Decoded]:
         return self.decoding.decode(records)
@@ -107,4 +120,5 @@ class _ColumnPath(CompiledPath):
         plan = COMPILED.rows_plan((b"", b"", b""), self.json.plan_columns(schema))
         slot = len(self.shapes) // 3
         self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
+        self.widths.append(len(relation.columns))
         return plan, slot

@@ -263,6 +263,12 @@ def _fuzz_columns(body: bytes, final: bool, proto_version: int, frame: Any, ever
                                                             outcomes, {}, 1 << 30, 1 << 30)
     if not 0 <= consumed <= most or (records and consumed == 0) or (rows and not every):
         raise AssertionError(f"columns: took {consumed} bytes ({records} records, {rows} rows), rows_run {most}")
+    taken, cell_records, cell_rows, _, cells = COMPILED.rows_columns(body, final, _COLUMN_PLANS, proto_version, frame,
+                                                                    0, outcomes, {}, 1 << 30, 1 << 30, True)
+    if taken < consumed or cell_records < records or cell_rows < rows or taken > len(body):
+        raise AssertionError(f"cells: took {taken} bytes ({cell_records} records, {cell_rows} rows) where the JSON "
+                             f"images took {consumed} ({records}, {rows})")
+    _column_cells(cell_rows, cells)
     images = _column_images(rows, buffers)
     if lines is not None and every and consumed == most:
         expected = [tuple(change.get(name) for name in ("new", "old", "key")) for change in map(json.loads, lines)]
@@ -297,6 +303,23 @@ def _column_images(rows: int, buffers: tuple[Any, ...]) -> list[tuple[str | None
     texts(None, buffers[20], buffers[21], len(names) - 1)
     texts(buffers[18], buffers[19], b"\0" * (len(names) - 1), rows)  # (the lists' offsets into the names)
     return list(zip(*(texts(buffers[at], buffers[at + 1], buffers[at + 2], rows) for at in (9, 12, 15))))
+
+
+def _column_cells(rows: int, buffers: tuple[Any, ...]) -> None:
+    """The cells of a run: each row's tuples' first cells inside the cells (or -1), the cells' kinds known,
+    their offsets in order and inside their bytes, no bytes for a null or unchanged value."""
+    new_at, old_at, kinds, offsets, data = (buffers[at] for at in range(22, 27))
+    ends = array("i", offsets)
+    count = len(kinds)
+    if len(ends) != count + 1 or ends[0] != 0 or ends[-1] != len(data):
+        raise AssertionError(f"cells: offsets {list(ends)[:20]} for {count} cells of {len(data)} bytes")
+    for i in range(count):
+        if ends[i] > ends[i + 1] or kinds[i] not in b"nutb" or (kinds[i] in b"nu" and ends[i] != ends[i + 1]):
+            raise AssertionError(f"cells: cell {i} of kind {kinds[i]} at {ends[i]}:{ends[i + 1]}")
+    for starts in (new_at, old_at):
+        at = array("i", starts)
+        if len(at) != rows or any(not -1 <= a < count for a in at):
+            raise AssertionError(f"cells: {rows} rows' tuples at {list(at)[:20]} of {count} cells")
 
 
 _SCRATCH: list[str] = []  # a directory for the file the first pass reads, made on first use

@@ -1,6 +1,8 @@
 """The change DataFrame's batches with the compiled column path (``change_batches``: plain transactions'
-columns written in C, ``codec/wire/gen/c_columns.c``) hold exactly the rows of the Python path
-(``ChangeRows`` over ``decode_part``), row for row and value for value, in the same order: on the
+columns written in C, ``codec/split/columns.c``) hold exactly the rows of the Python path
+(``ChangeRows`` over ``decode_part``), row for row and value for value, in the same order -- and so do
+the per-table batches (``table_batches``: plain transactions' tuples as cells from the same C, typed in
+bulk) those of ``TableRows`` over ``decode_part``: on the
 benchmark's synthetic stream and on random streams of every kind of transaction, cut into parts of many
 sizes (transactions straddling the cuts), in both input forms, across a resume that sends transactions
 again, with a torn tail, on drawn values (binary, not UTF-8, odd forms, commit times beyond datetime), and
@@ -14,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replwire.codec import LSN
-from replwire.codec.split import columns, decode_part, open_inputs, plan
+from replwire.codec.split import Shapes, columns, decode_part, open_inputs, plan
 from replwire.codec.stream.values import ValueLoader
 from replwire.codec.wire import fast
 from replwire.spark import rows as spark_rows
@@ -39,6 +41,53 @@ def python_rows(part) -> pa.Table:
                                  schema=spark_rows._CHANGES_ARROW)
 
 
+def _exact(value):
+    """``value`` with each float as its repr (NaN equal to NaN, -0.0 not equal to 0.0)."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, list):
+        return [_exact(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _exact(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_exact(v) for v in value)
+    return value
+
+
+def python_table_rows(part, version, wanted) -> pa.Table:
+    """The reference for one table shape: ``TableRows`` over the Python path's changes of it."""
+    name = (version.schema, version.table)
+    changes = (d for d in decode_part(part, rows=False) if wanted(d.position) and (
+        name in d.change.relations if d.change.op == "truncate" else (d.change.schema, d.change.table) == name))
+    rows = spark_rows.TableRows(version, ValueLoader(part.source.encoding))
+    return pa.Table.from_batches(list(batches(rows, changes, 8192)), schema=rows.arrow)
+
+
+def assert_same_table_rows(inputs, part_bytes, size=8192):
+    """Every part's per-table rows from table_batches equal the Python path's, for every table shape."""
+    result = plan(inputs, part_bytes=part_bytes)
+    shapes = Shapes(result.relations)
+    for version in result.relations:
+        def wanted(position, version=version):
+            current = shapes.at(version.name, position)
+            return current is not None and current.version == version.version
+        for part in result.parts:
+            try:
+                expected = python_table_rows(part, version, wanted)
+            except Exception as error:  # noqa: BLE001 - a stream the Python path fails on fails the same way
+                with pytest.raises(type(error)):
+                    list(spark_rows.table_batches(part, version, wanted, size))
+                continue
+            got_batches = list(spark_rows.table_batches(part, version, wanted, size))
+            for batch in got_batches:
+                batch.validate(full=True)
+            got = pa.Table.from_batches(got_batches, schema=expected.schema)
+            assert got.num_rows == expected.num_rows, (part_bytes, part.number, version.name)
+            for name in expected.column_names:
+                assert _exact(got[name].to_pylist()) == _exact(expected[name].to_pylist()), (part_bytes, part.number,
+                                                                                            name)
+
+
 def assert_same_rows(inputs, sizes, *, size=8192, compiled_share=0.0):
     """Every part's rows from change_batches equal the Python path's, for each part size; with the last
     size, at least ``compiled_share`` of them from the column path.  Returns how many rows there were, and
@@ -57,6 +106,7 @@ def assert_same_rows(inputs, sizes, *, size=8192, compiled_share=0.0):
                 assert got[name].to_pylist() == expected[name].to_pylist(), (part_bytes, part.number, name)
             total += expected.num_rows
             written += sum(r.rows for r in columns.part_changes(part, size) if isinstance(r, columns.ColumnRun))
+        assert_same_table_rows(inputs, part_bytes, size)
     assert written >= compiled_share * total if COMPILED else written == 0
     return total, written
 
@@ -149,6 +199,7 @@ def test_drawn_values(tmp_path_factory, rows, form, cut):
     got = [pa.Table.from_batches(list(change_batches(part)), schema=spark_rows._CHANGES_ARROW)
            for part in plan(inputs, part_bytes=cut).parts]
     assert [t.to_pylist() for t in got] == [t.to_pylist() for t in expected]
+    assert_same_table_rows(inputs, cut)
 
 
 @pytest.mark.server
