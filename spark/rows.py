@@ -409,20 +409,41 @@ class TableRows:
                 if made is not None:
                     out.append(made)
                     continue
-            values: list[Any] = []
-            value = kind_type.value
-            for row, (kind, datum) in enumerate(zip(kinds.to_pylist(), data.to_pylist())):
-                if kind is None or kind == _N or kind == _U:
-                    values.append(None)
-                    continue
-                try:
-                    values.append(value(chr(kind), datum))
-                except Unrepresentable as error:
-                    values.append(None)
-                    odd.setdefault(row, []).append(
-                        (name, datum.decode(self.encoding, "replace") if kind == _T else str(error)))
-            out.append(pa.array(values, kind_type.arrow))
+            out.append(self._each(name, kind_type, kinds, data, odd))
         return out
+
+    def _each(self, name: str, kind_type: ColumnType, kinds: pa.Array, data: pa.Array,
+              odd: dict[int, list[tuple[str, str]]]) -> pa.Array:
+        """A column read value by value (:meth:`ColumnType.value`), each distinct value once where they are
+        all text or all binary (a column is one or the other): values repeat (an interval, a status array),
+        and reading one costs far more than finding its repeats."""
+        sent = pc.fill_null(pc.or_(pc.equal(kinds, _T), pc.equal(kinds, _B)), False)
+        found = pc.unique(kinds.filter(sent)).to_pylist()
+        index = None
+        if len(found) == 1:
+            distinct = pc.unique(data.filter(sent))
+            index = pc.index_in(pc.if_else(sent, data, None), distinct)
+            pairs = [(found[0], datum) for datum in distinct.to_pylist()]
+        else:
+            pairs = list(zip(kinds.to_pylist(), data.to_pylist()))
+        value = kind_type.value
+        values: list[Any] = []
+        refused: dict[int, str] = {}
+        for at, (kind, datum) in enumerate(pairs):
+            if kind != _T and kind != _B:
+                values.append(None)
+                continue
+            try:
+                values.append(value(chr(kind), datum))
+            except Unrepresentable as error:
+                values.append(None)
+                refused[at] = datum.decode(self.encoding, "replace") if kind == _T else str(error)
+        made = pa.array(values, kind_type.arrow)
+        for at, text in refused.items():
+            rows = [at] if index is None else pc.indices_nonzero(pc.fill_null(pc.equal(index, at), False)).to_pylist()
+            for row in rows:
+                odd.setdefault(row, []).append((name, text))
+        return made if index is None else made.take(index)
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""

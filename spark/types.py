@@ -22,8 +22,11 @@ json, jsonb, ranges, everything else
 =====================================  ==================================  ==============================
 
 Values are loaded through psycopg (text ``t`` and binary ``b`` columns alike) except string columns in
-text format, which keep the server's exact text.  A string column in binary format becomes text again,
-the server's text where replwire can write it as the server does: uuid, json and jsonb exactly, ranges and
+text format, which keep the server's exact text; where a whole batch of a column's text values is in the
+form the type's output function writes (integers, floats, bool, numeric(p, s), ISO dates and timestamps,
+hex bytea, one-dimensional integer and text arrays), Arrow reads them at once, to the same values.  A
+string column in binary format becomes text again, the server's text where replwire can write it as the
+server does: uuid, json and jsonb exactly, ranges and
 multiranges as range_out writes them (a timestamptz bound in UTC, ``+00``); other types as ``replwire
 decode`` writes them (``money`` as the integer amount in the currency's smallest unit, ``\\x`` hex for bytes
 of a type replwire cannot read).  ``interval`` is the ISO 8601 duration ``replwire decode`` writes
@@ -31,10 +34,11 @@ of a type replwire cannot read).  ``interval`` is the ISO 8601 duration ``replwi
 them) in both formats, so that it agrees with the JSON columns.
 
 Some values have no Spark equivalent: numeric ``NaN``/``Infinity``, date/timestamp ``infinity`` and dates
-outside years 1-9999, multi-dimensional arrays.  They are never turned into NULL: the typed column is left
-null and the value's text goes into the row's ``_unrepresentable`` map (column name -> text), beside
-``_unchanged_toast`` (the columns whose unchanged TOASTed value the server did not send).  Both take
-leading underscores in a table that has columns of those names (:func:`replwire.spark.rows.meta_names`).
+outside years 1-9999 (a timestamptz's in UTC), multi-dimensional arrays.  They are never turned into NULL:
+the typed column is left null and the value's text goes into the row's ``_unrepresentable`` map (column
+name -> text), beside ``_unchanged_toast`` (the columns whose unchanged TOASTed value the server did not
+send).  Both take leading underscores in a table that has columns of those names
+(:func:`replwire.spark.rows.meta_names`).
 """
 
 from __future__ import annotations
@@ -104,7 +108,8 @@ def column_type(type_id: int, type_modifier: int, type_message: Any, loader: Val
             inner = _scalar(element, -1, loader) or ColumnType(T.StringType(), pa.string(),
                                                                _text_value(element, None, loader), element)
             return ColumnType(T.ArrayType(inner.spark, True), pa.list_(inner.arrow),
-                              _array_value(oid, type_id, type_message, inner, loader), oid)
+                              _array_value(oid, type_id, type_message, inner, loader), oid,
+                              _array_texts(element, pa.list_(inner.arrow)))
         else:
             scalar = _scalar(oid, type_modifier, loader)
             if scalar is not None:
@@ -168,6 +173,50 @@ def _booleans(text: pa.Array) -> pa.Array | None:
     return true
 
 
+def _hex_bytes(data: pa.Array) -> pa.Array | None:
+    """Many bytea texts in byteaout's hex form (``\\x`` and pairs of hex digits) at once; ``None`` if one is in
+    any other (the escape form of ``bytea_output = escape``)."""
+    try:
+        text = data.cast(pa.string())
+    except pa.ArrowInvalid:
+        return None
+    if pc.any(pc.invert(pc.match_substring_regex(text, r"^\\x([0-9a-fA-F]{2})*$"))).as_py():
+        return None
+    return pa.array([bytes.fromhex(t[2:]) if t is not None else None for t in text.to_pylist()], pa.binary())
+
+
+#: the element forms :func:`_array_texts` reads: integers, and text elements array_out writes unquoted
+_ARRAY_ELEMENTS = {21: _INTEGER[1:-1], 23: _INTEGER[1:-1], 20: _INTEGER[1:-1]}
+_PLAIN_ELEMENT = r'[^",{}\\ \t\n\r\x0b\x0c]+'
+_TEXT_ELEMENTS = (25, 1043, 19)  # text, varchar, name
+_NULL = "NULL"  # an unquoted NULL element is a null (array_out quotes any text element spelt so in any case)
+
+
+def _array_texts(element: int, arrow: pa.DataType) -> Callable[[pa.Array], pa.Array | None] | None:
+    """Many one-dimensional array texts at once, where every element is one array_out writes as it is (no
+    quotes, no escapes, no bounds decoration) of an integer or text type, or NULL; ``None`` for other element
+    types, and from the reader when one value is in any other form."""
+    form = _ARRAY_ELEMENTS.get(element) or (_PLAIN_ELEMENT if element in _TEXT_ELEMENTS else None)
+    if form is None:
+        return None
+    item = f"({form}|{_NULL})"
+    whole = rf"^\{{({item}(,{item})*)?\}}$"
+
+    def texts(data: pa.Array) -> pa.Array | None:
+        try:
+            text = data.cast(pa.string())
+            if pc.any(pc.invert(pc.match_substring_regex(text, whole))).as_py():
+                return None
+            items = pc.split_pattern(pc.utf8_slice_codeunits(text, 1, -1), ",")
+            items = pc.if_else(pc.equal(text, "{}"), pa.scalar([], items.type), items)  # ("" splits into [""])
+            values = items.values
+            values = pc.if_else(pc.match_substring_regex(values, f"^{_NULL}$"), pa.scalar(None, values.type), values)
+            return pa.ListArray.from_arrays(items.offsets, values, mask=pc.is_null(items)).cast(arrow)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    return texts
+
+
 def _element_of(oid: int, loader: ValueLoader) -> int | None:
     registry = loader._registry  # psycopg's type registry: which built-in array type has this OID
     cache: dict[int, int] = _element_of.__dict__.setdefault("cache", {})
@@ -219,7 +268,7 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
         return ColumnType(T.TimestampType(), arrow, typed(_in_utc), oid,
                           _parsed(f"^{_TIME}[-+][0-9]{{2}}(:[0-9]{{2}})?$", arrow, arrow, _UTC_RANGE))
     if oid == _BYTEA:
-        return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid)
+        return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid, _hex_bytes)
     if oid == _INTERVAL:  # the ISO 8601 text replwire decode writes (months, days and time apart), in both formats
         load = loader.load
 

@@ -19,12 +19,19 @@ pytest.importorskip("pyspark")
 from replwire.spark.types import ColumnType, Unrepresentable, column_type  # noqa: E402
 
 # (type OID, type modifier): int2, int4, int8, float4, float8, bool, numeric(12, 2), numeric(38, 0), date,
-# timestamp, timestamptz
+# timestamp, timestamptz, bytea, int2[], int4[], int8[], text[], varchar[]
 TYPES = [(21, -1), (23, -1), (20, -1), (700, -1), (701, -1), (16, -1), (1700, (12 << 16 | 2) + 4),
-         (1700, (38 << 16) + 4), (1082, -1), (1114, -1), (1184, -1)]
+         (1700, (38 << 16) + 4), (1082, -1), (1114, -1), (1184, -1), (17, -1), (1005, -1), (1007, -1),
+         (1016, -1), (1009, -1), (1015, -1)]
 
 # what the output functions write, and near misses of it
+_INT_ARRAYS = ["{}", "{1,2,3}", "{-5}", "{1,NULL}", "{{1,2},{3,4}}", "[0:1]={1,2}", "{99999}", "{40000}",
+               "{3000000000}", '{"1"}', "{1, 2}", "{0x10}", "{,}", "{1,}", "{NULL,null,3}", "{NULLx}"]
+_TEXT_ARRAYS = ["{}", "{tag1,x1,z}", "{a,NULL}", "{a,null}", "{a,nullx}", '{"a b",c}', '{"",x}', '{"\\"}',
+                "{{a,b},{c,d}}", "{é,ü}", "{NULL}", "{Null}", '{"NULL"}', "[2:2]={a}", "{a\tb}", "{ a}"]
 SEEN = {
+    17: ["\\x", "\\x00ff", "\\xC4CA", "\\x0", "\\xzz", "abc", "\\000", "x00"],
+    1005: _INT_ARRAYS, 1007: _INT_ARRAYS, 1016: _INT_ARRAYS, 1009: _TEXT_ARRAYS, 1015: _TEXT_ARRAYS,
     21: ["0", "-32768", "32767", "32768", " 1", "+1", "1.0", ""],
     23: ["12", "-2147483648", "2147483647", "2147483648", "1e3", "0x10"],
     20: ["-9223372036854775808", "9223372036854775807", "9223372036854775808", "007", "1_000"],
@@ -86,7 +93,7 @@ def _check(kind_type: ColumnType, texts: list[bytes | None]) -> None:
 @pytest.mark.parametrize(("oid", "modifier"), TYPES)
 def test_each_seen_text_alone_and_together(oid, modifier):
     kind_type = column_type(oid, modifier, None, ValueLoader())
-    forms = [t.encode() for t in SEEN[1700 if oid == 1700 else oid]]
+    forms = [t.encode() for t in SEEN[oid]]
     read = 0
     for form in forms:
         _check(kind_type, [form, None])
@@ -96,6 +103,14 @@ def test_each_seen_text_alone_and_together(oid, modifier):
 
 
 def _text_of(oid: int) -> st.SearchStrategy[str]:
+    if oid == 17:
+        return st.binary(max_size=8).map(lambda b: "\\x" + b.hex())
+    if oid in (1005, 1007, 1016):
+        return st.lists(st.integers(-2**40, 2**40).map(str) | st.just("NULL"), max_size=4).map(
+            lambda items: "{" + ",".join(items) + "}")
+    if oid in (1009, 1015):
+        return st.lists(st.text(alphabet="ab, \"\\{}NULnul\té", max_size=4), max_size=4).map(
+            lambda items: "{" + ",".join(items) + "}")
     if oid in (21, 23, 20):
         return st.integers(-2**63, 2**63).map(str)
     if oid in (700, 701):
