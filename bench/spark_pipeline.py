@@ -147,9 +147,11 @@ def process_ceiling(path: pathlib.Path) -> tuple[float, float]:
     return one, two
 
 
-def spark_session(master: str):
+def spark_session(master: str, python: str | None = None):
+    """A session on ``master`` whose Python workers run ``python`` (default: this interpreter, with its
+    replwire)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers run this interpreter's replwire
+    os.environ["PYSPARK_PYTHON"] = python or sys.executable
     from pyspark.sql import SparkSession
 
     from replwire.spark import register

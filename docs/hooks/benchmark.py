@@ -7,7 +7,8 @@ a missing or malformed file fails the build instead of leaving the page empty.  
 when it does not; ``<!-- replwire:snapshot-benchmark -->`` likewise with ``bench/results/snapshot.json``, and
 ``<!-- replwire:decode-benchmark -->`` with ``bench/results/decode.json``, and ``<!-- replwire:endtoend-benchmark
 -->`` with ``bench/results/endtoend.json``, and ``<!-- replwire:serve-benchmark -->`` with
-``bench/results/serve.json``, and ``<!-- replwire:realschema-benchmark -->`` with ``bench/results/realschema.json``.
+``bench/results/serve.json``, and ``<!-- replwire:realschema-benchmark -->`` with ``bench/results/realschema.json``, and
+``<!-- replwire:spark-realschema-benchmark -->`` with ``bench/results/spark_realschema.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ SERVE_RESULTS = ROOT / "bench" / "results" / "serve.json"
 SERVE_MARKER = "<!-- replwire:serve-benchmark -->"
 REALSCHEMA_RESULTS = ROOT / "bench" / "results" / "realschema.json"
 REALSCHEMA_MARKER = "<!-- replwire:realschema-benchmark -->"
+SPARK_REALSCHEMA_RESULTS = ROOT / "bench" / "results" / "spark_realschema.json"
+SPARK_REALSCHEMA_MARKER = "<!-- replwire:spark-realschema-benchmark -->"
 
 
 def committed(results: dict, path: pathlib.Path) -> dict:
@@ -90,6 +93,13 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 "json/jsonb, arrays, timestamps, bytea, uuid, interval), large streamed transactions with "
                 "rolled-back savepoints and aborts, binary mode, two-phase with Origin, and REPLICA IDENTITY FULL "
                 "with unchanged TOAST (`python -m bench realschema`)"),
+            SPARK_REALSCHEMA_MARKER: section(
+                SPARK_REALSCHEMA_RESULTS, "The Spark jobs on real schemas",
+                "The `changes` and `apply` jobs, the change DataFrame and the per-table DataFrame on a warm "
+                "`local[2]` session, and the `changes` job on a standalone cluster of two one-core workers whose "
+                "Python has no replwire (shipped with the job), on the mixed-types and streamed streams of the "
+                "real-schema suite, against `replwire decode`'s events per second on one core (`python -m bench "
+                "spark-realschema`)"),
             ENDTOEND_MARKER: section(
                 ENDTOEND_RESULTS, "End to end from a live server",
                 "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from bench import realschema, report
+from bench import realschema, report, spark_realschema
 
 
 def first_bytes(csv: pathlib.Path) -> collections.Counter:
@@ -80,3 +80,19 @@ def test_realschema_quick_run_agrees_with_the_naive_script(tmp_path):
     names = [t["name"] for t in data["targets"]]
     assert len(names) == 7 + 7 + 4 and all(isinstance(t["holds"], bool) for t in data["targets"])
     assert "| (e) two-phase and Origin, PG 18 |" in report.generic(data)
+
+
+@pytest.mark.server
+def test_spark_realschema_quick_run(tmp_path):
+    """``python -m bench spark-realschema`` on small (b) and (c) streams (captured here): its changes jobs
+    write as many rows as ``replwire decode`` prints lines (it checks), and its results file renders."""
+    pytest.importorskip("pyspark")
+    corpora, out = tmp_path / "corpora", tmp_path / "spark_realschema.json"
+    assert spark_realschema.main(["--scale", "0.01", "--rounds", "1", "--no-cluster", "--corpora", str(corpora),
+                                  "--out", str(out)]) == 0
+    data = report.load_generic(out)
+    manifest = json.loads((corpora / "scale-0.01" / "manifest.json").read_text())["servers"]["18"]["streams"]
+    assert [row[:2] for row in data["rows"]] == [[spark_realschema.LABELS[k], manifest[k]["expected_changes"]]
+                                                  for k in ("b", "c")]
+    assert all(isinstance(v, (int, float)) and v > 0 for row in data["rows"] for v in row[2:7])
+    assert len(data["targets"]) == 4 and "## " not in report.generic(data)[:1]

@@ -9,12 +9,8 @@ import glob
 import json
 import os
 import re
-import site
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
@@ -32,6 +28,7 @@ from replwire.codec import (
     build,
 )
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
+from tests.support.spark_cluster import standalone_cluster
 
 pyspark = pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -115,75 +112,15 @@ def test_cli_from_a_script_whose_python3_has_no_replwire(tmp_path):
 # a standalone cluster
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _python_without_replwire(directory):
-    """A venv of this interpreter's base Python that sees this environment's packages (pyspark, pyarrow,
-    construct, ...) but not replwire: the site directories are added by a .pth of plain paths, whose own
-    .pth files (replwire's editable install among them) are then not run."""
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip",
-                    str(directory)], check=True, timeout=120)
-    python = directory / "bin" / "python3"
-    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    with open(os.path.join(target, "packages.pth"), "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{p}\n" for p in site.getsitepackages() if os.path.isdir(p)))
-    return python
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A Spark standalone master and two workers (1 core, 1 GB each) on loopback, whose Python (``python3``
-    on PATH, for the driver's planner too) cannot import replwire; stopped by the finalizer.  Yields the
-    master's URL, the environment to run the driver in and the directory under which the workers keep their
-    executors' logs (``worker-<n>/<app>/<executor>/stderr``)."""
+    """A Spark standalone master and two workers (1 core, 1 GB each) on loopback, whose Python cannot import
+    replwire (:func:`tests.support.spark_cluster.standalone_cluster`).  Yields the master's URL, the
+    environment to run the driver in and the directory under which the workers keep their executors' logs
+    (``worker-<n>/<app>/<executor>/stderr``)."""
     root = tmp_path_factory.mktemp("cluster")
-    python = _python_without_replwire(root / "venv")
-    assert subprocess.run([str(python), "-c", "import replwire"], capture_output=True).returncode != 0
-    subprocess.run([str(python), "-c", "import pyspark, pyarrow, construct"], check=True, timeout=120)
-    home = os.path.dirname(pyspark.__file__)
-    port, web = _free_port(), _free_port()
-    env = env_without_pyspark_python(PATH=f"{python.parent}:/usr/bin:/bin", SPARK_HOME=home,
-                                     SPARK_DAEMON_MEMORY="256m")
-    spark_class = os.path.join(home, "bin", "spark-class")
-    processes = []
-    try:
-        processes.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", str(web)], env=env, stdout=subprocess.DEVNULL, stderr=open(root / "master.log", "w")))
-        for n in range(2):
-            work = root / f"worker-{n}"
-            work.mkdir()
-            processes.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
-                 "127.0.0.1", "--cores", "1", "--memory", "1g", "--work-dir", str(work), "--webui-port", "0"],
-                env=env, stdout=subprocess.DEVNULL, stderr=open(root / f"worker-{n}.log", "w")))
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{web}/json", timeout=5) as response:
-                    state = json.load(response)
-                if sum(w["state"] == "ALIVE" for w in state["workers"]) == 2:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the workers did not register with the master"
-            assert all(p.poll() is None for p in processes), (root / "master.log").read_text()[-3000:]
-            time.sleep(1)
-        yield f"spark://127.0.0.1:{port}", env, root
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with standalone_cluster(root, env_without_pyspark_python()) as (master, env, _):
+        yield master, env, root
 
 
 def _executor_lines(root, app):
