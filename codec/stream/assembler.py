@@ -636,6 +636,13 @@ class Assembler:
         return len(self._buffers)
 
     @property
+    def prepared_waiting(self) -> bool:
+        """Whether a prepared transaction waits for its Commit Prepared or Rollback Prepared (a writer that
+        takes a two-phase transaction whole, Prepare and Commit Prepared in one go, may do so only while none
+        does: a second Prepare of one gid would replace the first)."""
+        return bool(self._router.prepared)
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes held in memory (not spilled) by the buffered transactions."""
         return sum(b.size for b in self._buffers.values())

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Delete, Insert, Relation, RelationColumn, Timestamp, TupleColumn, Update
 from replwire.codec import build as build_message
-from replwire.codec.decode import Written, committed
+from replwire.codec.decode import RecordError, Written, committed
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.split import open_inputs
 from replwire.codec.stream import jsonl
@@ -525,20 +525,23 @@ HEADER_END = _corruptible("capture")[1]
 
 def test_the_fuzz_target_starts_inside_the_row_path():
     """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms,
-    rows ending in an empty value of each way, and a row of binary values; the target holds its invariants on
-    them and on inputs cut anywhere."""
+    rows ending in an empty value of each way, a row of binary values, and two-phase transactions (one
+    committed at once, which it writes, one rolled back, which it leaves to the Python path); the target
+    holds its invariants on them and on inputs cut anywhere."""
     from replwire.codec.split import fuzz
 
-    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS) + 2
+    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS) + 4
     for n, seed in enumerate(fuzz.SEEDS):
         for cut in range(0, len(seed), 7):
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
         if COMPILED and seed[0] & 2:  # whole input
-            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None,
-                                            None)
+            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1 + (seed[0] >> 2) % 4, -1,
+                                            fuzz._FRAME if seed[0] & 1 else None, None, True)
             if n < 4:  # every transaction written
                 assert result[4] == 3 and result[7] == 0
+            elif n >= 4 + len(fuzz._LAST_WAYS) + 2:  # two-phase: the first written, the rolled back one declined
+                assert result[3:5] == (1, 1) and result[2] == 5 and isinstance(result[7], tuple)
             elif n >= 4 + len(fuzz._LAST_WAYS):  # the row of binary values: written in C
                 assert result[4] == 1 and result[7] == 0
             elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
@@ -686,6 +689,7 @@ def interleaved_streams(draw):
         BeginPrepare,
         CommitPrepared,
         Message,
+        Origin,
         Prepare,
         RollbackPrepared,
         StreamAbort,
@@ -751,7 +755,7 @@ def interleaved_streams(draw):
     next_xid, next_sub = 700, 700_000
     for _ in range(draw(st.integers(1, 20))):
         action = draw(st.sampled_from(["plain", "block", "block", "block", "abort sub", "abort sub", "end", "two-phase",
-                                       "finish prepared"]))
+                                       "finish prepared", "two-phase at once", "two-phase at once"]))
         if action == "plain":
             xid = next_xid = next_xid + 1
             commit, end = ends()
@@ -803,6 +807,27 @@ def interleaved_streams(draw):
             emit(Prepare(flags=0, prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=f"g{xid}"),
                  xid=xid)
             prepared.append((xid, f"g{xid}"))
+        elif action == "two-phase at once":  # committed (or rolled back) right after its Prepare, as a rule
+            xid = next_xid = next_xid + 1
+            commit, end = ends()
+            shared = "g\u00e9\"\\"  # (a gid written escaped; one only while no prepared transaction has it)
+            gid = draw(st.sampled_from([f"g{xid}"] + ([shared] if all(g != shared for _, g in prepared) else [])))
+            emit(BeginPrepare(prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=gid), xid=xid)
+            if draw(st.booleans()):
+                emit(Origin(origin_lsn=LSN(0x10), name=draw(st.sampled_from(["o", "\u00e9"]))), xid=xid)
+            body(xid)
+            emit(Prepare(flags=0, prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=gid),
+                 xid=xid)
+            commit, end = ends()
+            finish = draw(st.sampled_from(["commit", "commit", "commit xid 0", "rollback", "later"]))
+            if finish == "rollback":
+                emit(RollbackPrepared(flags=0, prepare_end_lsn=commit, rollback_end_lsn=end, prepare_time=Timestamp(6),
+                                      rollback_time=Timestamp(8), xid=xid, gid=gid), xid=xid)
+            elif finish == "later":
+                prepared.append((xid, gid))
+            else:
+                emit(CommitPrepared(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(8),
+                                    xid=0 if finish == "commit xid 0" else xid, gid=gid), xid=xid)
         elif action == "finish prepared" and prepared:
             xid, gid = prepared.pop(draw(st.integers(0, len(prepared) - 1)))
             commit, end = ends()
@@ -870,6 +895,56 @@ def test_streamed_changes_are_rendered_by_the_row_path(tmp_path):
     assert error is None and counts["changes"] == 30
     assert text.count('"subxid":5') == 20 and text.count('"gid":"g"') == 10
     assert counts["written"] == (30 if COMPILED else 0)
+
+
+def test_two_phase_transactions_committed_at_once_are_written_whole(tmp_path):
+    """A two-phase transaction whose Commit Prepared follows its Prepare is written by rows_run in one go,
+    with its gid, as a plain one is; one rolled back, one committed later, and one whose gid another
+    prepared transaction still holds (which replaces it: the later Commit Prepared then finds none) go to
+    the Python path, with the same text and the same error."""
+    from replwire.codec import BeginPrepare, CommitPrepared, Origin, Prepare, RollbackPrepared
+
+    def insert(i):
+        return Insert(xid=None, relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x")])
+
+    def two_phase(xid, gid, finish, origin=False):
+        at = (LSN(0x1000 * xid), LSN(0x1000 * xid + 8), Timestamp(xid))
+        done = (LSN(0x1000 * xid + 0x800), LSN(0x1000 * xid + 0x808), Timestamp(xid + 1))
+        out = [BeginPrepare(prepare_lsn=at[0], end_lsn=at[1], prepare_time=at[2], xid=xid, gid=gid)]
+        if origin:
+            out.append(Origin(origin_lsn=LSN(0x10), name="elsewhere"))
+        out += [insert(i) for i in range(3)]
+        out.append(Prepare(flags=0, prepare_lsn=at[0], end_lsn=at[1], prepare_time=at[2], xid=xid, gid=gid))
+        if finish == "commit":
+            out.append(CommitPrepared(flags=0, commit_lsn=done[0], end_lsn=done[1], commit_time=done[2], xid=xid,
+                                      gid=gid))
+        elif finish == "rollback":
+            out.append(RollbackPrepared(flags=0, prepare_end_lsn=at[1], rollback_end_lsn=done[1], prepare_time=at[2],
+                                        rollback_time=done[2], xid=xid, gid=gid))
+        return out
+
+    def stream(name, messages):
+        rows = [(0x100 + 0x10 * n, 5, build_message(m, proto_version=4)) for n, m in enumerate(messages)]
+        return write_stream(tmp_path / name, rows, "copy-csv", 4)
+
+    relation = Relation(xid=None, relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=_columns(2))
+    begin = (Begin(final_lsn=LSN(0x900), commit_time=Timestamp(1), xid=4),
+             Commit(flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x910), commit_time=Timestamp(1)))
+    messages = [begin[0], relation, begin[1], *two_phase(10, "a", "commit", origin=True),
+                *two_phase(11, "b\u00e9", "commit"), *two_phase(12, "c", "rollback"), *two_phase(13, "d", "commit")]
+    text, counts, error = same([stream("whole.csv", messages)], 4)
+    assert error is None and counts["transactions"] == 4 and counts["changes"] == 9
+    assert text.count('"origin":"elsewhere","gid":"a"') == 3 and text.count('"gid":"b\u00e9"') == 3
+    assert counts["written"] == (9 if COMPILED else 0)
+    inputs = open_inputs([tmp_path / "whole.csv"], 4)
+    items = list(committed(inputs, rows=False, lines=jsonl.JsonLines(inputs[0].encoding)))
+    assert sum(isinstance(item, Transaction) for item in items) == (1 if COMPILED else 4)  # (the first: its Relation)
+    later = [begin[0], relation, begin[1], *two_phase(10, "a", "later"), *two_phase(11, "a", "commit"),
+             CommitPrepared(flags=0, commit_lsn=LSN(0x20000), end_lsn=LSN(0x20008), commit_time=Timestamp(3), xid=10,
+                            gid="a")]
+    text, counts, error = same([stream("later.csv", later)], 4)
+    assert error is not None and error[0] is RecordError and counts["changes"] == 3
 
 
 def test_a_relation_changed_inside_a_stream_block_changes_how_values_are_written(tmp_path):
