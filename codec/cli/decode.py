@@ -117,9 +117,7 @@ def _read_once(files: tuple[pathlib.Path, ...]) -> tuple[tuple[pathlib.Path, ...
     it), and what turns a message naming them back into the names given.  Standard input (``-``, unless it
     is a file) and whatever is no regular file -- a pipe, a FIFO, ``/dev/stdin`` on a pipe -- is read once,
     into a temporary file removed when the command ends."""
-    import shutil
     import stat
-    import tempfile
 
     names: dict[str, str] = {}
     out: list[pathlib.Path] = []
@@ -136,6 +134,9 @@ def _read_once(files: tuple[pathlib.Path, ...]) -> tuple[tuple[pathlib.Path, ...
             if dash:
                 names["/dev/stdin"] = "standard input"
             continue
+        import shutil  # (here: tempfile and shutil are 3 ms of start-up that regular files need not pay)
+        import tempfile
+
         if directory is None:
             directory = tempfile.mkdtemp(prefix="replwire-decode-")
             click.get_current_context().call_on_close(lambda: shutil.rmtree(directory, ignore_errors=True))

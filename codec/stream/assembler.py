@@ -23,7 +23,6 @@ a spilled transaction is never all in memory: :attr:`Transaction.changes` is a l
 from __future__ import annotations
 
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, overload
@@ -297,6 +296,8 @@ class _Buffer:
 
     def spill(self) -> None:
         """Move the entries in memory to the spill file, and buffer there from now on."""
+        import tempfile  # (here: most runs never spill, and tempfile with what it imports is 3 ms of start-up)
+
         self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
         for item in self.memory:
             self._write(item)
