@@ -262,9 +262,12 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
  * Prepared comes right after its Prepare -- Begin Prepare, an Origin right after it, row changes, Prepare,
  * Commit Prepared of the same gid and xid (or xid 0) -- is taken whole as well: the Commit Prepared's LSNs
  * and time are its commit's, and its lines carry its gid, as the Python path writes the Transaction it
- * makes of it; any other record after the Prepare (a Rollback Prepared, for one) leaves the transaction to
- * the Python path.  (A Prepare completes a position too, but no later one than the Commit Prepared's end,
- * which last_end then holds.) */
+ * makes of it; one whose Rollback Prepared of the same gid comes right after its Prepare is taken and
+ * prints nothing; any other record after the Prepare leaves the transaction to the Python path.  A Prepare
+ * and a Rollback Prepared complete positions too, which the caller's reach of the stream must count (a
+ * capture's start is checked against it): last_end is raised to the later of the two ends of one taken
+ * -- no transaction printed later ends before it, the stream being in the order of its ends -- and a
+ * Commit Prepared's end, which last_end then holds, is past its Prepare's. */
 static PyObject *c_rows_run(PyObject *self, PyObject *args)
 {
     Py_buffer view;
@@ -316,7 +319,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         Py_ssize_t at = pos, taken = 0;
         int state = 0;  /* 0 before the Begin, 1 inside, 2 after a Prepare (waiting for its Commit Prepared) */
         int prepared = 0;  /* a two-phase transaction: Begin Prepare ... Prepare, Commit Prepared */
-        uint64_t xid = 0, commit_lsn = 0, end_lsn = 0;
+        uint64_t xid = 0, commit_lsn = 0, end_lsn = 0, prepare_end = 0;
         int64_t commit_time = 0;
         w.tx.len = 0;
         w.npending = w.events = 0;
@@ -346,7 +349,23 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 state = 1;
                 continue;
             }
-            if (state == 2) {  /* only its Commit Prepared, of the same gid and xid, may follow the Prepare */
+            if (state == 2 && d[0] == TAG_RollbackPrepared) {  /* rolled back at once: nothing to print */
+                Field R[N_RollbackPrepared];
+                if (!s_RollbackPrepared(d, n, pv, 0, R)) goto decline;
+                const Field *g = &R[F_RollbackPrepared_gid];
+                if (g->len != gid.len || memcmp(d + g->at, gid.p, (size_t)gid.len) != 0) goto decline;
+                uint64_t reach = R[F_RollbackPrepared_rollback_end_lsn].v;
+                if (prepare_end > reach) reach = prepare_end;
+                if (reach > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
+                records += taken;
+                pos = at;
+                if (!have_last || reach > last_end) {
+                    have_last = 1;
+                    last_end = reach;
+                }
+                break;
+            }
+            if (state == 2) {  /* else only its Commit Prepared, of the same gid and xid, may follow the Prepare */
                 Field K[N_CommitPrepared];
                 if (d[0] != TAG_CommitPrepared || !s_CommitPrepared(d, n, pv, 0, K)) goto decline;
                 const Field *g = &K[F_CommitPrepared_gid];
@@ -377,6 +396,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 gid.len = gid_json.len = 0;  /* (copied: a COPY-CSV row is decoded into row, which the next
                                               * record reuses) */
                 PUT(&gid, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len);
+                prepare_end = P[F_Prepare_end_lsn].v;
                 r = put_string(&gid_json, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;

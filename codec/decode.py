@@ -100,8 +100,8 @@ _TRIES = 4
 class _RowPath(CompiledPath):
     """The records of one input for :func:`committed`, with a plan for every relation the decoder knows.
     Between transactions (the decoder idle), every run of plain transactions the compiled row path takes
-    (``rows_run``) -- two-phase ones committed right after their Prepare too, while no other prepared
-    transaction waits -- is given as one :class:`Written` instead of its records.  Inside a transaction the
+    (``rows_run``) -- two-phase ones committed or rolled back right after their Prepare too, while no other
+    prepared transaction waits -- is given as one :class:`Written` instead of its records.  Inside a transaction the
     Assembler holds open -- a stream block, a prepared transaction, a plain one ``rows_run`` left -- the
     row changes it takes (``rows_body``) go to that transaction's buffer as one
     :class:`~replwire.codec.stream.assembler.Rendered` run of lines, which the writer finishes when the

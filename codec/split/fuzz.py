@@ -9,13 +9,13 @@ records (else COPY-CSV rows), bit 1 says they end the input, bits 2-3 give the p
 relation (16384) is known, with a column of each way a value is written (text, integer, bool, through a
 function, and the types written in C: numeric, uuid, bytea, date, time, timestamp(tz)); the seeds are a
 few plain transactions over it in both forms (and two-phase ones: ``rows_run`` is told no prepared
-transaction waits, so it takes those committed right after their Prepare), so that the fuzzer starts inside
-the row path.  The same bytes then go to ``skim_run``: its counts add up and stay inside the input, and,
-written to a file (after a capture file header), every run it reads is the run the Python reading makes of
-it (bits 4-7 of the flags byte choose the run length), and it declines wherever the Python reading reports a
-tail or raises.  Run by
-``replwire fuzz --target replwire.codec.split.fuzz:fuzz_rows`` (which starts from :data:`SEEDS`;
-``make fuzz-compiled`` runs it on the compiled codec built with the sanitizers).
+transaction waits, so it takes those committed or rolled back right after their Prepare), so that the fuzzer
+starts inside the row path.  The same bytes then go to ``skim_run``: its counts add up and stay inside the
+input, and, written to a file (after a capture file header), every run it reads is the run the Python
+reading makes of it (bits 4-7 of the flags byte choose the run length), and it declines wherever the Python
+reading reports a tail or raises.  Run by ``replwire fuzz --target replwire.codec.split.fuzz:fuzz_rows``
+(which starts from :data:`SEEDS`; ``make fuzz-compiled`` runs it on the compiled codec built with the
+sanitizers).
 
 The same input goes to the column path (``rows_columns``), which must take no more than ``rows_run`` took
 and give buffers of Arrow's layout for as many rows as it says, every text UTF-8; with every transaction
@@ -135,8 +135,8 @@ def _transactions() -> list[tuple[int, bytes]]:
 
 
 def _two_phase() -> list[tuple[int, bytes]]:
-    """A two-phase transaction (protocol 3) committed right after its Prepare, with an Origin, which
-    ``rows_run`` takes whole, then one rolled back, which it leaves to the Python path."""
+    """A two-phase transaction (protocol 3) committed right after its Prepare, with an Origin, then one
+    rolled back right after it: ``rows_run`` takes both whole."""
     stamp = Timestamp(800_000_000_000_000)
     row = [TupleColumn.text(str(3)), *(TupleColumn.text(value) for value in _VALUES[1:])]
     prepare, end, gid = LSN(0x4000), LSN(0x4010), "g\u00e9"

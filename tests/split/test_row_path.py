@@ -526,8 +526,8 @@ HEADER_END = _corruptible("capture")[1]
 def test_the_fuzz_target_starts_inside_the_row_path():
     """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms,
     rows ending in an empty value of each way, a row of binary values, and two-phase transactions (one
-    committed at once, which it writes, one rolled back, which it leaves to the Python path); the target
-    holds its invariants on them and on inputs cut anywhere."""
+    committed at once, which it writes, one rolled back at once, which it takes and prints nothing of); the
+    target holds its invariants on them and on inputs cut anywhere."""
     from replwire.codec.split import fuzz
 
     assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS) + 4
@@ -540,8 +540,8 @@ def test_the_fuzz_target_starts_inside_the_row_path():
                                             fuzz._FRAME if seed[0] & 1 else None, None, True)
             if n < 4:  # every transaction written
                 assert result[4] == 3 and result[7] == 0
-            elif n >= 4 + len(fuzz._LAST_WAYS) + 2:  # two-phase: the first written, the rolled back one declined
-                assert result[3:5] == (1, 1) and result[2] == 5 and isinstance(result[7], tuple)
+            elif n >= 4 + len(fuzz._LAST_WAYS) + 2:  # two-phase: the first written, the rolled back one taken
+                assert result[3:5] == (1, 1) and result[2] == 9 and result[7] == 0 and result[6] == 0x4040
             elif n >= 4 + len(fuzz._LAST_WAYS):  # the row of binary values: written in C
                 assert result[4] == 1 and result[7] == 0
             elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
@@ -901,9 +901,9 @@ def test_streamed_changes_are_rendered_by_the_row_path(tmp_path):
 
 def test_two_phase_transactions_committed_at_once_are_written_whole(tmp_path):
     """A two-phase transaction whose Commit Prepared follows its Prepare is written by rows_run in one go,
-    with its gid, as a plain one is; one rolled back, one committed later, and one whose gid another
-    prepared transaction still holds (which replaces it: the later Commit Prepared then finds none) go to
-    the Python path, with the same text and the same error."""
+    with its gid, as a plain one is (one rolled back at once is taken too, and prints nothing); one
+    committed later, and one whose gid another prepared transaction still holds (which replaces it: the
+    later Commit Prepared then finds none) go to the Python path, with the same text and the same error."""
     from replwire.codec import BeginPrepare, CommitPrepared, Origin, Prepare, RollbackPrepared
 
     def insert(i):
@@ -947,6 +947,51 @@ def test_two_phase_transactions_committed_at_once_are_written_whole(tmp_path):
                             gid="a")]
     text, counts, error = same([stream("later.csv", later)], 4)
     assert error is not None and error[0] is RecordError and counts["changes"] == 3
+
+
+@pytest.mark.parametrize("rolled_back", [True, False])
+def test_a_capture_starting_where_a_rollback_ended_is_one_stream(tmp_path, rolled_back):
+    """A two-phase transaction rolled back right after its Prepare (which rows_run takes) completes the
+    position of its Rollback Prepared: a second capture whose slot stood there continues the stream (without
+    the rollback, its start is past what the first reaches, and both paths refuse it alike)."""
+    from replwire.codec import BeginPrepare, Prepare, RollbackPrepared
+    from replwire.codec.stream.snapshot_records import confirmed_record
+
+    relation = Relation(xid=None, relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=_columns(2))
+
+    def insert(i):
+        return Insert(xid=None, relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x")])
+
+    def plain(xid, at):
+        return [Begin(final_lsn=LSN(at), commit_time=Timestamp(1), xid=xid), insert(xid),
+                Commit(flags=0, commit_lsn=LSN(at), end_lsn=LSN(at + 8), commit_time=Timestamp(1))]
+
+    first = [Begin(final_lsn=LSN(0x900), commit_time=Timestamp(1), xid=4), relation,
+             Commit(flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x908), commit_time=Timestamp(1)),
+             *plain(5, 0xA00), *plain(6, 0xB00)]
+    if rolled_back:
+        first += [BeginPrepare(prepare_lsn=LSN(0xC00), end_lsn=LSN(0xC08), prepare_time=Timestamp(2), xid=7, gid="g"),
+                  insert(7), Prepare(flags=0, prepare_lsn=LSN(0xC00), end_lsn=LSN(0xC08), prepare_time=Timestamp(2),
+                                     xid=7, gid="g"),
+                  RollbackPrepared(flags=0, prepare_end_lsn=LSN(0xC08), rollback_end_lsn=LSN(0xD08),
+                                   prepare_time=Timestamp(2), rollback_time=Timestamp(3), xid=7, gid="g")]
+    header = CaptureHeader(proto_version=4, server_version=180000)
+    paths = [tmp_path / "a.rwc", tmp_path / "b.rwc"]
+    with CaptureWriter(paths[0], header) as writer:
+        writer.append(0x800, 0, confirmed_record(0x800, True))
+        for n, message in enumerate(first):
+            writer.append(0x900 + n, 0, build_message(message, proto_version=4))
+    with CaptureWriter(paths[1], header) as writer:
+        writer.append(0xD08, 0, confirmed_record(0xD08, True))
+        second = plain(8, 0xE00)
+        for n, message in enumerate([second[0], relation, *second[1:]]):
+            writer.append(0xE00 + n, 0, build_message(message, proto_version=4))
+    text, counts, error = same(paths, 4)
+    if rolled_back:
+        assert error is None and counts["transactions"] == 4 and text.count('"op":"insert"') == 3
+    else:
+        assert error is not None and "not one stream" in error[1]
 
 
 def test_a_relation_changed_inside_a_stream_block_changes_how_values_are_written(tmp_path):
