@@ -4,9 +4,10 @@
  * Hand-written C, put into the compiled codec's source by replwire.codec.wire.gen.c_module after the twins
  * whose pieces it uses: the decoder's (a row change scanned and checked), the JSON writer's (its rows) and
  * the readers' (the next record).  It knows no message layout: every message is read by the scan functions
- * generated from the declarations (s_Begin, s_Commit, s_Origin and the decoder twin's).  What is written
- * here is the order of a plain transaction (Begin, an Origin right after it, row changes, Commit), and each
- * change's line around its row images, the Commit's keys in the middle.
+ * generated from the declarations (s_Begin, s_Commit, s_Origin, the two-phase ones and the decoder
+ * twin's).  What is written here is the order of a plain transaction (Begin, an Origin right after it, row
+ * changes, Commit) or of a two-phase one committed at once (Begin Prepare ... Prepare, Commit Prepared), and
+ * each change's line around its row images, the Commit's keys in the middle.
  *
  * Two entry points share it.  rows_run takes whole plain transactions and writes their lines.  rows_body
  * takes the row changes inside a transaction the Python side holds open -- a stream block's, a prepared
@@ -245,8 +246,9 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
     return Py_BuildValue("(Ky#n)", (unsigned long long)lsn, (const char *)d, n, end - at);
 }
 
-/* rows_run(data, final, plans, proto_version, last_end, frame, events) -> (consumed, lines, records,
- * transactions, changes, repeated, last_end, declined, last_commit): the whole transactions of the records in
+/* rows_run(data, final, plans, proto_version, last_end, frame, events[, two_phase]) -> (consumed, lines,
+ * records, transactions, changes, repeated, last_end, declined, last_commit): the whole transactions of the
+ * records in
  * data -- COPY-CSV rows, or capture file records laid out as ``frame`` says (a tuple of the Frame's fields) --
  * (``final``: data ends at the end of the input, so a last row without a line end is whole), their JSON
  * lines in lines (bytes, UTF-8: written as they are to a UTF-8 stream, not decoded and encoded again), or
@@ -255,17 +257,27 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
  * declined what declined_record says of the record there (declined: a transaction for the Python path
  * starts there).  last_end is the end LSN of the last transaction printed (-1: none); a transaction ending
  * at or before it is counted in repeated, not printed.  last_commit is the commit LSN of the last
- * transaction whose events were written (-1: none). */
+ * transaction whose events were written (-1: none).  With ``two_phase`` (no prepared transaction waits for
+ * its Commit Prepared on the Python side, so a Prepare's gid is free), a two-phase transaction whose Commit
+ * Prepared comes right after its Prepare -- Begin Prepare, an Origin right after it, row changes, Prepare,
+ * Commit Prepared of the same gid and xid (or xid 0) -- is taken whole as well: the Commit Prepared's LSNs
+ * and time are its commit's, and its lines carry its gid, as the Python path writes the Transaction it
+ * makes of it; one whose Rollback Prepared of the same gid comes right after its Prepare is taken and
+ * prints nothing; any other record after the Prepare leaves the transaction to the Python path.  A Prepare
+ * and a Rollback Prepared complete positions too, which the caller's reach of the stream must count (a
+ * capture's start is checked against it): last_end is raised to the later of the two ends of one taken
+ * -- no transaction printed later ends before it, the stream being in the order of its ends -- and a
+ * Commit Prepared's end, which last_end then holds, is past its Prepare's. */
 static PyObject *c_rows_run(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    int final, pv;
+    int final, pv, two_phase = 0;
     PyObject *plans, *framing, *events;
     long long last_in, last_commit = -1;
     Frame frame = {0};
     Events ev = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!iLOO:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing,
-                          &events))
+    if (!PyArg_ParseTuple(args, "y*pO!iLOO|p:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing,
+                          &events, &two_phase))
         return NULL;
     int capture = framing != Py_None;
     if (events != Py_None) {
@@ -296,14 +308,19 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
     uint64_t last_end = have_last ? (uint64_t)last_in : 0;
     unsigned char *row = NULL;
     Scratch w = {0};
-    Buf out = {0}, origin = {0};
+    /* the Origin's name, the Commit's keys, a Prepare's gid as it is and as a JSON string */
+    Buf out = {0}, origin = {0}, tail = {0}, gid = {0}, gid_json = {0};
     PyObject *result = NULL;
     /* (the output grows as it is written: a try that declines at once must not cost a big allocation) */
-    if (out_init(&out, 1 << 16) || out_init(&w.tx, 4096) || out_init(&origin, 64)) goto nomem;
+    if (out_init(&out, 1 << 16) || out_init(&w.tx, 4096) || out_init(&origin, 64) || out_init(&tail, 256)
+        || out_init(&gid, 64) || out_init(&gid_json, 64))
+        goto nomem;
     while (pos < size) {
         Py_ssize_t at = pos, taken = 0;
-        int state = 0;  /* 0 before the Begin, 1 inside */
-        uint64_t xid = 0;
+        int state = 0;  /* 0 before the Begin, 1 inside, 2 after a Prepare (waiting for its Commit Prepared) */
+        int prepared = 0;  /* a two-phase transaction: Begin Prepare ... Prepare, Commit Prepared */
+        uint64_t xid = 0, commit_lsn = 0, end_lsn = 0, prepare_end = 0;
+        int64_t commit_time = 0;
         w.tx.len = 0;
         w.npending = w.events = 0;
         origin.len = 0;  /* the Origin's name as a JSON string, if one came right after the Begin */
@@ -320,10 +337,44 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             taken++;
             at = end;
             if (state == 0) {
-                if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
-                xid = F[F_Begin_xid].v;
+                if (d[0] == TAG_BeginPrepare && two_phase) {
+                    Field P[N_BeginPrepare];
+                    if (!s_BeginPrepare(d, n, pv, 0, P)) goto decline;
+                    xid = P[F_BeginPrepare_xid].v;
+                    prepared = 1;
+                } else {
+                    if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
+                    xid = F[F_Begin_xid].v;
+                }
                 state = 1;
                 continue;
+            }
+            if (state == 2 && d[0] == TAG_RollbackPrepared) {  /* rolled back at once: nothing to print */
+                Field R[N_RollbackPrepared];
+                if (!s_RollbackPrepared(d, n, pv, 0, R)) goto decline;
+                const Field *g = &R[F_RollbackPrepared_gid];
+                if (g->len != gid.len || memcmp(d + g->at, gid.p, (size_t)gid.len) != 0) goto decline;
+                uint64_t reach = R[F_RollbackPrepared_rollback_end_lsn].v;
+                if (prepare_end > reach) reach = prepare_end;
+                if (reach > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
+                records += taken;
+                pos = at;
+                if (!have_last || reach > last_end) {
+                    have_last = 1;
+                    last_end = reach;
+                }
+                break;
+            }
+            if (state == 2) {  /* else only its Commit Prepared, of the same gid and xid, may follow the Prepare */
+                Field K[N_CommitPrepared];
+                if (d[0] != TAG_CommitPrepared || !s_CommitPrepared(d, n, pv, 0, K)) goto decline;
+                const Field *g = &K[F_CommitPrepared_gid];
+                if (g->len != gid.len || memcmp(d + g->at, gid.p, (size_t)gid.len) != 0) goto decline;
+                if (K[F_CommitPrepared_xid].v != 0 && K[F_CommitPrepared_xid].v != xid) goto decline;
+                commit_lsn = K[F_CommitPrepared_commit_lsn].v;
+                end_lsn = K[F_CommitPrepared_end_lsn].v;
+                commit_time = (int64_t)K[F_CommitPrepared_commit_time].v;
+                goto commit;
             }
             if (d[0] == TAG_Origin && taken == 2) {  /* (the record after the Begin) */
                 Field O[N_Origin];
@@ -339,12 +390,28 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 if (r == 0) goto decline;
                 continue;
             }
+            if (prepared) {  /* the Prepare: its gid kept for the Commit Prepared that must follow */
+                Field P[N_Prepare];
+                if (d[0] != TAG_Prepare || !s_Prepare(d, n, pv, 0, P)) goto decline;
+                gid.len = gid_json.len = 0;  /* (copied: a COPY-CSV row is decoded into row, which the next
+                                              * record reuses) */
+                PUT(&gid, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len);
+                prepare_end = P[F_Prepare_end_lsn].v;
+                r = put_string(&gid_json, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                state = 2;
+                continue;
+            }
             if (d[0] != TAG_Commit || !s_Commit(d, n, pv, 0, F)) goto decline;
-            /* the Commit: print the transaction, unless a resume sent it again */
-            uint64_t end_lsn = F[F_Commit_end_lsn].v;
+            commit_lsn = F[F_Commit_commit_lsn].v;
+            end_lsn = F[F_Commit_end_lsn].v;
+            commit_time = (int64_t)F[F_Commit_commit_time].v;
+        commit:
+            /* the Commit (or Commit Prepared): print the transaction, unless a resume sent it again */
             if (end_lsn > (uint64_t)INT64_MAX) goto decline;  /* beyond what last_end passes */
-            const int64_t commit_time = (int64_t)F[F_Commit_commit_time].v;  /* (its events' times in ns: int64) */
-            if (ev.on && (F[F_Commit_commit_lsn].v > (uint64_t)INT64_MAX || commit_time > INT64_MAX / 1000 - PG_EPOCH_US
+            /* (its events' times in ns: int64) */
+            if (ev.on && (commit_lsn > (uint64_t)INT64_MAX || commit_time > INT64_MAX / 1000 - PG_EPOCH_US
                           || commit_time < INT64_MIN / 1000 + PG_EPOCH_US))
                 goto decline;
             records += taken;
@@ -357,33 +424,31 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             have_last = 1;
             last_end = end_lsn;
             if (ev.on) {
-                if (put_transaction_events(&out, &ev, &w, xid, F[F_Commit_commit_lsn].v, commit_time + PG_EPOCH_US))
+                if (put_transaction_events(&out, &ev, &w, xid, commit_lsn, commit_time + PG_EPOCH_US))
                     goto done;
                 changes += w.events;
                 break;
             }
-            Buf tail;
-            tail.p = tail.small;
             tail.len = 0;
-            tail.cap = sizeof tail.small;
             PUTS(&tail, ",\"commit_lsn\":");
-            if (put_lsn(&tail, F[F_Commit_commit_lsn].v)) goto nomem;
+            if (put_lsn(&tail, commit_lsn)) goto nomem;
             PUTS(&tail, ",\"commit_time\":");
-            if (put_time(&tail, (int64_t)F[F_Commit_commit_time].v)) goto nomem;
+            if (put_time(&tail, commit_time)) goto nomem;
             if (origin.len) {
                 PUTS(&tail, ",\"origin\":");
                 PUT(&tail, origin.p, origin.len);
+            }
+            if (prepared) {
+                PUTS(&tail, ",\"gid\":");
+                PUT(&tail, gid_json.p, gid_json.len);
             }
             for (Py_ssize_t i = 0; i < w.npending; i++) {
                 Pending *line = &w.pending[i];
                 if (put_bytes(&out, w.tx.p + line->begin, line->split - line->begin)
                     || put_bytes(&out, tail.p, tail.len)
-                    || put_bytes(&out, w.tx.p + line->split, line->end - line->split)) {
-                    out_free(&tail);
+                    || put_bytes(&out, w.tx.p + line->split, line->end - line->split))
                     goto nomem;
-                }
             }
-            out_free(&tail);
             changes += w.npending;
             break;
         }
@@ -411,6 +476,9 @@ done:
     out_free(&out);
     out_free(&w.tx);
     out_free(&origin);
+    out_free(&tail);
+    out_free(&gid);
+    out_free(&gid_json);
     PyMem_Free(w.pending);
     PyMem_Free(w.toasted);
     PyBuffer_Release(&view);

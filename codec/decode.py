@@ -100,7 +100,8 @@ _TRIES = 4
 class _RowPath(CompiledPath):
     """The records of one input for :func:`committed`, with a plan for every relation the decoder knows.
     Between transactions (the decoder idle), every run of plain transactions the compiled row path takes
-    (``rows_run``) is given as one :class:`Written` instead of its records.  Inside a transaction the
+    (``rows_run``) -- two-phase ones committed or rolled back right after their Prepare too, while no other
+    prepared transaction waits -- is given as one :class:`Written` instead of its records.  Inside a transaction the
     Assembler holds open -- a stream block, a prepared transaction, a plain one ``rows_run`` left -- the
     row changes it takes (``rows_body``) go to that transaction's buffer as one
     :class:`~replwire.codec.stream.assembler.Rendered` run of lines, which the writer finishes when the
@@ -144,7 +145,7 @@ class _RowPath(CompiledPath):
         events = self.lines.compiled_events() if self._events else None
         consumed, lines, records, transactions, changes, repeated, self.last_end, declined, last_commit = (
             self.rows.rows_run(data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end,
-                               self.frame, events))
+                               self.frame, events, not self.assembler.prepared_waiting))
         if events and last_commit != events[3]:
             self.lines.written_through(last_commit)
         if not records:

@@ -116,6 +116,12 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
         nonlocal held
         if pending:
             write_pending()
+        if raw is not None and len(data) >= 1 << 15:  # a run of 32 KiB or more: as it is, not copied in a join
+            if blocks:
+                write_pending()
+            out.flush()
+            raw.write(data)
+            return
         blocks.append(data)
         held += len(data)
         if held >= _BLOCK:

@@ -111,46 +111,59 @@ class CompiledPath(ABC):
     def run(self) -> Generator[Any, None, None]:
         source, stop = self.source, self.stop
         at = self.start  # where the records not yet taken start
-        # the bytes from ``at`` on read so far: chunk[low:] (a view of it goes to the compiled function, so
+        # the bytes from ``at`` on read so far: chunk[low:size] (a view of it goes to the compiled function, so
         # that a short run costs no copy of the rest), a chunk more read once less than a chunk is left (the
-        # row path over 1 MiB at a time: a tenth faster than from a quarter of that); ``eof``: they reach the end
-        chunk, low, eof = b"", 0, stop is not None and at >= stop
+        # row path over 1 MiB at a time: a tenth faster than from a quarter of that); ``eof``: they reach the
+        # end.  ``chunk`` is one buffer for the whole reading, the rest moved to its start and the file read
+        # into it after the rest: no new buffer, and no copy but the rest's, per chunk (a new one per chunk
+        # cost two copies of the rest and fresh pages, which the kernel zeroes, for every MiB of input)
+        chunk, low, size, eof = bytearray(), 0, 0, stop is not None and at >= stop
         try:
             with open(source.path, "rb") as handle:
 
-                def read() -> tuple[bytes, bool]:
-                    rest = chunk[low:]
-                    handle.seek(at + len(rest))
-                    want = self.chunk if stop is None else min(self.chunk, stop - at - len(rest))
-                    more = handle.read(want) if want > 0 else b""
-                    return rest + more, not more or (stop is not None and at + len(rest) + len(more) >= stop)
+                def read() -> tuple[int, bool]:
+                    """Read on after the rest: the new size of what was read (the rest now at 0), and eof."""
+                    rest = size - low
+                    if low:
+                        with memoryview(chunk) as view:
+                            view[:rest] = view[low:size]
+                    want = self.chunk if stop is None else min(self.chunk, stop - at - rest)
+                    if want <= 0:
+                        return rest, True
+                    if len(chunk) < rest + want:
+                        chunk.extend(bytes(rest + want - len(chunk)))
+                    handle.seek(at + rest)
+                    with memoryview(chunk) as view:
+                        got = handle.readinto(view[rest:rest + want])
+                    return rest + got, not got or (stop is not None and at + rest + got >= stop)
 
                 while True:
                     if self.ready():
-                        if not eof and len(chunk) - low < self.chunk:
-                            (chunk, eof), low = read(), 0
-                        consumed, records, declined, item = self.take(memoryview(chunk)[low:], eof, at)
+                        if not eof and size - low < self.chunk:
+                            (size, eof), low = read(), 0
+                        with memoryview(chunk) as view:
+                            consumed, records, declined, item = self.take(view[low:size], eof, at)
                         if item is not None:
                             yield item
                         low, at = low + consumed, at + consumed
                         if declined.__class__ is tuple:  # the record there, read: the Python side takes it
-                            lsn, data, size = declined
+                            lsn, data, taken = declined
                             if data[0] in _CACHED:
                                 self._fresh = False
                             yield from self.python(iter(((at, lsn, 0, data),)))
-                            low, at = low + size, at + size
-                            if low == len(chunk) and eof:
+                            low, at = low + taken, at + taken
+                            if low == size and eof:
                                 return
                             continue
                         self._fruitless = 0 if records >= self.worth else self._fruitless + 1
                         self._patience = (0 if self._fruitless < self.tries
                                           else min(_PATIENCE << (self._fruitless - self.tries), _MOST_PATIENCE))
-                        left = len(chunk) - low
+                        left = size - low
                         if not left and eof:
                             return
                         if not declined and not eof and left < self.most:
                             if consumed == 0:  # a transaction longer than what was read: read on
-                                (chunk, eof), low = read(), 0
+                                (size, eof), low = read(), 0
                             continue
                         if not declined and consumed:  # a run reached a cap
                             continue
@@ -165,10 +178,11 @@ class CompiledPath(ABC):
                         self.tail = reading.tail
                         return
                     moved, at = reading.end - at, reading.end
-                    if moved <= len(chunk) - low:
+                    if moved <= size - low:
                         low += moved
                     else:
-                        chunk, low, eof = b"", 0, False
+                        low = size = 0
+                        eof = False
         finally:
             if self._reader is not None:
                 self._reader.close()

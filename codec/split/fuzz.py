@@ -8,12 +8,14 @@ keys a change's line has.  An input is one flags byte, then the records: bit 0 r
 records (else COPY-CSV rows), bit 1 says they end the input, bits 2-3 give the protocol version.  One
 relation (16384) is known, with a column of each way a value is written (text, integer, bool, through a
 function, and the types written in C: numeric, uuid, bytea, date, time, timestamp(tz)); the seeds are a
-few plain transactions over it in both forms, so that the fuzzer starts inside the row path.  The same bytes
-then go to ``skim_run``: its counts add up and stay inside the input, and, written to a file (after a capture
-file header), every run it reads is the run the Python reading makes of it (bits 4-7 of the flags byte
-choose the run length), and it declines wherever the Python reading reports a tail or raises.  Run by
-``replwire fuzz --target replwire.codec.split.fuzz:fuzz_rows`` (which starts from :data:`SEEDS`;
-``make fuzz-compiled`` runs it on the compiled codec built with the sanitizers).
+few plain transactions over it in both forms (and two-phase ones: ``rows_run`` is told no prepared
+transaction waits, so it takes those committed or rolled back right after their Prepare), so that the fuzzer
+starts inside the row path.  The same bytes then go to ``skim_run``: its counts add up and stay inside the
+input, and, written to a file (after a capture file header), every run it reads is the run the Python
+reading makes of it (bits 4-7 of the flags byte choose the run length), and it declines wherever the Python
+reading reports a tail or raises.  Run by ``replwire fuzz --target replwire.codec.split.fuzz:fuzz_rows``
+(which starts from :data:`SEEDS`; ``make fuzz-compiled`` runs it on the compiled codec built with the
+sanitizers).
 
 The same input goes to the column path (``rows_columns``), which must take no more than ``rows_run`` took
 and give buffers of Arrow's layout for as many rows as it says, every text UTF-8; with every transaction
@@ -38,7 +40,19 @@ from typing import Any
 
 from ..io.capture_file import CaptureFileError, CaptureHeader, encode_header, encode_record
 from ..io.record_plan import record_frame
-from ..messages import Begin, Commit, Delete, Insert, TupleColumn, Update
+from ..messages import (
+    Begin,
+    BeginPrepare,
+    Commit,
+    CommitPrepared,
+    Delete,
+    Insert,
+    Origin,
+    Prepare,
+    RollbackPrepared,
+    TupleColumn,
+    Update,
+)
 from ..scalars import LSN, Timestamp
 from ..wire.fast import COMPILED, build
 from ..wire.gen.row_ways import ARRAY, ARRAY_ELEMENTS, BINARY_ARRAY, BINARY_WAYS, TEXT_WAYS
@@ -120,6 +134,25 @@ def _transactions() -> list[tuple[int, bytes]]:
     return [(0x1000 + i, build(m, proto_version=1)) for i, m in enumerate(messages)]
 
 
+def _two_phase() -> list[tuple[int, bytes]]:
+    """A two-phase transaction (protocol 3) committed right after its Prepare, with an Origin, then one
+    rolled back right after it: ``rows_run`` takes both whole."""
+    stamp = Timestamp(800_000_000_000_000)
+    row = [TupleColumn.text(str(3)), *(TupleColumn.text(value) for value in _VALUES[1:])]
+    prepare, end, gid = LSN(0x4000), LSN(0x4010), "g\u00e9"
+    messages = [BeginPrepare(prepare_lsn=prepare, end_lsn=end, prepare_time=stamp, xid=703, gid=gid),
+                Origin(origin_lsn=LSN(0x10), name="o"), Insert(relation_id=_RELATION, new=row),
+                Prepare(flags=0, prepare_lsn=prepare, end_lsn=end, prepare_time=stamp, xid=703, gid=gid),
+                CommitPrepared(flags=0, commit_lsn=LSN(0x4020), end_lsn=LSN(0x4030), commit_time=stamp, xid=703,
+                               gid=gid),
+                BeginPrepare(prepare_lsn=prepare, end_lsn=end, prepare_time=stamp, xid=704, gid=gid),
+                Insert(relation_id=_RELATION, new=row),
+                Prepare(flags=0, prepare_lsn=prepare, end_lsn=end, prepare_time=stamp, xid=704, gid=gid),
+                RollbackPrepared(flags=0, prepare_end_lsn=LSN(0x4010), rollback_end_lsn=LSN(0x4040), prepare_time=stamp,
+                                 rollback_time=stamp, xid=704, gid="g\u00e9")]
+    return [(0x4000 + i, build(m, proto_version=3)) for i, m in enumerate(messages)]
+
+
 def _binary() -> list[tuple[int, bytes]]:
     """A transaction inserting a row of binary values, one of each column's way."""
     stamp = Timestamp(0)
@@ -149,11 +182,12 @@ def _seeds() -> list[bytes]:
     records = _transactions()
     return [b"\x02" + csv(records), b"\x00" + csv(records) * 2, b"\x03" + capture(records),
             b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS),
-            b"\x02" + csv(_binary()), b"\x03" + capture(_binary())]
+            b"\x02" + csv(_binary()), b"\x03" + capture(_binary()), b"\x0a" + csv(_two_phase()),
+            b"\x8b" + capture(_two_phase())]
 
 
-#: Inputs to start from: plain transactions in both forms, whole and not, rows ending in an empty value, and a
-#: row of binary values in both forms.
+#: Inputs to start from: plain transactions in both forms, whole and not, rows ending in an empty value, a
+#: row of binary values in both forms, and two-phase transactions (protocol 3; the capture's as Debezium's).
 SEEDS = _seeds()
 _FRAME = record_frame()
 
@@ -166,7 +200,7 @@ def fuzz_rows(data: bytes) -> None:
     debezium = bool(flags & 128)
     consumed, data, records, transactions, changes, repeated, last_end, declined, last_commit = COMPILED.rows_run(
         body, bool(flags & 2), _DEBEZIUM_PLANS if debezium else _PLANS, 1 + (flags >> 2) % 4, -1, frame,
-        _EVENTS if debezium else None)
+        _EVENTS if debezium else None, True)
     text = data.decode("utf-8")  # (the lines are UTF-8, whatever the input held)
     if not 0 <= consumed <= len(body):
         raise AssertionError(f"took {consumed} bytes of {len(body)}")

@@ -13,17 +13,16 @@ A buffer whose entries pass ``spill_threshold`` bytes (wire bytes plus what the 
 them to an anonymous temporary file as records of ``flags, schema index, subxid, lsn, length, message
 bytes`` (the message's wire bytes, out-of-stream form; never pickle) and appends there from then on.
 Outcomes: Commit / Stream Commit / Commit Prepared emit a :class:`Transaction`; Stream Abort of a
-subtransaction marks that subxid dropped (its entries are skipped, in memory right away, on disk when read
-back); a top-level Stream Abort or Rollback Prepared discards the buffer; Prepare / Stream Prepare park it
-under its gid.  Changes are typed only when the committed transaction is read, one at a time (a spilled one
-parsed back from its file), so a spilled transaction is never all in memory: :attr:`Transaction.changes`
-is a lazy sequence.
+subtransaction marks that subxid dropped (its entries are skipped, in memory right away, on disk and in
+rendered runs when read back, and its changes that come after the abort are not buffered); a top-level Stream
+Abort or Rollback Prepared discards the buffer; Prepare / Stream Prepare park it under its gid.  Changes are
+typed only when the committed transaction is read, one at a time (a spilled one parsed back from its file), so
+a spilled transaction is never all in memory: :attr:`Transaction.changes` is a lazy sequence.
 """
 
 from __future__ import annotations
 
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, overload
@@ -267,15 +266,22 @@ class _Buffer:
         return index
 
     def add(self, schema: Any, subxid: int, lsn: int | None, message: WireMessage, cost: int) -> None:
-        """Buffer ``message``, which costs about ``cost`` bytes in memory (:func:`_cost`)."""
+        """Buffer ``message``, which costs about ``cost`` bytes in memory (:func:`_cost`); a change of a
+        subtransaction aborted before it is dropped (:meth:`drop_subtransaction`)."""
+        if subxid in self.dropped:
+            return
         self.count += 1
         self.per_subxid[subxid] = self.per_subxid.get(subxid, 0) + 1
         self._keep((self.schema_index(schema), subxid, lsn, message), cost)
 
     def add_rendered(self, rendered: Rendered) -> None:
-        """Buffer changes a writer rendered itself."""
-        self.count += rendered.count
+        """Buffer changes a writer rendered itself; those of a subtransaction aborted before them are not
+        counted (the writer leaves them out: :attr:`Rendered.dropped`)."""
+        dropped = self.dropped
         for subxid, count in rendered.subxids.items():
+            if subxid in dropped:
+                continue
+            self.count += count
             self.per_subxid[subxid] = self.per_subxid.get(subxid, 0) + count
         self._keep((_NO_SCHEMA, 0, None, rendered), len(rendered.data) + ENTRY_OVERHEAD)
 
@@ -290,6 +296,8 @@ class _Buffer:
 
     def spill(self) -> None:
         """Move the entries in memory to the spill file, and buffer there from now on."""
+        import tempfile  # (here: most runs never spill, and tempfile with what it imports is 3 ms of start-up)
+
         self.file = tempfile.TemporaryFile(prefix="replwire-txn-", dir=self.spill_dir)  # noqa: SIM115
         for item in self.memory:
             self._write(item)
@@ -306,11 +314,14 @@ class _Buffer:
         self.file.write(data)
 
     def drop_subtransaction(self, subxid: int) -> None:
+        """Drop the changes of an aborted subtransaction: those buffered (in memory at once; in the spill
+        file and in Rendered runs where read), and any that come after the abort (:meth:`add`), wherever
+        the buffer is -- one rule for memory, spill file and rendered runs."""
+        self.dropped.add(subxid)  # (skipped where read from the spill file, and by the writer of Rendered changes)
         removed = self.per_subxid.pop(subxid, 0)
         if not removed:
             return
         self.count -= removed
-        self.dropped.add(subxid)  # (skipped where read from the spill file, and by the writer of Rendered changes)
         if self.file is None:
             kept = [e for e in self.memory if e[1] != subxid]
             self.size = max(0, self.size - sum(_cost(e[3]) for e in self.memory if e[1] == subxid))  # (about)
@@ -445,7 +456,7 @@ class Assembler:
                     key = router.current
                     subxid = router.current_xid
                 buffer = self._buffers.get(key)  # type: ignore[arg-type]
-                if buffer is not None and buffer.file is None:
+                if buffer is not None and buffer.file is None and not (buffer.dropped and subxid in buffer.dropped):
                     # -- accepted (Decoder.accept), routed to the open transaction (Router.route), buffered (add)
                     decoder.index += 1
                     decoder.last_message = self._last_added = message
@@ -634,6 +645,13 @@ class Assembler:
     def open_transactions(self) -> int:
         """Transactions buffered and not yet decided: the open one, open streamed ones, prepared ones."""
         return len(self._buffers)
+
+    @property
+    def prepared_waiting(self) -> bool:
+        """Whether a prepared transaction waits for its Commit Prepared or Rollback Prepared (a writer that
+        takes a two-phase transaction whole, Prepare and Commit Prepared in one go, may do so only while none
+        does: a second Prepare of one gid would replace the first)."""
+        return bool(self._router.prepared)
 
     @property
     def buffered_bytes(self) -> int:

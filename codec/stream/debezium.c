@@ -131,6 +131,18 @@ static Py_ssize_t count_event(PyObject *per_table, const char *names, Py_ssize_t
     return r < 0 ? -1 : count + 1;
 }
 
+/* per_table[table] = count (table: as count_event has it): 0, or -1 with an error */
+static int set_count(PyObject *per_table, const char *names, Py_ssize_t k, Py_ssize_t count)
+{
+    PyObject *table = PyUnicode_DecodeUTF8(names, k, "strict");
+    if (table == NULL) return -1;
+    PyObject *now = PyLong_FromSsize_t(count);
+    int r = now == NULL ? -1 : PyDict_SetItem(per_table, table, now);
+    Py_DECREF(table);
+    Py_XDECREF(now);
+    return r;
+}
+
 /* The events of a Debezium run r[0:size] appended to out as rows_join_debezium writes them (see there):
  * head[0:nh], xid[0:nx], tail[0:nt] as there, the subtransactions skip[0:nskip] (sorted) left out, *total
  * and per_table counted on.  0, or -1 with an error set (a ValueError: not a Debezium run). */
@@ -141,6 +153,10 @@ static int put_events(Buf *out, const unsigned char *r, Py_ssize_t size, const c
     uint32_t h[8];
     Py_ssize_t at = 0;
     int got;
+    /* the table of the last events, its names in r (events of one table come in runs): counted here, and put
+     * in per_table when another table's event comes and at the end, not once per event */
+    const char *last = NULL;
+    Py_ssize_t last_len = 0, last_count = 0;
     for (;;) {
         const Py_ssize_t start = at;
         got = event_record(r, size, &at, h);
@@ -149,8 +165,17 @@ static int put_events(Buf *out, const unsigned char *r, Py_ssize_t size, const c
         const char *names = (const char *)r + start + DEBEZIUM_HEAD, *before = names + h[4], *after = before + h[5],
                    *toast = after + h[6];
         const uint64_t lsn = (uint64_t)h[2] | ((uint64_t)h[3] << 32);
-        Py_ssize_t count = count_event(per_table, names, h[4]);
-        if (count < 0) return -1;
+        Py_ssize_t count;
+        if (last != NULL && last_len == (Py_ssize_t)h[4] && memcmp(last, names, h[4]) == 0)
+            count = ++last_count;
+        else {
+            if (last != NULL && set_count(per_table, last, last_len, last_count) < 0) return -1;
+            count = count_event(per_table, names, h[4]);
+            if (count < 0) return -1;
+            last = names;
+            last_len = h[4];
+            last_count = count;
+        }
         ++*total;
         PUTS(out, "{\"before\":");
         PUT(out, before, h[5]);
@@ -186,6 +211,7 @@ static int put_events(Buf *out, const unsigned char *r, Py_ssize_t size, const c
         PUTS(out, "}}\n");
         if (op == 'd' && tombstones) PUTS(out, "null\n");
     }
+    if (got == 0 && last != NULL && set_count(per_table, last, last_len, last_count) < 0) return -1;
     return got;
 nomem:
     PyErr_NoMemory();

@@ -197,6 +197,9 @@ class DebeziumEvents:
         self._rows: RowJson | None = None  # (made at the first row: psycopg is needed from there)
         self._maker: ChangeMaker | None = None
         self._relations: dict[int, _Relation] = {}
+        # compiled_events' answer, and what it was made of (asked for before each try of the row path)
+        self._events_key: tuple[Any, ...] | None = None
+        self._events: tuple[bytes, bytes, bool, int] = (b"", b"", tombstones, -1)
 
     def events(self, item: Transaction | Change) -> Iterator[dict[str, Any] | None]:
         """The events of one assembler item (with typed rows): every change of a transaction, or a lone
@@ -215,12 +218,17 @@ class DebeziumEvents:
         """What the compiled row path writes the events of whole transactions with (``rows_run``'s
         ``events``): the ``source`` block's start up to the commit's ``ts_ms`` value, its middle from
         ``snapshot`` to the opening of ``sequence``'s text, whether a delete is followed by a tombstone, and
-        the commit LSN of the last transaction whose events were written (-1: none)."""
+        the commit LSN of the last transaction whose events were written (-1: none).  Made again only when
+        one of those changed (``version``, ``name``, ``db`` and ``tombstones`` may be set at any time)."""
+        key = (self.version, self.name, self.db, self.tombstones, self._last_commit)
+        if key == self._events_key:
+            return self._events
         start = (f',"source":{{"version":{_STRING(self.version)},"connector":"postgresql",'
                  f'"name":{_STRING(self.name)},"ts_ms":')
         middle = f',"snapshot":"false","db":{_STRING(self.db)},"sequence":"['
         last = -1 if self._last_commit is None else int(self._last_commit)
-        return start.encode(), middle.encode(), self.tombstones, last
+        self._events_key, self._events = key, (start.encode(), middle.encode(), self.tombstones, last)
+        return self._events
 
     def written_through(self, commit_lsn: int) -> None:
         """The compiled row path wrote the events of transactions up to the one committed at ``commit_lsn``:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bench import corpus
 from replwire.codec import LSN, Begin, Commit, Delete, Insert, Relation, RelationColumn, Timestamp, TupleColumn, Update
 from replwire.codec import build as build_message
-from replwire.codec.decode import Written, committed
+from replwire.codec.decode import RecordError, Written, committed
 from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, read_capture
 from replwire.codec.split import open_inputs
 from replwire.codec.stream import jsonl
@@ -525,20 +525,23 @@ HEADER_END = _corruptible("capture")[1]
 
 def test_the_fuzz_target_starts_inside_the_row_path():
     """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms,
-    rows ending in an empty value of each way, and a row of binary values; the target holds its invariants on
-    them and on inputs cut anywhere."""
+    rows ending in an empty value of each way, a row of binary values, and two-phase transactions (one
+    committed at once, which it writes, one rolled back at once, which it takes and prints nothing of); the
+    target holds its invariants on them and on inputs cut anywhere."""
     from replwire.codec.split import fuzz
 
-    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS) + 2
+    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS) + 4
     for n, seed in enumerate(fuzz.SEEDS):
         for cut in range(0, len(seed), 7):
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
         if COMPILED and seed[0] & 2:  # whole input
-            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1, -1, fuzz._FRAME if seed[0] & 1 else None,
-                                            None)
+            result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1 + (seed[0] >> 2) % 4, -1,
+                                            fuzz._FRAME if seed[0] & 1 else None, None, True)
             if n < 4:  # every transaction written
                 assert result[4] == 3 and result[7] == 0
+            elif n >= 4 + len(fuzz._LAST_WAYS) + 2:  # two-phase: the first written, the rolled back one taken
+                assert result[3:5] == (1, 1) and result[2] == 9 and result[7] == 0 and result[6] == 0x4040
             elif n >= 4 + len(fuzz._LAST_WAYS):  # the row of binary values: written in C
                 assert result[4] == 1 and result[7] == 0
             elif fuzz._LAST_WAYS[n - 4] == 2:  # an empty integer: left to the Python path (int(b"") fails)
@@ -677,7 +680,8 @@ def _columns(width: int, w_type: int = 20) -> list[RelationColumn]:
 @st.composite
 def interleaved_streams(draw):
     """A protocol 4 stream of streamed transactions whose blocks interleave with each other, with plain and
-    two-phase transactions between them: subtransactions aborted between blocks, whole transactions
+    two-phase transactions between them: subtransactions aborted between blocks (some making changes after
+    their abort, which are dropped), whole transactions
     aborted, streamed ones prepared and committed or rolled back later, Relations inside blocks (the table
     changing shape mid-stream: each change is read with the Relation in force when it came), logical
     messages and truncates inside bodies (which rows_body leaves to the Assembler), a value it does not
@@ -686,6 +690,7 @@ def interleaved_streams(draw):
         BeginPrepare,
         CommitPrepared,
         Message,
+        Origin,
         Prepare,
         RollbackPrepared,
         StreamAbort,
@@ -751,7 +756,7 @@ def interleaved_streams(draw):
     next_xid, next_sub = 700, 700_000
     for _ in range(draw(st.integers(1, 20))):
         action = draw(st.sampled_from(["plain", "block", "block", "block", "abort sub", "abort sub", "end", "two-phase",
-                                       "finish prepared"]))
+                                       "finish prepared", "two-phase at once", "two-phase at once"]))
         if action == "plain":
             xid = next_xid = next_xid + 1
             commit, end = ends()
@@ -778,7 +783,8 @@ def interleaved_streams(draw):
         elif action == "abort sub" and any(len(subs) > 1 for subs in open_streams.values()):
             xid = draw(st.sampled_from(sorted(x for x, subs in open_streams.items() if len(subs) > 1)))
             subxid = draw(st.sampled_from(open_streams[xid][1:]))
-            open_streams[xid].remove(subxid)  # (an aborted subtransaction makes no more changes)
+            if draw(st.integers(0, 3)):  # (an aborted subtransaction makes no more changes, as a rule; its
+                open_streams[xid].remove(subxid)  # changes after the abort are dropped wherever they are)
             emit(StreamAbort(xid=xid, subxid=subxid, abort_lsn=None, abort_time=None), xid=xid)
         elif action == "end" and open_streams:
             xid = draw(st.sampled_from(sorted(open_streams)))
@@ -803,6 +809,27 @@ def interleaved_streams(draw):
             emit(Prepare(flags=0, prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=f"g{xid}"),
                  xid=xid)
             prepared.append((xid, f"g{xid}"))
+        elif action == "two-phase at once":  # committed (or rolled back) right after its Prepare, as a rule
+            xid = next_xid = next_xid + 1
+            commit, end = ends()
+            shared = "g\u00e9\"\\"  # (a gid written escaped; one only while no prepared transaction has it)
+            gid = draw(st.sampled_from([f"g{xid}"] + ([shared] if all(g != shared for _, g in prepared) else [])))
+            emit(BeginPrepare(prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=gid), xid=xid)
+            if draw(st.booleans()):
+                emit(Origin(origin_lsn=LSN(0x10), name=draw(st.sampled_from(["o", "\u00e9"]))), xid=xid)
+            body(xid)
+            emit(Prepare(flags=0, prepare_lsn=commit, end_lsn=end, prepare_time=Timestamp(6), xid=xid, gid=gid),
+                 xid=xid)
+            commit, end = ends()
+            finish = draw(st.sampled_from(["commit", "commit", "commit xid 0", "rollback", "later"]))
+            if finish == "rollback":
+                emit(RollbackPrepared(flags=0, prepare_end_lsn=commit, rollback_end_lsn=end, prepare_time=Timestamp(6),
+                                      rollback_time=Timestamp(8), xid=xid, gid=gid), xid=xid)
+            elif finish == "later":
+                prepared.append((xid, gid))
+            else:
+                emit(CommitPrepared(flags=0, commit_lsn=commit, end_lsn=end, commit_time=Timestamp(8),
+                                    xid=0 if finish == "commit xid 0" else xid, gid=gid), xid=xid)
         elif action == "finish prepared" and prepared:
             xid, gid = prepared.pop(draw(st.integers(0, len(prepared) - 1)))
             commit, end = ends()
@@ -870,6 +897,101 @@ def test_streamed_changes_are_rendered_by_the_row_path(tmp_path):
     assert error is None and counts["changes"] == 30
     assert text.count('"subxid":5') == 20 and text.count('"gid":"g"') == 10
     assert counts["written"] == (30 if COMPILED else 0)
+
+
+def test_two_phase_transactions_committed_at_once_are_written_whole(tmp_path):
+    """A two-phase transaction whose Commit Prepared follows its Prepare is written by rows_run in one go,
+    with its gid, as a plain one is (one rolled back at once is taken too, and prints nothing); one
+    committed later, and one whose gid another prepared transaction still holds (which replaces it: the
+    later Commit Prepared then finds none) go to the Python path, with the same text and the same error."""
+    from replwire.codec import BeginPrepare, CommitPrepared, Origin, Prepare, RollbackPrepared
+
+    def insert(i):
+        return Insert(xid=None, relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x")])
+
+    def two_phase(xid, gid, finish, origin=False):
+        at = (LSN(0x1000 * xid), LSN(0x1000 * xid + 8), Timestamp(xid))
+        done = (LSN(0x1000 * xid + 0x800), LSN(0x1000 * xid + 0x808), Timestamp(xid + 1))
+        out = [BeginPrepare(prepare_lsn=at[0], end_lsn=at[1], prepare_time=at[2], xid=xid, gid=gid)]
+        if origin:
+            out.append(Origin(origin_lsn=LSN(0x10), name="elsewhere"))
+        out += [insert(i) for i in range(3)]
+        out.append(Prepare(flags=0, prepare_lsn=at[0], end_lsn=at[1], prepare_time=at[2], xid=xid, gid=gid))
+        if finish == "commit":
+            out.append(CommitPrepared(flags=0, commit_lsn=done[0], end_lsn=done[1], commit_time=done[2], xid=xid,
+                                      gid=gid))
+        elif finish == "rollback":
+            out.append(RollbackPrepared(flags=0, prepare_end_lsn=at[1], rollback_end_lsn=done[1], prepare_time=at[2],
+                                        rollback_time=done[2], xid=xid, gid=gid))
+        return out
+
+    def stream(name, messages):
+        rows = [(0x100 + 0x10 * n, 5, build_message(m, proto_version=4)) for n, m in enumerate(messages)]
+        return write_stream(tmp_path / name, rows, "copy-csv", 4)
+
+    relation = Relation(xid=None, relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=_columns(2))
+    begin = (Begin(final_lsn=LSN(0x900), commit_time=Timestamp(1), xid=4),
+             Commit(flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x910), commit_time=Timestamp(1)))
+    messages = [begin[0], relation, begin[1], *two_phase(10, "a", "commit", origin=True),
+                *two_phase(11, "b\u00e9", "commit"), *two_phase(12, "c", "rollback"), *two_phase(13, "d", "commit")]
+    text, counts, error = same([stream("whole.csv", messages)], 4)
+    assert error is None and counts["transactions"] == 4 and counts["changes"] == 9
+    assert text.count('"origin":"elsewhere","gid":"a"') == 3 and text.count('"gid":"b\u00e9"') == 3
+    assert counts["written"] == (9 if COMPILED else 0)
+    inputs = open_inputs([tmp_path / "whole.csv"], 4)
+    items = list(committed(inputs, rows=False, lines=jsonl.JsonLines(inputs[0].encoding)))
+    assert sum(isinstance(item, Transaction) for item in items) == (1 if COMPILED else 4)  # (the first: its Relation)
+    later = [begin[0], relation, begin[1], *two_phase(10, "a", "later"), *two_phase(11, "a", "commit"),
+             CommitPrepared(flags=0, commit_lsn=LSN(0x20000), end_lsn=LSN(0x20008), commit_time=Timestamp(3), xid=10,
+                            gid="a")]
+    text, counts, error = same([stream("later.csv", later)], 4)
+    assert error is not None and error[0] is RecordError and counts["changes"] == 3
+
+
+@pytest.mark.parametrize("rolled_back", [True, False])
+def test_a_capture_starting_where_a_rollback_ended_is_one_stream(tmp_path, rolled_back):
+    """A two-phase transaction rolled back right after its Prepare (which rows_run takes) completes the
+    position of its Rollback Prepared: a second capture whose slot stood there continues the stream (without
+    the rollback, its start is past what the first reaches, and both paths refuse it alike)."""
+    from replwire.codec import BeginPrepare, Prepare, RollbackPrepared
+    from replwire.codec.stream.snapshot_records import confirmed_record
+
+    relation = Relation(xid=None, relation_id=9, namespace="public", name="t", replica_identity="d",
+                        columns=_columns(2))
+
+    def insert(i):
+        return Insert(xid=None, relation_id=9, new=[TupleColumn.text(str(i)), TupleColumn.text("x")])
+
+    def plain(xid, at):
+        return [Begin(final_lsn=LSN(at), commit_time=Timestamp(1), xid=xid), insert(xid),
+                Commit(flags=0, commit_lsn=LSN(at), end_lsn=LSN(at + 8), commit_time=Timestamp(1))]
+
+    first = [Begin(final_lsn=LSN(0x900), commit_time=Timestamp(1), xid=4), relation,
+             Commit(flags=0, commit_lsn=LSN(0x900), end_lsn=LSN(0x908), commit_time=Timestamp(1)),
+             *plain(5, 0xA00), *plain(6, 0xB00)]
+    if rolled_back:
+        first += [BeginPrepare(prepare_lsn=LSN(0xC00), end_lsn=LSN(0xC08), prepare_time=Timestamp(2), xid=7, gid="g"),
+                  insert(7), Prepare(flags=0, prepare_lsn=LSN(0xC00), end_lsn=LSN(0xC08), prepare_time=Timestamp(2),
+                                     xid=7, gid="g"),
+                  RollbackPrepared(flags=0, prepare_end_lsn=LSN(0xC08), rollback_end_lsn=LSN(0xD08),
+                                   prepare_time=Timestamp(2), rollback_time=Timestamp(3), xid=7, gid="g")]
+    header = CaptureHeader(proto_version=4, server_version=180000)
+    paths = [tmp_path / "a.rwc", tmp_path / "b.rwc"]
+    with CaptureWriter(paths[0], header) as writer:
+        writer.append(0x800, 0, confirmed_record(0x800, True))
+        for n, message in enumerate(first):
+            writer.append(0x900 + n, 0, build_message(message, proto_version=4))
+    with CaptureWriter(paths[1], header) as writer:
+        writer.append(0xD08, 0, confirmed_record(0xD08, True))
+        second = plain(8, 0xE00)
+        for n, message in enumerate([second[0], relation, *second[1:]]):
+            writer.append(0xE00 + n, 0, build_message(message, proto_version=4))
+    text, counts, error = same(paths, 4)
+    if rolled_back:
+        assert error is None and counts["transactions"] == 4 and text.count('"op":"insert"') == 3
+    else:
+        assert error is not None and "not one stream" in error[1]
 
 
 def test_a_relation_changed_inside_a_stream_block_changes_how_values_are_written(tmp_path):

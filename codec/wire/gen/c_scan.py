@@ -29,7 +29,8 @@ from .common import CLASSES, record_class
 __all__ = ["generate"]
 
 #: The messages the compiled row path scans.
-SCANNED = ("Begin", "Commit", "Origin", "Insert", "Update", "Delete")
+SCANNED = ("Begin", "Commit", "Origin", "Insert", "Update", "Delete", "BeginPrepare", "Prepare", "CommitPrepared",
+           "RollbackPrepared")
 
 
 #: What the scans of text fields check them with (and the row writer its text values): strict UTF-8, as
