@@ -292,12 +292,15 @@ class TableRows:
     """Collects the typed change rows of one table shape (``version``) into Arrow batches.
 
     Feed it the :class:`Decoded` changes of that shape (from ``decode_part(..., rows=False)``; the values
-    are read from the wire columns here) -- inserts, updates, deletes, and truncates naming the table.
+    are read from the wire columns here) -- inserts, updates, deletes, and truncates naming the table --
+    and the rows of the compiled column path's runs of cells (:meth:`add_cells`, :func:`table_batches`).
 
     Strategy: a row keeps its wire tuples until the batch is made; then each column is read for all the
-    batch's rows at once (:meth:`ColumnType.values`: text columns are decoded by Arrow, integers in one
-    list), the old tuples' first (``_before``), then the new ones'; a delete's row is its old tuple's values
-    (``if_else`` in Arrow).  The transaction facts are kept once per transaction, as in :class:`ChangeRows`.
+    batch's rows at once, as two Arrow arrays (the values' kinds and bytes, made from the tuples, or taken
+    from a run's cells without a Python object per row): by :attr:`ColumnType.texts` where it reads them all,
+    else value by value (each distinct value once); the old tuples' first (``_before``), then the new ones';
+    a delete's row is its old tuple's values (``if_else`` in Arrow).  The transaction facts are kept once per
+    transaction, as in :class:`ChangeRows`.
     """
 
     def __init__(self, version: RelationVersion, loader: ValueLoader | None = None) -> None:
