@@ -44,7 +44,7 @@ import re
 import struct
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, Update
@@ -168,7 +168,7 @@ def _float_text(data: bytes) -> str | None:
     if data.translate(None, _FLOAT_BYTES):
         return None  # (float() takes spaces and underscores, psycopg's loader does not: the typed value)
     value = float(data)
-    if math.isfinite(value):
+    if value - value == 0.0:  # finite
         return repr(value)
     if math.isinf(value) and data.lstrip(b" +-")[:1] not in (b"I", b"i"):
         return None  # a number past the double's range: psycopg's loader fails on it, the typed value is the text
@@ -199,15 +199,12 @@ def _time_text(data: bytes) -> str | None:
 
 
 def _timestamp_text(data: bytes) -> str | None:
-    if len(data) == 19 and data[10] == 32 and data[:10] in _DAYS_SEEN and data[11:] in _CLOCKS_SEEN:
-        text = data.decode("ascii")  # (whole seconds, a day and a time of day read before: the text with a T)
-        return '"' + text[:10] + "T" + text[11:] + '"'
+    if _TIMESTAMP_WHOLE(data) is not None:  # (the commonest: whole seconds, a day every month has)
+        return '"' + data.replace(b" ", b"T").decode("ascii") + '"'
     match = _TIMESTAMP_PLAIN.fullmatch(data)
     if match is not None and _real_day(match[1]):  # (a real date and time: what fromisoformat would say)
-        _seen(match[1], data[11:19])
         if match[2] is None:  # whole seconds: the text with a T
-            text = data.decode("ascii")
-            return '"' + text[:10] + "T" + text[11:] + '"'
+            return '"' + data.replace(b" ", b"T").decode("ascii") + '"'
         return '"' + _iso_timestamp(data.decode("ascii")) + '"'
     if not _TIMESTAMP_TEXT.fullmatch(data):
         return None
@@ -217,17 +214,16 @@ def _timestamp_text(data: bytes) -> str | None:
 
 
 def _timestamptz_text(data: bytes) -> str | None:
-    if len(data) == 22 and data[19:] == b"+00" and data[10] == 32 and data[:10] in _DAYS_SEEN and \
-            data[11:19] in _CLOCKS_SEEN and _UTC_OFFSET_READS:
-        text = data.decode("ascii")  # (as below: whole seconds in UTC, a day and a time of day read before)
-        return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
-    match = _TIMESTAMPTZ_UTC.fullmatch(data)
-    if match is not None and _real_day(match[1]) and _UTC_OFFSET_READS:  # in UTC, a real date and time
-        _seen(match[1], data[11:19])
-        if match[2] is None:  # whole seconds: the text with a T, and the offset as isoformat writes it
-            text = data.decode("ascii")
-            return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
-        return '"' + _iso_timestamp(data[:-3].decode("ascii")) + '+00:00"'
+    if _UTC_OFFSET_READS:
+        # in UTC, whole seconds, a day every month has (the commonest): the text with a T, and the offset as
+        # isoformat writes it
+        if _TIMESTAMPTZ_WHOLE(data) is not None:
+            return '"' + data.replace(b" ", b"T").decode("ascii") + ':00"'
+        match = _TIMESTAMPTZ_UTC.fullmatch(data)
+        if match is not None and _real_day(match[1]):  # in UTC, a real date and time
+            if match[2] is None:
+                return '"' + data.replace(b" ", b"T").decode("ascii") + ':00"'
+            return '"' + _iso_timestamp(data[:-3].decode("ascii")) + '+00:00"'
     if not _TIMESTAMPTZ_TEXT.fullmatch(data):
         return None
     text = data.decode("ascii")
@@ -248,8 +244,14 @@ def _reads_fractions() -> bool:
 
 
 _FRACTION = rb"(\.\d{1,6})?" if _reads_fractions() else rb"(\.(?!))?"
-_TIMESTAMP_PLAIN = re.compile(rb"(\d{4}-\d{2}-\d{2}) (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION)
-_TIMESTAMPTZ_UTC = re.compile(rb"(\d{4}-\d{2}-\d{2}) (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION + rb"\+00")
+_CLOCK = rb"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+_TIMESTAMP_PLAIN = re.compile(rb"(\d{4}-\d{2}-\d{2}) " + _CLOCK + _FRACTION)
+_TIMESTAMPTZ_UTC = re.compile(rb"(\d{4}-\d{2}-\d{2}) " + _CLOCK + _FRACTION + rb"\+00")
+#: Of those, the ones of whole seconds on a date every month has (years 1 to 9999, days to the 28th), which
+#: fromisoformat reads without a look at the date.
+_EVERY_MONTH_DAY = rb"(?!0000)\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]) "
+_TIMESTAMP_WHOLE = re.compile(_EVERY_MONTH_DAY + _CLOCK).fullmatch
+_TIMESTAMPTZ_WHOLE = re.compile(_EVERY_MONTH_DAY + _CLOCK + rb"\+00").fullmatch
 
 
 def _reads_utc_offset() -> bool:
@@ -261,19 +263,6 @@ def _reads_utc_offset() -> bool:
 
 _UTC_OFFSET_READS = _reads_utc_offset()
 _REAL_DAYS: dict[bytes, bool] = {}
-#: The days (``YYYY-MM-DD``, real) and times of day (``HH:MM:SS``, hours to 23, minutes and seconds to 59) of
-#: the timestamps read so far that match :data:`_TIMESTAMP_PLAIN` or :data:`_TIMESTAMPTZ_UTC`: a timestamp made
-#: of one of each matches too, so the next ones of whole seconds need no match.
-_DAYS_SEEN: set[bytes] = set()
-_CLOCKS_SEEN: set[bytes] = set()
-
-
-def _seen(day: bytes, clock: bytes) -> None:
-    if len(_CLOCKS_SEEN) > 100_000 or len(_DAYS_SEEN) > 100_000:
-        _CLOCKS_SEEN.clear()
-        _DAYS_SEEN.clear()
-    _DAYS_SEEN.add(day)
-    _CLOCKS_SEEN.add(clock)
 
 
 def _real_day(day: bytes) -> bool:
@@ -322,22 +311,29 @@ _BOOL = 16
 
 def _plain_string_array(data: bytes) -> str | None:
     """The JSON list of a one-dimensional array of strings (UTF-8) whose elements array_out writes bare
-    and JSON writes without escapes, as psycopg loads it; else None."""
-    if _PLAIN_STRING_ARRAY.fullmatch(data) is None:
+    and JSON writes without escapes, or NULL, as psycopg loads it; else None."""
+    if _PLAIN_STRING_ARRAY(data) is None:
         return None
-    return '["' + data[1:-1].decode("utf-8").replace(",", '","') + '"]'
+    text = '["' + data[1:-1].decode("utf-8").replace(",", '","') + '"]'
+    return text.replace('"NULL"', "null") if b"NULL" in data else text  # (no element but a NULL is "NULL")
 
 
 def _plain_integer_array(data: bytes) -> str | None:
-    """The JSON list of a one-dimensional array of integers in array_out's form, as psycopg loads it (the
-    same digits); else None."""
-    return "[" + data[1:-1].decode("ascii") + "]" if _PLAIN_INTEGER_ARRAY.fullmatch(data) is not None else None
+    """The JSON list of a one-dimensional array of integers (or NULL) in array_out's form, as psycopg loads
+    it (the same digits); else None."""
+    if _PLAIN_INTEGER_ARRAY(data) is None:
+        return None
+    text = "[" + data[1:-1].decode("ascii") + "]"
+    return text.replace("NULL", "null") if b"NULL" in data else text
 
 
-#: Elements that are no NULL, need no quotes in array_out's text (no quote, backslash, brace, delimiter or
-#: white space) and no escape in JSON (no control character).
-_PLAIN_STRING_ARRAY = re.compile(rb'\{(?!(?i:null)[,}])[^"\\{},\x00-\x20]+(?:,(?!(?i:null)[,}])[^"\\{},\x00-\x20]+)*\}')
-_PLAIN_INTEGER_ARRAY = re.compile(rb"\{(?:0|-?[1-9][0-9]{0,18})(?:,(?:0|-?[1-9][0-9]{0,18}))*\}")
+#: Elements that need no quotes in array_out's text (no quote, backslash, brace, delimiter or white space)
+#: and no escape in JSON (no control character): NULL (array_out's null element, what psycopg loads as None:
+#: a string spelt so is quoted), or a string not spelt so in any case.
+_STRING_ELEMENT = rb'(?:NULL|(?!(?i:null)[,}])[^"\\{},\x00-\x20]+)'
+_PLAIN_STRING_ARRAY = re.compile(rb"\{" + _STRING_ELEMENT + rb"(?:," + _STRING_ELEMENT + rb")*\}").fullmatch
+_INTEGER_ELEMENT = rb"(?:NULL|0|-?[1-9][0-9]{0,18})"
+_PLAIN_INTEGER_ARRAY = re.compile(rb"\{" + _INTEGER_ELEMENT + rb"(?:," + _INTEGER_ELEMENT + rb")*\}").fullmatch
 #: Arrays written from their text without psycopg, where the client encoding is UTF-8, by element OID.
 _PLAIN_ARRAYS: dict[int, Callable[[bytes], str | None]] = {
     **dict.fromkeys((25, 1043, 1042, 19), _plain_string_array), **dict.fromkeys((20, 21, 23), _plain_integer_array)}
@@ -429,19 +425,61 @@ _BINARY_WAYS = {oid: row_ways.BINARY_WAYS[name] for oid, name in {
     1114: "timestamp", 1184: "timestamptz", 1083: "time", 1186: "interval", 1700: "numeric"}.items()}
 
 
+class _Column(NamedTuple):
+    """How :class:`RowJson` writes one column of a relation, its type's OID resolved once."""
+
+    key: str  # the column's name as a JSON string, and ":"
+    name: str
+    is_key: bool
+    way: str  # how its text-format values go (a name of :data:`_WAYS`)
+    text: Callable[[bytes], str | None] | None  # a text value's JSON where it is in the usual form, else None
+    rest: Callable[[bytes], str]  # a text value's JSON where ``text`` gives none (or there is no ``text``)
+    call: Callable[[bytes], str]  # a text value's JSON: ``text``, else ``rest``
+    binary: Callable[[bytes], str]  # a binary value's JSON
+    binary_way: int  # how the compiled writer writes binary values (:data:`_BINARY_WAYS`, 0: not in C)
+    element: int  # an array's element type (0: none the compiled writer writes)
+
+
+def _first(conversion: Callable[[bytes], str | None], rest: Callable[[bytes], str]) -> Callable[[bytes], str]:
+    """``conversion``'s text, and ``rest``'s where it gives None or fails on the value."""
+    def write(data: bytes) -> str:
+        try:
+            text = conversion(data)
+        except _CONVERSION_FAILS:
+            text = None
+        return text if text is not None else rest(data)
+    return write
+
+
+class _Absent:
+    """The columns a tuple narrower than its relation lacks, as a row writer sees them: written not at all."""
+
+    __slots__ = ()
+    kind = None
+    data = None
+
+
+_ABSENT = _Absent()
+
+
+def _fit(columns: Sequence[Any], width: int) -> list[Any]:
+    """A tuple's ``columns`` as wide as its relation: the ones past it left out, the missing ones absent."""
+    return [*columns[:width], *[_ABSENT] * (width - len(columns))]
+
+
 class RowJson:
     """A tuple as JSON text straight from its wire columns: the same text as ``ENCODE`` of the typed row
     (:meth:`ValueLoader.load_row` then :func:`json_value`, unchanged TOAST left out), without the dict.
 
     Strategy: per :class:`RowSchema` (and key-only or not) a small function is written and compiled, one
-    branch per column, each with the column's name already written as a JSON key; text, varchar, bpchar,
-    name, json, jsonb, range, multirange, integer and bool columns in text format skip the typed value (the
-    text is the value: a JSON string, the integer, true or false); float, numeric, uuid, date, time,
-    timestamp(tz), bytea and interval text go through one conversion each that gives the same JSON text
-    where the text has the server's usual form (:data:`_TEXT_CONVERSIONS`); everything else through the
-    typed value.  Where the compiled codec is
-    in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the same per-column
-    plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
+    branch per column, each with the column's name already written as a JSON key, and the row joined at
+    once; text, varchar, bpchar, name, json, jsonb, range, multirange, integer and bool columns in text
+    format skip the typed value (the text is the value: a JSON string, the integer, true or false); float,
+    numeric, uuid, date, time, timestamp(tz), bytea and interval text go through one conversion each that
+    gives the same JSON text where the text has the server's usual form (:data:`_TEXT_CONVERSIONS`), arrays
+    of text and integers through :data:`_PLAIN_ARRAYS`; everything else through the typed value.  Where the
+    compiled codec is in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the
+    same per-column plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
@@ -470,97 +508,64 @@ class RowJson:
                 text: str | None = compiled.rows_row(made[1], columns, only_keys, toasted)
                 if text is not None:
                     return text
+        return self._python(schema, only_keys)(columns, toasted)
+
+    def writers(self, schema: RowSchema) -> tuple[Callable[[Sequence[Any], list[str] | None], str],
+                                                  Callable[[Sequence[Any], list[str] | None], str]]:
+        """What calling this writes of ``schema``'s tuples as two functions of ``(columns, toasted)``: every
+        column, and the key columns; without the look-ups of a call, for a writer of many tuples."""
+        if self._compiled is None:
+            return self._python(schema, False), self._python(schema, True)
+
+        def row(columns: Sequence[Any], toasted: list[str] | None) -> str:
+            return self(schema, columns, toasted=toasted)
+
+        def keys(columns: Sequence[Any], toasted: list[str] | None) -> str:
+            return self(schema, columns, only_keys=True, toasted=toasted)
+        return row, keys
+
+    def _python(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
+        """The Python writer of ``schema``'s tuples (:meth:`_writer`), made once."""
         cached = self._writers.get((id(schema), only_keys))
         if cached is None or cached[0] is not schema:
             if len(self._writers) > 4096:
                 self._writers.clear()
             cached = self._writers[(id(schema), only_keys)] = (schema, self._writer(schema, only_keys))
-        return cached[1](columns, toasted)
-
-    def columns(self, schema: RowSchema) -> list[tuple[str, str, bool, Callable[[bytes], str]]]:
-        """How each column of ``schema`` is written: its JSON key (the name as a JSON string and ``:``), the
-        way its text-format values go (``string``: a JSON string of the text; ``int``: the integer's text;
-        ``bool``: true or false; ``call``: what the function, given the bytes, returns; or one of
-        :data:`_COMPILED_CONVERSIONS`, which the compiled writer does itself where the text has the server's
-        form and the Python writer does as ``call``), whether it is a key column, and that function (the
-        typed value's JSON where a conversion cannot say it exactly)."""
-        return self._columns(schema)[0]
+        return cached[1]
 
     def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str, int, int],
                                                        ...]:
-        """:meth:`columns` as the compiled row path's plans take them (``rows_plan``): the key in UTF-8, the
-        way as a number (:data:`_WAYS`: 1 string, 2 integer, 3 bool, 4 through the function, ...), whether a
-        key column, the function, the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in
-        C) and, for an array, its element type's OID."""
-        loader = self.loader
-        out = []
-        for meta, type_message, (key, way, is_key, call) in zip(schema.relation.columns, schema.types,
-                                                                 self.columns(schema)):
-            oid = loader.resolve(meta.type_id, type_message)
-            binary, element = _BINARY_WAYS.get(oid, 0), 0
-            if not binary and oid is not None:
-                made_of = loader.kind_of(oid)
-                if made_of is not None and made_of[0] == "array" and made_of[1] in _BINARY_WAYS:
-                    binary, element = row_ways.BINARY_ARRAY + _BINARY_WAYS[made_of[1]], made_of[1]
-            out.append((key.encode(), _WAYS[way], is_key, call, meta.name, binary, element))
-        return tuple(out)
+        """How each column of ``schema`` is written, as the compiled row path's plans take them
+        (``rows_plan``): the column's JSON key (its name as a JSON string and ``:``) in UTF-8, the way its
+        text-format values go as a number (:data:`_WAYS`: 1 a JSON string of the text, 2 the integer's text,
+        3 true or false, 4 through the function, or one the compiled writer does itself where the text has
+        the server's form and the function does otherwise), whether a key column, the function (a value's
+        JSON from its text), the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in C)
+        and, for an array, its element type's OID."""
+        return tuple((column.key.encode(), _WAYS[column.way], column.is_key, column.call, column.name,
+                      column.binary_way, column.element) for column in self._plan(schema)[0])
 
-    def _columns(self, schema: RowSchema) -> tuple[list[tuple[str, str, bool, Callable[[bytes], str]]],
-                                                    Callable[..., str]]:
+    def _plan(self, schema: RowSchema) -> tuple[list[_Column], Callable[[str, bytes, int], str]]:
+        """How each column of ``schema`` is written (:class:`_Column`), and the JSON of column ``i``'s typed
+        value from its kind and bytes (``typed(kind, data, i)``)."""
         loader = self.loader
         types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
-
-        # arrays of values that are their own JSON (a list of lists, multi-dimensional) skip json_value
-        plain = [loader.array_element(oid) in _OWN_JSON_ELEMENTS if oid is not None else False
-                 for oid in (loader.resolve(*column) for column in types)]
+        oids = [loader.resolve(*column) for column in types]
+        elements = [loader.array_element(oid) if oid is not None else None for oid in oids]
 
         def typed(kind: str, data: bytes, i: int) -> str:
             value = loader.load(kind, data, *types[i])
-            if value.__class__ in _OWN_JSON or (value.__class__ is list and plain[i]):
+            # (arrays of values that are their own JSON, a list of lists if multi-dimensional, skip json_value)
+            if value.__class__ in _OWN_JSON or (value.__class__ is list and elements[i] in _OWN_JSON_ELEMENTS):
                 return _encode(value)
             return _encode(json_value(value))
 
-        def converter(oid: int, i: int) -> Callable[[bytes], str]:
-            conversion = _TEXT_CONVERSIONS[oid]
-
-            def convert(data: bytes) -> str:
-                try:
-                    text = conversion(data)
-                except _CONVERSION_FAILS:
-                    text = None
-                return text if text is not None else typed("t", data, i)
-            return convert
-
-        out = []
-        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
-            oid = loader.resolve(meta.type_id, type_message)
-            way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
-                   else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
-            if way == "call" and oid is not None:
-                made_of = loader.kind_of(oid)
-                if made_of is not None and made_of[0] == "array" and made_of[1] in _COMPILED_ELEMENTS:
-                    way = "array of " + _COMPILED_ELEMENTS[made_of[1]]
-            call = converter(oid, i) if oid in _TEXT_CONVERSIONS else functools.partial(typed, "t", i=i)
-            out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
-        return out, typed
-
-    def _text_calls(self, schema: RowSchema, columns: list[tuple[str, str, bool, Callable[[bytes], str]]],
-                    typed: Callable[..., str]) -> list[Callable[[bytes], str]]:
-        """How the Python writer writes each column's text-format values it does not write inline: as
-        :meth:`columns` says, but an array of text, integers or bool straight from psycopg's array loader (its
-        list is its own JSON), without :meth:`ValueLoader.load`'s cases for other types."""
-        loader = self.loader
-
-        def array_writer(array_loader: Any, i: int, plain: Callable[[bytes], str | None] | None
-                         ) -> Callable[[bytes], str]:
+        def array(oid: int, i: int) -> Callable[[bytes], str]:
+            # an array of text, integers or bool straight from psycopg's array loader (its list is its own
+            # JSON), without ValueLoader.load's cases for other types; psycopg imported at the first such
+            # value (the plain arrays are written without it)
             def write(data: bytes) -> str:
-                if plain is not None:
-                    try:
-                        text = plain(data)
-                    except UnicodeDecodeError:
-                        text = None
-                    if text is not None:
-                        return text
+                array_loader = loader.text_loader(oid)
                 try:
                     value = array_loader.load(data)
                 except Exception:  # noqa: BLE001 - a value psycopg refuses: the typed value keeps it whole
@@ -568,141 +573,74 @@ class RowJson:
                 return _encode(value) if value.__class__ is list else typed("t", data, i)
             return write
 
-        calls = []
-        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
-            oid = loader.resolve(meta.type_id, type_message)
-            element = loader.array_element(oid) if oid is not None else None
-            if oid is not None and element in _OWN_JSON_ELEMENTS:
-                plain = _PLAIN_ARRAYS.get(element) if loader.encoding == "utf-8" else None
-                calls.append(array_writer(loader.text_loader(oid), i, plain))
-            else:
-                calls.append(columns[i][3])
-        return calls
-
-    def _binary_conversions(self, schema: RowSchema) -> list[Callable[[bytes], str | None] | None]:
-        """Each column's conversion of binary-format ('b') values (:data:`_BINARY_CONVERSIONS`), or None."""
-        loader = self.loader
-        conversions: list[Callable[[bytes], str | None] | None] = []
-        for meta, type_message in zip(schema.relation.columns, schema.types):
-            oid = loader.resolve(meta.type_id, type_message)
+        out = []
+        for i, (meta, oid, element) in enumerate(zip(schema.relation.columns, oids, elements)):
+            made_of = loader.kind_of(oid) if oid is not None else None
+            array_of = made_of[1] if made_of is not None and made_of[0] == "array" else None
+            way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
+                   else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
+            if way == "call" and array_of in _COMPILED_ELEMENTS:
+                way = "array of " + _COMPILED_ELEMENTS[array_of]
+            text: Callable[[bytes], str | None] | None = None
+            rest: Callable[[bytes], str] = functools.partial(typed, "t", i=i)
+            if oid is not None and oid in _TEXT_CONVERSIONS:
+                text = _TEXT_CONVERSIONS[oid]
+            elif oid is not None and element in _OWN_JSON_ELEMENTS:
+                text = _PLAIN_ARRAYS.get(element) if loader.encoding == UTF8 else None
+                rest = array(oid, i)
             conversion = _BINARY_CONVERSIONS.get(oid) if oid is not None else None
             if oid in _BINARY_TEXT_CONVERSIONS:
                 conversion = functools.partial(_BINARY_TEXT_CONVERSIONS[oid], codec=loader.encoding)
-            conversions.append(conversion)
-        return conversions
+            typed_binary = functools.partial(typed, "b", i=i)
+            binary_way, element_oid = _BINARY_WAYS.get(oid, 0), 0
+            if not binary_way and array_of is not None and array_of in _BINARY_WAYS:
+                binary_way, element_oid = row_ways.BINARY_ARRAY + _BINARY_WAYS[array_of], array_of
+            out.append(_Column(_STRING(meta.name) + ":", meta.name, bool(meta.flags & 1), way, text, rest,
+                               _first(text, rest) if text is not None else rest,
+                               _first(conversion, typed_binary) if conversion is not None else typed_binary,
+                               binary_way, element_oid))
+        return out, typed
 
     def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
-        """The function that writes a tuple of ``schema`` (``only_keys``: its key columns): first, where the
-        tuple is as wide as the relation, every column into a local of its own and the object joined at once
-        (an unchanged TOASTed value, or a kind the stream cannot have, gives up on that: :class:`_Other`),
-        then, for the rest, column by column."""
-        lines = ["def write(columns, toasted):"]
-        columns, typed = self._columns(schema)
-        binary = self._binary_conversions(schema)
-        text: list[Callable[[bytes], str | None] | None] = []
-        for meta, type_message in zip(schema.relation.columns, schema.types):
-            oid = self.loader.resolve(meta.type_id, type_message)
-            text.append(_TEXT_CONVERSIONS.get(oid) if oid is not None else None)
-        encoding = self.loader.encoding
-
-        def converted(kind: str, conversions: str, i: int, key: str) -> list[str]:
-            # a conversion in place (no call around it), the typed value where it cannot say the value
-            return [f"            try: text = {conversions}[{i}](column.data)",
-                    "            except _FAILS: text = None",
-                    f"            append({key!r} + (text if text is not None else _typed({kind!r}, column.data, {i})))"]
-
-        def binary_call(i: int) -> Callable[[bytes], str]:
-            conversion = binary[i]
-
-            def write(data: bytes) -> str:
-                text = None
-                if conversion is not None:
-                    try:
-                        text = conversion(data)
-                    except _CONVERSION_FAILS:
-                        text = None
-                return text if text is not None else typed("b", data, i)
-            return write
-
-        # -- every column at once
-        kept = [i for i, (_, _, is_key, _) in enumerate(columns) if is_key or not only_keys]
-        width = len(columns)
-        if kept:
-            lines += [f"    if len(columns) == {width}:",
-                      "        " + ", ".join(f"c{i}" for i in range(width)) + (", = columns" if width == 1 else
-                                                                                 " = columns"),
-                      "        try:"]
+        """The function that writes a tuple of ``schema`` (``only_keys``: its key columns): every column's
+        JSON into a local of its own, then the object joined at once -- without the columns whose value is
+        an unchanged TOASTed one (named in ``toasted``) or absent (a tuple narrower than its relation)."""
+        plan, typed = self._plan(schema)
+        kept = [i for i, column in enumerate(plan) if column.is_key or not only_keys]
+        namespace: dict[str, Any] = {"_string": _STRING, "_FAILS": _CONVERSION_FAILS, "_fit": _fit, "_typed": typed,
+                                     "_keys": tuple(plan[i].key for i in kept)}
+        if not kept:
+            lines = ["def write(columns, toasted):", "    return '{}'"]
+        else:
+            width = len(plan)
+            lines = ["def write(columns, toasted):",
+                     f"    if len(columns) != {width}: columns = _fit(columns, {width})",
+                     "    " + "".join(f"c{i}, " if i in kept else "_, " for i in range(width)) + "= columns",
+                     "    u = False"]
             for i in kept:
-                way = columns[i][1]
-                c, v = f"c{i}", f"v{i}"
-                lines.append(f"            k = {c}.kind")
-                if way == "string":
-                    lines.append(f"            if k == 't': {v} = _string({c}.data.decode({encoding!r}))")
-                elif way == "int":
-                    lines.append(f"            if k == 't': {v} = str(int({c}.data))")
-                elif way == "bool":
-                    lines.append(f"            if k == 't': {v} = ('true' if {c}.data == b't' else 'false' if "
-                                 f"{c}.data == b'f' else _calls[{i}]({c}.data))")
-                elif text[i] is not None:
-                    # the conversion's common case inline (the same text), the conversion itself otherwise
-                    conversion = text[i]
-                    if conversion is _float_text:
-                        call = (f"repr(f) if not {c}.data.translate(None, _float_bytes) and "
-                                f"(f := float({c}.data)) - f == 0.0 else _t{i}({c}.data)")
-                    elif conversion is _numeric_text:
-                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _numeric({c}.data) else _t{i}({c}.data)"
-                    elif conversion is _uuid_text:
-                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _uuid({c}.data) else _t{i}({c}.data)"
-                    else:
-                        call = f"_t{i}({c}.data)"
-                    lines += ["            if k == 't':",
-                              f"                try: {v} = {call}",
-                              f"                except _FAILS: {v} = None",
-                              f"                if {v} is None: {v} = _typed('t', {c}.data, {i})"]
-                else:
-                    lines.append(f"            if k == 't': {v} = _c{i}({c}.data)")
-                lines += [f"            elif k == 'n': {v} = 'null'",
-                          f"            elif k == 'b': {v} = _b{i}({c}.data)",
-                          "            else: raise _Other"]
-            lines.append("        except _Other: pass")
-            joined: list[str] = []
+                column = plan[i]
+                c = f"c{i}"
+                namespace[f"_t{i}"], namespace[f"_r{i}"] = column.text, column.rest
+                namespace[f"_c{i}"], namespace[f"_b{i}"] = column.call, column.binary
+                lines += [f"    k = {c}.kind", "    if k == 't':",
+                          *("        " + line for line in _text_lines(column, i, self.loader.encoding)),
+                          f"    elif k == 'n': v{i} = 'null'",
+                          f"    elif k == 'b': v{i} = _b{i}({c}.data)",
+                          "    elif k == 'u':",
+                          f"        v{i} = None",
+                          "        u = True",
+                          f"        if toasted is not None: toasted.append({column.name!r})",
+                          "    elif k is None:",
+                          f"        v{i} = None",
+                          "        u = True",
+                          f"    else: v{i} = _typed(k, {c}.data, {i})"]
+            values = "".join(f"v{i}, " for i in kept)
+            lines.append("    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
+                         ")) if value is not None]) + '}'")
+            joined = []
             for n, i in enumerate(kept):
-                joined += [repr(("{" if n == 0 else ",") + columns[i][0]), f"v{i}"]
-            lines.append("        else: return ''.join((" + ", ".join(joined) + ", '}'))")
-        # -- column by column
-        lines += ["    parts = []", "    append = parts.append", "    n = len(columns)"]
-        for i, (meta, (key, way, is_key, _)) in enumerate(zip(schema.relation.columns, columns)):
-            if only_keys and not is_key:
-                continue
-            lines += [f"    if n > {i}:",
-                      f"        column = columns[{i}]",
-                      "        kind = column.kind"]
-            if way == "string":
-                decode = f"column.data.decode({encoding!r})"
-                lines.append(f"        if kind == 't': append({key!r} + _string({decode}))")
-            elif way == "int":
-                lines.append(f"        if kind == 't': append({key!r} + str(int(column.data)))")
-            elif way == "bool":
-                lines.append(f"        if kind == 't': append({key!r} + ('true' if column.data == b't' else 'false' "
-                             f"if column.data == b'f' else _calls[{i}](column.data)))")
-            elif text[i] is not None:
-                lines += ["        if kind == 't':", *converted("t", "_text", i, key)]
-            else:
-                lines.append(f"        if kind == 't': append({key!r} + _calls[{i}](column.data))")
-            lines += [f"        elif kind == 'n': append({key + 'null'!r})",
-                      "        elif kind == 'u':",
-                      f"            if toasted is not None: toasted.append({meta.name!r})"]
-            if binary[i] is not None:
-                lines += ["        elif kind == 'b':", *converted("b", "_binary", i, key)]
-            lines.append(f"        else: append({key!r} + _typed(kind, column.data, {i}))")
-        lines.append("    return '{' + ','.join(parts) + '}'")
-        calls = self._text_calls(schema, columns, typed)
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_FAILS": _CONVERSION_FAILS,
-                                     "_calls": calls, "_text": text, "_binary": binary, "_Other": _Other,
-                                     "_numeric": _NUMERIC_TEXT.fullmatch, "_uuid": _UUID_TEXT.fullmatch,
-                                     "_float_bytes": _FLOAT_BYTES}
-        for i in range(width):
-            namespace[f"_t{i}"], namespace[f"_c{i}"], namespace[f"_b{i}"] = text[i], calls[i], binary_call(i)
+                joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
+            lines.append("    return ''.join((" + ", ".join(joined) + ", '}'))")
         source = "\n".join(lines)
         code = _WRITER_CODE.get(source)
         if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
@@ -714,12 +652,24 @@ class RowJson:
         return write
 
 
+def _text_lines(column: _Column, i: int, encoding: str) -> list[str]:
+    """The statements of a row writer that put the JSON of its column ``i``'s text value (in ``c{i}``) into
+    ``v{i}``: the text as it is for the ways that need nothing else, ``text`` without a call around it."""
+    c, v = f"c{i}", f"v{i}"
+    if column.way == "string":
+        return [f"{v} = _string({c}.data.decode({encoding!r}))"]
+    if column.way == "int":
+        return [f"{v} = str(int({c}.data))"]
+    if column.way == "bool":
+        return [f"d = {c}.data", f"{v} = 'true' if d == b't' else 'false' if d == b'f' else _c{i}(d)"]
+    if column.text is not None:
+        return [f"d = {c}.data", f"try: {v} = _t{i}(d)", f"except _FAILS: {v} = None",
+                f"if {v} is None: {v} = _r{i}(d)"]
+    return [f"{v} = _c{i}({c}.data)"]
+
+
 #: The row writers' sources compiled so far: the code of each (what it refers to is each writer's own).
 _WRITER_CODE: dict[str, Any] = {}
-
-
-class _Other(Exception):  # noqa: N818 - not an error: the way out of a row writer's every-column-at-once part
-    """A column the first part of a row writer leaves to the second (an unchanged TOASTed value, say)."""
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
@@ -821,7 +771,16 @@ class JsonLines:
     def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
         self.rows = rows or RowJson(ValueLoader(encoding))
         self.maker = ChangeMaker(rows=False, encoding=encoding)
-        self._starts: dict[tuple[int, str], tuple[Any, str]] = {}
+        # id(row schema) -> the schema, the starts of its insert's, update's and delete's lines, and the
+        # writers of its tuples (RowJson.writers)
+        self._shapes: dict[int, tuple[Any, ...]] = {}
+
+    def _shape(self, schema: RowSchema) -> tuple[Any, ...]:
+        if len(self._shapes) > 4096:
+            self._shapes.clear()
+        shape = self._shapes[id(schema)] = (schema, *(_start(schema, op) for op in ("insert", "update", "delete")),
+                                            *self.rows.writers(schema))
+        return shape
 
     def __call__(self, item: Transaction | Change) -> Iterator[str | bytes]:
         """The lines of ``item``, one at a time (a spilled transaction is read back as they are taken); the
@@ -834,47 +793,43 @@ class JsonLines:
         shared = _transaction_fields(item)
         tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
         xid = f"{item.xid}" if item.xid is not None else "null"
-        streamed, rows, starts = item.streamed, self.rows, self._starts
+        streamed, shapes = item.streamed, self._shapes
         joined: tuple[bytes, bytes] | None = None  # the xid and tail rows_join puts into Rendered lines
         for message, schema, lsn, subxid in item.changes.wire():
-            if message.__class__ is Rendered:
+            cls = message.__class__
+            if cls is Rendered:
                 assert isinstance(message, Rendered) and COMPILED is not None  # (only the compiled path renders)
                 if joined is None:
                     joined = (xid.encode(), tail.encode())
                 yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
                 continue
-            assert not isinstance(message, Rendered)
-            op = _OPS.get(message.__class__)
-            if op is None:  # a truncate or a logical message
+            if cls is not Insert and cls is not Update and cls is not Delete:  # a truncate or a logical message
+                assert not isinstance(message, Rendered)
                 change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
                                            subxid if streamed else None)
                 for obj in _change_objects(change, shared, streamed):
                     yield ENCODE(obj)
                 continue
-            cached = starts.get((id(schema), op))
-            if cached is None or cached[0] is not schema:
-                if len(starts) > 4096:
-                    starts.clear()
-                cached = starts[(id(schema), op)] = (schema, _start(schema, op))
-            parts = [cached[1], xid, ',"lsn":', f'"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else "null",
-                     tail]
+            shape = shapes.get(id(schema))
+            if shape is None or shape[0] is not schema:
+                shape = self._shape(schema)
+            _, inserts, updates, deletes, row, keys = shape
+            line = ((inserts if cls is Insert else updates if cls is Update else deletes) + xid +
+                    (f',"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else ',"lsn":null') + tail)
             if streamed:
-                parts.append(f',"subxid":{subxid}')
-            toasted: list[str] = []
+                line += f',"subxid":{subxid}'
             dml: Any = message  # an Insert, Update or Delete: the tuples each has
-            new = dml.new if op != "delete" else None
-            if new is not None:
-                parts += (',"new":', rows(schema, new, toasted=toasted))
-            key, old = (dml.key, dml.old) if op != "insert" else (None, None)
-            if key is not None:
-                parts += (',"key":', rows(schema, key, only_keys=True))
-            elif old is not None:
-                parts += (',"old":', rows(schema, old), ',"key":', rows(schema, old, only_keys=True))
+            toasted: list[str] = []
+            if cls is not Delete and dml.new is not None:
+                line += ',"new":' + row(dml.new, toasted)
+            if cls is not Insert:
+                if dml.key is not None:
+                    line += ',"key":' + keys(dml.key, None)
+                elif dml.old is not None:
+                    line += ',"old":' + row(dml.old, None) + ',"key":' + keys(dml.old, None)
             if toasted:
-                parts += (',"unchanged_toast":', ENCODE(toasted))
-            parts.append("}")
-            yield "".join(parts)
-
+                line += ',"unchanged_toast":' + ENCODE(toasted)
+            yield line + "}"
 
     def compiled_events(self) -> None:
         """JSON lines, not Debezium's events (see :class:`~replwire.codec.decode.RowWriter`)."""
@@ -898,7 +853,6 @@ def _start(schema: RowSchema, op: str) -> str:
             f'"table":{_STRING(relation.name)},"xid":')
 
 
-_OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 #: The text ways by name (row_ways.TEXT_WAYS, and "array of" an element's).
 _WAYS = {**row_ways.TEXT_WAYS, **{f"array of {way}": row_ways.ARRAY + row_ways.TEXT_WAYS[way]
                                   for way in row_ways.ARRAY_ELEMENTS}}
