@@ -181,6 +181,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed
+    kinds = snapshot_records.KINDS
     sections = _Sections(inputs[0], typed)
     last_end = -1
     reach = Reach()  # (last_end, and the prepares' and rollbacks' ends: checks each capture's start)
@@ -203,13 +204,14 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     continue
                 offset, lsn, _, data = record
                 number += 1
-                if data and data[0] in snapshot_records.KINDS:
-                    if data[0] == snapshot_records.CONFIRMED:
+                tag = data[0] if data else -1
+                if tag in kinds:
+                    if tag == snapshot_records.CONFIRMED:
                         reach.confirmed(source.path, data, last_end, offset)
                     yield from sections.feed(data, lsn)
                     continue
                 items = feed(data, lsn=lsn or None)
-                if data and data[0] in _ENDS_QUIETLY:  # completes a position, and gives no item for it
+                if tag in _ENDS_QUIETLY:  # completes a position, and gives no item for it
                     message = assembler.decoder.last_message
                     at = message_completes(message) if message is not None else None
                     if at is not None and at > reach.position:

@@ -164,12 +164,19 @@ _UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 _FLOAT_BYTES = b"0123456789.+-eENaIinfty"
 
 
+#: float_out's words, as the typed value's JSON
+_FLOAT_WORDS = {b"NaN": '"NaN"', b"Infinity": '"Infinity"', b"-Infinity": '"-Infinity"'}
+
+
 def _float_text(data: bytes) -> str | None:
     if data.translate(None, _FLOAT_BYTES):
         return None  # (float() takes spaces and underscores, psycopg's loader does not: the typed value)
     value = float(data)
     if value - value == 0.0:  # finite
         return repr(value)
+    word = _FLOAT_WORDS.get(data)
+    if word is not None:
+        return word
     if math.isinf(value) and data.lstrip(b" +-")[:1] not in (b"I", b"i"):
         return None  # a number past the double's range: psycopg's loader fails on it, the typed value is the text
     return _STRING(json_value(value))
@@ -791,7 +798,11 @@ class JsonLines:
                 yield ENCODE(obj)
             return
         shared = _transaction_fields(item)
-        tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
+        # (the keys after "xid", in their order: the commit's LSN and time, then origin and gid if any)
+        tail = f',"commit_lsn":{_STRING(shared["commit_lsn"])},"commit_time":{_encode(shared["commit_time"])}'
+        if len(shared) > 3:
+            tail += "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items()
+                            if name not in _COMMIT_FIELDS)
         xid = f"{item.xid}" if item.xid is not None else "null"
         streamed, shapes = item.streamed, self._shapes
         joined: tuple[bytes, bytes] | None = None  # the xid and tail rows_join puts into Rendered lines
@@ -814,14 +825,17 @@ class JsonLines:
             if shape is None or shape[0] is not schema:
                 shape = self._shape(schema)
             _, inserts, updates, deletes, row, keys = shape
-            line = ((inserts if cls is Insert else updates if cls is Update else deletes) + xid +
-                    (f',"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else ',"lsn":null') + tail)
+            start = inserts if cls is Insert else updates if cls is Update else deletes
+            if lsn is not None:
+                line = f'{start}{xid},"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"{tail}'
+            else:
+                line = f'{start}{xid},"lsn":null{tail}'
             if streamed:
                 line += f',"subxid":{subxid}'
             dml: Any = message  # an Insert, Update or Delete: the tuples each has
             toasted: list[str] = []
             if cls is not Delete and dml.new is not None:
-                line += ',"new":' + row(dml.new, toasted)
+                line = f'{line},"new":{row(dml.new, toasted)}'
             if cls is not Insert:
                 if dml.key is not None:
                     line += ',"key":' + keys(dml.key, None)
@@ -844,6 +858,10 @@ class JsonLines:
         columns (:meth:`RowJson.plan_columns`); all as :meth:`__call__` writes them."""
         starts = tuple(_start(schema, op).encode() for op in ("insert", "update", "delete"))
         return starts, self.rows.plan_columns(schema)
+
+
+#: The keys of :func:`_transaction_fields` every transaction has.
+_COMMIT_FIELDS = frozenset(("xid", "commit_lsn", "commit_time"))
 
 
 def _start(schema: RowSchema, op: str) -> str:
