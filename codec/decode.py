@@ -177,7 +177,12 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     With ``lines`` (the :class:`RowWriter` the caller writes the items with), the compiled row path, where
     the compiled codec is in use, writes for UTF-8 inputs the plain transactions itself -- they come as
     :class:`Written` lines (the same text), not as items -- and renders the changes inside the others into
-    their buffers (the writer finishes them at their commit)."""
+    their buffers (the writer finishes them at their commit); where the Python codec is, and ``lines`` writes
+    JSON lines, :class:`~replwire.codec.stream.jsonl.PlainRuns` does the same in Python: the plain
+    transactions come as :class:`Written` lines, and the row changes of stream blocks go into their
+    transactions' buffers as rendered runs."""
+    from .stream.jsonl import JsonLines, PlainRun, PlainRuns
+
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed
@@ -188,10 +193,12 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     for source in inputs:
         if source.index:
             assembler.resume()
-        path: _RowPath | None = None
+        path: _RowPath | PlainRuns | None = None
         if lines is not None and COMPILED is not None and source.encoding == UTF8:
             path = _RowPath(source, assembler, lines, COMPILED)
             path.last_end = last_end
+        elif isinstance(lines, JsonLines) and source.encoding == UTF8:
+            path = PlainRuns(read_records(source, raw=True), lines, assembler, last_end)
         reading: Any = path if path is not None else read_records(source, raw=True)
         number = 0
         try:
@@ -201,6 +208,12 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     if path is not None:
                         last_end = path.last_end
                     yield record
+                    continue
+                if record.__class__ is PlainRun:
+                    number += record.records
+                    if path is not None:
+                        last_end = path.last_end
+                    yield Written(record.data, record.records, 1 - record.repeated, record.changes, record.repeated)
                     continue
                 offset, lsn, _, data = record
                 number += 1

@@ -47,11 +47,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ...schema.encodings import UTF8
-from ..messages import Delete, Insert, Update
+from ..messages import Begin, Commit, Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
 from ..wire.gen import row_ways
-from .assembler import Change, ChangeMaker, Rendered, Transaction
+from .assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
+from .decoder import IDLE, STREAM, Decoder
 from .server_text import server_text
 from .value_types import (
     UNCHANGED_TOAST,
@@ -492,6 +493,7 @@ class RowJson:
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.loader = loader or ValueLoader()
         self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
+        self._bytes_writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., tuple[str, int]]]] = {}
         # the compiled row path's writer (``rows_row``), for UTF-8 text, and its plan per schema
         self._compiled = COMPILED if COMPILED is not None and self.loader.encoding == UTF8 else None
         self._plans: dict[int, tuple[RowSchema, Any]] = {}
@@ -630,7 +632,7 @@ class RowJson:
                 namespace[f"_t{i}"], namespace[f"_r{i}"] = column.text, column.rest
                 namespace[f"_c{i}"], namespace[f"_b{i}"] = column.call, column.binary
                 lines += [f"    k = {c}.kind", "    if k == 't':",
-                          *("        " + line for line in _text_lines(column, i, self.loader.encoding)),
+                          *("        " + line for line in _text_lines(column, i, self.loader.encoding, f"{c}.data")),
                           f"    elif k == 'n': v{i} = 'null'",
                           f"    elif k == 'b': v{i} = _b{i}({c}.data)",
                           "    elif k == 'u':",
@@ -648,31 +650,111 @@ class RowJson:
             for n, i in enumerate(kept):
                 joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
             lines.append("    return ''.join((" + ", ".join(joined) + ", '}'))")
-        source = "\n".join(lines)
-        code = _WRITER_CODE.get(source)
-        if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
-            if len(_WRITER_CODE) > 1024:
-                _WRITER_CODE.clear()
-            code = _WRITER_CODE[source] = compile(source, "<replwire.codec.stream.jsonl: row writer>", "exec")
-        exec(code, namespace)  # noqa: S102
-        write: Callable[..., str] = namespace["write"]
-        return write
+        return _compiled(lines, namespace)
+
+    def bytes_writer(self, schema: RowSchema, only_keys: bool) -> Callable[[bytes, int, list[str] | None],
+                                                                            tuple[str, int]]:
+        """What calling this writes of a tuple of ``schema``, read from a message's bytes: a function of the
+        bytes, the offset of the tuple's column count and ``toasted``, that gives the JSON and the offset
+        after the tuple; it raises :class:`Declined` where the tuple is not one of the relation's width in
+        the server's form (the parsed message's way writes it then).  Made once per schema."""
+        cached = self._bytes_writers.get((id(schema), only_keys))
+        if cached is None or cached[0] is not schema:
+            if len(self._bytes_writers) > 4096:
+                self._bytes_writers.clear()
+            cached = self._bytes_writers[(id(schema), only_keys)] = (schema,
+                                                                     self._bytes_writer(schema, only_keys))
+        return cached[1]
+
+    def _bytes_writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., tuple[str, int]]:
+        """:meth:`_writer` reading the columns from the bytes (see :meth:`bytes_writer`)."""
+        plan, typed = self._plan(schema)
+        width = len(plan)
+        kept = [i for i, column in enumerate(plan) if column.is_key or not only_keys]
+        namespace: dict[str, Any] = {"_string": _STRING, "_FAILS": _CONVERSION_FAILS, "_typed": typed,
+                                     "_keys": tuple(plan[i].key for i in kept), "_Declined": Declined,
+                                     "_count": _COUNT, "_length": _LENGTH}
+        lines = ["def write(data, p, toasted):",
+                 f"    if _count(data, p)[0] != {width}: raise _Declined",
+                 "    p += 2",
+                 "    u = False"]
+        for i, column in enumerate(plan):
+            if i not in kept:  # (passed over)
+                lines += ["    k = data[p]",
+                          "    if k == 116 or k == 98: p += 5 + _length(data, p + 1)[0]",
+                          "    elif k == 110 or k == 117: p += 1",
+                          "    else: raise _Declined"]
+                continue
+            namespace[f"_t{i}"], namespace[f"_r{i}"] = column.text, column.rest
+            namespace[f"_c{i}"], namespace[f"_b{i}"] = column.call, column.binary
+            lines += ["    k = data[p]",
+                      "    if k == 116 or k == 98:",
+                      "        q = p + 5 + _length(data, p + 1)[0]",
+                      "        if q > len(data): raise _Declined",
+                      "        s = data[p + 5:q]",
+                      "        p = q",
+                      "        if k == 116:",
+                      *("            " + line for line in _text_lines(column, i, self.loader.encoding, "s")),
+                      f"        else: v{i} = _b{i}(s)",
+                      "    elif k == 110:",
+                      f"        v{i} = 'null'",
+                      "        p += 1",
+                      "    elif k == 117:",
+                      f"        v{i} = None",
+                      "        u = True",
+                      "        p += 1",
+                      f"        if toasted is not None: toasted.append({column.name!r})",
+                      "    else: raise _Declined"]
+        if not kept:
+            lines.append("    return '{}', p")
+        else:
+            values = "".join(f"v{i}, " for i in kept)
+            lines.append("    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
+                         ")) if value is not None]) + '}', p")
+            joined = []
+            for n, i in enumerate(kept):
+                joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
+            lines.append("    return ''.join((" + ", ".join(joined) + ", '}')), p")
+        return _compiled(lines, namespace)
 
 
-def _text_lines(column: _Column, i: int, encoding: str) -> list[str]:
-    """The statements of a row writer that put the JSON of its column ``i``'s text value (in ``c{i}``) into
-    ``v{i}``: the text as it is for the ways that need nothing else, ``text`` without a call around it."""
-    c, v = f"c{i}", f"v{i}"
+def _compiled(lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
+    """The function ``write`` the source ``lines`` define, run in ``namespace``."""
+    source = "\n".join(lines)
+    code = _WRITER_CODE.get(source)
+    if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
+        if len(_WRITER_CODE) > 1024:
+            _WRITER_CODE.clear()
+        code = _WRITER_CODE[source] = compile(source, "<replwire.codec.stream.jsonl: row writer>", "exec")
+    exec(code, namespace)  # noqa: S102
+    write: Callable[..., Any] = namespace["write"]
+    return write
+
+
+class Declined(Exception):  # noqa: N818 - not an error: the way back to the parsed messages
+    """What a bytes writer (:meth:`RowJson.bytes_writer`) or :meth:`JsonLines.plain` leaves to the way through
+    parsed messages."""
+
+
+_COUNT = struct.Struct(">H").unpack_from
+_LENGTH = struct.Struct(">L").unpack_from
+
+
+def _text_lines(column: _Column, i: int, encoding: str, data: str) -> list[str]:
+    """The statements of a row writer that put the JSON of its column ``i``'s text value (the bytes ``data``,
+    an expression) into ``v{i}``: the text as it is for the ways that need nothing else, ``text`` without a
+    call around it."""
+    v = f"v{i}"
     if column.way == "string":
-        return [f"{v} = _string({c}.data.decode({encoding!r}))"]
+        return [f"{v} = _string({data}.decode({encoding!r}))"]
     if column.way == "int":
-        return [f"{v} = str(int({c}.data))"]
+        return [f"{v} = str(int({data}))"]
     if column.way == "bool":
-        return [f"d = {c}.data", f"{v} = 'true' if d == b't' else 'false' if d == b'f' else _c{i}(d)"]
+        return [f"d = {data}", f"{v} = 'true' if d == b't' else 'false' if d == b'f' else _c{i}(d)"]
     if column.text is not None:
-        return [f"d = {c}.data", f"try: {v} = _t{i}(d)", f"except _FAILS: {v} = None",
+        return [f"d = {data}", f"try: {v} = _t{i}(d)", f"except _FAILS: {v} = None",
                 f"if {v} is None: {v} = _r{i}(d)"]
-    return [f"{v} = _c{i}({c}.data)"]
+    return [f"{v} = _c{i}({data})"]
 
 
 #: The row writers' sources compiled so far: the code of each (what it refers to is each writer's own).
@@ -695,7 +777,7 @@ def change_objects(change: Change, transaction: Transaction | None) -> list[dict
 def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
     """The keys every change of ``transaction`` shares (made once per transaction, not once per change)."""
     out: dict[str, Any] = {"xid": transaction.xid, "commit_lsn": str(transaction.commit_lsn),
-                           "commit_time": json_value(_commit_datetime(transaction))}
+                           "commit_time": _commit_time(transaction.commit_time)}
     if transaction.origin is not None:
         out["origin"] = transaction.origin[0]
     if transaction.gid is not None:
@@ -748,11 +830,17 @@ def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool
     return out
 
 
-def _commit_datetime(transaction: Transaction) -> Any:
+def _commit_time(commit_time: Any) -> Any:
+    """A commit's time as its JSON value: ISO 8601, or the wire integer where a datetime cannot hold it."""
     try:
-        return transaction.commit_time.to_datetime()
+        return json_value(commit_time.to_datetime())
     except ValueError:
-        return int(transaction.commit_time)
+        return int(commit_time)
+
+
+def _commit_keys(commit_lsn: str, commit_time: Any) -> str:
+    """The ``commit_lsn`` and ``commit_time`` keys of a line, after its ``xid``."""
+    return f',"commit_lsn":{_STRING(commit_lsn)},"commit_time":{_encode(commit_time)}'
 
 
 def objects(item: Transaction | Change) -> Iterator[dict[str, Any]]:
@@ -773,11 +861,16 @@ class JsonLines:
     written once; per relation and operation, the line's start; each row image comes from :class:`RowJson`.
     The changes come from :meth:`~replwire.codec.stream.assembler.Changes.wire` (an Assembler made with
     ``rows=False`` makes no row dicts); truncates and logical messages, rare, go through :func:`objects`.
+    Under the Python codec, :class:`PlainRuns` has the same lines written straight from the messages' bytes
+    (:meth:`plain`, :meth:`body`), without parsed messages: what the compiled row path does in C.
     """
 
     def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
         self.rows = rows or RowJson(ValueLoader(encoding))
         self.maker = ChangeMaker(rows=False, encoding=encoding)
+        # relation id -> its Relation and the decoder's types_version, the starts of its lines (as _shapes) and
+        # its bytes writers: for plain()
+        self._plain_shapes: dict[int, tuple[Any, ...]] = {}
         # id(row schema) -> the schema, the starts of its insert's, update's and delete's lines, and the
         # writers of its tuples (RowJson.writers)
         self._shapes: dict[int, tuple[Any, ...]] = {}
@@ -799,7 +892,7 @@ class JsonLines:
             return
         shared = _transaction_fields(item)
         # (the keys after "xid", in their order: the commit's LSN and time, then origin and gid if any)
-        tail = f',"commit_lsn":{_STRING(shared["commit_lsn"])},"commit_time":{_encode(shared["commit_time"])}'
+        tail = _commit_keys(shared["commit_lsn"], shared["commit_time"])
         if len(shared) > 3:
             tail += "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items()
                             if name not in _COMMIT_FIELDS)
@@ -808,11 +901,14 @@ class JsonLines:
         joined: tuple[bytes, bytes] | None = None  # the xid and tail rows_join puts into Rendered lines
         for message, schema, lsn, subxid in item.changes.wire():
             cls = message.__class__
-            if cls is Rendered:
-                assert isinstance(message, Rendered) and COMPILED is not None  # (only the compiled path renders)
+            if cls is Rendered:  # (rendered by the compiled row path, or by PlainRuns under the Python codec)
+                assert isinstance(message, Rendered)
                 if joined is None:
                     joined = (xid.encode(), tail.encode())
-                yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
+                if COMPILED is not None:
+                    yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
+                else:
+                    yield _joined(message.data, *joined, message.dropped)
                 continue
             if cls is not Insert and cls is not Update and cls is not Delete:  # a truncate or a logical message
                 assert not isinstance(message, Rendered)
@@ -845,6 +941,97 @@ class JsonLines:
                 line += ',"unchanged_toast":' + ENCODE(toasted)
             yield line + "}"
 
+    def plain(self, records: list[Any], decoder: Decoder) -> tuple[str, int, Any]:
+        """The lines of a plain transaction from its records' bytes (``(offset, lsn, xid, data)``: a Begin,
+        row changes, a Commit), what :meth:`__call__` writes of it after the Assembler, each ending in a
+        newline; its change count and end LSN.  Raises :class:`Declined` where a message is not in the form
+        the writers read, or of a relation ``decoder`` has no Relation for, or of another width."""
+        proto, encoding = decoder.proto_version, decoder.encoding
+        try:
+            begin = decoder._parse(records[0][3], proto_version=proto, in_stream=False, encoding=encoding)
+            commit = decoder._parse(records[-1][3], proto_version=proto, in_stream=False, encoding=encoding)
+        except Exception as error:  # noqa: BLE001 - the Assembler's way says what is wrong
+            raise Declined from error
+        if begin.__class__ is not Begin or commit.__class__ is not Commit:
+            raise Declined
+        xid = f"{begin.xid}"
+        tail = _commit_keys(str(commit.commit_lsn), _commit_time(commit.commit_time))
+        out = []
+        for _, lsn, _, data in records[1:-1]:
+            start, rest = self._change(data, 1, decoder)
+            at = f',"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn else ',"lsn":null'
+            out.append(f"{start}{xid}{at}{tail}{rest}}}\n")
+        return "".join(out), len(out), commit.end_lsn
+
+    def body(self, records: list[Any], decoder: Decoder) -> Rendered:
+        """The row changes of an open stream block from their records' bytes (``(offset, lsn, xid, data)``) as
+        one :class:`~replwire.codec.stream.assembler.Rendered` run for the Assembler to buffer: what
+        :meth:`__call__` writes of them when their transaction commits, without its xid and commit keys
+        (:func:`_joined` puts them in).  Raises as :meth:`plain` does."""
+        out: list[str] = []
+        subxids: dict[int, int] = {}
+        for _, lsn, _, data in records:
+            subxid = _RELATION_ID(data, 1)[0]
+            start, rest = self._change(data, 5, decoder)
+            at = f',"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn else ',"lsn":null'
+            out.append(f'{start}\x1e{at}\x1d,"subxid":{subxid}{rest}}}\n')
+            subxids[subxid] = subxids.get(subxid, 0) + 1
+        return Rendered("".join(out).encode("utf-8"), len(out), subxids)
+
+    def _change(self, data: bytes, at: int, decoder: Decoder) -> tuple[str, str]:
+        """A row change's line from its message's bytes (``at``: the offset of its relation id), as the start
+        (up to ``"xid":``) and what follows the commit keys and subxid (without the closing brace)."""
+        relation_id = _RELATION_ID(data, at)[0]
+        relation = decoder.relations.get(relation_id)
+        shapes = self._plain_shapes
+        shape = shapes.get(relation_id)
+        if shape is None or shape[0] is not relation or shape[1] != decoder.types_version:
+            if relation is None:
+                raise Declined
+            schema = self.maker.row_schema(decoder, relation_id)
+            if len(shapes) > 4096:
+                shapes.clear()
+            shape = shapes[relation_id] = (relation, decoder.types_version,
+                                           *(_start(schema, op) for op in ("insert", "update", "delete")),
+                                           self.rows.bytes_writer(schema, False), self.rows.bytes_writer(schema, True))
+        _, _, inserts, updates, deletes, row, keys = shape
+        tag, mark, p = data[0], data[at + 4], at + 5
+        toasted: list[str] = []
+        if tag == 73 and mark == 78:  # an Insert
+            new, p = row(data, p, toasted)
+            start, rest = inserts, f',"new":{new}'
+        elif tag == 85:  # an Update: its key or old image, if any, then its new image
+            before = ""
+            if mark != 78:
+                if mark == 75:
+                    key, p = keys(data, p, None)
+                    before = ',"key":' + key
+                elif mark == 79:
+                    old, _ = row(data, p, None)
+                    key, p = keys(data, p, None)
+                    before = f',"old":{old},"key":{key}'
+                else:
+                    raise Declined
+                if data[p] != 78:
+                    raise Declined
+                p += 1
+            new, p = row(data, p, toasted)
+            start, rest = updates, f',"new":{new}{before}'
+        elif tag == 68 and mark == 75:  # a Delete
+            key, p = keys(data, p, None)
+            start, rest = deletes, f',"key":{key}'
+        elif tag == 68 and mark == 79:
+            old, _ = row(data, p, None)
+            key, p = keys(data, p, None)
+            start, rest = deletes, f',"old":{old},"key":{key}'
+        else:
+            raise Declined
+        if p != len(data):
+            raise Declined
+        if toasted:
+            rest += ',"unchanged_toast":' + ENCODE(toasted)
+        return start, rest
+
     def compiled_events(self) -> None:
         """JSON lines, not Debezium's events (see :class:`~replwire.codec.decode.RowWriter`)."""
 
@@ -864,6 +1051,127 @@ class JsonLines:
 _COMMIT_FIELDS = frozenset(("xid", "commit_lsn", "commit_time"))
 
 
+_RELATION_ID = struct.Struct(">L").unpack_from
+
+
+class PlainRun:
+    """The lines :class:`PlainRuns` wrote for a plain transaction: ``data`` in UTF-8, each line ending in a
+    newline (nothing for one a resume sent again: ``repeated``), and the ``records`` it was."""
+
+    __slots__ = ("changes", "data", "records", "repeated")
+
+    def __init__(self, data: bytes, records: int, changes: int, repeated: int) -> None:
+        self.data, self.records, self.changes, self.repeated = data, records, changes, repeated
+
+
+class PlainRuns:
+    """The records of an input for the Assembler (``(offset, lsn, xid, data)`` from ``reading``), but each
+    plain transaction of at most :data:`_MOST_PLAIN` row changes that begins between transactions (the
+    decoder idle) given as one :class:`PlainRun` of its lines (:meth:`JsonLines.plain`), its records counted
+    as passed over (:meth:`~replwire.codec.stream.decoder.Decoder.skip`) -- the pure-Python twin of the
+    compiled row path's runs.  Anything else (a Relation inside, a message the lines' writers decline) gives
+    the transaction's records to the Assembler, as they came.  ``last_end``: the end of the last transaction
+    given, which one ending no later is repeated (its run writes nothing)."""
+
+    def __init__(self, reading: Any, lines: JsonLines, assembler: Assembler, last_end: int) -> None:
+        self.reading, self.lines, self.assembler, self.last_end = reading, lines, assembler, last_end
+        self.rendered = 0  # records rendered into a streamed transaction's buffer (Rendered runs) so far
+
+    @property
+    def tail(self) -> Any:
+        return self.reading.tail
+
+    def close(self) -> None:
+        self.reading.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        decoder, plain = self.assembler.decoder, self.lines.plain
+        held: list[Any] = []  # a plain transaction's records, from its Begin
+        body: list[Any] = []  # the row changes of the stream block open
+        try:
+            for record in self.reading:
+                data = record[3]
+                tag = data[0] if data else -1
+                if body:
+                    if tag in _ROW_TAGS and len(body) < _MOST_PLAIN:
+                        body.append(record)
+                        continue
+                    given, body = body, []
+                    if not self._render(given):
+                        yield from given
+                if held:
+                    held.append(record)
+                    if tag in _ROW_TAGS and len(held) <= _MOST_PLAIN:
+                        continue
+                    if tag == 67:  # a Commit
+                        try:
+                            lines, changes, end = plain(held, decoder)
+                        except Exception:  # noqa: BLE001 - declined, or a value that fails: the Assembler's way
+                            pass
+                        else:
+                            decoder.skip(len(held))
+                            if end <= self.last_end:
+                                run = PlainRun(b"", len(held), 0, 1)
+                            else:
+                                self.last_end = end
+                                run = PlainRun(lines.encode("utf-8"), len(held), changes, 0)
+                            held = []
+                            yield run
+                            continue
+                    given, held = held, []
+                    yield from given
+                elif decoder.__class__ is not Decoder:
+                    yield record
+                elif tag == 66 and decoder.state == IDLE:  # a Begin
+                    held.append(record)
+                elif tag in _ROW_TAGS and decoder.state == STREAM:
+                    body.append(record)
+                else:
+                    yield record
+        except Exception:
+            given, held = held + body, []  # (the records read before a reading error go first, as they came)
+            yield from given
+            raise
+        if body and not self._render(body):
+            yield from body
+        yield from held
+
+    def _render(self, body: list[Any]) -> bool:
+        """Whether the row changes ``body`` of the open stream block went to its transaction's buffer as one
+        :class:`~replwire.codec.stream.assembler.Rendered` run (else they go to the Assembler as they are)."""
+        decoder = self.assembler.decoder
+        index = decoder.index
+        try:
+            self.assembler.add_rendered(self.lines.body(body, decoder))
+        except Exception:  # noqa: BLE001 - declined, or a value that fails: the Assembler's way
+            decoder.index = index
+            return False
+        self.rendered += len(body)
+        return True
+
+
+_ROW_TAGS = frozenset(b"IUD")
+#: The most row changes :class:`PlainRuns` holds to write at once: of a plain transaction (a bigger one goes
+#: to the Assembler, which spills it to a file), of a stream block (one Rendered run).
+_MOST_PLAIN = 4096
+_SUBXID = b'\x1d,"subxid":'
+
+
+def _joined(data: bytes, xid: bytes, tail: bytes, dropped: set[int]) -> bytes:
+    """The lines of a run :meth:`JsonLines.body` rendered, with their transaction's ``xid`` and commit keys
+    (``tail``), in UTF-8; the lines of the subtransactions in ``dropped`` left out.  A rendered line has
+    \\x1e where the xid goes and \\x1d where the commit keys go, just before its subxid (no line's JSON has
+    either: control characters are escaped in its strings)."""
+    if dropped:
+        kept = []
+        for line in data.split(b"\n")[:-1]:
+            at = line.index(_SUBXID) + len(_SUBXID)
+            if int(line[at:line.index(b",", at)]) not in dropped:
+                kept.append(line + b"\n")
+        data = b"".join(kept)
+    return data.replace(b"\x1e", xid).replace(b"\x1d", tail)
+
+
 def _start(schema: RowSchema, op: str) -> str:
     """The start of a change's line, up to ``"xid":``."""
     relation = schema.relation
@@ -875,4 +1183,5 @@ def _start(schema: RowSchema, op: str) -> str:
 _WAYS = {**row_ways.TEXT_WAYS, **{f"array of {way}": row_ways.ARRAY + row_ways.TEXT_WAYS[way]
                                   for way in row_ways.ARRAY_ELEMENTS}}
 
-__all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "change_objects", "json_value", "objects"]
+__all__ = ["ENCODE", "Declined", "JsonLines", "PlainRun", "PlainRuns", "RowJson", "change_object", "change_objects",
+           "json_value", "objects"]
