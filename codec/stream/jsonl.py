@@ -34,6 +34,7 @@ An unchanged TOASTed column is left out of ``new`` and named in ``unchanged_toas
 from __future__ import annotations
 
 import binascii
+import collections
 import datetime as dt
 import decimal
 import functools
@@ -656,8 +657,10 @@ class RowJson:
                                                                             tuple[str, int]]:
         """What calling this writes of a tuple of ``schema``, read from a message's bytes: a function of the
         bytes, the offset of the tuple's column count and ``toasted``, that gives the JSON and the offset
-        after the tuple; it raises :class:`Declined` where the tuple is not one of the relation's width in
-        the server's form (the parsed message's way writes it then).  Made once per schema."""
+        after the tuple -- past the bytes' end where a length says so: the caller checks that the message
+        ends there.  It raises :class:`Declined` where the tuple is not one of the relation's width in the
+        server's form, IndexError where the bytes end inside it (the parsed message's way writes it then).
+        Made once per schema."""
         cached = self._bytes_writers.get((id(schema), only_keys))
         if cached is None or cached[0] is not schema:
             if len(self._bytes_writers) > 4096:
@@ -687,18 +690,21 @@ class RowJson:
                 continue
             namespace[f"_t{i}"], namespace[f"_r{i}"] = column.text, column.rest
             namespace[f"_c{i}"], namespace[f"_b{i}"] = column.call, column.binary
+            # (a length past the end leaves p past it: the caller's check of the end, or the next column's
+            # read, gives up on the tuple)
             lines += ["    k = data[p]",
-                      "    if k == 116 or k == 98:",
+                      "    if k == 116:",
                       "        q = p + 5 + _length(data, p + 1)[0]",
-                      "        if q > len(data): raise _Declined",
                       "        s = data[p + 5:q]",
                       "        p = q",
-                      "        if k == 116:",
-                      *("            " + line for line in _text_lines(column, i, self.loader.encoding, "s")),
-                      f"        else: v{i} = _b{i}(s)",
+                      *("        " + line for line in _text_lines(column, i, self.loader.encoding, "s")),
                       "    elif k == 110:",
                       f"        v{i} = 'null'",
                       "        p += 1",
+                      "    elif k == 98:",
+                      "        q = p + 5 + _length(data, p + 1)[0]",
+                      f"        v{i} = _b{i}(data[p + 5:q])",
+                      "        p = q",
                       "    elif k == 117:",
                       f"        v{i} = None",
                       "        u = True",
@@ -959,8 +965,10 @@ class JsonLines:
         out = []
         for _, lsn, _, data in records[1:-1]:
             start, rest = self._change(data, 1, decoder)
-            at = f',"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn else ',"lsn":null'
-            out.append(f"{start}{xid}{at}{tail}{rest}}}\n")
+            if lsn:
+                out.append(f'{start}{xid},"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"{tail}{rest}}}\n')
+            else:
+                out.append(f'{start}{xid},"lsn":null{tail}{rest}}}\n')
         return "".join(out), len(out), commit.end_lsn
 
     def body(self, records: list[Any], decoder: Decoder) -> Rendered:
@@ -969,14 +977,16 @@ class JsonLines:
         :meth:`__call__` writes of them when their transaction commits, without its xid and commit keys
         (:func:`_joined` puts them in).  Raises as :meth:`plain` does."""
         out: list[str] = []
-        subxids: dict[int, int] = {}
+        made_by: list[int] = []
         for _, lsn, _, data in records:
             subxid = _RELATION_ID(data, 1)[0]
+            made_by.append(subxid)
             start, rest = self._change(data, 5, decoder)
-            at = f',"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn else ',"lsn":null'
-            out.append(f'{start}\x1e{at}\x1d,"subxid":{subxid}{rest}}}\n')
-            subxids[subxid] = subxids.get(subxid, 0) + 1
-        return Rendered("".join(out).encode("utf-8"), len(out), subxids)
+            if lsn:
+                out.append(f'{start}\x1e,"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"\x1d,"subxid":{subxid}{rest}}}\n')
+            else:
+                out.append(f'{start}\x1e,"lsn":null\x1d,"subxid":{subxid}{rest}}}\n')
+        return Rendered("".join(out).encode("utf-8"), len(out), dict(collections.Counter(made_by)))
 
     def _change(self, data: bytes, at: int, decoder: Decoder) -> tuple[str, str]:
         """A row change's line from its message's bytes (``at``: the offset of its relation id), as the start
