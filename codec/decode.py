@@ -178,20 +178,28 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     With ``lines`` (the :class:`RowWriter` the caller writes the items with), the compiled row path, where
     the compiled codec is in use, writes for UTF-8 inputs the plain transactions itself -- they come as
     :class:`Written` lines (the same text), not as items -- and renders the changes inside the others into
-    their buffers (the writer finishes them at their commit)."""
+    their buffers (the writer finishes them at their commit); where the Python codec is, and ``lines`` writes
+    JSON lines, :class:`~replwire.codec.stream.jsonl.PlainRuns` does the same in Python: the plain
+    transactions come as :class:`Written` lines, and the row changes of stream blocks go into their
+    transactions' buffers as rendered runs."""
+    from .stream.jsonl import JsonLines, PlainRun, PlainRuns
+
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed
+    kinds = snapshot_records.KINDS
     sections = _Sections(inputs[0], typed)
     last_end = -1
     reach = Reach()  # (last_end, and the prepares' and rollbacks' ends: checks each capture's start)
     for source in inputs:
         if source.index:
             assembler.resume()
-        path: _RowPath | None = None
+        path: _RowPath | PlainRuns | None = None
         if lines is not None and COMPILED is not None and source.encoding == UTF8:
             path = _RowPath(source, assembler, lines, COMPILED)
             path.last_end = last_end
+        elif isinstance(lines, JsonLines) and source.encoding == UTF8:
+            path = PlainRuns(read_records(source, raw=True), lines, assembler, last_end)
         reading: Any = path if path is not None else read_records(source, raw=True)
         number = 0
         try:
@@ -202,15 +210,22 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         last_end = path.last_end
                     yield record
                     continue
+                if record.__class__ is PlainRun:
+                    number += record.records
+                    if path is not None:
+                        last_end = path.last_end
+                    yield Written(record.data, record.records, 1 - record.repeated, record.changes, record.repeated)
+                    continue
                 offset, lsn, _, data = record
                 number += 1
-                if data and data[0] in snapshot_records.KINDS:
-                    if data[0] == snapshot_records.CONFIRMED:
+                tag = data[0] if data else -1
+                if tag in kinds:
+                    if tag == snapshot_records.CONFIRMED:
                         reach.confirmed(source.path, data, last_end, offset)
                     yield from sections.feed(data, lsn)
                     continue
                 items = feed(data, lsn=lsn or None)
-                if data and data[0] in _ENDS_QUIETLY:  # completes a position, and gives no item for it
+                if tag in _ENDS_QUIETLY:  # completes a position, and gives no item for it
                     message = assembler.decoder.last_message
                     at = message_completes(message) if message is not None else None
                     if at is not None and at > reach.position:

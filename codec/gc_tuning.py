@@ -6,6 +6,11 @@ counts towards the collector's next run, and every full run walks every live obj
 inputs, the imported modules.  With CPython's default thresholds that walking is a large share of a long
 pass's time.  :func:`fewer_collections` raises the thresholds for the length of a pass; the collector
 still runs, less often.
+
+The youngest generation's threshold counts objects made less objects freed, so it is what the objects
+held at once reach: a transaction buffered until its commit (a streamed one: tens of thousands of
+changes, a few objects a column) holds that many.  Below it, every collection walks the buffered objects
+again and moves them on; above it, they are freed before any collection sees them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from contextlib import contextmanager
 __all__ = ["QUIET_THRESHOLDS", "fewer_collections"]
 
 #: Thresholds of the cyclic garbage collector while a pass runs (CPython's defaults: 700, 10, 10).
-QUIET_THRESHOLDS = (50_000, 20, 100)
+QUIET_THRESHOLDS = (200_000, 20, 100)
 _quiet_lock = threading.Lock()
 _quiet_users = 0
 _saved_thresholds: tuple[int, ...] = ()

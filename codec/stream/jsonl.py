@@ -34,6 +34,7 @@ An unchanged TOASTed column is left out of ``new`` and named in ``unchanged_toas
 from __future__ import annotations
 
 import binascii
+import collections
 import datetime as dt
 import decimal
 import functools
@@ -44,14 +45,15 @@ import re
 import struct
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...schema.encodings import UTF8
-from ..messages import Delete, Insert, Update
+from ..messages import Begin, Commit, Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
 from ..wire.gen import row_ways
-from .assembler import Change, ChangeMaker, Rendered, Transaction
+from .assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
+from .decoder import IDLE, STREAM, Decoder
 from .server_text import server_text
 from .value_types import (
     UNCHANGED_TOAST,
@@ -164,12 +166,19 @@ _UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 _FLOAT_BYTES = b"0123456789.+-eENaIinfty"
 
 
+#: float_out's words, as the typed value's JSON
+_FLOAT_WORDS = {b"NaN": '"NaN"', b"Infinity": '"Infinity"', b"-Infinity": '"-Infinity"'}
+
+
 def _float_text(data: bytes) -> str | None:
     if data.translate(None, _FLOAT_BYTES):
         return None  # (float() takes spaces and underscores, psycopg's loader does not: the typed value)
     value = float(data)
-    if math.isfinite(value):
+    if value - value == 0.0:  # finite
         return repr(value)
+    word = _FLOAT_WORDS.get(data)
+    if word is not None:
+        return word
     if math.isinf(value) and data.lstrip(b" +-")[:1] not in (b"I", b"i"):
         return None  # a number past the double's range: psycopg's loader fails on it, the typed value is the text
     return _STRING(json_value(value))
@@ -199,15 +208,12 @@ def _time_text(data: bytes) -> str | None:
 
 
 def _timestamp_text(data: bytes) -> str | None:
-    if len(data) == 19 and data[10] == 32 and data[:10] in _DAYS_SEEN and data[11:] in _CLOCKS_SEEN:
-        text = data.decode("ascii")  # (whole seconds, a day and a time of day read before: the text with a T)
-        return '"' + text[:10] + "T" + text[11:] + '"'
+    if _TIMESTAMP_WHOLE(data) is not None:  # (the commonest: whole seconds, a day every month has)
+        return '"' + data.replace(b" ", b"T").decode("ascii") + '"'
     match = _TIMESTAMP_PLAIN.fullmatch(data)
     if match is not None and _real_day(match[1]):  # (a real date and time: what fromisoformat would say)
-        _seen(match[1], data[11:19])
         if match[2] is None:  # whole seconds: the text with a T
-            text = data.decode("ascii")
-            return '"' + text[:10] + "T" + text[11:] + '"'
+            return '"' + data.replace(b" ", b"T").decode("ascii") + '"'
         return '"' + _iso_timestamp(data.decode("ascii")) + '"'
     if not _TIMESTAMP_TEXT.fullmatch(data):
         return None
@@ -217,17 +223,16 @@ def _timestamp_text(data: bytes) -> str | None:
 
 
 def _timestamptz_text(data: bytes) -> str | None:
-    if len(data) == 22 and data[19:] == b"+00" and data[10] == 32 and data[:10] in _DAYS_SEEN and \
-            data[11:19] in _CLOCKS_SEEN and _UTC_OFFSET_READS:
-        text = data.decode("ascii")  # (as below: whole seconds in UTC, a day and a time of day read before)
-        return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
-    match = _TIMESTAMPTZ_UTC.fullmatch(data)
-    if match is not None and _real_day(match[1]) and _UTC_OFFSET_READS:  # in UTC, a real date and time
-        _seen(match[1], data[11:19])
-        if match[2] is None:  # whole seconds: the text with a T, and the offset as isoformat writes it
-            text = data.decode("ascii")
-            return '"' + text[:10] + "T" + text[11:19] + '+00:00"'
-        return '"' + _iso_timestamp(data[:-3].decode("ascii")) + '+00:00"'
+    if _UTC_OFFSET_READS:
+        # in UTC, whole seconds, a day every month has (the commonest): the text with a T, and the offset as
+        # isoformat writes it
+        if _TIMESTAMPTZ_WHOLE(data) is not None:
+            return '"' + data.replace(b" ", b"T").decode("ascii") + ':00"'
+        match = _TIMESTAMPTZ_UTC.fullmatch(data)
+        if match is not None and _real_day(match[1]):  # in UTC, a real date and time
+            if match[2] is None:
+                return '"' + data.replace(b" ", b"T").decode("ascii") + ':00"'
+            return '"' + _iso_timestamp(data[:-3].decode("ascii")) + '+00:00"'
     if not _TIMESTAMPTZ_TEXT.fullmatch(data):
         return None
     text = data.decode("ascii")
@@ -248,8 +253,14 @@ def _reads_fractions() -> bool:
 
 
 _FRACTION = rb"(\.\d{1,6})?" if _reads_fractions() else rb"(\.(?!))?"
-_TIMESTAMP_PLAIN = re.compile(rb"(\d{4}-\d{2}-\d{2}) (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION)
-_TIMESTAMPTZ_UTC = re.compile(rb"(\d{4}-\d{2}-\d{2}) (?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d" + _FRACTION + rb"\+00")
+_CLOCK = rb"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+_TIMESTAMP_PLAIN = re.compile(rb"(\d{4}-\d{2}-\d{2}) " + _CLOCK + _FRACTION)
+_TIMESTAMPTZ_UTC = re.compile(rb"(\d{4}-\d{2}-\d{2}) " + _CLOCK + _FRACTION + rb"\+00")
+#: Of those, the ones of whole seconds on a date every month has (years 1 to 9999, days to the 28th), which
+#: fromisoformat reads without a look at the date.
+_EVERY_MONTH_DAY = rb"(?!0000)\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]) "
+_TIMESTAMP_WHOLE = re.compile(_EVERY_MONTH_DAY + _CLOCK).fullmatch
+_TIMESTAMPTZ_WHOLE = re.compile(_EVERY_MONTH_DAY + _CLOCK + rb"\+00").fullmatch
 
 
 def _reads_utc_offset() -> bool:
@@ -261,19 +272,6 @@ def _reads_utc_offset() -> bool:
 
 _UTC_OFFSET_READS = _reads_utc_offset()
 _REAL_DAYS: dict[bytes, bool] = {}
-#: The days (``YYYY-MM-DD``, real) and times of day (``HH:MM:SS``, hours to 23, minutes and seconds to 59) of
-#: the timestamps read so far that match :data:`_TIMESTAMP_PLAIN` or :data:`_TIMESTAMPTZ_UTC`: a timestamp made
-#: of one of each matches too, so the next ones of whole seconds need no match.
-_DAYS_SEEN: set[bytes] = set()
-_CLOCKS_SEEN: set[bytes] = set()
-
-
-def _seen(day: bytes, clock: bytes) -> None:
-    if len(_CLOCKS_SEEN) > 100_000 or len(_DAYS_SEEN) > 100_000:
-        _CLOCKS_SEEN.clear()
-        _DAYS_SEEN.clear()
-    _DAYS_SEEN.add(day)
-    _CLOCKS_SEEN.add(clock)
 
 
 def _real_day(day: bytes) -> bool:
@@ -322,22 +320,29 @@ _BOOL = 16
 
 def _plain_string_array(data: bytes) -> str | None:
     """The JSON list of a one-dimensional array of strings (UTF-8) whose elements array_out writes bare
-    and JSON writes without escapes, as psycopg loads it; else None."""
-    if _PLAIN_STRING_ARRAY.fullmatch(data) is None:
+    and JSON writes without escapes, or NULL, as psycopg loads it; else None."""
+    if _PLAIN_STRING_ARRAY(data) is None:
         return None
-    return '["' + data[1:-1].decode("utf-8").replace(",", '","') + '"]'
+    text = '["' + data[1:-1].decode("utf-8").replace(",", '","') + '"]'
+    return text.replace('"NULL"', "null") if b"NULL" in data else text  # (no element but a NULL is "NULL")
 
 
 def _plain_integer_array(data: bytes) -> str | None:
-    """The JSON list of a one-dimensional array of integers in array_out's form, as psycopg loads it (the
-    same digits); else None."""
-    return "[" + data[1:-1].decode("ascii") + "]" if _PLAIN_INTEGER_ARRAY.fullmatch(data) is not None else None
+    """The JSON list of a one-dimensional array of integers (or NULL) in array_out's form, as psycopg loads
+    it (the same digits); else None."""
+    if _PLAIN_INTEGER_ARRAY(data) is None:
+        return None
+    text = "[" + data[1:-1].decode("ascii") + "]"
+    return text.replace("NULL", "null") if b"NULL" in data else text
 
 
-#: Elements that are no NULL, need no quotes in array_out's text (no quote, backslash, brace, delimiter or
-#: white space) and no escape in JSON (no control character).
-_PLAIN_STRING_ARRAY = re.compile(rb'\{(?!(?i:null)[,}])[^"\\{},\x00-\x20]+(?:,(?!(?i:null)[,}])[^"\\{},\x00-\x20]+)*\}')
-_PLAIN_INTEGER_ARRAY = re.compile(rb"\{(?:0|-?[1-9][0-9]{0,18})(?:,(?:0|-?[1-9][0-9]{0,18}))*\}")
+#: Elements that need no quotes in array_out's text (no quote, backslash, brace, delimiter or white space)
+#: and no escape in JSON (no control character): NULL (array_out's null element, what psycopg loads as None:
+#: a string spelt so is quoted), or a string not spelt so in any case.
+_STRING_ELEMENT = rb'(?:NULL|(?!(?i:null)[,}])[^"\\{},\x00-\x20]+)'
+_PLAIN_STRING_ARRAY = re.compile(rb"\{" + _STRING_ELEMENT + rb"(?:," + _STRING_ELEMENT + rb")*\}").fullmatch
+_INTEGER_ELEMENT = rb"(?:NULL|0|-?[1-9][0-9]{0,18})"
+_PLAIN_INTEGER_ARRAY = re.compile(rb"\{" + _INTEGER_ELEMENT + rb"(?:," + _INTEGER_ELEMENT + rb")*\}").fullmatch
 #: Arrays written from their text without psycopg, where the client encoding is UTF-8, by element OID.
 _PLAIN_ARRAYS: dict[int, Callable[[bytes], str | None]] = {
     **dict.fromkeys((25, 1043, 1042, 19), _plain_string_array), **dict.fromkeys((20, 21, 23), _plain_integer_array)}
@@ -429,24 +434,67 @@ _BINARY_WAYS = {oid: row_ways.BINARY_WAYS[name] for oid, name in {
     1114: "timestamp", 1184: "timestamptz", 1083: "time", 1186: "interval", 1700: "numeric"}.items()}
 
 
+class _Column(NamedTuple):
+    """How :class:`RowJson` writes one column of a relation, its type's OID resolved once."""
+
+    key: str  # the column's name as a JSON string, and ":"
+    name: str
+    is_key: bool
+    way: str  # how its text-format values go (a name of :data:`_WAYS`)
+    text: Callable[[bytes], str | None] | None  # a text value's JSON where it is in the usual form, else None
+    rest: Callable[[bytes], str]  # a text value's JSON where ``text`` gives none (or there is no ``text``)
+    call: Callable[[bytes], str]  # a text value's JSON: ``text``, else ``rest``
+    binary: Callable[[bytes], str]  # a binary value's JSON
+    binary_way: int  # how the compiled writer writes binary values (:data:`_BINARY_WAYS`, 0: not in C)
+    element: int  # an array's element type (0: none the compiled writer writes)
+
+
+def _first(conversion: Callable[[bytes], str | None], rest: Callable[[bytes], str]) -> Callable[[bytes], str]:
+    """``conversion``'s text, and ``rest``'s where it gives None or fails on the value."""
+    def write(data: bytes) -> str:
+        try:
+            text = conversion(data)
+        except _CONVERSION_FAILS:
+            text = None
+        return text if text is not None else rest(data)
+    return write
+
+
+class _Absent:
+    """The columns a tuple narrower than its relation lacks, as a row writer sees them: written not at all."""
+
+    __slots__ = ()
+    kind = None
+    data = None
+
+
+_ABSENT = _Absent()
+
+
+def _fit(columns: Sequence[Any], width: int) -> list[Any]:
+    """A tuple's ``columns`` as wide as its relation: the ones past it left out, the missing ones absent."""
+    return [*columns[:width], *[_ABSENT] * (width - len(columns))]
+
+
 class RowJson:
     """A tuple as JSON text straight from its wire columns: the same text as ``ENCODE`` of the typed row
     (:meth:`ValueLoader.load_row` then :func:`json_value`, unchanged TOAST left out), without the dict.
 
     Strategy: per :class:`RowSchema` (and key-only or not) a small function is written and compiled, one
-    branch per column, each with the column's name already written as a JSON key; text, varchar, bpchar,
-    name, json, jsonb, range, multirange, integer and bool columns in text format skip the typed value (the
-    text is the value: a JSON string, the integer, true or false); float, numeric, uuid, date, time,
-    timestamp(tz), bytea and interval text go through one conversion each that gives the same JSON text
-    where the text has the server's usual form (:data:`_TEXT_CONVERSIONS`); everything else through the
-    typed value.  Where the compiled codec is
-    in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the same per-column
-    plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
+    branch per column, each with the column's name already written as a JSON key, and the row joined at
+    once; text, varchar, bpchar, name, json, jsonb, range, multirange, integer and bool columns in text
+    format skip the typed value (the text is the value: a JSON string, the integer, true or false); float,
+    numeric, uuid, date, time, timestamp(tz), bytea and interval text go through one conversion each that
+    gives the same JSON text where the text has the server's usual form (:data:`_TEXT_CONVERSIONS`), arrays
+    of text and integers through :data:`_PLAIN_ARRAYS`; everything else through the typed value.  Where the
+    compiled codec is in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the
+    same per-column plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.loader = loader or ValueLoader()
         self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
+        self._bytes_writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., tuple[str, int]]]] = {}
         # the compiled row path's writer (``rows_row``), for UTF-8 text, and its plan per schema
         self._compiled = COMPILED if COMPILED is not None and self.loader.encoding == UTF8 else None
         self._plans: dict[int, tuple[RowSchema, Any]] = {}
@@ -470,97 +518,64 @@ class RowJson:
                 text: str | None = compiled.rows_row(made[1], columns, only_keys, toasted)
                 if text is not None:
                     return text
+        return self._python(schema, only_keys)(columns, toasted)
+
+    def writers(self, schema: RowSchema) -> tuple[Callable[[Sequence[Any], list[str] | None], str],
+                                                  Callable[[Sequence[Any], list[str] | None], str]]:
+        """What calling this writes of ``schema``'s tuples as two functions of ``(columns, toasted)``: every
+        column, and the key columns; without the look-ups of a call, for a writer of many tuples."""
+        if self._compiled is None:
+            return self._python(schema, False), self._python(schema, True)
+
+        def row(columns: Sequence[Any], toasted: list[str] | None) -> str:
+            return self(schema, columns, toasted=toasted)
+
+        def keys(columns: Sequence[Any], toasted: list[str] | None) -> str:
+            return self(schema, columns, only_keys=True, toasted=toasted)
+        return row, keys
+
+    def _python(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
+        """The Python writer of ``schema``'s tuples (:meth:`_writer`), made once."""
         cached = self._writers.get((id(schema), only_keys))
         if cached is None or cached[0] is not schema:
             if len(self._writers) > 4096:
                 self._writers.clear()
             cached = self._writers[(id(schema), only_keys)] = (schema, self._writer(schema, only_keys))
-        return cached[1](columns, toasted)
-
-    def columns(self, schema: RowSchema) -> list[tuple[str, str, bool, Callable[[bytes], str]]]:
-        """How each column of ``schema`` is written: its JSON key (the name as a JSON string and ``:``), the
-        way its text-format values go (``string``: a JSON string of the text; ``int``: the integer's text;
-        ``bool``: true or false; ``call``: what the function, given the bytes, returns; or one of
-        :data:`_COMPILED_CONVERSIONS`, which the compiled writer does itself where the text has the server's
-        form and the Python writer does as ``call``), whether it is a key column, and that function (the
-        typed value's JSON where a conversion cannot say it exactly)."""
-        return self._columns(schema)[0]
+        return cached[1]
 
     def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str, int, int],
                                                        ...]:
-        """:meth:`columns` as the compiled row path's plans take them (``rows_plan``): the key in UTF-8, the
-        way as a number (:data:`_WAYS`: 1 string, 2 integer, 3 bool, 4 through the function, ...), whether a
-        key column, the function, the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in
-        C) and, for an array, its element type's OID."""
-        loader = self.loader
-        out = []
-        for meta, type_message, (key, way, is_key, call) in zip(schema.relation.columns, schema.types,
-                                                                 self.columns(schema)):
-            oid = loader.resolve(meta.type_id, type_message)
-            binary, element = _BINARY_WAYS.get(oid, 0), 0
-            if not binary and oid is not None:
-                made_of = loader.kind_of(oid)
-                if made_of is not None and made_of[0] == "array" and made_of[1] in _BINARY_WAYS:
-                    binary, element = row_ways.BINARY_ARRAY + _BINARY_WAYS[made_of[1]], made_of[1]
-            out.append((key.encode(), _WAYS[way], is_key, call, meta.name, binary, element))
-        return tuple(out)
+        """How each column of ``schema`` is written, as the compiled row path's plans take them
+        (``rows_plan``): the column's JSON key (its name as a JSON string and ``:``) in UTF-8, the way its
+        text-format values go as a number (:data:`_WAYS`: 1 a JSON string of the text, 2 the integer's text,
+        3 true or false, 4 through the function, or one the compiled writer does itself where the text has
+        the server's form and the function does otherwise), whether a key column, the function (a value's
+        JSON from its text), the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in C)
+        and, for an array, its element type's OID."""
+        return tuple((column.key.encode(), _WAYS[column.way], column.is_key, column.call, column.name,
+                      column.binary_way, column.element) for column in self._plan(schema)[0])
 
-    def _columns(self, schema: RowSchema) -> tuple[list[tuple[str, str, bool, Callable[[bytes], str]]],
-                                                    Callable[..., str]]:
+    def _plan(self, schema: RowSchema) -> tuple[list[_Column], Callable[[str, bytes, int], str]]:
+        """How each column of ``schema`` is written (:class:`_Column`), and the JSON of column ``i``'s typed
+        value from its kind and bytes (``typed(kind, data, i)``)."""
         loader = self.loader
         types = [(meta.type_id, type_message) for meta, type_message in zip(schema.relation.columns, schema.types)]
-
-        # arrays of values that are their own JSON (a list of lists, multi-dimensional) skip json_value
-        plain = [loader.array_element(oid) in _OWN_JSON_ELEMENTS if oid is not None else False
-                 for oid in (loader.resolve(*column) for column in types)]
+        oids = [loader.resolve(*column) for column in types]
+        elements = [loader.array_element(oid) if oid is not None else None for oid in oids]
 
         def typed(kind: str, data: bytes, i: int) -> str:
             value = loader.load(kind, data, *types[i])
-            if value.__class__ in _OWN_JSON or (value.__class__ is list and plain[i]):
+            # (arrays of values that are their own JSON, a list of lists if multi-dimensional, skip json_value)
+            if value.__class__ in _OWN_JSON or (value.__class__ is list and elements[i] in _OWN_JSON_ELEMENTS):
                 return _encode(value)
             return _encode(json_value(value))
 
-        def converter(oid: int, i: int) -> Callable[[bytes], str]:
-            conversion = _TEXT_CONVERSIONS[oid]
-
-            def convert(data: bytes) -> str:
-                try:
-                    text = conversion(data)
-                except _CONVERSION_FAILS:
-                    text = None
-                return text if text is not None else typed("t", data, i)
-            return convert
-
-        out = []
-        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
-            oid = loader.resolve(meta.type_id, type_message)
-            way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
-                   else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
-            if way == "call" and oid is not None:
-                made_of = loader.kind_of(oid)
-                if made_of is not None and made_of[0] == "array" and made_of[1] in _COMPILED_ELEMENTS:
-                    way = "array of " + _COMPILED_ELEMENTS[made_of[1]]
-            call = converter(oid, i) if oid in _TEXT_CONVERSIONS else functools.partial(typed, "t", i=i)
-            out.append((_STRING(meta.name) + ":", way, bool(meta.flags & 1), call))
-        return out, typed
-
-    def _text_calls(self, schema: RowSchema, columns: list[tuple[str, str, bool, Callable[[bytes], str]]],
-                    typed: Callable[..., str]) -> list[Callable[[bytes], str]]:
-        """How the Python writer writes each column's text-format values it does not write inline: as
-        :meth:`columns` says, but an array of text, integers or bool straight from psycopg's array loader (its
-        list is its own JSON), without :meth:`ValueLoader.load`'s cases for other types."""
-        loader = self.loader
-
-        def array_writer(array_loader: Any, i: int, plain: Callable[[bytes], str | None] | None
-                         ) -> Callable[[bytes], str]:
+        def array(oid: int, i: int) -> Callable[[bytes], str]:
+            # an array of text, integers or bool straight from psycopg's array loader (its list is its own
+            # JSON), without ValueLoader.load's cases for other types; psycopg imported at the first such
+            # value (the plain arrays are written without it)
             def write(data: bytes) -> str:
-                if plain is not None:
-                    try:
-                        text = plain(data)
-                    except UnicodeDecodeError:
-                        text = None
-                    if text is not None:
-                        return text
+                array_loader = loader.text_loader(oid)
                 try:
                     value = array_loader.load(data)
                 except Exception:  # noqa: BLE001 - a value psycopg refuses: the typed value keeps it whole
@@ -568,158 +583,188 @@ class RowJson:
                 return _encode(value) if value.__class__ is list else typed("t", data, i)
             return write
 
-        calls = []
-        for i, (meta, type_message) in enumerate(zip(schema.relation.columns, schema.types)):
-            oid = loader.resolve(meta.type_id, type_message)
-            element = loader.array_element(oid) if oid is not None else None
-            if oid is not None and element in _OWN_JSON_ELEMENTS:
-                plain = _PLAIN_ARRAYS.get(element) if loader.encoding == "utf-8" else None
-                calls.append(array_writer(loader.text_loader(oid), i, plain))
-            else:
-                calls.append(columns[i][3])
-        return calls
-
-    def _binary_conversions(self, schema: RowSchema) -> list[Callable[[bytes], str | None] | None]:
-        """Each column's conversion of binary-format ('b') values (:data:`_BINARY_CONVERSIONS`), or None."""
-        loader = self.loader
-        conversions: list[Callable[[bytes], str | None] | None] = []
-        for meta, type_message in zip(schema.relation.columns, schema.types):
-            oid = loader.resolve(meta.type_id, type_message)
+        out = []
+        for i, (meta, oid, element) in enumerate(zip(schema.relation.columns, oids, elements)):
+            made_of = loader.kind_of(oid) if oid is not None else None
+            array_of = made_of[1] if made_of is not None and made_of[0] == "array" else None
+            way = ("string" if oid in _STRING_OIDS else "int" if oid in _INTEGER_OIDS else "bool" if oid == _BOOL
+                   else _COMPILED_CONVERSIONS.get(oid, "call") if oid is not None else "call")
+            if way == "call" and array_of in _COMPILED_ELEMENTS:
+                way = "array of " + _COMPILED_ELEMENTS[array_of]
+            text: Callable[[bytes], str | None] | None = None
+            rest: Callable[[bytes], str] = functools.partial(typed, "t", i=i)
+            if oid is not None and oid in _TEXT_CONVERSIONS:
+                text = _TEXT_CONVERSIONS[oid]
+            elif oid is not None and element in _OWN_JSON_ELEMENTS:
+                text = _PLAIN_ARRAYS.get(element) if loader.encoding == UTF8 else None
+                rest = array(oid, i)
             conversion = _BINARY_CONVERSIONS.get(oid) if oid is not None else None
             if oid in _BINARY_TEXT_CONVERSIONS:
                 conversion = functools.partial(_BINARY_TEXT_CONVERSIONS[oid], codec=loader.encoding)
-            conversions.append(conversion)
-        return conversions
+            typed_binary = functools.partial(typed, "b", i=i)
+            binary_way, element_oid = _BINARY_WAYS.get(oid, 0), 0
+            if not binary_way and array_of is not None and array_of in _BINARY_WAYS:
+                binary_way, element_oid = row_ways.BINARY_ARRAY + _BINARY_WAYS[array_of], array_of
+            out.append(_Column(_STRING(meta.name) + ":", meta.name, bool(meta.flags & 1), way, text, rest,
+                               _first(text, rest) if text is not None else rest,
+                               _first(conversion, typed_binary) if conversion is not None else typed_binary,
+                               binary_way, element_oid))
+        return out, typed
 
     def _writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., str]:
-        """The function that writes a tuple of ``schema`` (``only_keys``: its key columns): first, where the
-        tuple is as wide as the relation, every column into a local of its own and the object joined at once
-        (an unchanged TOASTed value, or a kind the stream cannot have, gives up on that: :class:`_Other`),
-        then, for the rest, column by column."""
-        lines = ["def write(columns, toasted):"]
-        columns, typed = self._columns(schema)
-        binary = self._binary_conversions(schema)
-        text: list[Callable[[bytes], str | None] | None] = []
-        for meta, type_message in zip(schema.relation.columns, schema.types):
-            oid = self.loader.resolve(meta.type_id, type_message)
-            text.append(_TEXT_CONVERSIONS.get(oid) if oid is not None else None)
-        encoding = self.loader.encoding
-
-        def converted(kind: str, conversions: str, i: int, key: str) -> list[str]:
-            # a conversion in place (no call around it), the typed value where it cannot say the value
-            return [f"            try: text = {conversions}[{i}](column.data)",
-                    "            except _FAILS: text = None",
-                    f"            append({key!r} + (text if text is not None else _typed({kind!r}, column.data, {i})))"]
-
-        def binary_call(i: int) -> Callable[[bytes], str]:
-            conversion = binary[i]
-
-            def write(data: bytes) -> str:
-                text = None
-                if conversion is not None:
-                    try:
-                        text = conversion(data)
-                    except _CONVERSION_FAILS:
-                        text = None
-                return text if text is not None else typed("b", data, i)
-            return write
-
-        # -- every column at once
-        kept = [i for i, (_, _, is_key, _) in enumerate(columns) if is_key or not only_keys]
-        width = len(columns)
-        if kept:
-            lines += [f"    if len(columns) == {width}:",
-                      "        " + ", ".join(f"c{i}" for i in range(width)) + (", = columns" if width == 1 else
-                                                                                 " = columns"),
-                      "        try:"]
+        """The function that writes a tuple of ``schema`` (``only_keys``: its key columns): every column's
+        JSON into a local of its own, then the object joined at once -- without the columns whose value is
+        an unchanged TOASTed one (named in ``toasted``) or absent (a tuple narrower than its relation)."""
+        plan, typed = self._plan(schema)
+        kept = [i for i, column in enumerate(plan) if column.is_key or not only_keys]
+        namespace: dict[str, Any] = {"_string": _STRING, "_FAILS": _CONVERSION_FAILS, "_fit": _fit, "_typed": typed,
+                                     "_keys": tuple(plan[i].key for i in kept)}
+        if not kept:
+            lines = ["def write(columns, toasted):", "    return '{}'"]
+        else:
+            width = len(plan)
+            lines = ["def write(columns, toasted):",
+                     f"    if len(columns) != {width}: columns = _fit(columns, {width})",
+                     "    " + "".join(f"c{i}, " if i in kept else "_, " for i in range(width)) + "= columns",
+                     "    u = False"]
             for i in kept:
-                way = columns[i][1]
-                c, v = f"c{i}", f"v{i}"
-                lines.append(f"            k = {c}.kind")
-                if way == "string":
-                    lines.append(f"            if k == 't': {v} = _string({c}.data.decode({encoding!r}))")
-                elif way == "int":
-                    lines.append(f"            if k == 't': {v} = str(int({c}.data))")
-                elif way == "bool":
-                    lines.append(f"            if k == 't': {v} = ('true' if {c}.data == b't' else 'false' if "
-                                 f"{c}.data == b'f' else _calls[{i}]({c}.data))")
-                elif text[i] is not None:
-                    # the conversion's common case inline (the same text), the conversion itself otherwise
-                    conversion = text[i]
-                    if conversion is _float_text:
-                        call = (f"repr(f) if not {c}.data.translate(None, _float_bytes) and "
-                                f"(f := float({c}.data)) - f == 0.0 else _t{i}({c}.data)")
-                    elif conversion is _numeric_text:
-                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _numeric({c}.data) else _t{i}({c}.data)"
-                    elif conversion is _uuid_text:
-                        call = f"'\"' + {c}.data.decode('ascii') + '\"' if _uuid({c}.data) else _t{i}({c}.data)"
-                    else:
-                        call = f"_t{i}({c}.data)"
-                    lines += ["            if k == 't':",
-                              f"                try: {v} = {call}",
-                              f"                except _FAILS: {v} = None",
-                              f"                if {v} is None: {v} = _typed('t', {c}.data, {i})"]
-                else:
-                    lines.append(f"            if k == 't': {v} = _c{i}({c}.data)")
-                lines += [f"            elif k == 'n': {v} = 'null'",
-                          f"            elif k == 'b': {v} = _b{i}({c}.data)",
-                          "            else: raise _Other"]
-            lines.append("        except _Other: pass")
-            joined: list[str] = []
+                column = plan[i]
+                c = f"c{i}"
+                namespace[f"_t{i}"], namespace[f"_r{i}"] = column.text, column.rest
+                namespace[f"_c{i}"], namespace[f"_b{i}"] = column.call, column.binary
+                lines += [f"    k = {c}.kind", "    if k == 't':",
+                          *("        " + line for line in _text_lines(column, i, self.loader.encoding, f"{c}.data")),
+                          f"    elif k == 'n': v{i} = 'null'",
+                          f"    elif k == 'b': v{i} = _b{i}({c}.data)",
+                          "    elif k == 'u':",
+                          f"        v{i} = None",
+                          "        u = True",
+                          f"        if toasted is not None: toasted.append({column.name!r})",
+                          "    elif k is None:",
+                          f"        v{i} = None",
+                          "        u = True",
+                          f"    else: v{i} = _typed(k, {c}.data, {i})"]
+            values = "".join(f"v{i}, " for i in kept)
+            lines.append("    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
+                         ")) if value is not None]) + '}'")
+            joined = []
             for n, i in enumerate(kept):
-                joined += [repr(("{" if n == 0 else ",") + columns[i][0]), f"v{i}"]
-            lines.append("        else: return ''.join((" + ", ".join(joined) + ", '}'))")
-        # -- column by column
-        lines += ["    parts = []", "    append = parts.append", "    n = len(columns)"]
-        for i, (meta, (key, way, is_key, _)) in enumerate(zip(schema.relation.columns, columns)):
-            if only_keys and not is_key:
+                joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
+            lines.append("    return ''.join((" + ", ".join(joined) + ", '}'))")
+        return _compiled(lines, namespace)
+
+    def bytes_writer(self, schema: RowSchema, only_keys: bool) -> Callable[[bytes, int, list[str] | None],
+                                                                            tuple[str, int]]:
+        """What calling this writes of a tuple of ``schema``, read from a message's bytes: a function of the
+        bytes, the offset of the tuple's column count and ``toasted``, that gives the JSON and the offset
+        after the tuple -- past the bytes' end where a length says so: the caller checks that the message
+        ends there.  It raises :class:`Declined` where the tuple is not one of the relation's width in the
+        server's form, IndexError where the bytes end inside it (the parsed message's way writes it then).
+        Made once per schema."""
+        cached = self._bytes_writers.get((id(schema), only_keys))
+        if cached is None or cached[0] is not schema:
+            if len(self._bytes_writers) > 4096:
+                self._bytes_writers.clear()
+            cached = self._bytes_writers[(id(schema), only_keys)] = (schema,
+                                                                     self._bytes_writer(schema, only_keys))
+        return cached[1]
+
+    def _bytes_writer(self, schema: RowSchema, only_keys: bool) -> Callable[..., tuple[str, int]]:
+        """:meth:`_writer` reading the columns from the bytes (see :meth:`bytes_writer`)."""
+        plan, typed = self._plan(schema)
+        width = len(plan)
+        kept = [i for i, column in enumerate(plan) if column.is_key or not only_keys]
+        namespace: dict[str, Any] = {"_string": _STRING, "_FAILS": _CONVERSION_FAILS, "_typed": typed,
+                                     "_keys": tuple(plan[i].key for i in kept), "_Declined": Declined,
+                                     "_count": _COUNT, "_length": _LENGTH}
+        lines = ["def write(data, p, toasted):",
+                 f"    if _count(data, p)[0] != {width}: raise _Declined",
+                 "    p += 2",
+                 "    u = False"]
+        for i, column in enumerate(plan):
+            if i not in kept:  # (passed over)
+                lines += ["    k = data[p]",
+                          "    if k == 116 or k == 98: p += 5 + _length(data, p + 1)[0]",
+                          "    elif k == 110 or k == 117: p += 1",
+                          "    else: raise _Declined"]
                 continue
-            lines += [f"    if n > {i}:",
-                      f"        column = columns[{i}]",
-                      "        kind = column.kind"]
-            if way == "string":
-                decode = f"column.data.decode({encoding!r})"
-                lines.append(f"        if kind == 't': append({key!r} + _string({decode}))")
-            elif way == "int":
-                lines.append(f"        if kind == 't': append({key!r} + str(int(column.data)))")
-            elif way == "bool":
-                lines.append(f"        if kind == 't': append({key!r} + ('true' if column.data == b't' else 'false' "
-                             f"if column.data == b'f' else _calls[{i}](column.data)))")
-            elif text[i] is not None:
-                lines += ["        if kind == 't':", *converted("t", "_text", i, key)]
-            else:
-                lines.append(f"        if kind == 't': append({key!r} + _calls[{i}](column.data))")
-            lines += [f"        elif kind == 'n': append({key + 'null'!r})",
-                      "        elif kind == 'u':",
-                      f"            if toasted is not None: toasted.append({meta.name!r})"]
-            if binary[i] is not None:
-                lines += ["        elif kind == 'b':", *converted("b", "_binary", i, key)]
-            lines.append(f"        else: append({key!r} + _typed(kind, column.data, {i}))")
-        lines.append("    return '{' + ','.join(parts) + '}'")
-        calls = self._text_calls(schema, columns, typed)
-        namespace: dict[str, Any] = {"_string": _STRING, "_typed": typed, "_FAILS": _CONVERSION_FAILS,
-                                     "_calls": calls, "_text": text, "_binary": binary, "_Other": _Other,
-                                     "_numeric": _NUMERIC_TEXT.fullmatch, "_uuid": _UUID_TEXT.fullmatch,
-                                     "_float_bytes": _FLOAT_BYTES}
-        for i in range(width):
-            namespace[f"_t{i}"], namespace[f"_c{i}"], namespace[f"_b{i}"] = text[i], calls[i], binary_call(i)
-        source = "\n".join(lines)
-        code = _WRITER_CODE.get(source)
-        if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
-            if len(_WRITER_CODE) > 1024:
-                _WRITER_CODE.clear()
-            code = _WRITER_CODE[source] = compile(source, "<replwire.codec.stream.jsonl: row writer>", "exec")
-        exec(code, namespace)  # noqa: S102
-        write: Callable[..., str] = namespace["write"]
-        return write
+            namespace[f"_t{i}"], namespace[f"_r{i}"] = column.text, column.rest
+            namespace[f"_c{i}"], namespace[f"_b{i}"] = column.call, column.binary
+            # (a length past the end leaves p past it: the caller's check of the end, or the next column's
+            # read, gives up on the tuple)
+            lines += ["    k = data[p]",
+                      "    if k == 116:",
+                      "        q = p + 5 + _length(data, p + 1)[0]",
+                      "        s = data[p + 5:q]",
+                      "        p = q",
+                      *("        " + line for line in _text_lines(column, i, self.loader.encoding, "s")),
+                      "    elif k == 110:",
+                      f"        v{i} = 'null'",
+                      "        p += 1",
+                      "    elif k == 98:",
+                      "        q = p + 5 + _length(data, p + 1)[0]",
+                      f"        v{i} = _b{i}(data[p + 5:q])",
+                      "        p = q",
+                      "    elif k == 117:",
+                      f"        v{i} = None",
+                      "        u = True",
+                      "        p += 1",
+                      f"        if toasted is not None: toasted.append({column.name!r})",
+                      "    else: raise _Declined"]
+        if not kept:
+            lines.append("    return '{}', p")
+        else:
+            values = "".join(f"v{i}, " for i in kept)
+            lines.append("    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
+                         ")) if value is not None]) + '}', p")
+            joined = []
+            for n, i in enumerate(kept):
+                joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
+            lines.append("    return ''.join((" + ", ".join(joined) + ", '}')), p")
+        return _compiled(lines, namespace)
+
+
+def _compiled(lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
+    """The function ``write`` the source ``lines`` define, run in ``namespace``."""
+    source = "\n".join(lines)
+    code = _WRITER_CODE.get(source)
+    if code is None:  # (a stream that sends its Relations again, every stream block, writes the same source)
+        if len(_WRITER_CODE) > 1024:
+            _WRITER_CODE.clear()
+        code = _WRITER_CODE[source] = compile(source, "<replwire.codec.stream.jsonl: row writer>", "exec")
+    exec(code, namespace)  # noqa: S102
+    write: Callable[..., Any] = namespace["write"]
+    return write
+
+
+class Declined(Exception):  # noqa: N818 - not an error: the way back to the parsed messages
+    """What a bytes writer (:meth:`RowJson.bytes_writer`) or :meth:`JsonLines.plain` leaves to the way through
+    parsed messages."""
+
+
+_COUNT = struct.Struct(">H").unpack_from
+_LENGTH = struct.Struct(">L").unpack_from
+
+
+def _text_lines(column: _Column, i: int, encoding: str, data: str) -> list[str]:
+    """The statements of a row writer that put the JSON of its column ``i``'s text value (the bytes ``data``,
+    an expression) into ``v{i}``: the text as it is for the ways that need nothing else, ``text`` without a
+    call around it."""
+    v = f"v{i}"
+    if column.way == "string":
+        return [f"{v} = _string({data}.decode({encoding!r}))"]
+    if column.way == "int":
+        return [f"{v} = str(int({data}))"]
+    if column.way == "bool":
+        return [f"d = {data}", f"{v} = 'true' if d == b't' else 'false' if d == b'f' else _c{i}(d)"]
+    if column.text is not None:
+        return [f"d = {data}", f"try: {v} = _t{i}(d)", f"except _FAILS: {v} = None",
+                f"if {v} is None: {v} = _r{i}(d)"]
+    return [f"{v} = _c{i}({data})"]
 
 
 #: The row writers' sources compiled so far: the code of each (what it refers to is each writer's own).
 _WRITER_CODE: dict[str, Any] = {}
-
-
-class _Other(Exception):  # noqa: N818 - not an error: the way out of a row writer's every-column-at-once part
-    """A column the first part of a row writer leaves to the second (an unchanged TOASTed value, say)."""
 
 
 def change_object(change: Change, transaction: Transaction | None) -> dict[str, Any]:
@@ -738,7 +783,7 @@ def change_objects(change: Change, transaction: Transaction | None) -> list[dict
 def _transaction_fields(transaction: Transaction) -> dict[str, Any]:
     """The keys every change of ``transaction`` shares (made once per transaction, not once per change)."""
     out: dict[str, Any] = {"xid": transaction.xid, "commit_lsn": str(transaction.commit_lsn),
-                           "commit_time": json_value(_commit_datetime(transaction))}
+                           "commit_time": _commit_time(transaction.commit_time)}
     if transaction.origin is not None:
         out["origin"] = transaction.origin[0]
     if transaction.gid is not None:
@@ -791,11 +836,17 @@ def _change_object(change: Change, shared: dict[str, Any] | None, streamed: bool
     return out
 
 
-def _commit_datetime(transaction: Transaction) -> Any:
+def _commit_time(commit_time: Any) -> Any:
+    """A commit's time as its JSON value: ISO 8601, or the wire integer where a datetime cannot hold it."""
     try:
-        return transaction.commit_time.to_datetime()
+        return json_value(commit_time.to_datetime())
     except ValueError:
-        return int(transaction.commit_time)
+        return int(commit_time)
+
+
+def _commit_keys(commit_lsn: str, commit_time: Any) -> str:
+    """The ``commit_lsn`` and ``commit_time`` keys of a line, after its ``xid``."""
+    return f',"commit_lsn":{_STRING(commit_lsn)},"commit_time":{_encode(commit_time)}'
 
 
 def objects(item: Transaction | Change) -> Iterator[dict[str, Any]]:
@@ -816,12 +867,26 @@ class JsonLines:
     written once; per relation and operation, the line's start; each row image comes from :class:`RowJson`.
     The changes come from :meth:`~replwire.codec.stream.assembler.Changes.wire` (an Assembler made with
     ``rows=False`` makes no row dicts); truncates and logical messages, rare, go through :func:`objects`.
+    Under the Python codec, :class:`PlainRuns` has the same lines written straight from the messages' bytes
+    (:meth:`plain`, :meth:`body`), without parsed messages: what the compiled row path does in C.
     """
 
     def __init__(self, encoding: str = "UTF8", rows: RowJson | None = None) -> None:
         self.rows = rows or RowJson(ValueLoader(encoding))
         self.maker = ChangeMaker(rows=False, encoding=encoding)
-        self._starts: dict[tuple[int, str], tuple[Any, str]] = {}
+        # relation id -> its Relation and the decoder's types_version, the starts of its lines (as _shapes) and
+        # its bytes writers: for plain()
+        self._plain_shapes: dict[int, tuple[Any, ...]] = {}
+        # id(row schema) -> the schema, the starts of its insert's, update's and delete's lines, and the
+        # writers of its tuples (RowJson.writers)
+        self._shapes: dict[int, tuple[Any, ...]] = {}
+
+    def _shape(self, schema: RowSchema) -> tuple[Any, ...]:
+        if len(self._shapes) > 4096:
+            self._shapes.clear()
+        shape = self._shapes[id(schema)] = (schema, *(_start(schema, op) for op in ("insert", "update", "delete")),
+                                            *self.rows.writers(schema))
+        return shape
 
     def __call__(self, item: Transaction | Change) -> Iterator[str | bytes]:
         """The lines of ``item``, one at a time (a spilled transaction is read back as they are taken); the
@@ -832,49 +897,150 @@ class JsonLines:
                 yield ENCODE(obj)
             return
         shared = _transaction_fields(item)
-        tail = "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items() if name != "xid")
+        # (the keys after "xid", in their order: the commit's LSN and time, then origin and gid if any)
+        tail = _commit_keys(shared["commit_lsn"], shared["commit_time"])
+        if len(shared) > 3:
+            tail += "".join(f",{_STRING(name)}:{ENCODE(value)}" for name, value in shared.items()
+                            if name not in _COMMIT_FIELDS)
         xid = f"{item.xid}" if item.xid is not None else "null"
-        streamed, rows, starts = item.streamed, self.rows, self._starts
+        streamed, shapes = item.streamed, self._shapes
         joined: tuple[bytes, bytes] | None = None  # the xid and tail rows_join puts into Rendered lines
         for message, schema, lsn, subxid in item.changes.wire():
-            if message.__class__ is Rendered:
-                assert isinstance(message, Rendered) and COMPILED is not None  # (only the compiled path renders)
+            cls = message.__class__
+            if cls is Rendered:  # (rendered by the compiled row path, or by PlainRuns under the Python codec)
+                assert isinstance(message, Rendered)
                 if joined is None:
                     joined = (xid.encode(), tail.encode())
-                yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
+                if COMPILED is not None:
+                    yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
+                else:
+                    yield _joined(message.data, *joined, message.dropped)
                 continue
-            assert not isinstance(message, Rendered)
-            op = _OPS.get(message.__class__)
-            if op is None:  # a truncate or a logical message
+            if cls is not Insert and cls is not Update and cls is not Delete:  # a truncate or a logical message
+                assert not isinstance(message, Rendered)
                 change = self.maker.change(message, schema, LSN(lsn) if lsn is not None else None, item.xid,
                                            subxid if streamed else None)
                 for obj in _change_objects(change, shared, streamed):
                     yield ENCODE(obj)
                 continue
-            cached = starts.get((id(schema), op))
-            if cached is None or cached[0] is not schema:
-                if len(starts) > 4096:
-                    starts.clear()
-                cached = starts[(id(schema), op)] = (schema, _start(schema, op))
-            parts = [cached[1], xid, ',"lsn":', f'"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"' if lsn is not None else "null",
-                     tail]
+            shape = shapes.get(id(schema))
+            if shape is None or shape[0] is not schema:
+                shape = self._shape(schema)
+            _, inserts, updates, deletes, row, keys = shape
+            start = inserts if cls is Insert else updates if cls is Update else deletes
+            if lsn is not None:
+                line = f'{start}{xid},"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"{tail}'
+            else:
+                line = f'{start}{xid},"lsn":null{tail}'
             if streamed:
-                parts.append(f',"subxid":{subxid}')
-            toasted: list[str] = []
+                line += f',"subxid":{subxid}'
             dml: Any = message  # an Insert, Update or Delete: the tuples each has
-            new = dml.new if op != "delete" else None
-            if new is not None:
-                parts += (',"new":', rows(schema, new, toasted=toasted))
-            key, old = (dml.key, dml.old) if op != "insert" else (None, None)
-            if key is not None:
-                parts += (',"key":', rows(schema, key, only_keys=True))
-            elif old is not None:
-                parts += (',"old":', rows(schema, old), ',"key":', rows(schema, old, only_keys=True))
+            toasted: list[str] = []
+            if cls is not Delete and dml.new is not None:
+                line = f'{line},"new":{row(dml.new, toasted)}'
+            if cls is not Insert:
+                if dml.key is not None:
+                    line += ',"key":' + keys(dml.key, None)
+                elif dml.old is not None:
+                    line += ',"old":' + row(dml.old, None) + ',"key":' + keys(dml.old, None)
             if toasted:
-                parts += (',"unchanged_toast":', ENCODE(toasted))
-            parts.append("}")
-            yield "".join(parts)
+                line += ',"unchanged_toast":' + ENCODE(toasted)
+            yield line + "}"
 
+    def plain(self, records: list[Any], decoder: Decoder) -> tuple[str, int, Any]:
+        """The lines of a plain transaction from its records' bytes (``(offset, lsn, xid, data)``: a Begin,
+        row changes, a Commit), what :meth:`__call__` writes of it after the Assembler, each ending in a
+        newline; its change count and end LSN.  Raises :class:`Declined` where a message is not in the form
+        the writers read, or of a relation ``decoder`` has no Relation for, or of another width."""
+        proto, encoding = decoder.proto_version, decoder.encoding
+        try:
+            begin = decoder._parse(records[0][3], proto_version=proto, in_stream=False, encoding=encoding)
+            commit = decoder._parse(records[-1][3], proto_version=proto, in_stream=False, encoding=encoding)
+        except Exception as error:  # noqa: BLE001 - the Assembler's way says what is wrong
+            raise Declined from error
+        if begin.__class__ is not Begin or commit.__class__ is not Commit:
+            raise Declined
+        xid = f"{begin.xid}"
+        tail = _commit_keys(str(commit.commit_lsn), _commit_time(commit.commit_time))
+        out = []
+        for _, lsn, _, data in records[1:-1]:
+            start, rest = self._change(data, 1, decoder)
+            if lsn:
+                out.append(f'{start}{xid},"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"{tail}{rest}}}\n')
+            else:
+                out.append(f'{start}{xid},"lsn":null{tail}{rest}}}\n')
+        return "".join(out), len(out), commit.end_lsn
+
+    def body(self, records: list[Any], decoder: Decoder) -> Rendered:
+        """The row changes of an open stream block from their records' bytes (``(offset, lsn, xid, data)``) as
+        one :class:`~replwire.codec.stream.assembler.Rendered` run for the Assembler to buffer: what
+        :meth:`__call__` writes of them when their transaction commits, without its xid and commit keys
+        (:func:`_joined` puts them in).  Raises as :meth:`plain` does."""
+        out: list[str] = []
+        made_by: list[int] = []
+        for _, lsn, _, data in records:
+            subxid = _RELATION_ID(data, 1)[0]
+            made_by.append(subxid)
+            start, rest = self._change(data, 5, decoder)
+            if lsn:
+                out.append(f'{start}\x1e,"lsn":"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"\x1d,"subxid":{subxid}{rest}}}\n')
+            else:
+                out.append(f'{start}\x1e,"lsn":null\x1d,"subxid":{subxid}{rest}}}\n')
+        return Rendered("".join(out).encode("utf-8"), len(out), dict(collections.Counter(made_by)))
+
+    def _change(self, data: bytes, at: int, decoder: Decoder) -> tuple[str, str]:
+        """A row change's line from its message's bytes (``at``: the offset of its relation id), as the start
+        (up to ``"xid":``) and what follows the commit keys and subxid (without the closing brace)."""
+        relation_id = _RELATION_ID(data, at)[0]
+        relation = decoder.relations.get(relation_id)
+        shapes = self._plain_shapes
+        shape = shapes.get(relation_id)
+        if shape is None or shape[0] is not relation or shape[1] != decoder.types_version:
+            if relation is None:
+                raise Declined
+            schema = self.maker.row_schema(decoder, relation_id)
+            if len(shapes) > 4096:
+                shapes.clear()
+            shape = shapes[relation_id] = (relation, decoder.types_version,
+                                           *(_start(schema, op) for op in ("insert", "update", "delete")),
+                                           self.rows.bytes_writer(schema, False), self.rows.bytes_writer(schema, True))
+        _, _, inserts, updates, deletes, row, keys = shape
+        tag, mark, p = data[0], data[at + 4], at + 5
+        toasted: list[str] = []
+        if tag == 73 and mark == 78:  # an Insert
+            new, p = row(data, p, toasted)
+            start, rest = inserts, f',"new":{new}'
+        elif tag == 85:  # an Update: its key or old image, if any, then its new image
+            before = ""
+            if mark != 78:
+                if mark == 75:
+                    key, p = keys(data, p, None)
+                    before = ',"key":' + key
+                elif mark == 79:
+                    old, _ = row(data, p, None)
+                    key, p = keys(data, p, None)
+                    before = f',"old":{old},"key":{key}'
+                else:
+                    raise Declined
+                if data[p] != 78:
+                    raise Declined
+                p += 1
+            new, p = row(data, p, toasted)
+            start, rest = updates, f',"new":{new}{before}'
+        elif tag == 68 and mark == 75:  # a Delete
+            key, p = keys(data, p, None)
+            start, rest = deletes, f',"key":{key}'
+        elif tag == 68 and mark == 79:
+            old, _ = row(data, p, None)
+            key, p = keys(data, p, None)
+            start, rest = deletes, f',"old":{old},"key":{key}'
+        else:
+            raise Declined
+        if p != len(data):
+            raise Declined
+        if toasted:
+            rest += ',"unchanged_toast":' + ENCODE(toasted)
+        return start, rest
 
     def compiled_events(self) -> None:
         """JSON lines, not Debezium's events (see :class:`~replwire.codec.decode.RowWriter`)."""
@@ -891,6 +1057,131 @@ class JsonLines:
         return starts, self.rows.plan_columns(schema)
 
 
+#: The keys of :func:`_transaction_fields` every transaction has.
+_COMMIT_FIELDS = frozenset(("xid", "commit_lsn", "commit_time"))
+
+
+_RELATION_ID = struct.Struct(">L").unpack_from
+
+
+class PlainRun:
+    """The lines :class:`PlainRuns` wrote for a plain transaction: ``data`` in UTF-8, each line ending in a
+    newline (nothing for one a resume sent again: ``repeated``), and the ``records`` it was."""
+
+    __slots__ = ("changes", "data", "records", "repeated")
+
+    def __init__(self, data: bytes, records: int, changes: int, repeated: int) -> None:
+        self.data, self.records, self.changes, self.repeated = data, records, changes, repeated
+
+
+class PlainRuns:
+    """The records of an input for the Assembler (``(offset, lsn, xid, data)`` from ``reading``), but each
+    plain transaction of at most :data:`_MOST_PLAIN` row changes that begins between transactions (the
+    decoder idle) given as one :class:`PlainRun` of its lines (:meth:`JsonLines.plain`), its records counted
+    as passed over (:meth:`~replwire.codec.stream.decoder.Decoder.skip`) -- the pure-Python twin of the
+    compiled row path's runs.  Anything else (a Relation inside, a message the lines' writers decline) gives
+    the transaction's records to the Assembler, as they came.  ``last_end``: the end of the last transaction
+    given, which one ending no later is repeated (its run writes nothing)."""
+
+    def __init__(self, reading: Any, lines: JsonLines, assembler: Assembler, last_end: int) -> None:
+        self.reading, self.lines, self.assembler, self.last_end = reading, lines, assembler, last_end
+        self.rendered = 0  # records rendered into a streamed transaction's buffer (Rendered runs) so far
+
+    @property
+    def tail(self) -> Any:
+        return self.reading.tail
+
+    def close(self) -> None:
+        self.reading.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        decoder, plain = self.assembler.decoder, self.lines.plain
+        held: list[Any] = []  # a plain transaction's records, from its Begin
+        body: list[Any] = []  # the row changes of the stream block open
+        try:
+            for record in self.reading:
+                data = record[3]
+                tag = data[0] if data else -1
+                if body:
+                    if tag in _ROW_TAGS and len(body) < _MOST_PLAIN:
+                        body.append(record)
+                        continue
+                    given, body = body, []
+                    if not self._render(given):
+                        yield from given
+                if held:
+                    held.append(record)
+                    if tag in _ROW_TAGS and len(held) <= _MOST_PLAIN:
+                        continue
+                    if tag == 67:  # a Commit
+                        try:
+                            lines, changes, end = plain(held, decoder)
+                        except Exception:  # noqa: BLE001 - declined, or a value that fails: the Assembler's way
+                            pass
+                        else:
+                            decoder.skip(len(held))
+                            if end <= self.last_end:
+                                run = PlainRun(b"", len(held), 0, 1)
+                            else:
+                                self.last_end = end
+                                run = PlainRun(lines.encode("utf-8"), len(held), changes, 0)
+                            held = []
+                            yield run
+                            continue
+                    given, held = held, []
+                    yield from given
+                elif decoder.__class__ is not Decoder:
+                    yield record
+                elif tag == 66 and decoder.state == IDLE:  # a Begin
+                    held.append(record)
+                elif tag in _ROW_TAGS and decoder.state == STREAM:
+                    body.append(record)
+                else:
+                    yield record
+        except Exception:
+            given, held = held + body, []  # (the records read before a reading error go first, as they came)
+            yield from given
+            raise
+        if body and not self._render(body):
+            yield from body
+        yield from held
+
+    def _render(self, body: list[Any]) -> bool:
+        """Whether the row changes ``body`` of the open stream block went to its transaction's buffer as one
+        :class:`~replwire.codec.stream.assembler.Rendered` run (else they go to the Assembler as they are)."""
+        decoder = self.assembler.decoder
+        index = decoder.index
+        try:
+            self.assembler.add_rendered(self.lines.body(body, decoder))
+        except Exception:  # noqa: BLE001 - declined, or a value that fails: the Assembler's way
+            decoder.index = index
+            return False
+        self.rendered += len(body)
+        return True
+
+
+_ROW_TAGS = frozenset(b"IUD")
+#: The most row changes :class:`PlainRuns` holds to write at once: of a plain transaction (a bigger one goes
+#: to the Assembler, which spills it to a file), of a stream block (one Rendered run).
+_MOST_PLAIN = 4096
+_SUBXID = b'\x1d,"subxid":'
+
+
+def _joined(data: bytes, xid: bytes, tail: bytes, dropped: set[int]) -> bytes:
+    """The lines of a run :meth:`JsonLines.body` rendered, with their transaction's ``xid`` and commit keys
+    (``tail``), in UTF-8; the lines of the subtransactions in ``dropped`` left out.  A rendered line has
+    \\x1e where the xid goes and \\x1d where the commit keys go, just before its subxid (no line's JSON has
+    either: control characters are escaped in its strings)."""
+    if dropped:
+        kept = []
+        for line in data.split(b"\n")[:-1]:
+            at = line.index(_SUBXID) + len(_SUBXID)
+            if int(line[at:line.index(b",", at)]) not in dropped:
+                kept.append(line + b"\n")
+        data = b"".join(kept)
+    return data.replace(b"\x1e", xid).replace(b"\x1d", tail)
+
+
 def _start(schema: RowSchema, op: str) -> str:
     """The start of a change's line, up to ``"xid":``."""
     relation = schema.relation
@@ -898,9 +1189,9 @@ def _start(schema: RowSchema, op: str) -> str:
             f'"table":{_STRING(relation.name)},"xid":')
 
 
-_OPS = {Insert: "insert", Update: "update", Delete: "delete"}
 #: The text ways by name (row_ways.TEXT_WAYS, and "array of" an element's).
 _WAYS = {**row_ways.TEXT_WAYS, **{f"array of {way}": row_ways.ARRAY + row_ways.TEXT_WAYS[way]
                                   for way in row_ways.ARRAY_ELEMENTS}}
 
-__all__ = ["ENCODE", "JsonLines", "RowJson", "change_object", "change_objects", "json_value", "objects"]
+__all__ = ["ENCODE", "Declined", "JsonLines", "PlainRun", "PlainRuns", "RowJson", "change_object", "change_objects",
+           "json_value", "objects"]

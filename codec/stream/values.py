@@ -213,9 +213,14 @@ def _adapters(codec: str) -> Any:
 
 #: Built-in types psycopg's registry has (a test checks it), resolved without importing psycopg: bool,
 #: bytea, name, int8, int2, int4, text, json, float4, float8, bpchar, varchar, date, time, timestamp,
-#: timestamptz, numeric, uuid, jsonb.
-_BUILTIN = frozenset({16, 17, 19, 20, 21, 23, 25, 114, 700, 701, 1042, 1043, 1082, 1083, 1114, 1184, 1700, 2950,
-                      3802})
+#: timestamptz, interval, numeric, uuid, jsonb.
+_BUILTIN = frozenset({16, 17, 19, 20, 21, 23, 25, 114, 700, 701, 1042, 1043, 1082, 1083, 1114, 1184, 1186, 1700,
+                      2950, 3802})
+#: The arrays of those types, by OID, and their element types: what psycopg's registry says of them (a test
+#: checks it), without importing psycopg.
+_BUILTIN_ARRAYS = {1000: 16, 1001: 17, 1003: 19, 1016: 20, 1005: 21, 1007: 23, 1009: 25, 199: 114, 1021: 700,
+                   1022: 701, 1014: 1042, 1015: 1043, 1182: 1082, 1183: 1083, 1115: 1114, 1185: 1184, 1187: 1186,
+                   1231: 1700, 2951: 2950, 3807: 3802}
 
 
 def _psycopg() -> tuple[Any, Any, Any]:
@@ -251,7 +256,8 @@ class ValueLoader:
 
     def _ready(self) -> tuple[Any, Any, Any]:
         """psycopg's type registry, a transformer with the loaders of :func:`_adapters` and the formats by
-        kind (psycopg is imported on first need: many streams have only the types :data:`_BUILTIN`)."""
+        kind (psycopg is imported on first need: many streams have only the types :data:`_BUILTIN` and their
+        arrays)."""
         if self._psycopg is None:
             Transformer, registry, Format = _psycopg()
             self._psycopg = (registry, Transformer(_adapters(self.encoding)),
@@ -272,7 +278,7 @@ class ValueLoader:
         if key in self._resolved:
             return self._resolved[key]
         oid: int | None = None
-        if type_id in _BUILTIN:
+        if type_id in _BUILTIN or type_id in _BUILTIN_ARRAYS:
             oid = type_id
         elif type_id < 10000 and self._ready()[0].get(type_id) is not None:
             oid = type_id  # a built-in type (FirstGenbkiObjectId = 10000; built-ins never get a Type message)
@@ -304,6 +310,8 @@ class ValueLoader:
         ``("multirange", range OID)``, or ``None`` for any other type."""
         if oid in _BUILTIN:
             return None
+        if oid in _BUILTIN_ARRAYS:
+            return ("array", _BUILTIN_ARRAYS[oid])
         if oid not in self._kinds:
             info = self._registry.get(oid)
             kind: tuple[str, int] | None = None

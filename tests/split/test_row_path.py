@@ -186,7 +186,7 @@ def test_a_transaction_longer_than_a_read(tmp_path, form):
                         [(0x100 + i, 7, build_message(m, proto_version=1)) for i, m in enumerate(rows)], form, 1)
     text, counts, error = same([path], 1)
     assert error is None and counts["changes"] == 800
-    assert counts["written"] == (800 if COMPILED else 0)
+    assert counts["written"] == 800  # (by the compiled row path, or by PlainRuns under the Python codec)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -896,7 +896,8 @@ def test_streamed_changes_are_rendered_by_the_row_path(tmp_path):
     text, counts, error = same([path], 4)
     assert error is None and counts["changes"] == 30
     assert text.count('"subxid":5') == 20 and text.count('"gid":"g"') == 10
-    assert counts["written"] == (30 if COMPILED else 0)
+    # (the Python codec's PlainRuns renders the stream block's, not a prepared transaction's)
+    assert counts["written"] == (30 if COMPILED else 20)
 
 
 def test_two_phase_transactions_committed_at_once_are_written_whole(tmp_path):
@@ -1015,6 +1016,6 @@ def test_a_relation_changed_inside_a_stream_block_changes_how_values_are_written
     rows = [(0x100 + 0x10 * n, 5, build_message(m, proto_version=4, in_stream=streamed))
             for n, (m, streamed) in enumerate(messages)]
     text, counts, error = same([write_stream(tmp_path / "s.csv", rows, "copy-csv", 4)], 4)
-    assert error is None and counts["written"] == (6 if COMPILED else 0)
+    assert error is None and counts["written"] == 6
     assert [line.endswith('"w":42}}') for line in text.splitlines()] == [True] * 3 + [False] * 3
     assert text.count('"w":"42"}}') == 3

@@ -153,6 +153,19 @@ def test_the_types_resolved_without_psycopg_are_psycopg_builtins():
         assert info is not None and info.oid == oid, oid
 
 
+def test_the_arrays_resolved_without_psycopg_are_psycopg_builtin_arrays():
+    """The arrays ValueLoader resolves without importing psycopg are the arrays of those types psycopg's
+    registry has, by that OID, with that element type."""
+    from psycopg.postgres import types as registry
+
+    from replwire.codec.stream.values import _BUILTIN, _BUILTIN_ARRAYS
+
+    for oid, element in _BUILTIN_ARRAYS.items():
+        info = registry.get(oid)
+        assert info is not None and info.array_oid == oid and info.oid == element, oid
+    assert {registry.get(oid).array_oid for oid in _BUILTIN} == set(_BUILTIN_ARRAYS)
+
+
 def test_decoding_common_types_does_not_import_psycopg():
     code = ("import sys\n"
             "from replwire.codec import Assembler, build, Begin, Commit, Insert, Relation, RelationColumn, LSN, "
