@@ -16,12 +16,13 @@ VENV := $(CURDIR)/.venv
 IN_VENV := PATH="$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(VENV)"
 
 # what runs again on the pure-Python codec: the codec's own tests (vectors, real-server captures in every
-# context, errors, properties, fuzz invariants) and the decoder's and assembler's: about a minute and a
-# half (3,577 tests in 50 to 76 s on two cores); the rest of the suite reaches the codec through these, and
+# context, errors, properties, fuzz invariants), the stream layer's and the split decoding's (the Python
+# row path among them) and decode's output: about three minutes (3,800 tests in 180 s on two cores); the
+# rest of the suite reaches the codec through these, and
 # tests/wire/test_compiled.py compares the two codecs on that input: valid input gives the same messages
 # and bytes from C as from Python, invalid input is declined by C's checks (the errors themselves are
 # Python's, which C forwards to), and other encodings never reach C
-PYTHON_CODEC_TESTS := tests/wire tests/stream/test_decoder.py tests/stream/test_assembler.py tests/test_messages.py
+PYTHON_CODEC_TESTS := tests/wire tests/stream tests/split tests/test_messages.py tests/test_decode_output.py
 
 .PHONY: setup demo test docs fuzz fuzz-compiled
 
