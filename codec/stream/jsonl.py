@@ -644,13 +644,7 @@ class RowJson:
                           f"        v{i} = None",
                           "        u = True",
                           f"    else: v{i} = _typed(k, {c}.data, {i})"]
-            values = "".join(f"v{i}, " for i in kept)
-            lines.append("    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
-                         ")) if value is not None]) + '}'")
-            joined = []
-            for n, i in enumerate(kept):
-                joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
-            lines.append("    return ''.join((" + ", ".join(joined) + ", '}'))")
+            lines += _object_lines(plan, kept, "")
         return _compiled(lines, namespace)
 
     def bytes_writer(self, schema: RowSchema, only_keys: bool) -> Callable[[bytes, int, list[str] | None],
@@ -711,17 +705,21 @@ class RowJson:
                       "        p += 1",
                       f"        if toasted is not None: toasted.append({column.name!r})",
                       "    else: raise _Declined"]
-        if not kept:
-            lines.append("    return '{}', p")
-        else:
-            values = "".join(f"v{i}, " for i in kept)
-            lines.append("    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
-                         ")) if value is not None]) + '}', p")
-            joined = []
-            for n, i in enumerate(kept):
-                joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
-            lines.append("    return ''.join((" + ", ".join(joined) + ", '}')), p")
+        lines += _object_lines(plan, kept, ", p") if kept else ["    return '{}', p"]
         return _compiled(lines, namespace)
+
+
+def _object_lines(plan: Sequence[_Column], kept: list[int], more: str) -> list[str]:
+    """The end of a generated row writer: the object of the kept columns' values ``v<i>`` joined at once
+    (without those left ``None``, unchanged TOASTed ones, when ``u`` says there are some), returned with
+    ``more`` after it."""
+    values = "".join(f"v{i}, " for i in kept)
+    joined = []
+    for n, i in enumerate(kept):
+        joined += [repr(("{" if n == 0 else ",") + plan[i].key), f"v{i}"]
+    return ["    if u: return '{' + ','.join([key + value for key, value in zip(_keys, (" + values +
+            ")) if value is not None]) + '}'" + more,
+            "    return ''.join((" + ", ".join(joined) + ", '}'))" + more]
 
 
 def _compiled(lines: list[str], namespace: dict[str, Any]) -> Callable[..., Any]:
