@@ -249,7 +249,7 @@ def test_docs_page_spark_section_only_when_its_file_exists(tmp_path, monkeypatch
     hook = load_hook()
     source, benchmark_page = page()
     monkeypatch.setattr(hook, "SPARK_RESULTS", tmp_path / "spark.json")
-    assert "Spark" not in hook.on_page_markdown(source, benchmark_page, {}, None)
+    assert "## Spark pipeline" not in hook.on_page_markdown(source, benchmark_page, {}, None)
     (tmp_path / "spark.json").write_text(json.dumps(SPARK))
     text = hook.on_page_markdown(source, benchmark_page, {}, None)
     assert "## Spark pipeline" in text

@@ -54,38 +54,66 @@ def _exact(value):
     return value
 
 
-def python_table_rows(part, version, wanted) -> pa.Table:
-    """The reference for one table shape: ``TableRows`` over the Python path's changes of it."""
-    name = (version.schema, version.table)
-    changes = (d for d in decode_part(part, rows=False) if wanted(d.position) and (
-        name in d.change.relations if d.change.op == "truncate" else (d.change.schema, d.change.table) == name))
-    rows = spark_rows.TableRows(version, ValueLoader(part.source.encoding))
-    return pa.Table.from_batches(list(batches(rows, changes, 8192)), schema=rows.arrow)
+def _tables_of(part, shapes, items):
+    """Every table shape's rows of a part, in one pass over ``items`` (``decode_part``'s changes, or
+    ``part_changes``' with cells), each fed to its shape's ``TableRows`` as the changes job feeds them."""
+    rows = {}
+
+    def collector(name, position):
+        target = shapes.at(name, position)
+        if target is None:
+            return None
+        key = (name, target.version)
+        if key not in rows:
+            rows[key] = spark_rows.TableRows(target, ValueLoader(part.source.encoding))
+        return rows[key]
+    for item in items:
+        if isinstance(item, columns.ColumnRun):
+            for schema, table, indices, position, _, widths in spark_rows.table_runs(item):
+                target = collector(f"{schema}.{table}", position)
+                if target is not None:
+                    target.add_cells(item, indices, widths, position)
+            continue
+        change = item.change
+        names = ([f"{s}.{t}" for s, t in change.relations] if change.op == "truncate"
+                 else [] if change.op == "message" else [f"{change.schema}.{change.table}"])
+        for name in names:
+            target = collector(name, item.position)
+            if target is not None:
+                target.add(item)
+    return {key: pa.Table.from_batches([r.batch()], schema=r.arrow) for key, r in rows.items()}
 
 
 def assert_same_table_rows(inputs, part_bytes, size=8192):
-    """Every part's per-table rows from table_batches equal the Python path's, for every table shape."""
+    """Every part's per-table rows from the column path's cells equal the Python path's, for every table
+    shape (one pass each, as the changes job makes them); and table_batches (the ``table`` option) gives
+    the same rows of one shape."""
     result = plan(inputs, part_bytes=part_bytes)
     shapes = Shapes(result.relations)
-    for version in result.relations:
-        def wanted(position, version=version):
-            current = shapes.at(version.name, position)
-            return current is not None and current.version == version.version
-        for part in result.parts:
-            try:
-                expected = python_table_rows(part, version, wanted)
-            except Exception as error:  # noqa: BLE001 - a stream the Python path fails on fails the same way
-                with pytest.raises(type(error)):
-                    list(spark_rows.table_batches(part, version, wanted, size))
-                continue
-            got_batches = list(spark_rows.table_batches(part, version, wanted, size))
-            for batch in got_batches:
-                batch.validate(full=True)
-            got = pa.Table.from_batches(got_batches, schema=expected.schema)
-            assert got.num_rows == expected.num_rows, (part_bytes, part.number, version.name)
-            for name in expected.column_names:
-                assert _exact(got[name].to_pylist()) == _exact(expected[name].to_pylist()), (part_bytes, part.number,
-                                                                                            name)
+    for part in result.parts:
+        try:
+            expected = _tables_of(part, shapes, decode_part(part, rows=False))
+        except Exception as error:  # noqa: BLE001 - a stream the Python path fails on fails the same way
+            with pytest.raises(type(error)):
+                _tables_of(part, shapes, columns.part_changes(part, size, cells=True))
+            continue
+        got = _tables_of(part, shapes, columns.part_changes(part, size, cells=True))
+        assert sorted(got) == sorted(expected), (part_bytes, part.number)
+        for key, table in expected.items():
+            got[key].validate(full=True)
+            for name in table.column_names:
+                assert _exact(got[key][name].to_pylist()) == _exact(table[name].to_pylist()), (
+                    part_bytes, part.number, key, name)
+        if expected:
+            key, table = max(expected.items(), key=lambda item: item[1].num_rows)
+            version = next(v for v in result.relations if (v.name, v.version) == key)
+
+            def wanted(position, version=version):
+                current = shapes.at(version.name, position)
+                return current is not None and current.version == version.version
+            batches = list(spark_rows.table_batches(part, version, wanted, size))
+            one = pa.Table.from_batches(batches, schema=table.schema)
+            assert _exact(one.to_pylist()) == _exact(table.to_pylist()), (part_bytes, part.number, key)
 
 
 def assert_same_rows(inputs, sizes, *, size=8192, compiled_share=0.0):
