@@ -112,6 +112,9 @@ def fold(changes: Iterable[Change], columns: Sequence[str], key: Sequence[str],
                 more.setdefault(found, []).append(row)
             else:
                 state[found] = row
+        if cut is not None:  # a TRUNCATE after the last change handed over (met by another fold)
+            state.clear()
+            more.clear()
     if not more:
         return list(state.values())
     rows: list[tuple[Any, ...]] = []

@@ -73,6 +73,8 @@ def test_fold_truncate_seen_by_the_task_and_announced_to_it():
     assert fold(COLUMNS, ["id"], without_it, truncates=[(2, 3)]) == after
     assert fold(COLUMNS, ["id"], without_it) == [  # not told: nothing emptied
         (1, "a", None, "T1", (), ()), (2, "b2", None, "T2", (), ()), (3, "c", None, "T3", (), ())]
+    # a fold whose keys have no change after the TRUNCATE another fold met: emptied all the same
+    assert fold(COLUMNS, ["id"], changes[:2], truncates=[(2, 3)]) == []
 
 
 def test_fold_replica_identity_full_matches_whole_old_images_one_row_at_a_time():
