@@ -11,12 +11,15 @@ row's old key or old image.
 
 :func:`apply` turns those changes into the current state of each table: rows are ordered by ``(commit_lsn,
 position)`` -- the order the server committed them in -- and folded per key (the replica identity columns)
-by :mod:`replwire.codec.stream.fold`: an insert sets the row, an update replaces it (an unchanged TOASTed
-value keeps the value the row had), a delete removes it, a TRUNCATE empties the table.  Keys are spread over
-Spark tasks by hash, unless an update carried an old key -- the server sends one when the key changed (and,
+by :mod:`replwire.spark.fold` (the rules of :mod:`replwire.codec.stream.fold`): an insert sets the row, an
+update replaces it (an unchanged TOASTed value keeps the value the row had), a delete removes it, a TRUNCATE
+empties the table.  A table whose change rows fit in :data:`ONE_TASK_BYTES` is folded by one task that reads
+its change files and writes its rows itself (the tables of a run are the tasks of one Spark job): on a table
+that size a shuffle costs several times the fold.  A larger table is read by Spark and its keys spread over
+tasks by hash, unless an update carried an old key -- the server sends one when the key changed (and,
 rarely, when a key value was stored out of line) -- or the table has REPLICA IDENTITY FULL (rows are then
-matched by their whole old image), in which case one task folds that table in order; tables are folded at
-the same time, each from a driver thread of its own.  The result is written as Parquet:
+matched by their whole old image), in which case one task folds that table in order; such tables are folded
+at the same time, each from a driver thread of its own.  The result is written as Parquet:
 ``OUT/<schema>.<table>/`` with the table's columns (its last shape), ``_unrepresentable`` (see
 :mod:`replwire.spark.types`) and ``_unchanged_toast`` -- the columns whose value the stream never carried
 (an unchanged TOASTed value of a row last written before the capture began), which stay null.  These two,
@@ -37,14 +40,13 @@ import json
 import os
 import shutil
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ApplySummary", "ChangesSummary", "apply", "changes"]
 
 MANIFEST = "_replwire.json"
-_FOLD_BATCH_ROWS = 1 << 16  # rows per Arrow batch a fold task hands back
 
 
 @dataclass
@@ -293,68 +295,140 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
 # apply
 
 
-def _fold(batches: Iterator[Any], columns: list[str], key: list[str], truncates: list[tuple[int, int]],
-          arrow_schema: Any) -> Iterator[Any]:
-    """Spark task: :func:`replwire.codec.stream.fold.fold` over ordered change rows, as Arrow batches.
+#: A table whose change rows take at most this many bytes in memory (their Parquet footers' uncompressed
+#: sizes) is folded by one task that reads its change files and writes its rows itself: on a table that size
+#: a shuffle costs several times the fold.  A larger one is spread over tasks by key.
+ONE_TASK_BYTES = 256 << 20
 
-    A batch holds ``op, commit_lsn, position``, the table's ``columns``, ``_before`` (the old image's
-    ``key`` columns: all a fold matches by), ``_unchanged_toast`` and ``_unrepresentable`` (as a JSON
-    object), in that order, whatever their names; it is read a column at a time into the fold's changes.
-    The rows handed back have ``arrow_schema``: the ``columns``, then the unrepresentable values, then the
-    unknown columns, whatever their names.
-    """
-    import json
-    from itertools import chain, repeat
 
+def _fold_schema(last: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The Spark schema of a table's current rows (``last``: its last shape in the manifest) and the names
+    of the fold's columns.  The fold's own columns, and the two apply writes after the table's, get names no
+    column of the table has (a table may well have an "op", a "position" or an "_unchanged_toast"); each
+    shape's change rows name their extra columns the same way, from that shape's columns
+    (:func:`~replwire.spark.rows.meta_names`)."""
+    from pyspark.sql import types as T
+
+    from .rows import meta_names
+
+    schema = T.StructType.fromJson(json.loads(last["spark_schema"]))
+    names = meta_names(last["columns"])
+    return T.StructType([schema[c] for c in last["columns"]] + [
+        T.StructField(names["_unrepresentable"], T.MapType(T.StringType(), T.StringType(), False), True),
+        T.StructField(names["_unchanged_toast"], T.ArrayType(T.StringType(), False), True)]), names
+
+
+def _truncates(entries: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The ``(commit_lsn, position)`` of every TRUNCATE of a table, from its shapes in the manifest: every
+    task that folds some of its keys must hear of each."""
+    return sorted((at, where) for entry in entries for at, where in entry["truncates"])
+
+
+def _change_files(changes_dir: str, entry: dict[str, Any]) -> list[str]:
+    """The Parquet files of one table shape's change rows."""
+    directory = os.path.join(changes_dir, entry["path"])
+    if not entry["rows"] or not os.path.isdir(directory):
+        return []
+    return [os.path.join(directory, name) for name in sorted(os.listdir(directory))
+            if name.endswith(".parquet") and name[0] not in "._"]
+
+
+def _one_task_bytes(changes_dir: str, entries: list[dict[str, Any]]) -> int | None:
+    """The bytes of a table's change rows when one task folds it (see :data:`ONE_TASK_BYTES`): its columns
+    kept their types across its shapes, and its rows fit; ``None`` when it is spread over tasks."""
+    import pyarrow.parquet as pq
+
+    last = entries[-1]
+    kept = set(last["columns"])
+    types = {f["name"]: f["type"] for f in json.loads(last["spark_schema"])["fields"] if f["name"] in kept}
+    size = 0
+    for entry in entries:
+        fields = {f["name"]: f["type"] for f in json.loads(entry["spark_schema"])["fields"]}
+        if any(name in types and fields[name] != types[name] for name in entry["columns"]):
+            return None
+        for path in _change_files(changes_dir, entry):
+            footer = pq.read_metadata(path)
+            size += sum(footer.row_group(i).total_byte_size for i in range(footer.num_row_groups))
+            if size > ONE_TASK_BYTES:
+                return None
+    return size if size <= ONE_TASK_BYTES else None
+
+
+def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, target: str) -> int:
+    """Spark task: fold one table's change rows (``entries``: its shapes in the manifest, oldest first),
+    read from their files, into its current rows, written as one Parquet file of ``arrow_schema`` in
+    ``target``; the number of rows written."""
     import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    from replwire.codec.stream.fold import fold
+    from .fold import fold_batches
+    from .rows import meta_names
 
-    width = len(columns)
-    loads = json.loads
+    last = entries[-1]
+    columns, types = last["columns"], arrow_schema.types
+    key = last["key"] or columns
+    key_types = [types[columns.index(k)] for k in key]
+    parts = []
+    for entry in entries:
+        meta = meta_names(entry["columns"])
+        present = set(entry["columns"])
+        for path in _change_files(changes_dir, entry):
+            rows = pq.read_table(path)
+            count = rows.num_rows
+            before = rows.column(meta["_before"]).combine_chunks()  # the shape's key columns
+            held = set(before.type.names) if pa.types.is_struct(before.type) else set()
+            before = pa.StructArray.from_arrays(
+                [before.field(k).cast(t) if k in held else pa.nulls(count, t) for k, t in zip(key, key_types)],
+                names=list(key), mask=pc.is_null(before))
+            parts.append(pa.Table.from_arrays(
+                [rows.column(meta["op"]), rows.column(meta["commit_lsn"]), rows.column(meta["position"]),
+                 *[rows.column(c).cast(t) if c in present else pa.nulls(count, t) for c, t in zip(columns, types)],
+                 before, rows.column(meta["_unchanged_toast"]), rows.column(meta["_unrepresentable"])],
+                names=[f"f{i}" for i in range(len(columns) + 6)]))
+    os.makedirs(target, exist_ok=True)
+    path = os.path.join(target, ".part-00000.parquet.tmp")
+    written = 0
+    with pq.ParquetWriter(path, arrow_schema) as writer:
+        if parts:
+            changes = pa.concat_tables(parts)
+            changes = changes.take(pc.sort_indices(changes, [("f1", "ascending"), ("f2", "ascending")]))
+            for batch in fold_batches(changes.to_batches(), columns, key, _truncates(entries), arrow_schema):
+                writer.write_batch(batch)
+                written += batch.num_rows
+        else:
+            writer.write_table(arrow_schema.empty_table())
+    os.replace(path, os.path.join(target, "part-00000.parquet"))
+    return written
 
-    def changes(batch: Any) -> Iterator[Any]:
-        before, odd = batch.column(3 + width), batch.column(5 + width)
-        # most batches carry no old key and nothing unrepresentable: no per-row work for those
-        olds: Iterable[Any] = repeat(None) if before.null_count == len(before) else [
-            old if valid else None for valid, old in
-            zip(before.is_valid().to_pylist(), zip(*[f.to_pylist() for f in before.flatten()]))]
-        odds: Iterable[Any] = repeat(None) if odd.null_count == len(odd) else [
-            loads(text) if text else None for text in odd.to_pylist()]
-        return zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), batch.column(2).to_pylist(),
-                   zip(*[batch.column(3 + i).to_pylist() for i in range(width)]), olds,
-                   batch.column(4 + width).to_pylist(), odds)
 
-    rows = fold(chain.from_iterable(map(changes, batches)), columns, key, truncates)
-    types = arrow_schema.types  # by place: a table may have columns named like the last two
-    for start in range(0, max(1, len(rows)), _FOLD_BATCH_ROWS):
-        chunk = rows[start:start + _FOLD_BATCH_ROWS]
-        values = list(zip(*chunk)) if chunk else [()] * (width + 2)
-        arrays = [pa.array(values[i], type=types[i]) for i in range(width)]
-        arrays.append(pa.array([sorted(o.items()) if o else None for o in values[width + 1]], type=types[width]))
-        arrays.append(pa.array([list(u) if u else None for u in values[width]], type=types[width + 1]))
-        yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+def _apply_in_tasks(spark: Any, changes_dir: str, tables: dict[str, list[dict[str, Any]]], out: str) -> dict[str, int]:
+    """Fold ``tables`` (name -> shapes in the manifest), each by one task of one Spark job (largest first),
+    into their current rows under ``out``; rows written per table."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    units = [(table, entries, to_arrow_schema(_fold_schema(entries[-1])[0], timezone="UTC"),
+              os.path.join(out, _dir_name(table))) for table, entries in tables.items()]
+    spark.sparkContext.setJobDescription(f"replwire apply: fold {len(units)} tables, a task each")
+    return dict(spark.sparkContext.parallelize(units, len(units)).map(
+        lambda unit: (unit[0], _fold_files(changes_dir, *unit[1:]))).collect())
 
 
 def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], target: str) -> int:
     """Fold one table's change rows (``entries``: its shapes in the manifest, oldest first) into its current
-    rows at ``target``; the number of rows written."""
+    rows at ``target``, spread over tasks by key unless a key changed; the number of rows written."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from .fold import fold_batches
     from .rows import meta_names
 
     last = entries[-1]
     table = last["table"]
-    schema = T.StructType.fromJson(json.loads(last["spark_schema"]))
     columns = last["columns"]
     key = last["key"] or columns
-    types = {f.name: f.dataType for f in schema.fields}
-    # The fold's own columns, and the two apply writes after the table's, get names no column of the table
-    # has (a table may well have an "op", a "position" or an "_unchanged_toast"); each shape's change rows
-    # name their extra columns the same way, from that shape's columns (rows.meta_names).
-    names = meta_names(columns)
+    fold_schema, names = _fold_schema(last)
+    types = {f.name: f.dataType for f in fold_schema.fields[:len(columns)]}
     lsn, position = _quote(names["commit_lsn"]), _quote(names["position"])
     frames = []
     for entry in entries:
@@ -373,9 +447,6 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
             *[(F.col(_quote(c)) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in columns],
             before.alias(names["_before"]), F.col(meta["_unchanged_toast"]).alias(names["_unchanged_toast"]),
             F.to_json(F.col(meta["_unrepresentable"])).alias(names["_unrepresentable"])))
-    fold_schema = T.StructType([schema[c] for c in columns] + [
-        T.StructField(names["_unrepresentable"], T.MapType(T.StringType(), T.StringType(), False), True),
-        T.StructField(names["_unchanged_toast"], T.ArrayType(T.StringType(), False), True)])
     if not frames:
         spark.createDataFrame([], fold_schema).write.parquet(target)
         return 0
@@ -390,13 +461,13 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
         # changes job noted both as it wrote the rows.  An update carries the old key only when its key
         # changed (or, rarely, when a key value was stored out of line): taken as a key change, it makes
         # the fold one task, which is right in every case.
-        truncates = sorted((at, where) for entry in entries for at, where in entry["truncates"])
+        truncates = _truncates(entries)
         key_changes = any(entry["updates_with_old_image"] for entry in entries)
     spark.sparkContext.setJobDescription(f"replwire apply: {table}")
     spread = df.coalesce(1) if key_changes else df.repartition(spark.sparkContext.defaultParallelism, *key)
     arrow_schema = to_arrow_schema(fold_schema, timezone="UTC")
     state = spread.sortWithinPartitions(F.col(lsn), F.col(position)).mapInArrow(
-        lambda batches, c=columns, k=key, t=truncates, a=arrow_schema: _fold(batches, c, k, t, a), fold_schema)
+        lambda batches, c=columns, k=key, t=truncates, a=arrow_schema: fold_batches(batches, c, k, t, a), fold_schema)
     state.write.parquet(target)
     return _parquet_rows(target)
 
@@ -415,10 +486,12 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
     per-table changes it is computed from are kept in ``out/_changes``.
 
-    Tables are folded concurrently, each by its own Spark jobs started from a driver thread of its own: a
-    table whose keys changed is folded by one task, and folding several at once keeps the other cores
-    busy.  When a table fails, the tables not yet started are not, the running Spark jobs of the others are
-    cancelled, and that failure is raised (of failures seen at once, the first in the manifest's order)."""
+    The tables small enough (:data:`ONE_TASK_BYTES`) are folded by one Spark job, a task each; each larger
+    table by Spark jobs of its own, started from a driver thread of its own and run at the same time: a table
+    whose keys changed is folded by one task, and folding several at once keeps the other cores busy.  When a
+    fold fails, the folds not yet started are not, the running Spark jobs of the others are cancelled, and
+    that failure is raised (of failures seen at once, the small tables' job's first, then the larger tables'
+    in the manifest's order)."""
     import uuid
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
@@ -437,28 +510,38 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
         by_table.setdefault(entry["table"], []).append(entry)
     context = spark.sparkContext
     tag = f"replwire-apply-{uuid.uuid4().hex}"
+    sizes = {table: _one_task_bytes(changes_dir, entries) for table, entries in by_table.items()}
+    small = {table: by_table[table] for table in sorted((t for t in by_table if sizes[t] is not None),
+                                                         key=lambda t: -(sizes[t] or 0))}
+    spread = {table: entries for table, entries in by_table.items() if sizes[table] is None}
 
-    def fold_table(table: str, entries: list[dict[str, Any]]) -> int:
-        context.addJobTag(tag)
-        try:
-            return _apply_table(spark, changes_dir, entries, os.path.join(out, _dir_name(table)))
-        finally:
-            context.removeJobTag(tag)
+    def tagged(call: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            context.addJobTag(tag)
+            try:
+                return call(*args)
+            finally:
+                context.removeJobTag(tag)
+        wrapped: Callable[..., Any] = inheritable_thread_target(spark)(run)  # each thread: its own local properties
+        return wrapped
 
-    workers = max(1, min(len(by_table), 2 * context.defaultParallelism))
+    def fold_table(table: str, entries: list[dict[str, Any]]) -> dict[str, int]:
+        return {table: _apply_table(spark, changes_dir, entries, os.path.join(out, _dir_name(table)))}
+
+    workers = max(1, min(len(spread) + 1, 2 * context.defaultParallelism))
     with _timestamp_micros(spark), ThreadPoolExecutor(workers, thread_name_prefix="replwire-apply") as pool:
-        # wrapped one by one: each thread gets its own copy of this thread's local properties
-        futures = {table: pool.submit(inheritable_thread_target(spark)(fold_table), table, entries)
-                   for table, entries in by_table.items()}
+        futures = [pool.submit(tagged(_apply_in_tasks), spark, changes_dir, small, out)] if small else []
+        futures += [pool.submit(tagged(fold_table), table, entries) for table, entries in spread.items()]
         try:
-            done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)
-            for future in futures.values():
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
                 if future in done and future.exception() is not None:
                     future.result()  # raises it
         except BaseException:
-            for future in futures.values():
+            for future in futures:
                 future.cancel()
             context.cancelJobsWithTag(tag)
             raise
-    rows = {table: future.result() for table, future in futures.items()}
+    folded = {table: n for future in futures for table, n in future.result().items()}
+    rows = {table: folded[table] for table in by_table}
     return ApplySummary(out, rows, summary)

@@ -209,10 +209,10 @@ def expected_items(spark, conn, schema):
 @pytest.mark.parametrize("major, proto_version, options", [
     (18, 1, {}), (18, 4, {"binary": "true", "streaming": "parallel"}), (15, 3, {"binary": "true", "streaming": "on"})],
     ids=["pg18-text-v1", "pg18-binary-stream-v4", "pg15-binary-stream-v3"])
-def test_apply_equals_select_on_the_server(spark, request, tmp_path, major, proto_version, options):
+def test_apply_equals_select_on_the_server(spark, request, monkeypatch, tmp_path, major, proto_version, options):
     from pyspark.sql import types as T
 
-    from replwire.spark.jobs import apply
+    from replwire.spark import jobs
 
     pg_server = request.getfixturevalue(f"pg{major}")
     tag = f"apply_{pg_server.major}_{proto_version}"
@@ -224,21 +224,26 @@ def test_apply_equals_select_on_the_server(spark, request, tmp_path, major, prot
         cut = resume_point(rows, proto_version)  # two consecutive segments, as a resumed capture has them
         paths = [write_capture(tmp_path / "1.rwc", rows[:cut + 2], proto_version),
                  write_capture(tmp_path / "2.rwc", rows[cut:], proto_version)]
-        result = apply(spark, paths, str(tmp_path / "state"), part_bytes=64 << 10)
-        assert result.rows["public.items"] > 0
-        items = spark.read.parquet(str(tmp_path / "state" / "public.items"))
-        schema = T.StructType([items.schema[c] for c in COLUMNS] + [T.StructField(
-            "_unrepresentable", T.ArrayType(T.StructType([T.StructField("key", T.StringType(), False),
-                                                          T.StructField("value", T.StringType(), False)]), False))])
-        actual = items.select(*COLUMNS[:-1], F.md5("body").alias("body"),  # long values: compared by digest
-                              F.array_sort(F.map_entries("_unrepresentable")).alias("_unrepresentable"))
-        assertDataFrameEqual(actual, expected_items(spark, conn, schema))
-        assert items.where(F.col("_unchanged_toast").isNotNull()).count() == 0  # nothing unknown: all captured
-        assert items.where("id = 1009").select("body").first()[0] == "toast 9 " * 1500  # carried over a key change
-        for table, columns in (("full_ident", ["a", "b"]), ("trunc", ["id", "v"])):
-            state = spark.read.parquet(str(tmp_path / "state" / f"public.{table}")).select(*columns)
-            server = conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
-            assertDataFrameEqual(state, spark.createDataFrame(server, state.schema))
+        # each table folded by one task that reads its files; and (on one variant) spread over tasks by key
+        for spread in (False, True) if proto_version == 4 else (False,):
+            out = tmp_path / ("spread" if spread else "state")
+            with monkeypatch.context() as patch:
+                patch.setattr(jobs, "ONE_TASK_BYTES", -1 if spread else jobs.ONE_TASK_BYTES)
+                result = jobs.apply(spark, paths, str(out), part_bytes=64 << 10)
+            assert result.rows["public.items"] > 0
+            items = spark.read.parquet(str(out / "public.items"))
+            schema = T.StructType([items.schema[c] for c in COLUMNS] + [T.StructField(
+                "_unrepresentable", T.ArrayType(T.StructType([T.StructField("key", T.StringType(), False),
+                                                              T.StructField("value", T.StringType(), False)]), False))])
+            actual = items.select(*COLUMNS[:-1], F.md5("body").alias("body"),  # long values: compared by digest
+                                  F.array_sort(F.map_entries("_unrepresentable")).alias("_unrepresentable"))
+            assertDataFrameEqual(actual, expected_items(spark, conn, schema))
+            assert items.where(F.col("_unchanged_toast").isNotNull()).count() == 0  # nothing unknown: all captured
+            assert items.where("id = 1009").select("body").first()[0] == "toast 9 " * 1500  # over a key change
+            for table, columns in (("full_ident", ["a", "b"]), ("trunc", ["id", "v"])):
+                state = spark.read.parquet(str(out / f"public.{table}")).select(*columns)
+                server = conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+                assertDataFrameEqual(state, spark.createDataFrame(server, state.schema))
 
 
 def test_changes_job_writes_each_table_and_agrees_with_the_change_rows(spark, pg18, tmp_path):
