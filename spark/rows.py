@@ -324,12 +324,23 @@ class TableRows:
         self._facts: list[_Facts] = []
         self._outcome: Any = _NONE
         self._transaction = -1
-        self._ready: list[pa.RecordBatch] = []  # batches made of earlier rows (see add_cells)
+        self._ready: list[pa.RecordBatch] = []  # batches made of earlier rows
+        self._ready_rows = 0
+        #: runs' rows not typed yet (see add_cells): per run, its cells' kinds and bytes, each row's first cell
+        #: of its new and of its old tuple (-1: none), and the rows' meta columns
+        self._cells: list[tuple[pa.Array, pa.Array, pa.Array, pa.Array, list[pa.Array]]] = []
+        self._cell_rows = 0
 
     def __len__(self) -> int:
-        return len(self._columns[0]) + sum(int(batch.num_rows) for batch in self._ready)
+        return len(self._columns[0]) + self._cell_rows + self._ready_rows
+
+    def _made(self, batch: pa.RecordBatch) -> None:
+        self._ready.append(batch)
+        self._ready_rows += batch.num_rows
 
     def add(self, decoded: Decoded) -> None:
+        if self._cells:  # rows stay in the order they came
+            self._made(self._cells_batch())
         change = decoded.change
         outcome = decoded.outcome
         if outcome is not self._outcome:
@@ -365,11 +376,12 @@ class TableRows:
     def add_cells(self, run: ColumnRun, rows: pa.Array, widths: set[int], position: int) -> None:
         """Add the rows of ``run`` (whose images are cells, see :func:`~replwire.codec.split.columns.part_changes`)
         at the indices ``rows`` (all of this table in this shape, their tuples ``widths`` columns wide, the
-        first at ``position``): made into a batch now, after the rows added one by one before them."""
+        first at ``position``).  They are typed with the rows of the runs after them, up to a batch: a run
+        holds few rows of one table, and typing a column costs the same few Arrow calls for any number."""
         if widths != {len(self.names)}:
             raise self._misfit(min(widths - {len(self.names)}), position)
         if len(self._columns[0]):
-            self._ready.append(self._batch())
+            self._made(self._batch())
         buffers = dict(zip(BUFFERS, (None if b is None else pa.py_buffer(b) for b in run.buffers)))
         count = run.rows
 
@@ -379,14 +391,27 @@ class TableRows:
         cells = buffers["cell_kind"].size  # type: ignore[union-attr]
         kinds = pa.Array.from_buffers(pa.uint8(), cells, [None, buffers["cell_kind"]])
         data = pa.Array.from_buffers(pa.binary(), cells, [None, buffers["cell_off"], buffers["cell"]])
-        new_at, old_at = fixed(pa.int32(), "new_at"), fixed(pa.int32(), "old_at")
         ops = pa.array([shape[0] for shape in run.shapes], pa.string()).take(fixed(pa.int32(), "shape"))
         time = fixed(pa.int64(), "commit_time", "time_ok").cast(pa.timestamp("us", tz="UTC"))
         meta = [ops, fixed(pa.int64(), "xid"), pa.nulls(len(rows), pa.int64()), fixed(pa.int64(), "lsn", "lsn_ok"),
                 fixed(pa.int64(), "commit_lsn"), time, fixed(pa.int64(), "position"), pa.nulls(len(rows), pa.string())]
+        self._cells.append((kinds, data, fixed(pa.int32(), "new_at"), fixed(pa.int32(), "old_at"), meta))
+        self._cell_rows += len(rows)
 
-        def tuple_of(at: pa.Array) -> _Tuples | None:
-            taken = pc.if_else(pc.equal(at, -1), None, at)
+    def _cells_batch(self) -> pa.RecordBatch:
+        """The runs' rows added since the last batch (:meth:`add_cells`), as one batch."""
+        pending, self._cells, self._cell_rows = self._cells, [], 0
+        kinds = pa.concat_arrays([p[0] for p in pending])
+        data = pa.concat_arrays([p[1] for p in pending])
+        starts = [0]
+        for p in pending[:-1]:
+            starts.append(starts[-1] + len(p[0]))
+        meta = [pa.concat_arrays([p[4][i] for p in pending]) for i in range(len(pending[0][4]))]
+
+        def tuple_of(place: int) -> _Tuples | None:
+            # each row's first cell in the concatenated cells (null: no tuple)
+            taken = pa.concat_arrays([pc.if_else(pc.equal(p[place], -1), None, pc.add(p[place], start).cast(pa.int64()))
+                                      for p, start in zip(pending, starts)])
             if taken.null_count == len(taken):
                 return None
 
@@ -394,7 +419,7 @@ class TableRows:
                 index = pc.add(taken, i)
                 return kinds.take(index), data.take(index)
             return column, pc.is_valid(taken)
-        self._ready.append(self._assemble(len(rows), meta, tuple_of(new_at), tuple_of(old_at)))
+        return self._assemble(len(meta[0]), meta, tuple_of(2), tuple_of(3))
 
     def _read(self, column: Callable[[int], tuple[pa.Array, pa.Array]], toasted: dict[int, list[str]],
               odd: dict[int, list[tuple[str, str]]]) -> list[pa.Array]:
@@ -404,8 +429,9 @@ class TableRows:
         out = []
         for i, (name, kind_type) in enumerate(zip(self.names, self.types)):
             kinds, data = column(i)
-            if pc.any(pc.equal(kinds, _U)).as_py():
-                for row in pc.indices_nonzero(pc.fill_null(pc.equal(kinds, _U), False)).to_pylist():
+            unchanged = pc.equal(kinds, _U)
+            if pc.any(unchanged).as_py():
+                for row in pc.indices_nonzero(pc.fill_null(unchanged, False)).to_pylist():
                     toasted.setdefault(row, []).append(name)
             if kind_type.texts is not None and not pc.any(pc.equal(kinds, _B)).as_py():
                 made = kind_type.texts(pc.if_else(pc.equal(kinds, _T), data, None))
@@ -450,9 +476,11 @@ class TableRows:
 
     def batch(self) -> pa.RecordBatch:
         """The rows collected so far, as one batch; the collector starts empty again."""
+        if self._cells:
+            self._made(self._cells_batch())
         if len(self._columns[0]) or not self._ready:
-            self._ready.append(self._batch())
-        ready, self._ready = self._ready, []
+            self._made(self._batch())
+        ready, self._ready, self._ready_rows = self._ready, [], 0
         return ready[0] if len(ready) == 1 else pa.Table.from_batches(ready).combine_chunks().to_batches()[0]
 
     def _batch(self) -> pa.RecordBatch:
