@@ -36,8 +36,8 @@ def _options(function: Any) -> Any:
         click.option("--master", default=None,
                      help="Spark master (default: local[*], or what spark-submit configured)."),
         click.option("--partition-mb", type=click.IntRange(1), default=None,
-                     help="About how many MB of input one Spark task decodes (default: chosen from the "
-                          "input size and the parallelism)."),
+                     help="About how many MB of input one Spark task decodes (default: the input spread "
+                          "evenly over the cores, at most 128 MB a task)."),
         click.option("--overwrite", is_flag=True, help="Replace the output directory if it is not empty."),
     ]):
         function = option(function)

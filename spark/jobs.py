@@ -47,6 +47,12 @@ from typing import Any
 __all__ = ["ApplySummary", "ChangesSummary", "apply", "changes"]
 
 MANIFEST = "_replwire.json"
+#: The most input one task of the changes job decodes when the job chooses: the parts are as few as keep
+#: every core busy, in rounds of one part per core.  A task costs Spark some 40 ms on top of its work, and a
+#: part its first transactions through the Python path and a Parquet file per table; on the real-schema
+#: benchmark's 141 MB stream, 2 parts on two cores took 0.6 s, 8 parts 0.9 s.
+MOST_PART_BYTES = 128 << 20
+_BATCH_ROWS = 8192  # rows per batch the changes job writes
 
 
 @dataclass
@@ -121,14 +127,68 @@ def _prepare_out(out: str, overwrite: bool) -> None:
     os.makedirs(out, exist_ok=True)
 
 
+class _PartFiles:
+    """What the changes job writes of one part: per table shape (and for logical messages, ``"_messages"``) a
+    collector of its rows, written a batch at a time to a Parquet file of its own; per shape the ``(commit_lsn,
+    position)`` of each TRUNCATE and whether an update carried an old image (what apply must know)."""
+
+    def __init__(self, out: str, number: int) -> None:
+        self.out, self.number = out, number
+        self.collectors: dict[Any, Any] = {}
+        self.writers: dict[Any, tuple[Any, str]] = {}
+        self.counts: dict[Any, int] = {}
+        self.truncates: dict[Any, list[tuple[int, int]]] = {}
+        self.old_images: set[Any] = set()
+
+    def rows(self, target: Any, make: Callable[..., Any], *args: Any) -> Any:
+        """The collector of ``target``, made by ``make(*args)`` the first time."""
+        rows = self.collectors.get(target)
+        if rows is None:
+            rows = self.collectors[target] = make(*args)
+        return rows
+
+    def added(self, target: Any, rows: Any) -> None:
+        """Rows were added to ``target``'s collector: a batch is written once there are enough."""
+        if len(rows) >= _BATCH_ROWS:
+            self._write(target, rows)
+
+    def _write(self, target: Any, rows: Any) -> None:
+        import pyarrow.parquet as pq
+
+        if not len(rows):
+            return
+        batch = rows.batch()
+        writer = self.writers.get(target)
+        if writer is None:
+            directory = os.path.join(self.out, "_messages" if target == "_messages"
+                                     else os.path.join(_dir_name(target[0]), f"v{target[1]}"))
+            os.makedirs(directory, exist_ok=True)
+            path = os.path.join(directory, f".part-{self.number:05d}.parquet.tmp")
+            # dictionaries only for op, schema and table (the first three): for the other columns they cost
+            # more time than they save space
+            writer = self.writers[target] = (
+                pq.ParquetWriter(path, batch.schema, use_dictionary=batch.schema.names[:3]), path)
+        writer[0].write_batch(batch)
+        self.counts[target] = self.counts.get(target, 0) + batch.num_rows
+
+    def close(self) -> Iterator[tuple[Any, ...]]:
+        """Write what is left, put each file in its place; per shape, what :func:`_decode_and_write` yields."""
+        for target, rows in self.collectors.items():
+            self._write(target, rows)
+        for writer, path in self.writers.values():
+            writer.close()
+            os.replace(path, path.replace(f"{os.sep}.part-", f"{os.sep}part-").removesuffix(".tmp"))
+        for target, n in self.counts.items():
+            yield (("_messages", 0, n) if target == "_messages"
+                   else (*target, n, self.truncates.get(target, []), target in self.old_images))
+
+
 def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
                       codecs: Any = None) -> Iterator[tuple[Any, ...]]:
     """Spark task: decode parts, write each table shape's rows to its Parquet file; yield, per shape, the
     row count, the ``(commit_lsn, position)`` of each TRUNCATE and whether an update carried an old image
     (what :func:`apply` needs to know before it folds; ``("_messages", 0, n)`` for logical messages).  The
     codec the executor runs is added to ``codecs`` (:func:`replwire.spark.shipping.codec_accumulator`)."""
-    import pyarrow.parquet as pq
-
     from replwire.codec.messages import Update
     from replwire.codec.split import Shapes
     from replwire.codec.split.columns import ColumnRun, part_changes
@@ -145,53 +205,25 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
     for part in parts:
         encoding = part.source.encoding
         loader = loaders.get(encoding) or loaders.setdefault(encoding, ValueLoader(encoding))
-        collectors: dict[Any, Any] = {}
-        writers: dict[Any, Any] = {}
-        counts: dict[Any, int] = {}
-        truncates: dict[Any, list[tuple[int, int]]] = {}
-        old_images: set[Any] = set()
-
-        def flush(target: Any, rows: Any, final: bool = False) -> None:
-            if not len(rows):
-                return
-            batch = rows.batch()
-            writer = writers.get(target)
-            if writer is None:
-                if target == "_messages":
-                    directory = os.path.join(out, "_messages")
-                else:
-                    directory = os.path.join(out, _dir_name(target[0]), f"v{target[1]}")
-                os.makedirs(directory, exist_ok=True)
-                path = os.path.join(directory, f".part-{part.number:05d}.parquet.tmp")
-                writer = writers[target] = (pq.ParquetWriter(path, batch.schema), path)
-            writer[0].write_batch(batch)
-            counts[target] = counts.get(target, 0) + batch.num_rows
-
+        files = _PartFiles(out, part.number)
         for decoded in part_changes(part, cells=True):
             if isinstance(decoded, ColumnRun):  # plain transactions' rows from the compiled column path
                 for schema, table, indices, position, old_image, widths in table_runs(decoded):
-                    name = f"{schema}.{table}"
-                    target = shapes.at(name, position)
+                    target = shapes.at(f"{schema}.{table}", position)
                     if target is None:
                         continue
-                    key = (name, target.version)
-                    rows = collectors.get(key)
-                    if rows is None:
-                        rows = collectors[key] = TableRows(target, loader)
+                    key = (target.name, target.version)
+                    rows = files.rows(key, TableRows, target, loader)
                     rows.add_cells(decoded, indices, widths, position)
                     if old_image:
-                        old_images.add(key)
-                    if len(rows) >= 8192:
-                        flush(key, rows)
+                        files.old_images.add(key)
+                    files.added(key, rows)
                 continue
             change = decoded.change
             if change.op == "message":
-                rows = collectors.get("_messages")
-                if rows is None:
-                    rows = collectors["_messages"] = ChangeRows(loader)
+                rows = files.rows("_messages", ChangeRows, loader)
                 rows.add(decoded)
-                if len(rows) >= 8192:
-                    flush("_messages", rows)
+                files.added("_messages", rows)
                 continue
             if change.op == "truncate":
                 assert change.relations is not None  # a truncate change lists its tables (ChangeMaker.change)
@@ -202,26 +234,16 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
                 target = shapes.at(name, decoded.position)
                 if target is None:
                     continue
-                rows = collectors.get((name, target.version))
-                if rows is None:
-                    rows = collectors[(name, target.version)] = TableRows(target, loader)
+                key = (name, target.version)
+                rows = files.rows(key, TableRows, target, loader)
                 rows.add(decoded)
                 if change.op == "truncate":
                     assert decoded.outcome is not None  # only a lone logical message has none
-                    truncates.setdefault((name, target.version), []).append(
-                        (int(decoded.outcome.commit_lsn), decoded.position))
+                    files.truncates.setdefault(key, []).append((int(decoded.outcome.commit_lsn), decoded.position))
                 elif isinstance(change.message, Update) and (change.message.key or change.message.old):
-                    old_images.add((name, target.version))
-                if len(rows) >= 8192:
-                    flush((name, target.version), rows)
-        for target, rows in collectors.items():
-            flush(target, rows)
-        for writer, path in writers.values():
-            writer.close()
-            os.replace(path, path.replace(f"{os.sep}.part-", f"{os.sep}part-").removesuffix(".tmp"))
-        for target, n in counts.items():
-            yield (("_messages", 0, n) if target == "_messages"
-                   else (*target, n, truncates.get(target, []), target in old_images))
+                    files.old_images.add(key)
+                files.added(key, rows)
+        yield from files.close()
 
 
 def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
@@ -251,7 +273,8 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     ship(spark)
     parallelism = spark.sparkContext.defaultParallelism
     total = sum(i.size - i.first for i in inputs)
-    chosen = part_bytes or max(1 << 20, min(32 << 20, total // max(1, 4 * parallelism) + 1))
+    rounds = max(1, -(-total // (parallelism * MOST_PART_BYTES)))  # of one part per core
+    chosen = part_bytes or max(1 << 20, total // (parallelism * rounds) + 1)
     result = plan(inputs, part_bytes=chosen, min_parts=parallelism, progress=progress)
     _prepare_out(out, overwrite)
     versions = result.relations
