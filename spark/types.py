@@ -24,7 +24,7 @@ json, jsonb, ranges, everything else
 Values are loaded through psycopg (text ``t`` and binary ``b`` columns alike) except string columns in
 text format, which keep the server's exact text; where a whole batch of a column's text values is in the
 form the type's output function writes (integers, floats, bool, numeric(p, s), ISO dates and timestamps,
-hex bytea, one-dimensional integer and text arrays), Arrow reads them at once, to the same values.  A
+hex bytea, one-dimensional integer and text arrays, intervals), Arrow reads them at once, to the same values.  A
 string column in binary format becomes text again, the server's text where replwire can write it as the
 server does: uuid, json and jsonb exactly, ranges and
 multiranges as range_out writes them (a timestamptz bound in UTC, ``+00``); other types as ``replwire
@@ -185,6 +185,75 @@ def _hex_bytes(data: pa.Array) -> pa.Array | None:
     return pa.array([bytes.fromhex(t[2:]) if t is not None else None for t in text.to_pylist()], pa.binary())
 
 
+#: interval_out's text under intervalstyle postgres (``1 year 2 mons -3 days -04:05:06.5``), each part
+#: optional and in that order, one space between parts, numbers of at most 9 digits (the larger, and
+#: ``infinity``, are read value by value)
+_INTERVAL_FORM = (r"^(?:(?P<y>[+-]?[0-9]{1,9}) years?(?: |$))?(?:(?P<mo>[+-]?[0-9]{1,9}) mons?(?: |$))?"
+                  r"(?:(?P<d>[+-]?[0-9]{1,9}) days?(?: |$))?(?:(?P<sign>[+-]?)(?P<h>[0-9]{1,9}):(?P<mi>[0-9]{2}):"
+                  r"(?P<s>[0-9]{2})(?:\.(?P<f>[0-9]{1,6}))?)?$")
+_MICROS = {"h": 3_600_000_000, "mi": 60_000_000, "s": 1_000_000}
+
+
+def _intervals(data: pa.Array) -> pa.Array | None:
+    """Many interval texts at once, as the ISO 8601 durations :func:`~replwire.codec.stream.value_types.interval_iso`
+    writes (months, days and time kept apart, each part with its own sign); ``None`` if one is not in
+    :data:`_INTERVAL_FORM` (or ends in a space, or is empty)."""
+    distinct = pc.unique(data)  # values repeat, and each costs some thirty Arrow calls' share
+    if len(distinct) < len(data):
+        made = _intervals(distinct)
+        return None if made is None else made.take(pc.index_in(data, distinct))
+    try:
+        text = data.cast(pa.string())
+    except pa.ArrowInvalid:
+        return None
+    sent = pc.is_valid(text)
+    fits = pc.and_(pc.match_substring_regex(text, _INTERVAL_FORM), pc.invert(pc.match_substring_regex(text, r"(^| )$")))
+    if not pc.all(pc.or_kleene(pc.invert(sent), fits)).as_py():
+        return None
+    parts = pc.extract_regex(pc.fill_null(text, "0 days"), _INTERVAL_FORM)
+
+    def number(name: str) -> pa.Array:
+        digits = parts.field(name)
+        return pc.if_else(pc.equal(digits, ""), "0", pc.utf8_ltrim(digits, "+")).cast(pa.int64())  # (no "+" in Arrow)
+
+    zero = pa.scalar(0, pa.int64())
+    months = pc.add(pc.multiply(number("y"), 12), number("mo"))
+    days = number("d")
+    fraction = pc.utf8_rpad(parts.field("f"), 6, "0").cast(pa.int64())
+    micro = fraction
+    for name, scale in _MICROS.items():
+        micro = pc.add(micro, pc.multiply(number(name), scale))
+    micro = pc.if_else(pc.equal(parts.field("sign"), "-"), pc.negate(micro), micro)
+
+    def written(value: pa.Array, suffix: str, sign: pa.Array | str = "") -> pa.Array:
+        """``{sign}{value}{suffix}`` where value is not 0, else the empty text."""
+        text = pc.binary_join_element_wise(sign, value.cast(pa.string()), suffix, "")
+        return pc.if_else(pc.equal(value, zero), "", text)
+
+    # months as years and months, each with the sign of the whole, as C's truncating division gives them
+    negative_months = pc.less(months, zero)
+    whole = pc.abs(months)
+    years = pc.divide(whole, 12)
+    left = pc.subtract(whole, pc.multiply(years, 12))
+    years = pc.if_else(negative_months, pc.negate(years), years)
+    left = pc.if_else(negative_months, pc.negate(left), left)
+    sign = pc.if_else(pc.less(micro, zero), "-", "")
+    size = pc.abs(micro)
+    hours = pc.divide(size, _MICROS["h"])
+    minutes = pc.divide(pc.subtract(size, pc.multiply(hours, _MICROS["h"])), _MICROS["mi"])
+    rest = pc.subtract(size, pc.add(pc.multiply(hours, _MICROS["h"]), pc.multiply(minutes, _MICROS["mi"])))
+    seconds = pc.divide(rest, _MICROS["s"])
+    part = pc.subtract(rest, pc.multiply(seconds, _MICROS["s"]))
+    with_fraction = pc.binary_join_element_wise(
+        sign, seconds.cast(pa.string()), ".", pc.utf8_rtrim(pc.utf8_lpad(part.cast(pa.string()), 6, "0"), "0"), "S", "")
+    second = pc.if_else(pc.equal(part, zero), written(seconds, "S", sign), with_fraction)
+    time = pc.if_else(pc.equal(micro, zero), "", pc.binary_join_element_wise(
+        "T", written(hours, "H", sign), written(minutes, "M", sign), second, ""))
+    iso = pc.binary_join_element_wise("P", written(years, "Y"), written(left, "M"), written(days, "D"), time, "")
+    iso = pc.if_else(pc.equal(iso, "P"), "PT0S", iso)
+    return pc.if_else(sent, iso, pa.scalar(None, pa.string()))
+
+
 #: the element forms :func:`_array_texts` reads: integers, and text elements array_out writes unquoted
 _ARRAY_ELEMENTS = {21: _INTEGER[1:-1], 23: _INTEGER[1:-1], 20: _INTEGER[1:-1]}
 _PLAIN_ELEMENT = r'[^",{}\\ \t\n\r\x0b\x0c]+'
@@ -274,7 +343,7 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
 
         def interval(kind: str, data: bytes) -> str:
             return str(load(kind, data, oid))
-        return ColumnType(T.StringType(), pa.string(), interval, oid)
+        return ColumnType(T.StringType(), pa.string(), interval, oid, _intervals)
     return None
 
 
