@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from functools import reduce
 from itertools import chain, repeat
 from typing import Any
 
@@ -40,23 +41,19 @@ def fold_batches(batches: Iterable[pa.RecordBatch], columns: Sequence[str], key:
     says), as batches of ``arrow_schema``.  ``truncates`` are the ``(commit_lsn, position)`` of TRUNCATEs of
     the table that ``batches`` may not hold themselves (see :func:`~replwire.codec.stream.fold.fold`)."""
     gathered = list(batches)
-    if not gathered:
-        yield pa.RecordBatch.from_pylist([], arrow_schema)
-        return
-    table = pa.Table.from_batches(gathered)
-    width = len(columns)
-    table = _from_last_truncate(table, truncates)
     parts: list[pa.Table] = []
-    folded = _by_key(table, columns, key)
-    if folded is None:
-        rest = table
-    else:
-        last, rest = folded
-        parts.append(_as_rows(last, width, arrow_schema))
-    if rest.num_rows:
-        parts.append(_changes_folded(rest, columns, key, arrow_schema))
+    if gathered:
+        table = _from_last_truncate(pa.Table.from_batches(gathered), truncates)
+        folded = _by_key(table, columns, key)
+        if folded is None:
+            rest = table
+        else:
+            last, rest = folded
+            parts.append(_as_rows(last, len(columns), arrow_schema))
+        if rest.num_rows:
+            parts.append(_changes_folded(rest, columns, key, arrow_schema))
     rows = pa.concat_tables(parts) if parts else arrow_schema.empty_table()
-    yield from (rows.to_batches(BATCH_ROWS) or [pa.RecordBatch.from_pylist([], arrow_schema)])
+    yield from rows.to_batches(BATCH_ROWS) or [pa.RecordBatch.from_pylist([], arrow_schema)]
 
 
 def _from_last_truncate(table: pa.Table, truncates: Sequence[tuple[int, int]]) -> pa.Table:
@@ -96,16 +93,10 @@ def _by_key(table: pa.Table, columns: Sequence[str], key: Sequence[str]) -> tupl
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
         return None
     ordered = keys.take(order)
-    starts = pa.array([True])
+    starts = pa.array([True])  # where each key's changes start in the sorted order
     if n > 1:
-        differs = pa.array([False] * (n - 1))
-        for i in range(len(key)):
-            values = ordered.column(i).combine_chunks()
-            before, after = values.slice(0, n - 1), values.slice(1)
-            unlike = pc.not_equal(after, before)  # null beside null is the same key, null beside a value not
-            unlike = pc.if_else(pc.is_null(unlike), pc.not_equal(pc.is_null(after), pc.is_null(before)), unlike)
-            differs = pc.or_(differs, unlike)
-        starts = pa.concat_arrays([starts, differs])
+        starts = pa.concat_arrays([starts, reduce(pc.or_, [_unlike(ordered.column(i).combine_chunks())
+                                                           for i in range(len(key))])])
     firsts = pc.indices_nonzero(starts).cast(pa.int64())
     lasts = pa.concat_arrays([pc.subtract(firsts.slice(1), 1), pa.array([n - 1], pa.int64())])
     # per key, how many of its changes carry unchanged TOASTed values: from a running count
@@ -119,6 +110,14 @@ def _by_key(table: pa.Table, columns: Sequence[str], key: Sequence[str]) -> tupl
     key_of = pc.subtract(pc.cumulative_sum(starts.cast(pa.int64())), 1)  # each sorted change's key number
     rest = at.filter(pc.invert(plain.take(key_of)))
     return table.take(winners), table.take(rest.take(pc.array_sort_indices(rest)))
+
+
+def _unlike(values: pa.Array) -> pa.Array:
+    """Whether each value but the first differs from the one before it (null beside null is alike, null beside
+    a value not)."""
+    before, after = values.slice(0, len(values) - 1), values.slice(1)
+    unlike = pc.not_equal(after, before)
+    return pc.if_else(pc.is_null(unlike), pc.not_equal(pc.is_null(after), pc.is_null(before)), unlike)
 
 
 def _as_rows(changes: pa.Table, width: int, arrow_schema: pa.Schema) -> pa.Table:
