@@ -102,6 +102,9 @@ def _facts(outcome: Outcome) -> _Facts:
 _N, _U, _T, _B = b"nutb"
 #: a tuple's columns (``column(i)``: the rows' kinds, null for a row without the tuple, and bytes of column
 #: ``i``) and which rows have one
+#: The most bytes of runs' cells a :class:`TableRows` keeps untyped: a run's buffers hold every table's
+#: cells, and a table with few rows in each run would keep them all until it has a batch of rows.
+_PENDING_BYTES = 32 << 20
 _Tuples = tuple[Callable[[int], tuple[pa.Array, pa.Array]], pa.Array]
 _NONE = object()  # no outcome seen yet (None is a lone logical message's)
 
@@ -329,7 +332,7 @@ class TableRows:
         #: runs' rows not typed yet (see add_cells): per run, its cells' kinds and bytes, each row's first cell
         #: of its new and of its old tuple (-1: none), and the rows' meta columns
         self._cells: list[tuple[pa.Array, pa.Array, pa.Array, pa.Array, list[pa.Array]]] = []
-        self._cell_rows = 0
+        self._cell_rows = self._cell_bytes = 0
 
     def __len__(self) -> int:
         return len(self._columns[0]) + self._cell_rows + self._ready_rows
@@ -397,10 +400,13 @@ class TableRows:
                 fixed(pa.int64(), "commit_lsn"), time, fixed(pa.int64(), "position"), pa.nulls(len(rows), pa.string())]
         self._cells.append((kinds, data, fixed(pa.int32(), "new_at"), fixed(pa.int32(), "old_at"), meta))
         self._cell_rows += len(rows)
+        self._cell_bytes += buffers["cell"].size  # type: ignore[union-attr]
+        if self._cell_bytes > _PENDING_BYTES:  # (the runs' buffers, every table's cells, are kept till then)
+            self._made(self._cells_batch())
 
     def _cells_batch(self) -> pa.RecordBatch:
         """The runs' rows added since the last batch (:meth:`add_cells`), as one batch."""
-        pending, self._cells, self._cell_rows = self._cells, [], 0
+        pending, self._cells, self._cell_rows, self._cell_bytes = self._cells, [], 0, 0
         kinds = pa.concat_arrays([p[0] for p in pending])
         data = pa.concat_arrays([p[1] for p in pending])
         starts = [0]
