@@ -9,7 +9,8 @@
 # library holding ASan (with UBSan's handlers) and libFuzzer, linked from clang's runtime archives, so that
 # libFuzzer also sees the C code's coverage (atheris then uses that libFuzzer instead of its own).  The
 # harness is `replwire fuzz`'s: every input parsed and built by the codec in use and by the reference;
-# then the compiled row path's (replwire.codec.split.fuzz: any bytes as COPY-CSV rows or capture records).
+# then the typed-column reader's (replwire.codec.stream.fuzz: any bytes as the texts of a column), then the
+# compiled row path's (replwire.codec.split.fuzz: any bytes as COPY-CSV rows or capture records).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,5 +48,7 @@ from replwire.codec.wire import fast
 assert fast.IMPL == 'c' and fast._COMPILED.__file__.startswith('$PWD/$BUILD/'), fast._COMPILED
 print('fuzz-compiled: fuzzing', fast._COMPILED.__file__)"
 "$PY" -m replwire.codec.cli fuzz --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled
+"$PY" -m replwire.codec.cli fuzz --target replwire.codec.stream.fuzz:fuzz_texts --corpus "$BUILD/texts-corpus" \
+    --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-texts
 exec "$PY" -m replwire.codec.cli fuzz --target replwire.codec.split.fuzz:fuzz_rows --corpus "$BUILD/rows-corpus" \
     --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-rows

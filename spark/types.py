@@ -24,7 +24,9 @@ json, jsonb, ranges, everything else
 Values are loaded through psycopg (text ``t`` and binary ``b`` columns alike) except string columns in
 text format, which keep the server's exact text; where a whole batch of a column's text values is in the
 form the type's output function writes (integers, floats, bool, numeric(p, s), ISO dates and timestamps,
-hex bytea, one-dimensional integer and text arrays, intervals), Arrow reads them at once, to the same values.  A
+hex bytea, one-dimensional integer and text arrays, intervals), they are read at once, to the same values:
+by the compiled codec (``texts_typed``, ``codec/stream/values.c``) where it is there, else (and arrays
+always) by Arrow.  A
 string column in binary format becomes text again, the server's text where replwire can write it as the
 server does: uuid, json and jsonb exactly, ranges and
 multiranges as range_out writes them (a timestamptz bound in UTC, ``+00``); other types as ``replwire
@@ -59,6 +61,8 @@ from replwire.codec.stream.binary_layout import BINARY_WIDTHS
 from replwire.codec.stream.jsonl import json_value
 from replwire.codec.stream.value_types import Infinite, RawValue
 from replwire.codec.stream.values import ValueLoader
+from replwire.codec.wire.fast import COMPILED
+from replwire.codec.wire.gen.text_forms import FORMS
 
 __all__ = ["ColumnType", "Unrepresentable", "column_type", "numeric_precision_scale"]
 
@@ -130,6 +134,29 @@ def _texts(encoding: str) -> Callable[[pa.Array], pa.Array]:
             except pa.ArrowInvalid:
                 pass
         return pa.array([d.decode(encoding) if d is not None else None for d in data.to_pylist()], pa.string())
+    return texts
+
+
+def _many(form: str, arrow: pa.DataType, python: Callable[[pa.Array], pa.Array | None], precision: int = 0,
+          scale: int = 0) -> Callable[[pa.Array], pa.Array | None]:
+    """Many text values read at once as ``form`` (one of :data:`~replwire.codec.wire.gen.text_forms.FORMS`) into
+    an Arrow array of ``arrow``: by the compiled codec (``texts_typed``) where it is there, else by ``python``,
+    the same reading in Arrow calls.  Both give ``None`` where a value is in a form they do not read."""
+    if COMPILED is None:
+        return python
+    number = FORMS[form]
+
+    def texts(data: pa.Array) -> pa.Array | None:
+        if not len(data):
+            return pa.array([], arrow)
+        validity, offsets, values = data.buffers()
+        made = COMPILED.texts_typed(number, len(data), data.offset, validity, offsets,
+                                    values if values is not None else b"", precision, scale)
+        if made is None:
+            return None
+        valid, out, text = made
+        buffers = [None if valid is None else pa.py_buffer(valid), pa.py_buffer(out)]
+        return pa.Array.from_buffers(arrow, len(data), buffers if text is None else [*buffers, pa.py_buffer(text)])
     return texts
 
 
@@ -309,12 +336,14 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
 
     if oid in _INT:
         spark, arrow = _INT[oid]
-        return ColumnType(spark, arrow, _int_value(oid, loader), oid, _parsed(_INTEGER, arrow, arrow))
+        return ColumnType(spark, arrow, _int_value(oid, loader), oid,
+                          _many(str(arrow), arrow, _parsed(_INTEGER, arrow, arrow)))
     if oid in _FLOAT:  # float4 too is read as a double first, as float() does before Arrow narrows it
         spark, arrow = _FLOAT[oid]
-        return ColumnType(spark, arrow, typed(), oid, _parsed(_FLOAT_FORM, pa.float64(), arrow))
+        return ColumnType(spark, arrow, typed(), oid, _many("float32" if oid == 700 else "float64", arrow,
+                                                            _parsed(_FLOAT_FORM, pa.float64(), arrow)))
     if oid == _BOOL:
-        return ColumnType(T.BooleanType(), pa.bool_(), typed(), oid, _booleans)
+        return ColumnType(T.BooleanType(), pa.bool_(), typed(), oid, _many("bool", pa.bool_(), _booleans))
     if oid == _NUMERIC:
         ps = numeric_precision_scale(type_modifier)
         if ps is None or not 0 <= ps[1] <= ps[0] <= 38:
@@ -326,24 +355,26 @@ def _scalar(oid: int, type_modifier: int, loader: ValueLoader) -> ColumnType | N
             return value
         decimal_type = pa.decimal128(*ps)
         return ColumnType(T.DecimalType(*ps), decimal_type, typed(finite), oid,
-                          _parsed(_DECIMAL, decimal_type, decimal_type))
+                          _many("decimal128", decimal_type, _parsed(_DECIMAL, decimal_type, decimal_type), *ps))
     if oid == _DATE:
-        return ColumnType(T.DateType(), pa.date32(), typed(), oid, _parsed(f"^{_DAY}$", pa.date32(), pa.date32()))
+        return ColumnType(T.DateType(), pa.date32(), typed(), oid,
+                          _many("date32", pa.date32(), _parsed(f"^{_DAY}$", pa.date32(), pa.date32())))
     if oid == _TIMESTAMP:
         arrow = pa.timestamp("us")
-        return ColumnType(T.TimestampNTZType(), arrow, typed(), oid, _parsed(f"^{_TIME}$", arrow, arrow))
+        return ColumnType(T.TimestampNTZType(), arrow, typed(), oid,
+                          _many("timestamp", arrow, _parsed(f"^{_TIME}$", arrow, arrow)))
     if oid == _TIMESTAMPTZ:
         arrow = pa.timestamp("us", tz="UTC")
-        return ColumnType(T.TimestampType(), arrow, typed(_in_utc), oid,
-                          _parsed(f"^{_TIME}[-+][0-9]{{2}}(:[0-9]{{2}})?$", arrow, arrow, _UTC_RANGE))
+        return ColumnType(T.TimestampType(), arrow, typed(_in_utc), oid, _many("timestamptz", arrow, _parsed(
+            f"^{_TIME}[-+][0-9]{{2}}(:[0-9]{{2}})?$", arrow, arrow, _UTC_RANGE)))
     if oid == _BYTEA:
-        return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid, _hex_bytes)
+        return ColumnType(T.BinaryType(), pa.binary(), typed(bytes), oid, _many("hex_bytes", pa.binary(), _hex_bytes))
     if oid == _INTERVAL:  # the ISO 8601 text replwire decode writes (months, days and time apart), in both formats
         load = loader.load
 
         def interval(kind: str, data: bytes) -> str:
             return str(load(kind, data, oid))
-        return ColumnType(T.StringType(), pa.string(), interval, oid, _intervals)
+        return ColumnType(T.StringType(), pa.string(), interval, oid, _many("interval", pa.string(), _intervals))
     return None
 
 

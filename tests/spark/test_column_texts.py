@@ -1,7 +1,8 @@
-"""A typed column's text values read many at once by Arrow (``ColumnType.texts``) are the values read one by
-one (``ColumnType.value``, psycopg's loaders): for the forms PostgreSQL's output functions write, and for
-everything else -- which must make ``texts`` give ``None`` (the caller then reads value by value) or read
-exactly what ``value`` reads, never something else."""
+"""A typed column's text values read many at once (``ColumnType.texts``: by the compiled codec's
+``texts_typed``, and without it by Arrow) are the values read one by one (``ColumnType.value``, psycopg's
+loaders): for the forms PostgreSQL's output functions write, and for everything else -- which must make
+``texts`` give ``None`` (the caller then reads value by value) or read exactly what ``value`` reads, never
+something else.  Each test runs both readers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,20 @@ from replwire.codec.stream.values import ValueLoader
 
 pytest.importorskip("pyspark")
 
-from replwire.spark.types import ColumnType, Unrepresentable, column_type  # noqa: E402
+from replwire.spark import types  # noqa: E402
+from replwire.spark.types import ColumnType, Unrepresentable  # noqa: E402
+
+READERS = ["c", "python"]
+
+
+def column_type(oid: int, modifier: int, reader: str) -> ColumnType:
+    """The column type whose ``texts`` is the compiled codec's (``c``) or Arrow's (``python``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if reader == "python":
+            patch.setattr(types, "COMPILED", None)
+        else:
+            assert types.COMPILED is not None, "the compiled codec is not built"
+        return types.column_type(oid, modifier, None, ValueLoader())
 
 # (type OID, type modifier): int2, int4, int8, float4, float8, bool, numeric(12, 2), numeric(38, 0), date,
 # timestamp, timestamptz, bytea, int2[], int4[], int8[], text[], varchar[], interval
@@ -95,9 +109,10 @@ def _check(kind_type: ColumnType, texts: list[bytes | None]) -> None:
     assert _same(many, expected), (texts, many, expected)
 
 
+@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize(("oid", "modifier"), TYPES)
-def test_each_seen_text_alone_and_together(oid, modifier):
-    kind_type = column_type(oid, modifier, None, ValueLoader())
+def test_each_seen_text_alone_and_together(oid, modifier, reader):
+    kind_type = column_type(oid, modifier, reader)
     forms = [t.encode() for t in SEEN[oid]]
     read = 0
     for form in forms:
@@ -151,21 +166,23 @@ def _text_of(oid: int) -> st.SearchStrategy[str]:
         lambda pair: pair[0].isoformat(" ") + pair[1])
 
 
+@pytest.mark.parametrize("reader", READERS)
 @settings(max_examples=60, deadline=None)
 @given(st.data())
-def test_drawn_columns(data):
+def test_drawn_columns(reader, data):
     oid, modifier = data.draw(st.sampled_from(TYPES))
-    kind_type = column_type(oid, modifier, None, ValueLoader())
+    kind_type = column_type(oid, modifier, reader)
     texts = data.draw(st.lists(st.one_of(st.none(), _text_of(oid).map(str.encode)
                                          | st.sampled_from([t.encode() for t in SEEN[oid]])), max_size=20))
     _check(kind_type, texts)
 
 
+@pytest.mark.parametrize("reader", READERS)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.none() | _text_of(1186).map(str.encode), min_size=1, max_size=8))
-def test_drawn_intervals(texts):
-    """Intervals are computed, not parsed, by Arrow: each part's sign and carry drawn on their own."""
-    kind_type = column_type(1186, -1, None, ValueLoader())
+def test_drawn_intervals(reader, texts):
+    """Intervals are computed, not parsed: each part's sign and carry drawn on their own."""
+    kind_type = column_type(1186, -1, reader)
     assert kind_type.texts is not None
     assert kind_type.texts(pa.array(texts, pa.binary())) is not None  # interval_out's forms are all read at once
     _check(kind_type, texts)

@@ -28,7 +28,7 @@ from .... import schema
 from ....schema.encodings import UTF8
 from ....schema.message_spec import MessageSpec
 from ... import walker
-from . import c_scan, row_ways
+from . import c_scan, row_ways, text_forms
 from .c_build import CBuildGen
 from .c_common import class_var, slot
 from .c_parse import CParseGen
@@ -47,8 +47,8 @@ FAST = Path(__file__).resolve().parent.parent / "fast.py"
 #: capture records and an input's records, the first pass and the change columns of split decoding, decode's
 #: row path), put into the source after the generated code in this order: each uses only what the twins
 #: before it define (the order of the package's layers; the layers test holds it to them).
-TWINS = ("stream/decoder.c", "stream/jsonl.c", "stream/debezium.c", "io/copy_csv.c", "io/capture_file.c",
-         "io/segments.c", "split/skim.c", "split/columns.c", "decode.c")
+TWINS = ("stream/decoder.c", "stream/jsonl.c", "stream/debezium.c", "stream/values.c", "io/copy_csv.c",
+         "io/capture_file.c", "io/segments.c", "split/skim.c", "split/columns.c", "decode.c")
 CODEC = Path(__file__).resolve().parent.parent.parent
 
 #: What a scan function notes of one field (see :mod:`replwire.codec.wire.gen.c_scan`).
@@ -429,7 +429,7 @@ def generate() -> str:
         parts += [f"static Py_ssize_t {slot(cls, name)};" for name in sorted(slots[cls])]
     parts += functions
     defines, scans = c_scan.generate()
-    parts += [FIELD, "\n".join(defines), *scans, row_ways.c_enums(),
+    parts += [FIELD, "\n".join(defines), *scans, row_ways.c_enums(), text_forms.c_enums(),
               *((CODEC / twin).read_text(encoding="utf-8") for twin in TWINS)]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
@@ -475,6 +475,8 @@ static PyMethodDef ENTRY_METHODS[] = {{
 static PyMethodDef MODULE_METHODS[] = {{
     {{"_init", c_init, METH_VARARGS, "Hand the module the message classes and the Python entry points."}},
     {{"rows_plan", c_rows_plan, METH_VARARGS, "A relation's plan for rows_run (see codec/stream/jsonl.c)."}},
+    {{"texts_typed", c_texts_typed, METH_VARARGS,
+      "Many server texts of one column read into typed Arrow buffers (see codec/stream/values.c)."}},
     {{"rows_run", c_rows_run, METH_VARARGS,
       "JSON lines of the plain transactions of COPY-CSV rows or capture records (see codec/decode.c)."}},
     {{"rows_body", c_rows_body, METH_VARARGS,
