@@ -100,12 +100,12 @@ def _facts(outcome: Outcome) -> _Facts:
 
 #: the kinds of a tuple's column, as bytes: null, unchanged TOAST, text, binary
 _N, _U, _T, _B = b"nutb"
-#: a tuple's columns (``column(i)``: the rows' kinds, null for a row without the tuple, and bytes of column
-#: ``i``) and which rows have one
 #: The most bytes of runs' cells a :class:`TableRows` keeps untyped: a run's buffers hold every table's
 #: cells, and a table with few rows in each run would keep them all until it has a batch of rows.
 _PENDING_BYTES = 32 << 20
-_Tuples = tuple[Callable[[int], tuple[pa.Array, pa.Array]], pa.Array]
+#: a tuple's columns (``column(i)``: the rows' kinds, null for a row without the tuple, and bytes of column
+#: ``i``), which rows have one, and the kinds its cells have (``None``: not known)
+_Tuples = tuple[Callable[[int], tuple[pa.Array, pa.Array]], pa.Array, "set[int] | None"]
 _NONE = object()  # no outcome seen yet (None is a lone logical message's)
 
 
@@ -424,23 +424,31 @@ class TableRows:
             def column(i: int) -> tuple[pa.Array, pa.Array]:
                 index = pc.add(taken, i)
                 return kinds.take(index), data.take(index)
-            return column, pc.is_valid(taken)
+            firsts = taken.drop_null().to_numpy()
+            cells = (firsts[:, None] + numpy.arange(len(self.names))).ravel()
+            return column, pc.is_valid(taken), set(numpy.unique(kinds.to_numpy()[cells]).tolist())
+        import numpy
+
         return self._assemble(len(meta[0]), meta, tuple_of(2), tuple_of(3))
 
     def _read(self, column: Callable[[int], tuple[pa.Array, pa.Array]], toasted: dict[int, list[str]],
-              odd: dict[int, list[tuple[str, str]]]) -> list[pa.Array]:
+              odd: dict[int, list[tuple[str, str]]], present: set[int] | None) -> list[pa.Array]:
         """Each column's values of a tuple per row (``column(i)``: the kinds of the rows' values of column
         ``i`` -- null where a row has no tuple -- and their bytes), naming a row's unchanged TOASTed columns
-        in ``toasted`` and its unrepresentable values in ``odd`` (by row index)."""
+        in ``toasted`` and its unrepresentable values in ``odd`` (by row index).  ``present``: the kinds the
+        tuples' cells have, where known; a column is searched for the others only where they are there."""
         out = []
+        rare = present is None or not present <= {_T, _N}  # unchanged TOAST, binary
+        others = present is None or not present <= {_T}  # a cell with no text: its value is null here
         for i, (name, kind_type) in enumerate(zip(self.names, self.types)):
             kinds, data = column(i)
-            unchanged = pc.equal(kinds, _U)
-            if pc.any(unchanged).as_py():
-                for row in pc.indices_nonzero(pc.fill_null(unchanged, False)).to_pylist():
-                    toasted.setdefault(row, []).append(name)
-            if kind_type.texts is not None and not pc.any(pc.equal(kinds, _B)).as_py():
-                made = kind_type.texts(pc.if_else(pc.equal(kinds, _T), data, None))
+            if rare:
+                unchanged = pc.equal(kinds, _U)
+                if pc.any(unchanged).as_py():
+                    for row in pc.indices_nonzero(pc.fill_null(unchanged, False)).to_pylist():
+                        toasted.setdefault(row, []).append(name)
+            if kind_type.texts is not None and (not rare or not pc.any(pc.equal(kinds, _B)).as_py()):
+                made = kind_type.texts(pc.if_else(pc.equal(kinds, _T), data, None) if others else data)
                 if made is not None:
                     out.append(made)
                     continue
@@ -511,7 +519,7 @@ class TableRows:
                 cells = [t[i] if t is not None else None for t in tuples]
                 return (pa.array([ord(c.kind) if c is not None else None for c in cells], pa.uint8()),
                         pa.array([c.data if c is not None else None for c in cells], pa.binary()))
-            return column, pa.array([t is not None for t in tuples], pa.bool_())
+            return column, pa.array([t is not None for t in tuples], pa.bool_()), None
         out = self._assemble(len(ops), meta, tuple_of(new), tuple_of(old))
         self._columns = [[] for _ in range(7)]
         self._append = tuple(column.append for column in self._columns)
@@ -528,10 +536,10 @@ class TableRows:
         toasted: dict[int, list[str]] = {}
         odd: dict[int, list[tuple[str, str]]] = {}
         nothing = [pa.nulls(count, t.arrow) for t in self.types]
-        before_columns = self._read(old[0], before_toasted, odd) if old is not None else nothing
+        before_columns = self._read(old[0], before_toasted, odd, old[2]) if old is not None else nothing
         before = (pa.StructArray.from_arrays(before_columns, fields=list(self._struct), mask=pc.invert(old[1]))
                   if old is not None else pa.nulls(count, self._struct))
-        row = self._read(new[0], toasted, odd) if new is not None else nothing
+        row = self._read(new[0], toasted, odd, new[2]) if new is not None else nothing
         if old is not None:  # a delete's row is its old tuple's values
             row = [pc.if_else(new[1], n, b) for n, b in zip(row, before_columns)] if new is not None else before_columns
 
