@@ -397,7 +397,9 @@ def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: A
         meta = meta_names(entry["columns"])
         present = set(entry["columns"])
         for path in _change_files(changes_dir, entry):
-            rows = pq.read_table(path)
+            rows = pq.read_table(path, columns=[*(meta[m] for m in ("op", "commit_lsn", "position", "_before",
+                                                                   "_unchanged_toast", "_unrepresentable")),
+                                                *entry["columns"]])
             count = rows.num_rows
             before = rows.column(meta["_before"]).combine_chunks()  # the shape's key columns
             held = set(before.type.names) if pa.types.is_struct(before.type) else set()
