@@ -9,7 +9,8 @@
  * relation with a plan, every value one the row writer writes exactly as the Python writer does -- and, given
  * the router's open streamed transactions, whole Stream Start ... Stream Stop blocks of row changes alike and
  * the Stream Commits and Stream Aborts between them, keeping the router's dict of open streamed transactions
- * as the router would; it stops at the start of anything else, which the caller hands to the Python path
+ * as the router would (and the Relations a streamed transaction sends again, the same as the decoder's); it
+ * stops at the start of anything else, which the caller hands to the Python path
  * (replwire.codec.split.decode_part).  A transaction whose key (the position of its Begin, or of its first
  * Stream Start) is not in the part's outcomes, or a change whose xid the part dropped, gives no rows, as in
  * decode_part; a streamed change's facts are those given for its key (a streamed transaction in outcomes
@@ -97,19 +98,37 @@ typedef struct {
     int32_t slot;
 } Looked;
 
-/* the plan and slot of relation oid from plans (oid -> (capsule, slot)): 1, 0 none, -1 an error */
+/* plans' entry for relation oid (oid -> (capsule, slot[, relation])), borrowed: the entry, NULL for none
+ * (*error set if it is an error) */
+static PyObject *plan_entry(PyObject *plans, uint64_t oid, int *error)
+{
+    *error = 0;
+    PyObject *key = PyLong_FromUnsignedLongLong(oid);
+    if (key == NULL) {
+        *error = 1;
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(plans, key);
+    Py_DECREF(key);
+    if (entry == NULL) {
+        *error = PyErr_Occurred() != NULL;
+        return NULL;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2 || PyTuple_GET_SIZE(entry) > 3) {
+        PyErr_SetString(PyExc_ValueError, "rows_columns: a plan is (capsule, slot[, relation])");
+        *error = 1;
+        return NULL;
+    }
+    return entry;
+}
+
+/* the plan and slot of relation oid from plans: 1, 0 none, -1 an error */
 static int look_up(Looked *l, PyObject *plans, uint64_t oid)
 {
     if (l->known && l->oid == oid) return 1;
-    PyObject *key = PyLong_FromUnsignedLongLong(oid);
-    if (key == NULL) return -1;
-    PyObject *entry = PyDict_GetItemWithError(plans, key);
-    Py_DECREF(key);
-    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
-        PyErr_SetString(PyExc_ValueError, "rows_columns: a plan is (capsule, slot)");
-        return -1;
-    }
+    int error;
+    PyObject *entry = plan_entry(plans, oid, &error);
+    if (entry == NULL) return error ? -1 : 0;
     Plan *plan = PyCapsule_GetPointer(PyTuple_GET_ITEM(entry, 0), PLAN_NAME);
     if (plan == NULL) return -1;
     long slot = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
@@ -345,6 +364,25 @@ static int stream_end(PyObject *streams, int commit, uint64_t xid, uint64_t subx
     return r;
 }
 
+/* Whether the Relation message d[0:n] of a stream block (its tag, the streamed xid, then the rest) is the
+ * one the plan of its relation was made for: the rest is byte for byte that of the Relation message the
+ * plans' entry holds (its third item: the relation as sent outside a stream, the tag then the rest), so
+ * that the plan and the decoder's caches stay what they are.  1, 0 not (or no such entry: the Python
+ * path's), -1 an error */
+static int stream_relation(PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n)
+{
+    Field F[N_Relation];
+    if (!s_Relation(d, n, pv, 1, F) || !F[F_Relation_xid].present) return 0;
+    int error;
+    PyObject *entry = plan_entry(plans, F[F_Relation_relation_id].v, &error);
+    if (entry == NULL) return error ? -1 : 0;
+    if (PyTuple_GET_SIZE(entry) != 3 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 2))) return 0;
+    PyObject *sent = PyTuple_GET_ITEM(entry, 2);
+    const Py_ssize_t m = PyBytes_GET_SIZE(sent);
+    /* (n >= 5: the scan read the tag and the xid) */
+    return m >= 1 && n == m + 4 && memcmp(d + 5, PyBytes_AS_STRING(sent) + 1, (size_t)(m - 1)) == 0;
+}
+
 /* streams[xid] = key */
 static int stream_put(PyObject *streams, uint64_t xid, int64_t key)
 {
@@ -375,7 +413,7 @@ static PyObject *column_bytes(const Columns *c, int k)
 }
 
 /* rows_columns(data, final, plans, proto_version, frame, origin, outcomes, dropped, max_rows, max_text[,
- * cells[, streams, facts]]) ->
+ * cells[, streams, facts[, relations]]]) ->
  * (consumed, records, rows, declined, buffers): the whole plain transactions at the start of data -- COPY-CSV
  * rows, or capture records laid out as ``frame`` says (see rows_run; ``final``: data ends the input) -- and,
  * given ``streams`` and ``facts``, the whole stream blocks of streamed transactions and their Stream Commits
@@ -388,7 +426,9 @@ static PyObject *column_bytes(const Columns *c, int k)
  * (decode_part).  ``streams`` is the router's (top-level xid -> key of the open streamed transactions), kept
  * as the router keeps it over the records taken; ``facts`` maps the key of each streamed transaction in
  * outcomes that the column path may write (no origin, not two-phase) to its (xid, commit LSN, end LSN,
- * commit time): a streamed change's facts are its transaction's outcome's, its subxid its own xid.  It
+ * commit time): a streamed change's facts are its transaction's outcome's, its subxid its own xid.  Given
+ * ``relations`` (a list), a block may hold Relation messages that a plan's entry holds as its third item
+ * (see stream_relation): each one taken is appended to it (its bytes), for the caller's decoder.  It
  * stops after the transaction or block that reaches max_rows rows or max_text bytes of any text buffer.
  * consumed is where the records not taken start, records how many were taken, declined whether the record
  * there is one for the Python path (else more input is needed, or a cap was reached). */
@@ -396,14 +436,14 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     int final, pv;
-    PyObject *plans, *framing, *outcomes, *dropped, *streams = NULL, *facts = NULL;
+    PyObject *plans, *framing, *outcomes, *dropped, *streams = NULL, *facts = NULL, *relations = NULL;
     long long origin;
     Py_ssize_t max_rows, max_text;
     int cells = 0;
     Frame frame = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn|pO!O!:rows_columns", &view, &final, &PyDict_Type, &plans, &pv,
+    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn|pO!O!O!:rows_columns", &view, &final, &PyDict_Type, &plans, &pv,
                           &framing, &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text,
-                          &cells, &PyDict_Type, &streams, &PyDict_Type, &facts))
+                          &cells, &PyDict_Type, &streams, &PyDict_Type, &facts, &PyList_Type, &relations))
         return NULL;
     int capture = framing != Py_None;
     if (capture && frame_of(framing, &frame, "rows_columns") < 0) {
@@ -440,6 +480,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
         int64_t key = 0;
         Mark mark;
         col_mark(&c, &mark);
+        const Py_ssize_t remembered = relations != NULL ? PyList_GET_SIZE(relations) : 0;
         Py_CLEAR(block.subxacts);
         for (;;) {
             if (at >= size) {
@@ -514,6 +555,20 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
                 }
                 continue;
             }
+            if (opened == 2 && d[0] == TAG_Relation && relations != NULL) {
+                /* the Relation a streamed transaction sends again, as the decoder has it: for the decoder's
+                 * cache (the caller's), no change to the plans */
+                r = stream_relation(plans, pv, d, n);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                PyObject *sent = PyBytes_FromStringAndSize((const char *)d, n);
+                if (sent == NULL || PyList_Append(relations, sent) < 0) {
+                    Py_XDECREF(sent);
+                    goto nomem;
+                }
+                Py_DECREF(sent);
+                continue;
+            }
             if (opened == 2) {
                 if (d[0] != TAG_StreamStop || !s_StreamStop(d, n, pv, 1, F)) goto decline;
                 if (block.fresh && stream_put(streams, xid, block.key) < 0) goto nomem;
@@ -538,6 +593,8 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
         declined = 1;
     more:
         col_back(&c, &mark);
+        if (relations != NULL && PyList_SetSlice(relations, remembered, PyList_GET_SIZE(relations), NULL) < 0)
+            goto nomem;
         break;
     }
     PyObject *buffers = PyTuple_New(K_COUNT);

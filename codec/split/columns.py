@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schema.encodings import UTF8
+from ..errors import EncodeError
 from ..gc_tuning import fewer_collections
 from ..messages import Relation
 from ..stream.assembler import relation_namespace
@@ -35,7 +36,7 @@ from ..stream.decoder import IDLE
 from ..stream.jsonl import RowJson
 from ..stream.outcome import Outcome
 from ..stream.values import RowSchema, ValueLoader
-from ..wire.fast import COMPILED
+from ..wire.fast import COMPILED, build, parse
 from ..wire.gen.column_buffers import BUFFERS
 from .compiled_path import CompiledPath
 from .decode import Decoded, PartDecoder, decode_part
@@ -109,6 +110,7 @@ class _ColumnPath(CompiledPath):
         self.base = part.source.position(0)
         self.shapes: list[tuple[str, str, str, int]] = []
         self.widths: list[int] = []
+        self.relations: list[bytes] = []  # the Relations the C took in stream blocks, for the decoder's cache
 
     def ready(self) -> bool:
         return self.decoding.decoder.state == IDLE
@@ -117,21 +119,39 @@ class _ColumnPath(CompiledPath):
         decoder = self.decoding.decoder
         consumed, records, rows, declined, buffers = COMPILED.rows_columns(
             data, eof, self.plans(decoder, self.decoding.maker), decoder.proto_version, self.frame, self.base | at,
-            self.outcomes, self.dropped, self.rows, _MOST_TEXT, self.cells, self.streams, self.facts)
+            self.outcomes, self.dropped, self.rows, _MOST_TEXT, self.cells, self.streams, self.facts, self.relations)
         if records:
             decoder.skip(records)
+        if self.relations:
+            # sent again in a block, each the decoder's but for the streamed xid: the decoder's cache takes it,
+            # as the Python path's would; the plan stays (made for the same relation)
+            for sent in self.relations:
+                relation = parse(sent, proto_version=decoder.proto_version, in_stream=True, encoding=decoder.encoding)
+                assert isinstance(relation, Relation)  # (the C takes only a Relation equal to one the decoder has)
+                decoder.remember(relation)
+                made = self._planned.get(relation.relation_id)
+                if made is not None:
+                    self._planned[relation.relation_id] = (relation, made[1])
+            self.relations.clear()
         return consumed, records, declined, ColumnRun(rows, buffers, self.shapes, self.widths) if rows else None
 
     def python(self, records: Iterator[Any]) -> Iterator[Decoded]:
         return self.decoding.decode(records)
 
-    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> tuple[Any, int]:
-        """The plan and the relation's slot in ``shapes``."""
+    def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> tuple[Any, ...]:
+        """The plan, the relation's slot in ``shapes``, and the relation's message as sent outside a stream
+        (the C takes a Relation in a stream block that is the same but for the streamed xid)."""
         plan = COMPILED.rows_plan((b"", b"", b""), self.json.plan_columns(schema))
         slot = len(self.shapes) // 3
         self.shapes += [(op, relation_namespace(relation), relation.name, relation_id) for op in _OPS]
         self.widths.append(len(relation.columns))
-        return plan, slot
+        streamed = relation.xid is not None
+        try:
+            sent = build(relation, proto_version=self.decoding.decoder.proto_version, in_stream=streamed,
+                         encoding=self.decoding.decoder.encoding)
+        except EncodeError:
+            return plan, slot
+        return plan, slot, sent[:1] + sent[5:] if streamed else sent
 
 
 def _streamed_facts(outcomes: Mapping[int, Outcome]) -> dict[int, tuple[int, int, int, int]]:

@@ -23,8 +23,8 @@ wanted (bit 4 clear: every offset is in its outcomes) and none repeated, where i
 ``rows_run`` its row images are those of ``rows_run``'s lines; with none wanted, no rows.  Given the router's
 open streamed transactions and the streamed transactions' facts too, it takes at least as much, stream blocks,
 Stream Commits and Stream Aborts besides (the seeds have a streamed transaction of protocols 2 and 4), keeps
-the open streamed transactions as xids to keys inside the input, and gives each streamed row the facts given
-and a subxid, each plain row none.
+the open streamed transactions as xids to keys inside the input, hands back only Relations that are the plans'
+but for the xid, and gives each streamed row the facts given and a subxid, each plain row none.
 
 With bit 7 set, ``rows_run`` writes Debezium's events (a relation's plan of that form): as many as it
 counts changes, each with before, after and source first, a tombstone after a delete's.  And the input
@@ -53,6 +53,8 @@ from ..messages import (
     Insert,
     Origin,
     Prepare,
+    Relation,
+    RelationColumn,
     RollbackPrepared,
     StreamAbort,
     StreamCommit,
@@ -162,9 +164,17 @@ def _two_phase() -> list[tuple[int, bytes]]:
     return [(0x4000 + i, build(m, proto_version=3)) for i, m in enumerate(messages)]
 
 
+def _relation(xid: int | None) -> Relation:
+    """A Relation of ``_RELATION`` (a text column of each of its columns' names), in a stream block of
+    ``xid`` or (``None``) outside one."""
+    return Relation(xid=xid, relation_id=_RELATION, namespace="public", name="t", replica_identity="d",
+                    columns=[RelationColumn(flags=0, name=name, type_id=25, type_modifier=-1) for name, _ in _COLUMNS])
+
+
 def _streamed(proto_version: int) -> list[tuple[int, bytes]]:
-    """A streamed transaction: two blocks (the second with a subtransaction's changes, which a Stream Abort
-    then rolls back), a top-level Stream Abort of another, and its Stream Commit."""
+    """A streamed transaction: two blocks (the second sends the Relation again, and has a subtransaction's
+    changes, which a Stream Abort then rolls back), a top-level Stream Abort of another, and its Stream
+    Commit."""
     stamp = Timestamp(800_000_000_000_000)
 
     def row(i: int) -> list[TupleColumn]:
@@ -175,6 +185,7 @@ def _streamed(proto_version: int) -> list[tuple[int, bytes]]:
               (Insert(xid=705, relation_id=_RELATION, new=row(5)), True),
               (Update(xid=705, relation_id=_RELATION, key=None, new=row(6)), True), (StreamStop(), True),
               (StreamStart(xid=705, first_segment=0), False),
+              (_relation(705), True),  # (sent again: the same as the plans')
               (Insert(xid=706, relation_id=_RELATION, new=row(7)), True),
               (Delete(xid=705, relation_id=_RELATION, key=key), True), (StreamStop(), True),
               (StreamAbort(xid=705, subxid=706), False), (StreamAbort(xid=707, subxid=707), False),
@@ -318,8 +329,12 @@ def _bodies(body: bytes, final: bool, proto_version: int, frame: Any, streamed: 
         pass
 
 
-#: The plans as the column path takes them: (capsule, slot).
-_COLUMN_PLANS = {relation_id: (plan, slot) for slot, (relation_id, plan) in enumerate(_PLANS.items())}
+#: The Relation of ``_RELATION`` as sent outside a stream (a stream block's is the same with the xid).
+_RELATION_SENT = build(_relation(None), proto_version=2)
+#: The plans as the column path takes them: (capsule, slot), and ``_RELATION``'s Relation (a block may send
+#: it again).
+_COLUMN_PLANS = {relation_id: (plan, slot, *((_RELATION_SENT,) if relation_id == _RELATION else ()))
+                 for slot, (relation_id, plan) in enumerate(_PLANS.items())}
 
 
 def _fuzz_columns(body: bytes, final: bool, proto_version: int, frame: Any, every: bool, most: int,
@@ -358,9 +373,12 @@ def _fuzz_streamed_columns(body: bytes, final: bool, proto_version: int, frame: 
     facts = dict.fromkeys(outcomes, _FACTS)
     for cells in (False, True):
         streams = {705: 0}  # (a transaction open before: its Stream Commit is taken without its blocks)
+        relations: list[bytes] = []
         consumed, records, rows, _, buffers = COMPILED.rows_columns(
             body, final, _COLUMN_PLANS, proto_version, frame, 0, outcomes, {}, 1 << 30, 1 << 30, cells, streams,
-            facts)
+            facts, relations)
+        if any(sent.__class__ is not bytes or sent[:1] != b"R" or sent[5:] != _RELATION_SENT[1:] for sent in relations):
+            raise AssertionError(f"streamed columns: Relations taken {relations}")
         if not plain <= consumed <= len(body) or (records and consumed == 0) or (rows and not every):
             raise AssertionError(f"streamed columns: took {consumed} bytes ({records} records, {rows} rows) of "
                                  f"{len(body)}, {plain} without streams")

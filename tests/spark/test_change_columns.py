@@ -268,10 +268,11 @@ def test_caps_reads_and_the_python_path(tmp_path, monkeypatch):
 def _streamed_transactions():
     """Protocol-4 rows of streamed transactions, as a server with ``streaming = on`` sends them, their
     blocks interleaved: one committed after a savepoint rolled back (a Stream Abort of a subtransaction)
-    and a second block; one aborted whole; one whose first block is sent again after a resume (two
-    consecutive first segments: the second replaces it) and then committed; one with an Origin (the
-    Python path's); and plain transactions around them, which carry the Relations (so the blocks have
-    none, and the column path may take them)."""
+    and a second block, which sends a Relation again; one aborted whole; one whose first block is sent
+    again after a resume (two consecutive first segments: the second replaces it) and then committed; one
+    with an Origin (the Python path's); one whose first block sends a Relation the decoder does not know
+    yet (the Python path's) and whose second sends it again; one renaming a table (the Python path's);
+    and plain transactions around them, which carry the first Relations."""
     rows = []
     lsn = 0x2000000
 
@@ -302,8 +303,8 @@ def _streamed_transactions():
     block(2000, 1, [insert(2000, 3), insert(2001, 4)])  # (aborted below)
     block(3000, 1, [insert(3000, 5), insert(3000, 6)])  # (sent again below)
     emit(StreamAbort(xid=1000, subxid=1001, abort_lsn=LSN(lsn), abort_time=1))  # the savepoint rolled back
-    block(1000, 0, [insert(1002, 7), Delete(xid=1000, relation_id=16386, key=[three[0], three[2], three[2]]),
-                    insert(1000, 8)])
+    block(1000, 0, [_relation(16385, "t16385", 2, 1000), insert(1002, 7),  # (its Relation sent again: the same)
+                    Delete(xid=1000, relation_id=16386, key=[three[0], three[2], three[2]]), insert(1000, 8)])
     block(3000, 1, [insert(3000, 5), insert(3000, 6)])  # the resumed server sends it again from its start
     block(3000, 0, [insert(3000, 9)])
     emit(StreamAbort(xid=2000, subxid=2000, abort_lsn=LSN(lsn), abort_time=1))
@@ -317,7 +318,13 @@ def _streamed_transactions():
     emit(insert(5000, 11), in_stream=True)
     emit(StreamStop())
     block(5000, 0, [insert(5000, 12)])
+    block(6000, 1, [_relation(16387, "t16387", 2, 6000), insert(6000, 13, 16387)])  # a new relation: Python's
+    block(6000, 0, [_relation(16387, "t16387", 2, 6000), insert(6000, 14, 16387)])  # sent again: the C's
+    commit(6000)
     commit(3000)
+    renamed = Insert(xid=7000, relation_id=16386, new=[TupleColumn.text("15"), TupleColumn.null(), TupleColumn.null()])
+    block(7000, 1, [_relation(16386, "renamed", 3, 7000), renamed])  # not the Relation the decoder has: Python's
+    commit(7000)
     commit(5000)
     return rows
 
@@ -337,13 +344,14 @@ def test_streamed_transactions(tmp_path, form):
         for part in plan(inputs, part_bytes=cut).parts:
             assert_router_as_python(part)
     expected, taken = streamed_rows(inputs, 1 << 30)
-    # 1000: 1, 7, the update, delete, 8 (2 rolled back); 3000: 5, 6, 9 (the first 5, 6 replaced); 5000: 11, 12
-    assert expected == 10
-    assert taken == (8 if COMPILED else 0)  # all but 5000's (its Origin makes it the Python path's)
+    # 1000: 1, 7, the update, delete, 8 (2 rolled back); 3000: 5, 6, 9 (the first 5, 6 replaced); 5000: 11,
+    # 12; 6000: 13, 14; 7000: 15
+    assert expected == 13
+    assert taken == (9 if COMPILED else 0)  # all but 5000's (its Origin makes it the Python path's), 13, 15
     # a block a part's end cuts is the Python path's (it reads the rest in the next part): some of them
-    assert streamed_rows(inputs, 1) == (10, 0)
+    assert streamed_rows(inputs, 1) == (13, 0)
     expected, taken = streamed_rows(inputs, 600)
-    assert expected == 10 and (0 < taken <= 8 if COMPILED else taken == 0)  # (3000's blocks whole in a part)
+    assert expected == 13 and (0 < taken <= 9 if COMPILED else taken == 0)  # (3000's blocks whole in a part)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

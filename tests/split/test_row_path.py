@@ -539,11 +539,12 @@ def test_the_fuzz_target_starts_inside_the_row_path():
         fuzz.fuzz_rows(seed)
         if COMPILED and n >= streamed:  # the column path takes every block, Stream Abort and Stream Commit
             body, frame = seed[1:], fuzz._FRAME if seed[0] & 1 else None
-            outcomes, streams = dict.fromkeys(range(len(body))), {}
+            outcomes, streams, relations = dict.fromkeys(range(len(body))), {}, []
             result = fast.COMPILED.rows_columns(body, True, fuzz._COLUMN_PLANS, 1 + (seed[0] >> 2) % 4, frame, 0,
                                                 outcomes, {}, 1 << 30, 1 << 30, False, streams,
-                                                dict.fromkeys(outcomes, fuzz._FACTS))
+                                                dict.fromkeys(outcomes, fuzz._FACTS), relations)
             assert result[0] == len(body) and result[2] == 4 + 6 * (n == streamed + 2) and streams == {}
+            assert len(relations) == 1 and relations[0][5:] == fuzz._RELATION_SENT[1:]  # (sent again in a block)
             assert fast.COMPILED.rows_columns(body, True, fuzz._COLUMN_PLANS, 1 + (seed[0] >> 2) % 4, frame, 0,
                                               outcomes, {}, 1 << 30, 1 << 30)[2] == 3 * (n == streamed + 2)
         elif COMPILED and seed[0] & 2:  # whole input

@@ -30,7 +30,7 @@ __all__ = ["generate"]
 
 #: The messages the compiled row path and column path scan.
 SCANNED = ("Begin", "Commit", "Origin", "Insert", "Update", "Delete", "BeginPrepare", "Prepare", "CommitPrepared",
-           "RollbackPrepared", "StreamStart", "StreamStop", "StreamCommit", "StreamAbort")
+           "RollbackPrepared", "StreamStart", "StreamStop", "StreamCommit", "StreamAbort", "Relation")
 
 
 #: What the scans of text fields check them with (and the row writer its text values): strict UTF-8, as
