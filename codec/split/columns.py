@@ -149,7 +149,7 @@ class _ColumnPath(CompiledPath):
         try:
             sent = build(relation, proto_version=self.decoding.decoder.proto_version, in_stream=streamed,
                          encoding=self.decoding.decoder.encoding)
-        except EncodeError:
+        except (EncodeError, UnicodeEncodeError):  # (no plan for its Relation in a block: the Python path's)
             return plan, slot
         return plan, slot, sent[:1] + sent[5:] if streamed else sent
 

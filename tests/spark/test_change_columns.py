@@ -41,6 +41,7 @@ from tests.split.test_partitions import StreamMaker, _relation
 from tests.split.test_row_path import (
     FORMS,
     SUFFIX,
+    interleaved_streams,
     streams,
     synthetic_rows,
     synthetic_rows_with_origins,
@@ -134,8 +135,9 @@ def assert_same_table_rows(inputs, part_bytes, size=8192):
 
 def streamed_rows(inputs, part_bytes, size=8192):
     """How many rows of streamed transactions the Python path gives over the parts, and how many of them
-    come in the column path's runs (rows with a subxid), JSON images and cells alike (the same counts)."""
-    expected = taken = 0
+    come in the column path's runs (rows with a subxid), with JSON images and with cells (which may take
+    more: a value the JSON writer does not write exactly is no matter to a cell)."""
+    expected = taken = taken_cells = 0
     for part in plan(inputs, part_bytes=part_bytes).parts:
         expected += sum(bool(streamed) for streamed in python_rows(part)["streamed"].to_pylist())
         counts = []
@@ -146,9 +148,9 @@ def streamed_rows(inputs, part_bytes, size=8192):
                 else pa.py_buffer(r.buffers[columns.BUFFERS.index("subxid_ok")]),
                 pa.py_buffer(r.buffers[columns.BUFFERS.index("subxid")])]).is_valid().sum().as_py() or 0
                 for r in runs))
-        assert counts[0] == counts[1], (part_bytes, part.number, counts)
         taken += counts[0]
-    return expected, taken
+        taken_cells += counts[1]
+    return expected, taken, taken_cells
 
 
 def assert_router_as_python(part, size=8192):
@@ -213,7 +215,8 @@ def test_random_streams_of_every_kind_of_transaction(tmp_path, monkeypatch, seed
     for cut in (400, 1 << 30):
         for part in plan(inputs, part_bytes=cut).parts:
             assert_router_as_python(part)
-        expected, taken = streamed_rows(inputs, cut)
+        expected, taken, cells = streamed_rows(inputs, cut)
+        assert cells == taken  # (every value one the JSON writer writes)
         assert expected > 50 and (taken > 0 if COMPILED else taken == 0)  # streamed blocks among them taken
 
 
@@ -343,15 +346,17 @@ def test_streamed_transactions(tmp_path, form):
         assert_same_rows(inputs, (cut,))
         for part in plan(inputs, part_bytes=cut).parts:
             assert_router_as_python(part)
-    expected, taken = streamed_rows(inputs, 1 << 30)
+    expected, taken, cells = streamed_rows(inputs, 1 << 30)
+    assert cells == taken
     # 1000: 1, 7, the update, delete, 8 (2 rolled back); 3000: 5, 6, 9 (the first 5, 6 replaced); 5000: 11,
     # 12; 6000: 13, 14; 7000: 15
     assert expected == 13
     assert taken == (9 if COMPILED else 0)  # all but 5000's (its Origin makes it the Python path's), 13, 15
     # a block a part's end cuts is the Python path's (it reads the rest in the next part): some of them
-    assert streamed_rows(inputs, 1) == (13, 0)
-    expected, taken = streamed_rows(inputs, 600)
-    assert expected == 13 and (0 < taken <= 9 if COMPILED else taken == 0)  # (3000's blocks whole in a part)
+    assert streamed_rows(inputs, 1) == (13, 0, 0)
+    expected, taken, cells = streamed_rows(inputs, 600)
+    assert cells == taken and expected == 13
+    assert 0 < taken <= 9 if COMPILED else taken == 0  # (3000's blocks whole in a part)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -375,6 +380,23 @@ def test_drawn_values(tmp_path_factory, rows, form, cut):
     assert_same_table_rows(inputs, cut)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=interleaved_streams(), form=st.sampled_from(FORMS), cut=st.sampled_from([1, 300, 1 << 30]))
+def test_drawn_streamed_transactions(tmp_path_factory, monkeypatch, rows, form, cut):
+    """Streamed transactions whose blocks interleave, with plain and two-phase ones between them (drawn:
+    subtransactions rolled back, whole transactions aborted, streamed ones prepared, Relations inside
+    blocks -- the same one sent again, or the table changing shape --, logical messages and truncates in
+    blocks): the rows are the Python path's, and the router after the column path is the Python path's.
+    The column path is tried at every chance (a few blocks at a time between what it declines)."""
+    monkeypatch.setattr(columns, "_TRIES", 1 << 30)
+    path = write_stream(tmp_path_factory.mktemp("drawn") / f"s.{SUFFIX[form]}", rows, form, 4)
+    inputs = open_inputs([path], proto_version=4)
+    assert_same_rows(inputs, (cut,))
+    for part in plan(inputs, part_bytes=cut).parts:
+        assert_router_as_python(part)
+
+
 @pytest.mark.server
 def test_real_streams(pg_captures, tmp_path, monkeypatch):
     """What real servers sent, through every configuration: the same rows.  With ``streaming`` on or
@@ -392,7 +414,7 @@ def test_real_streams(pg_captures, tmp_path, monkeypatch):
         if capture.options.get("streaming") in ("on", "parallel"):
             for part in plan(inputs, part_bytes=4096).parts:
                 assert_router_as_python(part)
-            expected, got = streamed_rows(inputs, 1 << 30)
+            expected, got, _ = streamed_rows(inputs, 1 << 30)
             streamed, taken = streamed + expected, taken + got
     assert total > 1000
     # (a block with a Relation -- every streamed transaction's first -- an Origin, a logical message, or of a
