@@ -11,10 +11,13 @@ whole Stream Start ... Stream Stop blocks and the Stream Commits and Stream Abor
 at the start of anything else, and the records from there go to a
 :class:`~replwire.codec.split.decode.PartDecoder` until the decoder is idle again (the alternation is
 :class:`~replwire.codec.split.compiled_path.CompiledPath`'s).  What it takes leaves the decoder as it found
-it, so the records are only counted (``Decoder.skip``); a stream block, a Stream Commit or a Stream Abort
-changes which streamed transactions the router holds open, so the C keeps the router's own dict of them
-(``Router.streams``) as the router would: the Python path after it finds the router exactly as if it had
-routed those records, with no list of what happened to replay.  A streamed change's facts are its
+it, so the records are only counted (``Decoder.skip``) -- but for a Relation a block sends again (PostgreSQL
+sends each table's again in every streamed transaction): the C takes one only where it is the decoder's but
+for the streamed xid (the plan stays right), and hands its bytes back for the decoder's cache, as the Python
+path would have taken it.  A stream block, a Stream Commit or a Stream Abort changes which streamed
+transactions the router holds open, so the C keeps the router's own dict of them (``Router.streams``) as
+the router would: the Python path after it finds the router exactly as if it had routed those records,
+with no list of what happened to replay.  A streamed change's facts are its
 transaction's outcome's (the first pass found them; its Stream Commit may lie in a later part): the C gets
 them by key (:func:`_streamed_facts`) for the streamed transactions it may write -- no origin, not
 two-phase -- and leaves the blocks of the others to the Python path.  Without the compiled codec, or for
