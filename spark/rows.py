@@ -396,8 +396,9 @@ class TableRows:
         data = pa.Array.from_buffers(pa.binary(), cells, [None, buffers["cell_off"], buffers["cell"]])
         ops = pa.array([shape[0] for shape in run.shapes], pa.string()).take(fixed(pa.int32(), "shape"))
         time = fixed(pa.int64(), "commit_time", "time_ok").cast(pa.timestamp("us", tz="UTC"))
-        meta = [ops, fixed(pa.int64(), "xid"), pa.nulls(len(rows), pa.int64()), fixed(pa.int64(), "lsn", "lsn_ok"),
-                fixed(pa.int64(), "commit_lsn"), time, fixed(pa.int64(), "position"), pa.nulls(len(rows), pa.string())]
+        meta = [ops, fixed(pa.int64(), "xid"), fixed(pa.int64(), "subxid", "subxid_ok"),
+                fixed(pa.int64(), "lsn", "lsn_ok"), fixed(pa.int64(), "commit_lsn"), time,
+                fixed(pa.int64(), "position"), pa.nulls(len(rows), pa.string())]
         self._cells.append((kinds, data, fixed(pa.int32(), "new_at"), fixed(pa.int32(), "old_at"), meta))
         self._cell_rows += len(rows)
         self._cell_bytes += buffers["cell"].size  # type: ignore[union-attr]
@@ -579,7 +580,8 @@ def table_runs(run: ColumnRun) -> Iterator[tuple[str, str, pa.Array, int, bool, 
     """The rows of a run of cells (:func:`~replwire.codec.split.columns.part_changes` with ``cells``) table by
     table: its schema and name, the rows' indices in the run (in order), the first one's position, whether
     an update among them carries an old or key tuple, and their tuples' widths.  A table's rows in a run are
-    all of one shape of it: a shape changes at a Relation message, which a run never takes."""
+    all of one shape of it: a shape changes at a Relation message, and the only ones a run takes are those a
+    stream block sends again unchanged."""
     buffers = dict(zip(BUFFERS, run.buffers))
 
     def of(name: str) -> pa.Array:
@@ -646,34 +648,32 @@ def change_batches(part: Part, size: int = 8192) -> Iterator[pa.RecordBatch]:
 
 def _run_batch(run: ColumnRun) -> pa.RecordBatch:
     """A :class:`ColumnRun`'s rows as a batch: its buffers wrapped as Arrow arrays (no copy), the shape's
-    columns taken from the run's shapes; a run's rows are inserts, updates and deletes of plain transactions,
-    so the columns of truncates, logical messages, origins, two-phase and streamed transactions are null
-    (``streamed`` false)."""
+    columns taken from the run's shapes; a run's rows are inserts, updates and deletes of plain and streamed
+    transactions without origin or two-phase, so the columns of truncates, logical messages, origins and
+    two-phase transactions are null, and ``streamed`` is whether a row has a ``subxid``."""
     count = run.rows
-    (shape, lsn, lsn_valid, position, xid, commit_lsn, end_lsn, commit_time, time_valid, new_valid, new_offsets,
-     new, old_valid, old_offsets, old, key_valid, key_offsets, key, toast_valid, toast_offsets, name_offsets,
-     names) = [None if b is None else pa.py_buffer(b) for b in run.buffers[:BUFFERS.index("new_at")]]
+    buffers = dict(zip(BUFFERS, (None if b is None else pa.py_buffer(b) for b in run.buffers)))
     types = _CHANGES_ARROW.types
-    index = pa.Array.from_buffers(pa.int32(), count, [None, shape])
+    index = pa.Array.from_buffers(pa.int32(), count, [None, buffers["shape"]])
     ops, schemas, tables, relation_ids = zip(*run.shapes)
 
     def of(values: Sequence[Any], at: int) -> pa.Array:
         return pa.array(values, types[at]).take(index)
 
-    def fixed(at: int, valid: pa.Buffer | None, data: pa.Buffer) -> pa.Array:
-        return pa.Array.from_buffers(types[at], count, [valid, data])
+    def fixed(at: int, name: str, valid: str | None = None) -> pa.Array:
+        return pa.Array.from_buffers(types[at], count, [buffers[valid] if valid else None, buffers[name]])
 
-    def text(valid: pa.Buffer | None, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
-        return pa.Array.from_buffers(pa.string(), count, [valid, offsets, data])
+    def text(name: str) -> pa.Array:
+        return pa.Array.from_buffers(pa.string(), count, [buffers[f"{name}_ok"], buffers[f"{name}_off"], buffers[name]])
 
+    name_offsets = buffers["name_off"]
     assert name_offsets is not None  # (only validities are ever None)
-    toasted = pa.Array.from_buffers(pa.string(), name_offsets.size // 4 - 1, [None, name_offsets, names])
+    toasted = pa.Array.from_buffers(pa.string(), name_offsets.size // 4 - 1, [None, name_offsets, buffers["name"]])
+    subxid = fixed(4, "subxid", "subxid_ok")
     # in _CHANGE_COLUMNS order
-    columns = [of(ops, 0), of(schemas, 1), of(tables, 2), fixed(3, None, xid), pa.nulls(count, types[4]),
-               fixed(5, lsn_valid, lsn), fixed(6, None, commit_lsn), fixed(7, None, end_lsn),
-               fixed(8, time_valid, commit_time), fixed(9, None, position), of(relation_ids, 10),
-               text(new_valid, new_offsets, new), text(old_valid, old_offsets, old),
-               text(key_valid, key_offsets, key),
-               pa.Array.from_buffers(types[14], count, [toast_valid, toast_offsets], children=[toasted]),
-               *(pa.nulls(count, types[at]) for at in range(15, 23)), pa.repeat(pa.scalar(False), count)]
+    columns = [of(ops, 0), of(schemas, 1), of(tables, 2), fixed(3, "xid"), subxid, fixed(5, "lsn", "lsn_ok"),
+               fixed(6, "commit_lsn"), fixed(7, "end_lsn"), fixed(8, "commit_time", "time_ok"), fixed(9, "position"),
+               of(relation_ids, 10), text("new"), text("old"), text("key"),
+               pa.Array.from_buffers(types[14], count, [buffers["toast_ok"], buffers["toast_off"]], children=[toasted]),
+               *(pa.nulls(count, types[at]) for at in range(15, 23)), subxid.is_valid()]
     return pa.RecordBatch.from_arrays(columns, schema=_CHANGES_ARROW)

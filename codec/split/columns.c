@@ -1,33 +1,26 @@
-/* The C twin of replwire.codec.split.columns: the plain transactions of COPY-CSV rows or capture file
- * records as the column buffers of the change rows (replwire.spark.rows), not as JSON lines.
+/* The C twin of replwire.codec.split.columns: the plain transactions and the stream blocks of streamed
+ * transactions of COPY-CSV rows or capture file records as the column buffers of the change rows
+ * (replwire.spark.rows), not as JSON lines.
  *
  * Hand-written C, put into the compiled codec's source by replwire.codec.wire.gen.c_module after the twins
  * whose pieces it uses: the readers' (next_record), the decoder's (scan_change, change_fits) and the JSON
  * writer's (put_row, the Plan capsule).
- * It takes what rows_run takes, but for an Origin -- whole plain transactions, Begin, row changes, Commit, every relation with
- * a plan, every value one the row writer writes exactly as the Python writer does -- and stops at the start
- * of anything else, which the caller hands to the Python path (replwire.codec.split.decode_part).  A
- * transaction whose key (the position of its Begin) is not in the part's outcomes, or whose xid the part
- * dropped, gives no rows, as in decode_part.  The buffers are Arrow's: values in native byte order, int32
- * offsets, validity bitmaps (None where no value is null).  Every read is bounds-checked (the scans, the
- * record reads); the output is proportional to the input, and a call stops taking transactions once the
+ * It takes what rows_run takes, but for an Origin -- whole plain transactions, Begin, row changes, Commit, every
+ * relation with a plan, every value one the row writer writes exactly as the Python writer does -- and, given
+ * the router's open streamed transactions, whole Stream Start ... Stream Stop blocks of row changes alike and
+ * the Stream Commits and Stream Aborts between them, keeping the router's dict of open streamed transactions
+ * as the router would (and the Relations a streamed transaction sends again, the same as the decoder's); it
+ * stops at the start of anything else, which the caller hands to the Python path
+ * (replwire.codec.split.decode_part).  A transaction whose key (the position of its Begin, or of its first
+ * Stream Start) is not in the part's outcomes, or a change whose xid the part dropped, gives no rows, as in
+ * decode_part; a streamed change's facts are those given for its key (a streamed transaction in outcomes
+ * without them -- origin, two-phase -- is declined).  The buffers are Arrow's: values in native byte order,
+ * int32 offsets, validity bitmaps (None where no value is null).  Every read is bounds-checked (the scans,
+ * the record reads); the output is proportional to the input, and a call stops taking transactions once the
  * rows or the text it wrote pass the caps given (a transaction that alone would pass 2 GiB of text is
  * declined). */
 
-/* the column buffers, in the order rows_columns returns them */
-enum {
-    K_SHAPE, K_LSN, K_LSN_OK, K_POSITION, K_XID, K_COMMIT_LSN, K_END_LSN, K_TIME, K_TIME_OK,
-    K_NEW_OK, K_NEW_OFF, K_NEW, K_OLD_OK, K_OLD_OFF, K_OLD, K_KEY_OK, K_KEY_OFF, K_KEY,
-    K_TOAST_OK, K_TOAST_OFF, K_NAME_OFF, K_NAME,
-    /* cells (rows_columns(..., cells=True)): the rows' wire tuples column by column, not as JSON */
-    K_NEW_AT, K_OLD_AT, K_CELL_KIND, K_CELL_OFF, K_CELL, K_COUNT
-};
-
-/* which buffers hold one byte per row that becomes a validity bitmap */
-static const int K_VALIDITY[] = {K_LSN_OK, K_TIME_OK, K_NEW_OK, K_OLD_OK, K_KEY_OK, K_TOAST_OK};
-
-/* the text buffers (int32 offsets into them): new, old, key, the unchanged TOASTed columns' names, cells */
-static const int K_TEXT[] = {K_NEW, K_OLD, K_KEY, K_NAME, K_CELL};
+/* the column buffers (K_ names, K_VALIDITY, K_TEXT) come from replwire.codec.wire.gen.column_buffers */
 
 /* a commit time's range that datetime holds (years 1-9999, microseconds from 2000-01-01), and the shift to
  * microseconds from 1970-01-01 */
@@ -105,19 +98,37 @@ typedef struct {
     int32_t slot;
 } Looked;
 
-/* the plan and slot of relation oid from plans (oid -> (capsule, slot)): 1, 0 none, -1 an error */
+/* plans' entry for relation oid (oid -> (capsule, slot[, relation])), borrowed: the entry, NULL for none
+ * (*error set if it is an error) */
+static PyObject *plan_entry(PyObject *plans, uint64_t oid, int *error)
+{
+    *error = 0;
+    PyObject *key = PyLong_FromUnsignedLongLong(oid);
+    if (key == NULL) {
+        *error = 1;
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(plans, key);
+    Py_DECREF(key);
+    if (entry == NULL) {
+        *error = PyErr_Occurred() != NULL;
+        return NULL;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2 || PyTuple_GET_SIZE(entry) > 3) {
+        PyErr_SetString(PyExc_ValueError, "rows_columns: a plan is (capsule, slot[, relation])");
+        *error = 1;
+        return NULL;
+    }
+    return entry;
+}
+
+/* the plan and slot of relation oid from plans: 1, 0 none, -1 an error */
 static int look_up(Looked *l, PyObject *plans, uint64_t oid)
 {
     if (l->known && l->oid == oid) return 1;
-    PyObject *key = PyLong_FromUnsignedLongLong(oid);
-    if (key == NULL) return -1;
-    PyObject *entry = PyDict_GetItemWithError(plans, key);
-    Py_DECREF(key);
-    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
-        PyErr_SetString(PyExc_ValueError, "rows_columns: a plan is (capsule, slot)");
-        return -1;
-    }
+    int error;
+    PyObject *entry = plan_entry(plans, oid, &error);
+    if (entry == NULL) return error ? -1 : 0;
     Plan *plan = PyCapsule_GetPointer(PyTuple_GET_ITEM(entry, 0), PLAN_NAME);
     if (plan == NULL) return -1;
     long slot = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
@@ -156,16 +167,21 @@ static int column_cells(Columns *c, int k, const unsigned char *d, Py_ssize_t n,
     return 1;
 }
 
-/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) at lsn and position: its row
- * written (the transaction's facts come at its Commit), as JSON images or, with ``cells``, as cells (the
- * new tuple's and the old or key tuple's; the JSON images empty, unchanged_toast empty lists);
- * 1, 0 declined, -1 an error */
-static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n,
-                         uint64_t lsn, int64_t position, int cells, Py_ssize_t **toasted, Py_ssize_t *toasted_cap)
+/* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's; ins: inside a stream block, where
+ * it carries its xid, set in *xid) at lsn and position: its row written (the transaction's facts come after
+ * it), as JSON images or, with ``cells``, as cells (the new tuple's and the old or key tuple's; the JSON
+ * images empty, unchanged_toast empty lists); 1, 0 declined, -1 an error */
+static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, int ins, const unsigned char *d,
+                         Py_ssize_t n, uint64_t lsn, int64_t position, int cells, Py_ssize_t **toasted,
+                         Py_ssize_t *toasted_cap, uint64_t *xid)
 {
     Field F[N_CHANGE];
     RowChange rc;
-    if (!scan_change(d, n, pv, 0, F, &rc)) return 0;
+    if (!scan_change(d, n, pv, ins, F, &rc)) return 0;
+    if (ins) {
+        if (!F[rc.xid].present) return 0;
+        *xid = F[rc.xid].v;
+    }
     const int op = rc.op;
     const Py_ssize_t relation = rc.relation, key = rc.key, old = rc.old, new_ = rc.new_;
     if (lsn > (uint64_t)INT64_MAX) return 0;  /* an int64 column cannot hold it: the Python path says so */
@@ -224,15 +240,17 @@ static int column_change(Columns *c, Looked *l, PyObject *plans, int pv, const u
     return 1;
 }
 
-/* the transaction's facts for its rows from ``first`` on: xid, commit LSN, end LSN, commit time */
+/* the transaction's facts for its rows from ``first`` on: xid, commit LSN, end LSN, commit time, and the
+ * rows' subxid (a streamed transaction's change's xid; ``streamed`` false: none) */
 static int column_facts(Columns *c, Py_ssize_t first, uint64_t xid, uint64_t commit_lsn, uint64_t end_lsn,
-                        int64_t time)
+                        int64_t time, int streamed, uint64_t subxid)
 {
     int valid = time >= TIME_FIRST && time <= TIME_LAST;
     int64_t unix_time = valid ? time + TIME_SHIFT : 0;
     for (Py_ssize_t i = first; i < c->rows; i++)
         if (col_i64(c, K_XID, (int64_t)xid) || col_i64(c, K_COMMIT_LSN, (int64_t)commit_lsn)
-            || col_i64(c, K_END_LSN, (int64_t)end_lsn) || col_i64(c, K_TIME, unix_time) || col_ok(c, K_TIME_OK, valid))
+            || col_i64(c, K_END_LSN, (int64_t)end_lsn) || col_i64(c, K_COMMIT_TIME, unix_time) || col_ok(c, K_TIME_OK, valid)
+            || col_i64(c, K_SUBXID, streamed ? (int64_t)subxid : 0) || col_ok(c, K_SUBXID_OK, streamed))
             return -1;
     return 0;
 }
@@ -259,6 +277,122 @@ static int column_wanted(PyObject *outcomes, PyObject *dropped, int64_t key, uin
     return r;
 }
 
+/* the int64 facts of the streamed transaction at key k from facts (key -> (xid, commit LSN, end LSN, commit
+ * time)): 1 (set), 0 none there, or ones an int64 column cannot hold (the Python path's), -1 an error */
+static int stream_facts(PyObject *facts, PyObject *k, uint64_t *xid, uint64_t *commit_lsn, uint64_t *end_lsn,
+                        int64_t *time)
+{
+    PyObject *entry = PyDict_GetItemWithError(facts, k);
+    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
+        PyErr_SetString(PyExc_ValueError, "rows_columns: facts are (xid, commit_lsn, end_lsn, commit_time)");
+        return -1;
+    }
+    uint64_t *words[3] = {xid, commit_lsn, end_lsn};
+    for (int i = 0; i < 3; i++) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, i));
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) goto out_of_range;
+        if (v > (unsigned long long)INT64_MAX) return 0;
+        *words[i] = v;
+    }
+    long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 3));
+    if (t == -1 && PyErr_Occurred()) goto out_of_range;
+    *time = t;
+    return 1;
+out_of_range:
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* The transaction a Stream Start of xid (first: its first_segment flag) at position opens or goes on, keyed
+ * as the router keys it: a first segment (also one sent again after a resume) or an xid streams does not
+ * hold opens it, its key the position (*fresh: streams takes it at the block's Stream Stop), else its key is
+ * the one streams holds.  And what of its changes decode_part gives: none unless its key is in outcomes
+ * (*wanted), then with its facts, and not those of the subtransactions dropped holds for it (*subxacts, a
+ * new reference, or NULL for none).  1, 0 declined (a transaction in outcomes without facts: one with an
+ * origin, or two-phase), -1 an error */
+typedef struct {
+    int64_t key;
+    int fresh, wanted;
+    PyObject *subxacts;
+    uint64_t xid, commit_lsn, end_lsn;
+    int64_t time;
+} Block;
+
+static int stream_open(Block *b, PyObject *streams, PyObject *outcomes, PyObject *dropped, PyObject *facts,
+                       uint64_t xid, int first, int64_t position)
+{
+    PyObject *x = PyLong_FromUnsignedLongLong(xid);
+    if (x == NULL) return -1;
+    PyObject *held = PyDict_GetItemWithError(streams, x);
+    Py_DECREF(x);
+    if (held == NULL && PyErr_Occurred()) return -1;
+    b->fresh = first || held == NULL;
+    if (b->fresh) {
+        b->key = position;
+    } else {
+        long long key = PyLong_AsLongLong(held);
+        if (key == -1 && PyErr_Occurred()) return -1;
+        b->key = key;
+    }
+    PyObject *k = PyLong_FromLongLong(b->key);
+    if (k == NULL) return -1;
+    int r = b->wanted = PyDict_Contains(outcomes, k);
+    if (r == 1) r = stream_facts(facts, k, &b->xid, &b->commit_lsn, &b->end_lsn, &b->time);
+    if (r == 1 && PyDict_GET_SIZE(dropped)) {
+        b->subxacts = PyDict_GetItemWithError(dropped, k);
+        if (b->subxacts != NULL) Py_INCREF(b->subxacts);
+        else if (PyErr_Occurred()) r = -1;
+    }
+    Py_DECREF(k);
+    return r < 0 ? -1 : b->wanted ? r : 1;
+}
+
+/* a Stream Commit's or Stream Abort's (commit) end of the streamed transaction of xid in streams, as the
+ * router ends it: a Stream Commit's and a top-level Stream Abort's (subxid the xid) take it out (a Stream
+ * Abort of an xid streams does not hold changes nothing).  1, 0 declined (a Stream Commit of an xid
+ * streams does not hold: the Python path says what it is), -1 an error */
+static int stream_end(PyObject *streams, int commit, uint64_t xid, uint64_t subxid)
+{
+    PyObject *x = PyLong_FromUnsignedLongLong(xid);
+    if (x == NULL) return -1;
+    int r = PyDict_Contains(streams, x);
+    if (r == 1 && (commit || subxid == xid)) r = PyDict_DelItem(streams, x) < 0 ? -1 : 1;
+    else if (r == 0) r = !commit;
+    Py_DECREF(x);
+    return r;
+}
+
+/* Whether the Relation message d[0:n] of a stream block (its tag, the streamed xid, then the rest) is the
+ * one the plan of its relation was made for: the rest is byte for byte that of the Relation message the
+ * plans' entry holds (its third item: the relation as sent outside a stream, the tag then the rest), so
+ * that the plan and the decoder's caches stay what they are.  1, 0 not (or no such entry: the Python
+ * path's), -1 an error */
+static int stream_relation(PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n)
+{
+    Field F[N_Relation];
+    if (!s_Relation(d, n, pv, 1, F) || !F[F_Relation_xid].present) return 0;
+    int error;
+    PyObject *entry = plan_entry(plans, F[F_Relation_relation_id].v, &error);
+    if (entry == NULL) return error ? -1 : 0;
+    if (PyTuple_GET_SIZE(entry) != 3 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 2))) return 0;
+    PyObject *sent = PyTuple_GET_ITEM(entry, 2);
+    const Py_ssize_t m = PyBytes_GET_SIZE(sent);
+    /* (n >= 5: the scan read the tag and the xid) */
+    return m >= 1 && n == m + 4 && memcmp(d + 5, PyBytes_AS_STRING(sent) + 1, (size_t)(m - 1)) == 0;
+}
+
+/* streams[xid] = key */
+static int stream_put(PyObject *streams, uint64_t xid, int64_t key)
+{
+    PyObject *x = PyLong_FromUnsignedLongLong(xid), *k = PyLong_FromLongLong(key);
+    int r = x == NULL || k == NULL ? -1 : PyDict_SetItem(streams, x, k);
+    Py_XDECREF(x);
+    Py_XDECREF(k);
+    return r;
+}
+
 /* a buffer as bytes, a validity buffer as its bitmap (None when every row is valid) */
 static PyObject *column_bytes(const Columns *c, int k)
 {
@@ -279,29 +413,37 @@ static PyObject *column_bytes(const Columns *c, int k)
 }
 
 /* rows_columns(data, final, plans, proto_version, frame, origin, outcomes, dropped, max_rows, max_text[,
- * cells]) ->
+ * cells[, streams, facts[, relations]]]) ->
  * (consumed, records, rows, declined, buffers): the whole plain transactions at the start of data -- COPY-CSV
- * rows, or capture records laid out as ``frame`` says (see rows_run; ``final``: data ends the input) -- as
- * the change rows' column buffers (a tuple in the order of the K_ enum; with ``cells``, the row images as
- * cells: per row the index of its new tuple's first cell and its old or key tuple's, -1 for none, and per
- * cell its kind and its bytes, every tuple of a relation as many cells as its plan has columns); plans maps a relation id to
- * (its rows_plan capsule, its slot: a row's shape is slot * 3 + 0 insert, 1 update, 2 delete); origin is
- * the position of data's first byte (a row's position is origin plus its record's offset in data, a
- * transaction's key that of its Begin); outcomes and dropped are the part's (decode_part).  It stops after
- * the transaction that reaches max_rows rows or max_text bytes of any text buffer.  consumed is where the
- * records not taken start, records how many were taken, declined whether the record there is one for the
- * Python path (else more input is needed, or a cap was reached). */
+ * rows, or capture records laid out as ``frame`` says (see rows_run; ``final``: data ends the input) -- and,
+ * given ``streams`` and ``facts``, the whole stream blocks of streamed transactions and their Stream Commits
+ * and Stream Aborts, as the change rows' column buffers (a tuple in the order of the K_ enum; with ``cells``,
+ * the row images as cells: per row the index of its new tuple's first cell and its old or key tuple's, -1
+ * for none, and per cell its kind and its bytes, every tuple of a relation as many cells as its plan has
+ * columns); plans maps a relation id to (its rows_plan capsule, its slot: a row's shape is slot * 3 + 0
+ * insert, 1 update, 2 delete); origin is the position of data's first byte (a row's position is origin plus
+ * its record's offset in data, a transaction's key that of its Begin); outcomes and dropped are the part's
+ * (decode_part).  ``streams`` is the router's (top-level xid -> key of the open streamed transactions), kept
+ * as the router keeps it over the records taken; ``facts`` maps the key of each streamed transaction in
+ * outcomes that the column path may write (no origin, not two-phase) to its (xid, commit LSN, end LSN,
+ * commit time): a streamed change's facts are its transaction's outcome's, its subxid its own xid.  Given
+ * ``relations`` (a list), a block may hold Relation messages that a plan's entry holds as its third item
+ * (see stream_relation): each one taken is appended to it (its bytes), for the caller's decoder.  It
+ * stops after the transaction or block that reaches max_rows rows or max_text bytes of any text buffer.
+ * consumed is where the records not taken start, records how many were taken, declined whether the record
+ * there is one for the Python path (else more input is needed, or a cap was reached). */
 static PyObject *c_rows_columns(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     int final, pv;
-    PyObject *plans, *framing, *outcomes, *dropped;
+    PyObject *plans, *framing, *outcomes, *dropped, *streams = NULL, *facts = NULL, *relations = NULL;
     long long origin;
     Py_ssize_t max_rows, max_text;
     int cells = 0;
     Frame frame = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn|p:rows_columns", &view, &final, &PyDict_Type, &plans, &pv, &framing,
-                          &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text, &cells))
+    if (!PyArg_ParseTuple(args, "y*pO!iOLO!O!nn|pO!O!O!:rows_columns", &view, &final, &PyDict_Type, &plans, &pv,
+                          &framing, &origin, &PyDict_Type, &outcomes, &PyDict_Type, &dropped, &max_rows, &max_text,
+                          &cells, &PyDict_Type, &streams, &PyDict_Type, &facts, &PyList_Type, &relations))
         return NULL;
     int capture = framing != Py_None;
     if (capture && frame_of(framing, &frame, "rows_columns") < 0) {
@@ -313,6 +455,8 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
+    /* stream blocks only where both are given, and the protocol has them (the decoder refuses them before 2) */
+    const int streaming = streams != NULL && facts != NULL && pv >= 2;
     if (capture && CRC_TABLE[0][1] == 0) crc_init();
     if (HEX['f'] != 15) hex_init();
     const unsigned char *s = view.buf;
@@ -322,6 +466,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
     Py_ssize_t *toasted = NULL;
     Looked looked = {0};
     Columns c = {0};
+    Block block = {0};
     PyObject *result = NULL;
     for (int k = 0; k < K_COUNT; k++)
         if (out_init(&c.b[k], 4096)) goto nomem;
@@ -330,11 +475,13 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
         if (col_i32(&c, OFFSETS[i], 0)) goto nomem;
     while (pos < size && c.rows < max_rows && col_text(&c) < max_text) {
         Py_ssize_t at = pos, taken = 0;
-        int opened = 0;
+        int opened = 0;  /* 1 a plain transaction, 2 a stream block */
         uint64_t xid = 0;
         int64_t key = 0;
         Mark mark;
         col_mark(&c, &mark);
+        const Py_ssize_t remembered = relations != NULL ? PyList_GET_SIZE(relations) : 0;
+        Py_CLEAR(block.subxacts);
         for (;;) {
             if (at >= size) {
                 if (final && opened) goto decline;  /* a transaction the input cuts: the Python path's */
@@ -347,26 +494,87 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
             if (r < 0) goto nomem;
             if (r == 2) goto more;
             if (r == 0 || n == 0) goto decline;  /* (a torn tail or a bad record: the Python reader's) */
-            Field F[MOST(N_Begin, N_Commit)];
+            Field F[MOST(MOST(N_Begin, N_Commit), MOST(N_StreamStart, MOST(N_StreamCommit, N_StreamAbort)))];
             int64_t position = (int64_t)origin + at;
             taken++;
             at = end;
             if (!opened) {
-                if (d[0] != TAG_Begin || !s_Begin(d, n, pv, 0, F)) goto decline;
-                xid = F[F_Begin_xid].v;
-                key = position;
-                opened = 1;
-                continue;
+                if (d[0] == TAG_Begin && s_Begin(d, n, pv, 0, F)) {
+                    xid = F[F_Begin_xid].v;
+                    key = position;
+                    opened = 1;
+                    continue;
+                }
+                if (!streaming) goto decline;
+                if (d[0] == TAG_StreamStart && s_StreamStart(d, n, pv, 0, F)) {
+                    xid = F[F_StreamStart_xid].v;
+                    r = stream_open(&block, streams, outcomes, dropped, facts, xid, F[F_StreamStart_first_segment].v != 0,
+                                    position);
+                    if (r < 0) goto nomem;
+                    if (r == 0) goto decline;
+                    opened = 2;
+                    continue;
+                }
+                int commit = d[0] == TAG_StreamCommit;
+                if (commit ? s_StreamCommit(d, n, pv, 0, F) : d[0] == TAG_StreamAbort && s_StreamAbort(d, n, pv, 0, F)) {
+                    r = stream_end(streams, commit, commit ? F[F_StreamCommit_xid].v : F[F_StreamAbort_xid].v,
+                                   commit ? 0 : F[F_StreamAbort_subxid].v);
+                    if (r < 0) goto nomem;
+                    if (r == 0) goto decline;
+                    records += taken;
+                    pos = at;
+                    break;
+                }
+                goto decline;
             }
             if (d[0] == TAG_Insert || d[0] == TAG_Update || d[0] == TAG_Delete) {
-                r = column_change(&c, &looked, plans, pv, d, n, lsn, position, cells, &toasted, &toasted_cap);
+                Mark before;
+                if (opened == 2) col_mark(&c, &before);
+                uint64_t subxid = 0;
+                r = column_change(&c, &looked, plans, pv, opened == 2, d, n, lsn, position, cells, &toasted,
+                                  &toasted_cap, &subxid);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 if (col_too_big(&c)) {  /* past int32 offsets: the Python path takes it, if it comes first */
                     if (pos == 0) goto decline;
                     goto more;
                 }
+                if (opened == 2) {  /* a streamed change: its facts now, or no row */
+                    int keep = block.wanted;
+                    if (keep && block.subxacts != NULL) {
+                        PyObject *x = PyLong_FromUnsignedLongLong(subxid);
+                        int in = x == NULL ? -1 : PySequence_Contains(block.subxacts, x);
+                        Py_XDECREF(x);
+                        if (in < 0) goto nomem;
+                        keep = !in;
+                    }
+                    if (!keep) col_back(&c, &before);
+                    else if (column_facts(&c, c.rows - 1, block.xid, block.commit_lsn, block.end_lsn, block.time, 1,
+                                          subxid))
+                        goto nomem;
+                }
                 continue;
+            }
+            if (opened == 2 && d[0] == TAG_Relation && relations != NULL) {
+                /* the Relation a streamed transaction sends again, as the decoder has it: for the decoder's
+                 * cache (the caller's), no change to the plans */
+                r = stream_relation(plans, pv, d, n);
+                if (r < 0) goto nomem;
+                if (r == 0) goto decline;
+                PyObject *sent = PyBytes_FromStringAndSize((const char *)d, n);
+                if (sent == NULL || PyList_Append(relations, sent) < 0) {
+                    Py_XDECREF(sent);
+                    goto nomem;
+                }
+                Py_DECREF(sent);
+                continue;
+            }
+            if (opened == 2) {
+                if (d[0] != TAG_StreamStop || !s_StreamStop(d, n, pv, 1, F)) goto decline;
+                if (block.fresh && stream_put(streams, xid, block.key) < 0) goto nomem;
+                records += taken;
+                pos = at;
+                break;
             }
             if (d[0] != TAG_Commit || !s_Commit(d, n, pv, 0, F)) goto decline;
             uint64_t commit_lsn = F[F_Commit_commit_lsn].v, end_lsn = F[F_Commit_end_lsn].v;
@@ -374,7 +582,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
             r = column_wanted(outcomes, dropped, key, xid);
             if (r < 0) goto nomem;
             if (r == 0) col_back(&c, &mark);  /* sent again after a resume, or dropped: no rows */
-            else if (column_facts(&c, mark.rows, xid, commit_lsn, end_lsn, (int64_t)F[F_Commit_commit_time].v))
+            else if (column_facts(&c, mark.rows, xid, commit_lsn, end_lsn, (int64_t)F[F_Commit_commit_time].v, 0, 0))
                 goto nomem;
             records += taken;
             pos = at;
@@ -385,6 +593,8 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
         declined = 1;
     more:
         col_back(&c, &mark);
+        if (relations != NULL && PyList_SetSlice(relations, remembered, PyList_GET_SIZE(relations), NULL) < 0)
+            goto nomem;
         break;
     }
     PyObject *buffers = PyTuple_New(K_COUNT);
@@ -402,6 +612,7 @@ static PyObject *c_rows_columns(PyObject *self, PyObject *args)
 nomem:
     if (!PyErr_Occurred()) PyErr_NoMemory();
 done:
+    Py_XDECREF(block.subxacts);
     PyMem_Free(row);
     PyMem_Free(toasted);
     Py_XDECREF(looked.capsule);

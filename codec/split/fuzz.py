@@ -20,7 +20,11 @@ sanitizers).
 The same input goes to the column path (``rows_columns``), which must take no more than ``rows_run`` took
 and give buffers of Arrow's layout for as many rows as it says, every text UTF-8; with every transaction
 wanted (bit 4 clear: every offset is in its outcomes) and none repeated, where it took as much as
-``rows_run`` its row images are those of ``rows_run``'s lines; with none wanted, no rows.
+``rows_run`` its row images are those of ``rows_run``'s lines; with none wanted, no rows.  Given the router's
+open streamed transactions and the streamed transactions' facts too, it takes at least as much, stream blocks,
+Stream Commits and Stream Aborts besides (the seeds have a streamed transaction of protocols 2 and 4), keeps
+the open streamed transactions as xids to keys inside the input, hands back only Relations that are the plans'
+but for the xid, and gives each streamed row the facts given and a subxid, each plain row none.
 
 With bit 7 set, ``rows_run`` writes Debezium's events (a relation's plan of that form): as many as it
 counts changes, each with before, after and source first, a tombstone after a delete's.  And the input
@@ -49,12 +53,19 @@ from ..messages import (
     Insert,
     Origin,
     Prepare,
+    Relation,
+    RelationColumn,
     RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
     TupleColumn,
     Update,
 )
 from ..scalars import LSN, Timestamp
 from ..wire.fast import COMPILED, build
+from ..wire.gen.column_buffers import BUFFERS
 from ..wire.gen.row_ways import ARRAY, ARRAY_ELEMENTS, BINARY_ARRAY, BINARY_WAYS, TEXT_WAYS
 
 __all__ = ["SEEDS", "fuzz_rows"]
@@ -153,6 +164,36 @@ def _two_phase() -> list[tuple[int, bytes]]:
     return [(0x4000 + i, build(m, proto_version=3)) for i, m in enumerate(messages)]
 
 
+def _relation(xid: int | None) -> Relation:
+    """A Relation of ``_RELATION`` (a text column of each of its columns' names), in a stream block of
+    ``xid`` or (``None``) outside one."""
+    return Relation(xid=xid, relation_id=_RELATION, namespace="public", name="t", replica_identity="d",
+                    columns=[RelationColumn(flags=0, name=name, type_id=25, type_modifier=-1) for name, _ in _COLUMNS])
+
+
+def _streamed(proto_version: int) -> list[tuple[int, bytes]]:
+    """A streamed transaction: two blocks (the second sends the Relation again, and has a subtransaction's
+    changes, which a Stream Abort then rolls back), a top-level Stream Abort of another, and its Stream
+    Commit."""
+    stamp = Timestamp(800_000_000_000_000)
+
+    def row(i: int) -> list[TupleColumn]:
+        return [TupleColumn.text(str(i)), *(TupleColumn.text(value) for value in _VALUES[1:])]
+
+    key = [TupleColumn.text("5"), *[TupleColumn.null()] * (len(_COLUMNS) - 1)]
+    blocks = [(StreamStart(xid=705, first_segment=1), False),
+              (Insert(xid=705, relation_id=_RELATION, new=row(5)), True),
+              (Update(xid=705, relation_id=_RELATION, key=None, new=row(6)), True), (StreamStop(), True),
+              (StreamStart(xid=705, first_segment=0), False),
+              (_relation(705), True),  # (sent again: the same as the plans')
+              (Insert(xid=706, relation_id=_RELATION, new=row(7)), True),
+              (Delete(xid=705, relation_id=_RELATION, key=key), True), (StreamStop(), True),
+              (StreamAbort(xid=705, subxid=706), False), (StreamAbort(xid=707, subxid=707), False),
+              (StreamCommit(xid=705, flags=0, commit_lsn=LSN(0x5000), end_lsn=LSN(0x5010), commit_time=stamp), False)]
+    return [(0x5000 + i, build(m, proto_version=proto_version, in_stream=in_stream))
+            for i, (m, in_stream) in enumerate(blocks)]
+
+
 def _binary() -> list[tuple[int, bytes]]:
     """A transaction inserting a row of binary values, one of each column's way."""
     stamp = Timestamp(0)
@@ -183,11 +224,13 @@ def _seeds() -> list[bytes]:
     return [b"\x02" + csv(records), b"\x00" + csv(records) * 2, b"\x03" + capture(records),
             b"\x01" + capture(records) * 2, *(b"\x02" + csv(_ending_empty(way)) for way in _LAST_WAYS),
             b"\x02" + csv(_binary()), b"\x03" + capture(_binary()), b"\x0a" + csv(_two_phase()),
-            b"\x8b" + capture(_two_phase())]
+            b"\x8b" + capture(_two_phase()), b"\x06" + csv(_streamed(2)), b"\x0f" + capture(_streamed(4)),
+            b"\x06" + csv(_transactions() + _streamed(2) + _transactions())]
 
 
 #: Inputs to start from: plain transactions in both forms, whole and not, rows ending in an empty value, a
-#: row of binary values in both forms, and two-phase transactions (protocol 3; the capture's as Debezium's).
+#: row of binary values in both forms, two-phase transactions (protocol 3; the capture's as Debezium's), and
+#: a streamed transaction's blocks, aborts and commit (protocols 2 and 4; once between plain transactions).
 SEEDS = _seeds()
 _FRAME = record_frame()
 
@@ -286,8 +329,12 @@ def _bodies(body: bytes, final: bool, proto_version: int, frame: Any, streamed: 
         pass
 
 
-#: The plans as the column path takes them: (capsule, slot).
-_COLUMN_PLANS = {relation_id: (plan, slot) for slot, (relation_id, plan) in enumerate(_PLANS.items())}
+#: The Relation of ``_RELATION`` as sent outside a stream (a stream block's is the same with the xid).
+_RELATION_SENT = build(_relation(None), proto_version=2)
+#: The plans as the column path takes them: (capsule, slot), and ``_RELATION``'s Relation (a block may send
+#: it again).
+_COLUMN_PLANS = {relation_id: (plan, slot, *((_RELATION_SENT,) if relation_id == _RELATION else ()))
+                 for slot, (relation_id, plan) in enumerate(_PLANS.items())}
 
 
 def _fuzz_columns(body: bytes, final: bool, proto_version: int, frame: Any, every: bool, most: int,
@@ -303,12 +350,57 @@ def _fuzz_columns(body: bytes, final: bool, proto_version: int, frame: Any, ever
         raise AssertionError(f"cells: took {taken} bytes ({cell_records} records, {cell_rows} rows) where the JSON "
                              f"images took {consumed} ({records}, {rows})")
     _column_cells(cell_rows, cells)
+    _fuzz_streamed_columns(body, final, proto_version, frame, every, outcomes, consumed)
     images = _column_images(rows, buffers)
     if lines is not None and every and consumed == most:
         expected = [tuple(change.get(name) for name in ("new", "old", "key")) for change in map(json.loads, lines)]
         got = [tuple(None if text is None else json.loads(text) for text in row) for row in images]
         if got != expected:
             raise AssertionError(f"columns: row images {got} for rows_run's {expected}")
+
+
+#: The facts of every streamed transaction, by key (with every transaction wanted, every offset a key).
+_FACTS = (7, 1, 2, 3)
+
+
+def _fuzz_streamed_columns(body: bytes, final: bool, proto_version: int, frame: Any, every: bool,
+                           outcomes: dict[int, Any], plain: int) -> None:
+    """The column path given the router's open streamed transactions and the streamed transactions' facts:
+    it takes at least what it took without them (the same plain transactions, and stream blocks, Stream
+    Commits and Stream Aborts besides), JSON images and cells alike; the open streamed transactions it keeps
+    are xids to keys inside the input; a streamed row carries the facts given and a subxid, a plain one
+    none."""
+    facts = dict.fromkeys(outcomes, _FACTS)
+    for cells in (False, True):
+        streams = {705: 0}  # (a transaction open before: its Stream Commit is taken without its blocks)
+        relations: list[bytes] = []
+        consumed, records, rows, _, buffers = COMPILED.rows_columns(
+            body, final, _COLUMN_PLANS, proto_version, frame, 0, outcomes, {}, 1 << 30, 1 << 30, cells, streams,
+            facts, relations)
+        if any(sent.__class__ is not bytes or sent[:1] != b"R" or sent[5:] != _RELATION_SENT[1:] for sent in relations):
+            raise AssertionError(f"streamed columns: Relations taken {relations}")
+        if not plain <= consumed <= len(body) or (records and consumed == 0) or (rows and not every):
+            raise AssertionError(f"streamed columns: took {consumed} bytes ({records} records, {rows} rows) of "
+                                 f"{len(body)}, {plain} without streams")
+        if any(xid.__class__ is not int or key.__class__ is not int or not 0 <= key < max(len(body), 1)
+               for xid, key in streams.items()):
+            raise AssertionError(f"streamed columns: open streamed transactions {streams}")
+        if cells:
+            _column_cells(rows, buffers)
+        else:
+            _column_images(rows, buffers)
+        subxids = array("q", buffers[BUFFERS.index("subxid")])
+        valid = buffers[BUFFERS.index("subxid_ok")]
+        xids = array("q", buffers[BUFFERS.index("xid")])
+        commit_lsns = array("q", buffers[BUFFERS.index("commit_lsn")])
+        if len(subxids) != rows or (valid is not None and len(valid) != (rows + 7) // 8):
+            raise AssertionError(f"streamed columns: {len(subxids)} subxids, validity {valid!r} for {rows} rows")
+        for i in range(rows):
+            streamed = valid is None or valid[i >> 3] >> (i & 7) & 1
+            if streamed and ((xids[i], commit_lsns[i]) != _FACTS[:2] or not 0 <= subxids[i] <= 0xFFFFFFFF):
+                raise AssertionError(f"streamed columns: row {i} of xid {xids[i]}, subxid {subxids[i]}")
+            if not streamed and subxids[i] != 0:
+                raise AssertionError(f"streamed columns: a plain row {i} with subxid {subxids[i]}")
 
 
 def _column_images(rows: int, buffers: tuple[Any, ...]) -> list[tuple[str | None, ...]]:

@@ -15,16 +15,33 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replwire.codec import LSN
+from replwire.codec import (
+    LSN,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Origin,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
+    TupleColumn,
+    Update,
+    build,
+)
+from replwire.codec.io.segments import read_records
 from replwire.codec.split import Shapes, columns, decode_part, open_inputs, plan
+from replwire.codec.split.decode import PartDecoder
 from replwire.codec.stream.values import ValueLoader
 from replwire.codec.wire import fast
 from replwire.spark import rows as spark_rows
 from replwire.spark.rows import ChangeRows, batches, change_batches
-from tests.split.test_partitions import StreamMaker
+from tests.split.test_partitions import StreamMaker, _relation
 from tests.split.test_row_path import (
     FORMS,
     SUFFIX,
+    interleaved_streams,
     streams,
     synthetic_rows,
     synthetic_rows_with_origins,
@@ -116,6 +133,40 @@ def assert_same_table_rows(inputs, part_bytes, size=8192):
             assert _exact(one.to_pylist()) == _exact(table.to_pylist()), (part_bytes, part.number, key)
 
 
+def streamed_rows(inputs, part_bytes, size=8192):
+    """How many rows of streamed transactions the Python path gives over the parts, and how many of them
+    come in the column path's runs (rows with a subxid), with JSON images and with cells (which may take
+    more: a value the JSON writer does not write exactly is no matter to a cell)."""
+    expected = taken = taken_cells = 0
+    for part in plan(inputs, part_bytes=part_bytes).parts:
+        expected += sum(bool(streamed) for streamed in python_rows(part)["streamed"].to_pylist())
+        counts = []
+        for cells in (False, True):
+            runs = [r for r in columns.part_changes(part, size, cells=cells) if isinstance(r, columns.ColumnRun)]
+            counts.append(sum(pa.Array.from_buffers(pa.int64(), r.rows, [
+                None if r.buffers[columns.BUFFERS.index("subxid_ok")] is None
+                else pa.py_buffer(r.buffers[columns.BUFFERS.index("subxid_ok")]),
+                pa.py_buffer(r.buffers[columns.BUFFERS.index("subxid")])]).is_valid().sum().as_py() or 0
+                for r in runs))
+        taken += counts[0]
+        taken_cells += counts[1]
+    return expected, taken, taken_cells
+
+
+def assert_router_as_python(part, size=8192):
+    """After the column path over a part, the router and decoder are where the Python path leaves them: the
+    streamed transactions the C took blocks, Stream Commits and Stream Aborts of are kept as the router
+    keeps them, and the records it took counted."""
+    path = columns._ColumnPath(part, size, False)
+    list(path.run())
+    reference = PartDecoder(part, rows=False)
+    list(reference.decode(read_records(part.source, part.start, part.stop, raw=True)))
+    got, expected = path.decoding.router.state(), reference.router.state()
+    for state in (got, expected):
+        state["decoder"].pop("last_message", None)
+    assert got == expected, part.number
+
+
 def assert_same_rows(inputs, sizes, *, size=8192, compiled_share=0.0):
     """Every part's rows from change_batches equal the Python path's, for each part size; with the last
     size, at least ``compiled_share`` of them from the column path.  Returns how many rows there were, and
@@ -151,14 +202,22 @@ def test_synthetic_stream_wherever_cut(tmp_path, form):
 def test_random_streams_of_every_kind_of_transaction(tmp_path, monkeypatch, seed):
     """Plain transactions between streamed, two-phase ones, Origins, Truncates, lone messages and shape
     changes (protocol 4): the column path, tried at every chance (not less often after tries that took
-    nothing), takes the plain ones between the others."""
+    nothing), takes the plain ones and the stream blocks without those between the others, and leaves the
+    router as the Python path would."""
     monkeypatch.setattr(columns, "_TRIES", 1 << 30)
     rows = StreamMaker(seed).make(80)
     form = FORMS[seed % 2]
     path = write_stream(tmp_path / f"r.{SUFFIX[form]}", [(lsn, 0, data) for lsn, data in rows], form, 4)
-    total, written = assert_same_rows(open_inputs([path], proto_version=4), (1, 400, 1 << 30))
+    inputs = open_inputs([path], proto_version=4)
+    total, written = assert_same_rows(inputs, (1, 400, 1 << 30))
     assert total > 50
     assert written > 0 or not COMPILED
+    for cut in (400, 1 << 30):
+        for part in plan(inputs, part_bytes=cut).parts:
+            assert_router_as_python(part)
+        expected, taken, cells = streamed_rows(inputs, cut)
+        assert cells == taken  # (every value one the JSON writer writes)
+        assert expected > 50 and (taken > 0 if COMPILED else taken == 0)  # streamed blocks among them taken
 
 
 @pytest.mark.parametrize("worth", [1, 32])
@@ -209,6 +268,97 @@ def test_caps_reads_and_the_python_path(tmp_path, monkeypatch):
                    for r in columns.part_changes(part))
 
 
+def _streamed_transactions():
+    """Protocol-4 rows of streamed transactions, as a server with ``streaming = on`` sends them, their
+    blocks interleaved: one committed after a savepoint rolled back (a Stream Abort of a subtransaction)
+    and a second block, which sends a Relation again; one aborted whole; one whose first block is sent
+    again after a resume (two consecutive first segments: the second replaces it) and then committed; one
+    with an Origin (the Python path's); one whose first block sends a Relation the decoder does not know
+    yet (the Python path's) and whose second sends it again; one renaming a table (the Python path's);
+    and plain transactions around them, which carry the first Relations."""
+    rows = []
+    lsn = 0x2000000
+
+    def emit(message, in_stream=False):
+        nonlocal lsn
+        lsn += 40
+        rows.append((lsn, 0, build(message, proto_version=4, in_stream=in_stream)))
+
+    def insert(xid, n, rel=16385):
+        return Insert(xid=xid, relation_id=rel, new=[TupleColumn.text(str(n)), TupleColumn.text(f"v{n}")])
+
+    def block(top, first, changes):
+        emit(StreamStart(xid=top, first_segment=first))
+        for message in changes:
+            emit(message, in_stream=True)
+        emit(StreamStop())
+
+    def commit(top):
+        emit(StreamCommit(xid=top, flags=0, commit_lsn=LSN(lsn + 10), end_lsn=LSN(lsn + 20), commit_time=top * 1000))
+
+    emit(Begin(final_lsn=LSN(lsn + 100), commit_time=5, xid=900))
+    emit(_relation(16385, "t16385", 2))
+    emit(_relation(16386, "t16386", 3))
+    emit(insert(None, 0))
+    emit(Commit(flags=0, commit_lsn=LSN(lsn + 10), end_lsn=LSN(lsn + 20), commit_time=5))
+    three = [TupleColumn.text("1"), TupleColumn.unchanged_toast(), TupleColumn.null()]
+    block(1000, 1, [insert(1000, 1), insert(1001, 2), Update(xid=1000, relation_id=16386, key=None, new=three)])
+    block(2000, 1, [insert(2000, 3), insert(2001, 4)])  # (aborted below)
+    block(3000, 1, [insert(3000, 5), insert(3000, 6)])  # (sent again below)
+    emit(StreamAbort(xid=1000, subxid=1001, abort_lsn=LSN(lsn), abort_time=1))  # the savepoint rolled back
+    block(1000, 0, [_relation(16385, "t16385", 2, 1000), insert(1002, 7),  # (its Relation sent again: the same)
+                    Delete(xid=1000, relation_id=16386, key=[three[0], three[2], three[2]]), insert(1000, 8)])
+    block(3000, 1, [insert(3000, 5), insert(3000, 6)])  # the resumed server sends it again from its start
+    block(3000, 0, [insert(3000, 9)])
+    emit(StreamAbort(xid=2000, subxid=2000, abort_lsn=LSN(lsn), abort_time=1))
+    emit(StreamAbort(xid=4000, subxid=4000, abort_lsn=LSN(lsn), abort_time=1))  # nothing of it streamed here
+    commit(1000)
+    emit(Begin(final_lsn=LSN(lsn + 100), commit_time=6, xid=901))
+    emit(insert(None, 10))
+    emit(Commit(flags=0, commit_lsn=LSN(lsn + 10), end_lsn=LSN(lsn + 20), commit_time=6))
+    emit(StreamStart(xid=5000, first_segment=1))
+    emit(Origin(origin_lsn=LSN(77), name="upstream"), in_stream=True)
+    emit(insert(5000, 11), in_stream=True)
+    emit(StreamStop())
+    block(5000, 0, [insert(5000, 12)])
+    block(6000, 1, [_relation(16387, "t16387", 2, 6000), insert(6000, 13, 16387)])  # a new relation: Python's
+    block(6000, 0, [_relation(16387, "t16387", 2, 6000), insert(6000, 14, 16387)])  # sent again: the C's
+    commit(6000)
+    commit(3000)
+    renamed = Insert(xid=7000, relation_id=16386, new=[TupleColumn.text("15"), TupleColumn.null(), TupleColumn.null()])
+    block(7000, 1, [_relation(16386, "renamed", 3, 7000), renamed])  # not the Relation the decoder has: Python's
+    commit(7000)
+    commit(5000)
+    return rows
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_streamed_transactions(tmp_path, form):
+    """The column path takes the stream blocks of streamed transactions -- their changes' facts from the
+    outcome of their key, wherever their Stream Commit is, their subxid their own xid -- and leaves out
+    what decode_part leaves out: a rolled-back subtransaction's changes, an aborted transaction's, a first
+    block sent again; a block of a transaction with an Origin goes to the Python path, all of it.  Cut
+    anywhere (a transaction's blocks and its commit in different parts), the rows are the Python path's;
+    and every streamed row the column path could write, it wrote."""
+    rows = _streamed_transactions()
+    inputs = open_inputs([write_stream(tmp_path / f"s.{SUFFIX[form]}", rows, form, 4)], proto_version=4)
+    for cut in (1, 150, 600, 1 << 30):
+        assert_same_rows(inputs, (cut,))
+        for part in plan(inputs, part_bytes=cut).parts:
+            assert_router_as_python(part)
+    expected, taken, cells = streamed_rows(inputs, 1 << 30)
+    assert cells == taken
+    # 1000: 1, 7, the update, delete, 8 (2 rolled back); 3000: 5, 6, 9 (the first 5, 6 replaced); 5000: 11,
+    # 12; 6000: 13, 14; 7000: 15
+    assert expected == 13
+    assert taken == (9 if COMPILED else 0)  # all but 5000's (its Origin makes it the Python path's), 13, 15
+    # a block a part's end cuts is the Python path's (it reads the rest in the next part): some of them
+    assert streamed_rows(inputs, 1) == (13, 0, 0)
+    expected, taken, cells = streamed_rows(inputs, 600)
+    assert cells == taken and expected == 13
+    assert 0 < taken <= 9 if COMPILED else taken == 0  # (3000's blocks whole in a part)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=streams(), form=st.sampled_from(FORMS), cut=st.sampled_from([1, 300, 1 << 30]))
@@ -230,11 +380,43 @@ def test_drawn_values(tmp_path_factory, rows, form, cut):
     assert_same_table_rows(inputs, cut)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=interleaved_streams(), form=st.sampled_from(FORMS), cut=st.sampled_from([1, 300, 1 << 30]))
+def test_drawn_streamed_transactions(tmp_path_factory, monkeypatch, rows, form, cut):
+    """Streamed transactions whose blocks interleave, with plain and two-phase ones between them (drawn:
+    subtransactions rolled back, whole transactions aborted, streamed ones prepared, Relations inside
+    blocks -- the same one sent again, or the table changing shape --, logical messages and truncates in
+    blocks): the rows are the Python path's, and the router after the column path is the Python path's.
+    The column path is tried at every chance (a few blocks at a time between what it declines)."""
+    monkeypatch.setattr(columns, "_TRIES", 1 << 30)
+    path = write_stream(tmp_path_factory.mktemp("drawn") / f"s.{SUFFIX[form]}", rows, form, 4)
+    inputs = open_inputs([path], proto_version=4)
+    assert_same_rows(inputs, (cut,))
+    for part in plan(inputs, part_bytes=cut).parts:
+        assert_router_as_python(part)
+
+
 @pytest.mark.server
-def test_real_streams(pg_captures, tmp_path):
-    total = 0
+def test_real_streams(pg_captures, tmp_path, monkeypatch):
+    """What real servers sent, through every configuration: the same rows.  With ``streaming`` on or
+    ``parallel`` (their workload streams large transactions, rolls savepoints back inside them and aborts
+    one), the column path takes streamed rows -- tried at every chance, as the workload's streamed
+    transactions are few among the rest -- and leaves the router as the Python path would.  (Their rolled
+    back savepoints and aborts are in ``streamed_rows``' reference, the Python path's rows.)"""
+    monkeypatch.setattr(columns, "_TRIES", 1 << 30)
+    total = streamed = taken = 0
     for n, capture in enumerate(pg_captures.captures):
         path = write_stream(tmp_path / f"{n}.rwc", [(int(LSN(lsn)), xid, data) for lsn, xid, data in capture.rows],
                             "capture", capture.proto_version)
-        total += assert_same_rows(open_inputs([path]), (4096, 1 << 30))[0]
+        inputs = open_inputs([path])
+        total += assert_same_rows(inputs, (4096, 1 << 30))[0]
+        if capture.options.get("streaming") in ("on", "parallel"):
+            for part in plan(inputs, part_bytes=4096).parts:
+                assert_router_as_python(part)
+            expected, got, _ = streamed_rows(inputs, 1 << 30)
+            streamed, taken = streamed + expected, taken + got
     assert total > 1000
+    # (a block with a Relation -- every streamed transaction's first -- an Origin, a logical message, or of a
+    # two-phase transaction is the Python path's: over a third of these rows, on PostgreSQL 15 and 18)
+    assert streamed > 100 and (taken > streamed // 4 if COMPILED else taken == 0), (streamed, taken)

@@ -28,6 +28,7 @@ from replwire.codec.io.capture_file import encode_record
 from replwire.codec.io.record_plan import record_frame
 from replwire.codec.scalars import Timestamp
 from replwire.codec.split import fuzz
+from replwire.codec.split.columns import BUFFERS
 from replwire.codec.wire.fast import COMPILED
 
 pytestmark = pytest.mark.skipif(COMPILED is None, reason="the compiled codec is not built")
@@ -271,3 +272,49 @@ def test_the_fuzz_targets_runs_agree_at_a_torn_csv_line_after_a_run(length):
     for body in (row + b"0/1", row + b"0/11,0,\\x4", row + b"0/11,0,\\x", row * 3 + b"0/11,0"):
         for flags in (0x0C, 0x0E):  # COPY-CSV rows, protocol 4, ending the input or not
             fuzz._skim(flags, body)
+
+
+def _block(first: int = 1) -> bytes:
+    """A stream block of one insert of fuzz's relation by a subtransaction (protocol 2), as COPY-CSV rows;
+    its key is 0 (its Stream Start's offset) where it opens its transaction."""
+    from replwire.codec import StreamStart, StreamStop
+
+    new = [TupleColumn.text("1"), *(TupleColumn.text(v) for v in fuzz._VALUES[1:])]
+    messages = [(StreamStart(xid=705, first_segment=first), False),
+                (Insert(xid=706, relation_id=fuzz._RELATION, new=new), True), (StreamStop(), True)]
+    return b"".join(f"{LSN(0x1000 + i)},705,\\x{build(m, proto_version=2, in_stream=s).hex()}\n".encode()
+                    for i, (m, s) in enumerate(messages))
+
+
+def _columns_of(body, streams, facts, dropped=None):
+    return COMPILED.rows_columns(body, True, fuzz._COLUMN_PLANS, 2, None, 0, {0: None}, dropped or {}, 1 << 30,
+                                 1 << 30, False, streams, facts)
+
+
+def test_a_stream_block_of_a_transaction_in_outcomes_with_facts_the_c_takes():
+    body, streams = _block(), {}
+    consumed, records, rows, declined, buffers = _columns_of(body, streams, {0: (705, 0x2000, 0x2010, 0)})
+    assert (consumed, records, rows, declined, streams) == (len(body), 3, 1, 0, {705: 0})
+    at = {name: BUFFERS.index(name) for name in ("xid", "subxid", "subxid_ok", "commit_lsn", "end_lsn")}
+    assert [array("q", buffers[at[name]])[0] for name in ("xid", "subxid", "commit_lsn", "end_lsn")] == [
+        705, 706, 0x2000, 0x2010]
+    assert buffers[at["subxid_ok"]] is None  # (every row valid)
+    assert _columns_of(body, {}, {0: (705, 0x2000, 0x2010, 0)}, {0: frozenset({706})})[2] == 0  # rolled back
+
+
+@pytest.mark.parametrize("facts", [{}, {0: (705, 1 << 63, 0, 0)}, {0: (-1, 0, 0, 0)}, {0: (705, 0, 0, 1 << 63)}])
+def test_a_stream_block_without_facts_it_can_write_is_declined(facts):
+    """No facts for a transaction in outcomes (an origin, two-phase), or facts no int64 column holds: the
+    block is the Python path's, and the open streamed transactions stay as they were."""
+    streams = {1: 2}
+    assert _columns_of(_block(), streams, facts)[:4] == (0, 0, 0, 1) and streams == {1: 2}
+
+
+@pytest.mark.parametrize("streams, facts, error", [
+    ({705: "k"}, {}, TypeError),  # a key that is no int: the router's dict is not what it holds
+    ({}, {0: (705, 0, 0)}, ValueError),  # facts of the wrong shape
+    ({}, {0: None}, ValueError),
+])
+def test_bad_streams_or_facts_are_errors_not_crashes(streams, facts, error):
+    with pytest.raises(error):
+        _columns_of(_block(first=0), streams, facts)

@@ -525,17 +525,29 @@ HEADER_END = _corruptible("capture")[1]
 
 def test_the_fuzz_target_starts_inside_the_row_path():
     """The seeds of ``make fuzz-compiled``'s row path target are plain transactions it writes, in both forms,
-    rows ending in an empty value of each way, a row of binary values, and two-phase transactions (one
-    committed at once, which it writes, one rolled back at once, which it takes and prints nothing of); the
-    target holds its invariants on them and on inputs cut anywhere."""
+    rows ending in an empty value of each way, a row of binary values, two-phase transactions (one
+    committed at once, which it writes, one rolled back at once, which it takes and prints nothing of), and
+    a streamed transaction's blocks, which the column path takes given the router's open streamed
+    transactions; the target holds its invariants on them and on inputs cut anywhere."""
     from replwire.codec.split import fuzz
 
-    assert len(fuzz.SEEDS) == 4 + len(fuzz._LAST_WAYS) + 4
+    streamed = 4 + len(fuzz._LAST_WAYS) + 4
+    assert len(fuzz.SEEDS) == streamed + 3
     for n, seed in enumerate(fuzz.SEEDS):
         for cut in range(0, len(seed), 7):
             fuzz.fuzz_rows(seed[:cut])
         fuzz.fuzz_rows(seed)
-        if COMPILED and seed[0] & 2:  # whole input
+        if COMPILED and n >= streamed:  # the column path takes every block, Stream Abort and Stream Commit
+            body, frame = seed[1:], fuzz._FRAME if seed[0] & 1 else None
+            outcomes, streams, relations = dict.fromkeys(range(len(body))), {}, []
+            result = fast.COMPILED.rows_columns(body, True, fuzz._COLUMN_PLANS, 1 + (seed[0] >> 2) % 4, frame, 0,
+                                                outcomes, {}, 1 << 30, 1 << 30, False, streams,
+                                                dict.fromkeys(outcomes, fuzz._FACTS), relations)
+            assert result[0] == len(body) and result[2] == 4 + 6 * (n == streamed + 2) and streams == {}
+            assert len(relations) == 1 and relations[0][5:] == fuzz._RELATION_SENT[1:]  # (sent again in a block)
+            assert fast.COMPILED.rows_columns(body, True, fuzz._COLUMN_PLANS, 1 + (seed[0] >> 2) % 4, frame, 0,
+                                              outcomes, {}, 1 << 30, 1 << 30)[2] == 3 * (n == streamed + 2)
+        elif COMPILED and seed[0] & 2:  # whole input
             result = fast.COMPILED.rows_run(seed[1:], True, fuzz._PLANS, 1 + (seed[0] >> 2) % 4, -1,
                                             fuzz._FRAME if seed[0] & 1 else None, None, True)
             if n < 4:  # every transaction written

@@ -28,7 +28,7 @@ from .... import schema
 from ....schema.encodings import UTF8
 from ....schema.message_spec import MessageSpec
 from ... import walker
-from . import c_scan, row_ways, text_forms
+from . import c_scan, column_buffers, row_ways, text_forms
 from .c_build import CBuildGen
 from .c_common import class_var, slot
 from .c_parse import CParseGen
@@ -430,7 +430,7 @@ def generate() -> str:
     parts += functions
     defines, scans = c_scan.generate()
     parts += [FIELD, "\n".join(defines), *scans, row_ways.c_enums(), text_forms.c_enums(),
-              *((CODEC / twin).read_text(encoding="utf-8") for twin in TWINS)]
+              column_buffers.c_enums(), *((CODEC / twin).read_text(encoding="utf-8") for twin in TWINS)]
     parts.append(parse_table("PARSE_LOGICAL", logical))
     for sender, group in envelope.items():
         parts.append(parse_table(f"PARSE_{sender.upper()}", group))
@@ -489,7 +489,8 @@ static PyMethodDef MODULE_METHODS[] = {{
     {{"skim_run", c_skim_run, METH_VARARGS,
       "A run of records as the first pass of split decoding needs it (see codec/split/skim.c)."}},
     {{"rows_columns", c_rows_columns, METH_VARARGS,
-      "The change rows' column buffers of the plain transactions of records (see codec/split/columns.c)."}},
+      "The change rows' column buffers of the plain and streamed transactions of records (see "
+      "codec/split/columns.c)."}},
     {{"_forwarded", c_forwarded, METH_NOARGS,
       "How many calls of parse, build, parse_envelope, build_envelope went to the Python codec."}},
     {{"_ran", c_ran, METH_NOARGS,

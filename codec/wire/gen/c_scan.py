@@ -28,9 +28,9 @@ from .common import CLASSES, record_class
 
 __all__ = ["generate"]
 
-#: The messages the compiled row path scans.
+#: The messages the compiled row path and column path scan.
 SCANNED = ("Begin", "Commit", "Origin", "Insert", "Update", "Delete", "BeginPrepare", "Prepare", "CommitPrepared",
-           "RollbackPrepared")
+           "RollbackPrepared", "StreamStart", "StreamStop", "StreamCommit", "StreamAbort", "Relation")
 
 
 #: What the scans of text fields check them with (and the row writer its text values): strict UTF-8, as
