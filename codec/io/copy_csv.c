@@ -1,12 +1,18 @@
 /* The C twin of replwire.codec.io.copy_csv's reader: one ``lsn,xid,\x<hex>`` row of the COPY-CSV that
  * pg_logical_slot_peek_binary_changes writes, decoded into a buffer that grows to hold it. */
 
-/* each byte's value as a hex digit, 16 for a byte that is none */
+/* each byte's value as a hex digit, 16 for a byte that is none; and each pair of bytes' (the first the low
+ * byte of the index) as the byte they spell, 0x100 for a pair that spells none */
 static unsigned char HEX[256];
+static uint16_t HEX_PAIR[65536];
 
 static void hex_init(void)
 {
     for (int c = 0; c < 256; c++) HEX[c] = (unsigned char)(hexval((unsigned)c) < 0 ? 16 : hexval((unsigned)c));
+    for (int pair = 0; pair < 65536; pair++) {
+        int high = HEX[pair & 0xFF], low = HEX[pair >> 8];
+        HEX_PAIR[pair] = (uint16_t)(high > 15 || low > 15 ? 0x100 : high << 4 | low);
+    }
 }
 
 /* the hex digits s[0:k] of 1 to 8 characters as a number, or -1 */
@@ -52,13 +58,13 @@ static int csv_row(const unsigned char *s, Py_ssize_t k, uint64_t *lsn, unsigned
         *row = grown;
         *cap = bytes;
     }
-    int bad = 0;
-    for (Py_ssize_t i = 0; i < bytes; i++) {  /* (the digits' values from a table; any non-digit marks bad) */
-        int a = HEX[hex[2 * i]], z = HEX[hex[2 * i + 1]];
-        bad |= a | z;
-        (*row)[i] = (unsigned char)((a << 4) | (z & 15));
+    unsigned bad = 0;
+    for (Py_ssize_t i = 0; i < bytes; i++) {  /* (each pair's byte from a table; a pair of non-digits marks bad) */
+        unsigned byte = HEX_PAIR[hex[2 * i] | hex[2 * i + 1] << 8];
+        bad |= byte;
+        (*row)[i] = (unsigned char)byte;
     }
-    if (bad & 16) return 0;
+    if (bad & 0x100) return 0;
     *lsn = ((uint64_t)hi << 32) | (uint64_t)lo;
     *size = bytes;
     return 1;
