@@ -14,8 +14,9 @@ position)`` -- the order the server committed them in -- and folded per key (the
 by :mod:`replwire.spark.fold` (the rules of :mod:`replwire.codec.stream.fold`): an insert sets the row, an
 update replaces it (an unchanged TOASTed value keeps the value the row had), a delete removes it, a TRUNCATE
 empties the table.  A table whose change rows fit in :data:`ONE_TASK_BYTES` is folded by one task that reads
-its change files and writes its rows itself (the tables of a run are the tasks of one Spark job): on a table
-that size a shuffle costs several times the fold.  A larger table is read by Spark and its keys spread over
+its change files and writes its rows itself (the tables of a run are the tasks of one Spark job; past
+:data:`SPLIT_BYTES`, a table keyed by an integer no update changed is split by key over a task per core): on a
+table that size a shuffle costs several times the fold.  A larger table is read by Spark and its keys spread over
 tasks by hash, unless an update carried an old key -- the server sends one when the key changed (and,
 rarely, when a key value was stored out of line) -- or the table has REPLICA IDENTITY FULL (rows are then
 matched by their whole old image), in which case one task folds that table in order; such tables are folded
@@ -322,6 +323,10 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
 #: sizes) is folded by one task that reads its change files and writes its rows itself: on a table that size
 #: a shuffle costs several times the fold.  A larger one is spread over tasks by key.
 ONE_TASK_BYTES = 256 << 20
+#: Such a table keyed by one integer column that no update changed, whose change rows take more than this
+#: many bytes, is folded by one task per core (a power of two of them), each taking the keys whose low bits
+#: are its number: each reads all the table's files, but folds and writes only its keys.
+SPLIT_BYTES = 32 << 20
 
 
 def _fold_schema(last: dict[str, Any]) -> tuple[Any, dict[str, str]]:
@@ -377,10 +382,24 @@ def _one_task_bytes(changes_dir: str, entries: list[dict[str, Any]]) -> int | No
     return size if size <= ONE_TASK_BYTES else None
 
 
-def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, target: str) -> int:
+def _buckets(entries: list[dict[str, Any]], size: int, parallelism: int) -> int:
+    """Into how many tasks a table folded by tasks reading its files is split (see :data:`SPLIT_BYTES`): 1, or
+    a power of two no greater than ``parallelism``."""
+    last = entries[-1]
+    fields = {f["name"]: f["type"] for f in json.loads(last["spark_schema"])["fields"]}
+    if (size <= SPLIT_BYTES or parallelism < 2 or len(last["key"]) != 1
+            or fields.get(last["key"][0]) not in ("short", "integer", "long") or last["replica_identity"] == "f"
+            or any(e["key"] != last["key"] or e["updates_with_old_image"] for e in entries)):
+        return 1
+    return 1 << (parallelism.bit_length() - 1)
+
+
+def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, target: str, bucket: int = 0,
+                buckets: int = 1) -> int:
     """Spark task: fold one table's change rows (``entries``: its shapes in the manifest, oldest first),
     read from their files, into its current rows, written as one Parquet file of ``arrow_schema`` in
-    ``target``; the number of rows written."""
+    ``target``; the number of rows written.  With ``buckets`` (a power of two), only the keys whose low bits
+    are ``bucket`` (and TRUNCATEs, which have no key)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -406,13 +425,18 @@ def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: A
             before = pa.StructArray.from_arrays(
                 [before.field(k).cast(t) if k in held else pa.nulls(count, t) for k, t in zip(key, key_types)],
                 names=list(key), mask=pc.is_null(before))
-            parts.append(pa.Table.from_arrays(
+            changes = pa.Table.from_arrays(
                 [rows.column(meta["op"]), rows.column(meta["commit_lsn"]), rows.column(meta["position"]),
                  *[rows.column(c).cast(t) if c in present else pa.nulls(count, t) for c, t in zip(columns, types)],
                  before, rows.column(meta["_unchanged_toast"]), rows.column(meta["_unrepresentable"])],
-                names=[f"f{i}" for i in range(len(columns) + 6)]))
+                names=[f"f{i}" for i in range(len(columns) + 6)])
+            if buckets > 1:
+                number = changes.column(3 + columns.index(key[0])).cast(pa.int64())
+                changes = changes.filter(pc.or_kleene(pc.is_null(number), pc.equal(
+                    pc.bit_wise_and(number, buckets - 1), bucket)))
+            parts.append(changes)
     os.makedirs(target, exist_ok=True)
-    path = os.path.join(target, ".part-00000.parquet.tmp")
+    path = os.path.join(target, f".part-{bucket:05d}.parquet.tmp")
     written = 0
     with pq.ParquetWriter(path, arrow_schema) as writer:
         if parts:
@@ -423,20 +447,29 @@ def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: A
                 written += batch.num_rows
         else:
             writer.write_table(arrow_schema.empty_table())
-    os.replace(path, os.path.join(target, "part-00000.parquet"))
+    os.replace(path, os.path.join(target, f"part-{bucket:05d}.parquet"))
     return written
 
 
-def _apply_in_tasks(spark: Any, changes_dir: str, tables: dict[str, list[dict[str, Any]]], out: str) -> dict[str, int]:
-    """Fold ``tables`` (name -> shapes in the manifest), each by one task of one Spark job (largest first),
+def _apply_in_tasks(spark: Any, changes_dir: str, tables: dict[str, tuple[list[dict[str, Any]], int]],
+                    out: str) -> dict[str, int]:
+    """Fold ``tables`` (name -> its shapes in the manifest and the bytes of its change rows), each by tasks
+    of one Spark job that read its files (largest first; one task a table, or :func:`_buckets` of them),
     into their current rows under ``out``; rows written per table."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    units = [(table, entries, to_arrow_schema(_fold_schema(entries[-1])[0], timezone="UTC"),
-              os.path.join(out, _dir_name(table))) for table, entries in tables.items()]
-    spark.sparkContext.setJobDescription(f"replwire apply: fold {len(units)} tables, a task each")
-    return dict(spark.sparkContext.parallelize(units, len(units)).map(
-        lambda unit: (unit[0], _fold_files(changes_dir, *unit[1:]))).collect())
+    parallelism = spark.sparkContext.defaultParallelism
+    units = []
+    for table, (entries, size) in tables.items():
+        schema, target, buckets = (to_arrow_schema(_fold_schema(entries[-1])[0], timezone="UTC"),
+                                   os.path.join(out, _dir_name(table)), _buckets(entries, size, parallelism))
+        units += [(table, entries, schema, target, bucket, buckets) for bucket in range(buckets)]
+    spark.sparkContext.setJobDescription(f"replwire apply: fold {len(tables)} tables in {len(units)} tasks")
+    rows: dict[str, int] = {}
+    for table, n in spark.sparkContext.parallelize(units, len(units)).map(
+            lambda unit: (unit[0], _fold_files(changes_dir, *unit[1:]))).collect():
+        rows[table] = rows.get(table, 0) + n
+    return rows
 
 
 def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], target: str) -> int:
@@ -536,8 +569,8 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     context = spark.sparkContext
     tag = f"replwire-apply-{uuid.uuid4().hex}"
     sizes = {table: _one_task_bytes(changes_dir, entries) for table, entries in by_table.items()}
-    small = {table: by_table[table] for table in sorted((t for t in by_table if sizes[t] is not None),
-                                                         key=lambda t: -(sizes[t] or 0))}
+    small = {table: (by_table[table], sizes[table] or 0)
+             for table in sorted((t for t in by_table if sizes[t] is not None), key=lambda t: -(sizes[t] or 0))}
     spread = {table: entries for table, entries in by_table.items() if sizes[table] is None}
 
     def tagged(call: Callable[..., Any]) -> Callable[..., Any]:

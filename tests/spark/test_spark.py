@@ -224,13 +224,17 @@ def test_apply_equals_select_on_the_server(spark, request, monkeypatch, tmp_path
         cut = resume_point(rows, proto_version)  # two consecutive segments, as a resumed capture has them
         paths = [write_capture(tmp_path / "1.rwc", rows[:cut + 2], proto_version),
                  write_capture(tmp_path / "2.rwc", rows[cut:], proto_version)]
-        # each table folded by one task that reads its files; and (on one variant) spread over tasks by key
-        for spread in (False, True) if proto_version == 4 else (False,):
-            out = tmp_path / ("spread" if spread else "state")
+        # each table folded by one task that reads its files; and (on one variant) the tables whose integer key
+        # no update changed (trunc) split by key over two such tasks, and every table spread by Spark over tasks
+        for way in ("state", "split", "spread") if proto_version == 4 else ("state",):
+            out = tmp_path / way
             with monkeypatch.context() as patch:
-                patch.setattr(jobs, "ONE_TASK_BYTES", -1 if spread else jobs.ONE_TASK_BYTES)
+                patch.setattr(jobs, "ONE_TASK_BYTES", -1 if way == "spread" else jobs.ONE_TASK_BYTES)
+                patch.setattr(jobs, "SPLIT_BYTES", -1 if way == "split" else jobs.SPLIT_BYTES)
                 result = jobs.apply(spark, paths, str(out), part_bytes=64 << 10)
             assert result.rows["public.items"] > 0
+            if way == "split":  # trunc by two tasks (items had a key change, full_ident has no key: one each)
+                assert [len(list((out / f"public.{t}").glob("part-*.parquet"))) for t in ("trunc", "items")] == [2, 1]
             items = spark.read.parquet(str(out / "public.items"))
             schema = T.StructType([items.schema[c] for c in COLUMNS] + [T.StructField(
                 "_unrepresentable", T.ArrayType(T.StructType([T.StructField("key", T.StringType(), False),
