@@ -130,8 +130,7 @@ def _as_rows(changes: pa.Table, width: int, arrow_schema: pa.Schema) -> pa.Table
     elif pa.types.is_map(texts.type):
         arrays.append(texts.cast(types[width]))
     else:
-        arrays.append(pa.array([_items(json.loads(text)) if text else None for text in texts.to_pylist()],
-                               types[width]))
+        arrays.append(pa.array([_items(values) for values in _unrepresentable(texts)], types[width]))
     arrays.append(pa.nulls(len(texts), types[width + 1]))
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 

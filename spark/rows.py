@@ -407,8 +407,11 @@ class TableRows:
 
     def _cells_batch(self) -> pa.RecordBatch:
         """The runs' rows added since the last batch (:meth:`add_cells`), as one batch."""
+        import numpy
+
         pending, self._cells, self._cell_rows, self._cell_bytes = self._cells, [], 0, 0
         kinds = pa.concat_arrays([p[0] for p in pending])
+        every_kind = kinds.to_numpy()  # (no copy: the kinds have no nulls)
         data = pa.concat_arrays([p[1] for p in pending])
         starts = [0]
         for p in pending[:-1]:
@@ -427,9 +430,7 @@ class TableRows:
                 return kinds.take(index), data.take(index)
             firsts = taken.drop_null().to_numpy()
             cells = (firsts[:, None] + numpy.arange(len(self.names))).ravel()
-            return column, pc.is_valid(taken), set(numpy.unique(kinds.to_numpy()[cells]).tolist())
-        import numpy
-
+            return column, pc.is_valid(taken), set(numpy.unique(every_kind[cells]).tolist())
         return self._assemble(len(meta[0]), meta, tuple_of(2), tuple_of(3))
 
     def _read(self, column: Callable[[int], tuple[pa.Array, pa.Array]], toasted: dict[int, list[str]],
