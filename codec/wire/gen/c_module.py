@@ -70,6 +70,9 @@ PRELUDE = r"""
 #include <float.h>
 #include <math.h>
 #include <time.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 static PyTypeObject *LSN_T, *TS_T;
 static PyObject *ZERO, *FALLBACK[4], *S_PROTO, *S_STREAM, *S_ENCODING, *S_SENDER;
