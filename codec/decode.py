@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..schema.capture import BACKFILL_PREFIX
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
 from .io.capture_file import TailProblem
@@ -171,7 +172,10 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
     to ``repeated`` if given.  The rows of a snapshot section come first, as ``"snapshot"`` changes
     (:mod:`replwire.codec.stream.snapshot_records`); a section an earlier input already held is skipped, and
-    ``warn(path, message)`` hears of a section that never ended.  ``tail(path, problem)`` hears of a torn
+    ``warn(path, message)`` hears of a section that never ended.  A backfill's rows come where its chunk is,
+    right after the chunk's watermark, as ``"backfill"`` changes at its position; the watermarks (logical
+    messages of prefix ``replwire.backfill``) are not given, and a chunk whose watermark a resume sent again
+    is skipped with it.  ``tail(path, problem)`` hears of a torn
     capture file tail once the records before it are done.  A record that does not decode raises
     :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`).
 
@@ -187,9 +191,10 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
     feed = assembler.feed
-    kinds = snapshot_records.KINDS
+    kinds, backfill_kinds = snapshot_records.KINDS, snapshot_records.BACKFILL_KINDS
     sections = _Sections(inputs[0], typed)
     last_end = -1
+    chunks_at: int | None = None  # the position of the last backfill watermark read (not sent again)
     reach = Reach()  # (last_end, and the prepares' and rollbacks' ends: checks each capture's start)
     for source in inputs:
         if source.index:
@@ -222,6 +227,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                 if tag in kinds:
                     if tag == snapshot_records.CONFIRMED:
                         reach.confirmed(source.path, data, last_end, offset)
+                    elif tag in backfill_kinds and lsn != chunks_at:  # (its watermark was sent again: skipped)
+                        continue
                     yield from sections.feed(data, lsn)
                     continue
                 items = feed(data, lsn=lsn or None)
@@ -233,6 +240,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                 for item in items:
                     end = item.end_lsn if isinstance(item, Transaction) else item.lsn
                     if end is not None and end <= last_end:
+                        chunks_at = None  # (a chunk after it was sent again with it)
                         if repeated is not None:
                             repeated(item)
                         continue
@@ -240,6 +248,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         last_end = end
                         if path is not None:
                             path.last_end = end
+                    if item.__class__ is Change and item.op == "message" and item.prefix == BACKFILL_PREFIX:
+                        chunks_at = end  # a backfill's watermark: the chunk after it is at its position
+                        continue
                     yield item
         except (DecodeError, StreamStateError, snapshot_records.SnapshotError) as error:
             rendered = path.rendered if path is not None else 0  # (records of Rendered runs, before it)
@@ -267,6 +278,8 @@ class _Sections:
 
     def feed(self, data: bytes, lsn: int) -> list[Change]:
         code = data[0]
+        if code in snapshot_records.BACKFILL_KINDS:  # (a backfill's chunk, in the stream: no section's)
+            return self.reader.feed(data, lsn)
         if code == snapshot_records.BEGIN:
             self.begin, self.skipping = data, False
             return []

@@ -20,6 +20,13 @@ Format version 3 added :data:`SLOT_CONFIRMED`: where the slot stood when a captu
 each position the capture acknowledged beyond what its records complete.  With them a reader sees a
 missing segment: a capture that starts past everything the files before it reach started on a slot that
 had moved on without them.  A version 2 file is a version 3 file without these records.
+
+Format version 4 added the backfill records: a capture that copies a table while it streams (a *backfill*)
+reads the table in chunks by key, each between two logical messages of its own (watermarks), and writes a
+chunk's rows right after its closing watermark's record, as the table's rows at that position
+(:data:`BACKFILL_CHUNK`, :data:`BACKFILL_ROWS`, :data:`BACKFILL_END`).  Their records have the closing
+watermark's LSN, and a reader applies each row as the row of its key at that position: it replaces what the
+key had.  A version 3 file is a version 4 file without them.
 """
 
 from .constructs import Counted, Crc32, Magic
@@ -46,15 +53,17 @@ __all__ = [
     "CLIENT_ENCODING", "DATABASE", "DEFAULT_CLIENT_ENCODING", "FORMAT_VERSION", "FORMAT_VERSIONS", "HEADER",
     "HEADER_FIELDS", "MAGIC", "NOT_PGOUTPUT", "OPTION", "RECORD", "RECORD_FIELDS", "SLOT_NAME", "SNAPSHOT_BEGIN",
     "SNAPSHOT_END", "SNAPSHOT_RECORDS", "SNAPSHOT_ROWS", "SNAPSHOT_SCHEMA_MESSAGE", "SNAPSHOT_SLOT", "SNAPSHOT_TABLE",
-    "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER",
+    "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER", "SLOT_CONFIRMED", "BACKFILL_CHUNK", "BACKFILL_ROWS", "BACKFILL_END",
+    "BACKFILL_RECORDS", "BACKFILL_PREFIX", "CAPTURE_RECORDS",
 ]
 
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"
 #: The format version this code writes.
-FORMAT_VERSION = 3
-#: The format versions this code reads (version 2 added the snapshot section, version 3 SlotConfirmed).
-FORMAT_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+#: The format versions this code reads (version 2 added the snapshot section, version 3 SlotConfirmed,
+#: version 4 the backfill records).
+FORMAT_VERSIONS = (1, 2, 3, 4)
 #: The header option that holds the connection's client encoding (PostgreSQL's name), and its value when
 #: the option is absent (a file captured in UTF8, which is written without it).
 CLIENT_ENCODING = "client_encoding"
@@ -204,6 +213,62 @@ SLOT_CONFIRMED = message(
     family=SLOT_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
 )
 
-#: Every record kind of a capture file that is not a pgoutput message: the snapshot section's, then
-#: SlotConfirmed.
-CAPTURE_RECORDS = (*SNAPSHOT_RECORDS, SLOT_CONFIRMED)
+
+# -- backfills -----------------------------------------------------------------------------------------------
+
+BACKFILL_FAMILY = "backfill"
+#: The prefix of the logical messages a backfill emits (its watermarks and requests).
+BACKFILL_PREFIX = "replwire.backfill"
+
+BACKFILL_CHUNK = message(
+    b"\x08", "BackfillChunk",
+    field("run", Int32, "Number of the backfill run in this capture (a run copies one table once)."),
+    field("chunk", Int32, "Number of the chunk in its run, from 0."),
+    field("relation_id", Oid, "OID of the table."),
+    field("binary", Int8, "1 when the rows are in COPY's binary format (a --binary capture), 0 for text."),
+    field("rows", Int64, "How many rows the chunk's BackfillRows records hold in all."),
+    field("last", Int8, "1 when the chunk is its run's last: the table has no rows past it."),
+    field("cursor", String, "The key of the last row the chunk read, as a JSON array of the key columns' "
+                            "server texts (empty for the last chunk): the next chunk reads the keys after it."),
+    field("snapshot", String, "The snapshot the chunk was read in (pg_current_snapshot()'s text)."),
+    field("read_us", Int64, "How long the chunk's read took, in microseconds."),
+    field("at_us", Int64, "When the chunk was read: microseconds since 2000-01-01 00:00 UTC."),
+    counted("messages", Int16, SNAPSHOT_SCHEMA_MESSAGE, "message",
+            "The Type messages of the table's user-defined types, then its Relation message, as the chunk "
+            "was read (the published columns, with their key flags): its rows are of this shape."),
+    doc="Starts a chunk of a backfill: the table's rows in a range of its key, as they are at this "
+        "record's LSN (the position of the chunk's closing watermark, whose record comes right before).",
+    family=BACKFILL_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+BACKFILL_ROWS = message(
+    b"\x09", "BackfillRows",
+    field("relation_id", Oid, "OID of the table."),
+    field("binary", Int8, "1 when the rows are in COPY's binary format, 0 for text (as BackfillChunk says)."),
+    field("rows", Int32, "How many rows follow."),
+    field("data", RestBytes, "Whole rows in COPY ... TO STDOUT's form (text, or binary tuples without the "
+                             "file header and trailer), the columns of the chunk's Relation in its order."),
+    doc="Rows of a chunk, at most about 256 KiB of them per record: each is its key's row at the record's "
+        "LSN, and replaces what the key had.",
+    family=BACKFILL_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+BACKFILL_END = message(
+    b"\x0a", "BackfillEnd",
+    field("run", Int32, "Number of the backfill run."),
+    field("relation_id", Oid, "OID of the table."),
+    field("reason", Int8, "0: every row was copied; 1: the table was truncated meanwhile (its rows from then "
+                          "on are all in the stream); 2: cancelled; 3: refused (see message)."),
+    field("chunks", Int32, "How many chunks the run wrote."),
+    field("rows", Int64, "How many rows in all."),
+    field("message", String, "Why, for a run that was refused; empty otherwise."),
+    doc="Ends a backfill run.",
+    family=BACKFILL_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+#: The backfill record kinds.
+BACKFILL_RECORDS = (BACKFILL_CHUNK, BACKFILL_ROWS, BACKFILL_END)
+
+#: Every record kind of a capture file that is not a pgoutput message: the snapshot section's,
+#: SlotConfirmed, and the backfills'.
+CAPTURE_RECORDS = (*SNAPSHOT_RECORDS, SLOT_CONFIRMED, *BACKFILL_RECORDS)

@@ -32,7 +32,7 @@ from replwire.codec.stream.fold import fold
 __all__ = ["fold_batches"]
 
 BATCH_ROWS = 1 << 16  # rows per Arrow batch handed back
-_SETS = ("insert", "snapshot", "update")  # the ops whose row a key keeps when it is the key's last
+_SETS = ("insert", "snapshot", "backfill", "update")  # the ops whose row a key keeps when it is the key's last
 
 
 def fold_batches(batches: Iterable[pa.RecordBatch], columns: Sequence[str], key: Sequence[str],

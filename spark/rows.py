@@ -87,7 +87,7 @@ def _time(outcome: Outcome) -> Any:
         return None
 
 
-_OPS = frozenset(("insert", "update", "delete", "snapshot"))
+_OPS = frozenset(("insert", "update", "delete", "snapshot", "backfill"))
 #: A transaction's facts in the rows: xid, commit_lsn, end_lsn, commit_time, origin name, gid, streamed.
 _Facts = tuple[int | None, int | None, int | None, Any, str | None, str | None, bool | None]
 _NO_TRANSACTION: _Facts = (None,) * 7

@@ -135,7 +135,7 @@ def resume(path: str, confirmed: LSN) -> Resume:
         cut, kept, count = reader.header_end, 0, 0
         size = completed = kept_size = kept_completed = 0  # (the bytes and positions of all, and of the kept)
         reading = reader.records(raw=True)
-        for offset, _, _, data in reading:
+        for offset, lsn, _, data in reading:
             position: int | None
             if data and data[0] == snapshot_records.CONFIRMED:  # where the slot stood (between transactions)
                 if snapshot_records.parse_record(data).lsn <= confirmed:
@@ -143,8 +143,8 @@ def resume(path: str, confirmed: LSN) -> Resume:
                 continue
             count += 1
             size += len(data)
-            if data and data[0] in snapshot_records.KINDS:  # a record of the file's snapshot section, not pgoutput
-                position = snapshot_records.record_completes(data)
+            if data and data[0] in snapshot_records.KINDS:  # a snapshot or backfill record, not pgoutput
+                position = snapshot_records.record_completes(data, lsn)
             else:
                 try:
                     position = tracker.feed(data)
@@ -172,11 +172,11 @@ def _confirmed_after(reader: CaptureReader, start: int, confirmed: LSN) -> int |
     completes (read from each message alone: no stream state is known there), or ``None``."""
     proto, encoding = reader.header.proto_version, reader.header.client_encoding
     found = None
-    for _, _, _, data in reader.records(start, raw=True):
+    for _, lsn, _, data in reader.records(start, raw=True):
         if not data:
             continue
         if data[0] in snapshot_records.KINDS:
-            position = snapshot_records.record_completes(data)
+            position = snapshot_records.record_completes(data, lsn)
         else:
             try:
                 position = message_completes(parse(data, proto_version=proto, encoding=encoding))

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ...schema.capture import BACKFILL_PREFIX
 from ..gc_tuning import fewer_collections
 from ..io.segments import read_records
 from ..scalars import LSN, Timestamp
@@ -62,6 +63,10 @@ class PartDecoder:
         self.outcomes, self.repeated, self.dropped = part.outcome_table(), part.repeated_lone, part.dropped_subxacts
         self.base = part.source.position(0)
         self.sections = snapshot_records.SnapshotReader(self.decoder, self.maker)
+        chunks = part.state.get("chunks")
+        if chunks is not None:  # the shapes of the backfill chunks before the part (a chunk may go on in it)
+            self.sections.chunks.relations.update(chunks["relations"])
+            self.sections.chunks.types.update(chunks["types"])
 
     def decode(self, records: Iterable[tuple[int, int, Any, bytes]]) -> Iterator[Decoded]:
         """The committed changes of ``records`` (raw records of the part: offset, LSN, xid, data)."""
@@ -71,7 +76,8 @@ class PartDecoder:
         new_lsn = int.__new__  # the records' LSNs are unsigned 64-bit already: no need to check them again
         for offset, lsn, _, data in records:
             if data and data[0] in snapshot_records.KINDS:
-                yield from _snapshot_rows(sections, data, lsn, base | offset)
+                if not (repeated and base | offset in repeated):  # (a backfill chunk a resume sent again)
+                    yield from _snapshot_rows(sections, data, lsn, base | offset)
                 continue
             in_stream = decoder.in_stream
             message = decoder.feed(data)
@@ -90,6 +96,8 @@ class PartDecoder:
                                       route.value if outcome.streamed else None)
                 yield Decoded(position, change, outcome)
             elif route.kind is LONE and position not in repeated:
+                if getattr(message, "prefix", None) == BACKFILL_PREFIX:  # a backfill's watermark: not a change
+                    continue
                 yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 
 
@@ -99,7 +107,7 @@ def _snapshot_rows(sections: snapshot_records.SnapshotReader, data: bytes, lsn: 
     they come before every change of the stream), with no commit time; the row at index ``i`` of the record
     has the position of the record plus ``i`` (a record holds more bytes than rows, so these stay below the
     next record's)."""
-    if data[0] != snapshot_records.ROWS_RECORD:
+    if data[0] != snapshot_records.ROWS_RECORD and data[0] != snapshot_records.CHUNK_ROWS:
         sections.feed(data, lsn)
         return
     at = LSN(lsn)

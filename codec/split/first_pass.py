@@ -20,13 +20,13 @@ changes inside it, packed into a few arrays (made into objects when the part is 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..gc_tuning import fewer_collections
 from ..io.positions import message_completes
 from ..io.segments import Input, Reach
-from ..messages import Begin, BeginPrepare, Relation, StreamStart
+from ..messages import Begin, BeginPrepare, Relation, StreamStart, Type
 from ..stream import snapshot_records
 from ..stream.decoder import IDLE, Decoder
 from ..stream.outcome import Outcome
@@ -69,6 +69,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
     transaction of each stretch of row changes, and make the parts: a part starts with an input, or with the
     first run at or past the next multiple of ``target`` bytes from the input's first record."""
     decoder = Decoder(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding)
+    chunks = Decoder(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding)  # backfill chunks' shapes
     router = Router(decoder)
     parts: list[Part] = []
     keys: list[set[int]] = []
@@ -82,6 +83,7 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
     result = Plan(parts, versions)
     streams = router.streams
     last_end = -1
+    chunks_repeated = False  # the last lone message was sent again by a resume (and the chunk after it, if any)
     reach = Reach()  # (last_end and the positions other controls complete: checks each capture's start)
     done = 0  # bytes of the inputs before this one
     source: Input | None = None
@@ -100,27 +102,39 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
         if key is not None:
             part_keys.add(key)
 
-    def relation(source: Input, offset: int, message: Relation) -> None:  # a table's shape, if it is new
+    def relation(source: Input, offset: int, message: Relation, types: Mapping[int, Type] | None = None
+                 ) -> None:  # a table's shape, if it is new
         name = (message.namespace or "pg_catalog", message.name)
         shape = _shape(message)
         if shapes.get(name) != shape:
             shapes[name] = shape
             number = sum(1 for v in versions if (v.schema, v.table) == name) + 1
+            known = decoder.types if types is None else types
             versions.append(RelationVersion(name[0], name[1], number, message,
-                                            tuple(decoder.types.get(c.type_id) for c in message.columns),
+                                            tuple(known.get(c.type_id) for c in message.columns),
                                             source.position(offset)))
 
     def control(source: Input, offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
-        nonlocal last_end
-        if data and data[0] in snapshot_records.KINDS:  # the snapshot section: only its tables' shapes matter here
-            if data[0] == snapshot_records.CONFIRMED:
+        nonlocal last_end, chunks_repeated
+        if data and data[0] in snapshot_records.KINDS:  # snapshot and backfill records: their tables' shapes
+            code = data[0]
+            if code == snapshot_records.CONFIRMED:
                 reach.confirmed(source.path, data, last_end, offset)
-            elif data[0] == snapshot_records.TABLE:
+            elif code == snapshot_records.TABLE:
                 for item in snapshot_records.parse_record(data).messages:
                     schema_message = snapshot_records.schema_message(item.data, decoder.encoding)
                     decoder.remember(schema_message)
                     if isinstance(schema_message, Relation):
                         relation(source, offset, schema_message)
+            elif code in snapshot_records.BACKFILL_KINDS:
+                if chunks_repeated:  # its watermark was sent again by a resume: so is it
+                    repeated_lone[-1].add(source.position(offset))
+                elif code == snapshot_records.CHUNK:  # (its shape, in a decoder of its own: not the stream's)
+                    for item in snapshot_records.parse_record(data).messages:
+                        schema_message = snapshot_records.schema_message(item.data, decoder.encoding)
+                        chunks.remember(schema_message)
+                        if isinstance(schema_message, Relation):
+                            relation(source, offset, schema_message, chunks.types)
             return
         in_stream = decoder.in_stream
         message = decoder.feed(data)
@@ -136,7 +150,8 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
         kind, key = route.kind, route.key
         if kind is LONE:
             end = lsn or None
-            if end is not None and end <= last_end:
+            chunks_repeated = end is not None and end <= last_end
+            if chunks_repeated:
                 repeated_lone[-1].add(source.position(offset))
                 result.repeated += 1
             elif end is not None:
@@ -196,7 +211,10 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
             cut = source.first + ((run.start - source.first) // target + 1) * target
             decoder.skip(skipped)
             skipped = 0
-            part = Part(len(parts), source, run.start, run.stop, router.state())
+            state = router.state()
+            if chunks.relations:  # the shapes of backfill chunks: a chunk's rows may go on in this part
+                state["chunks"] = {"relations": dict(chunks.relations), "types": dict(chunks.types)}
+            part = Part(len(parts), source, run.start, run.stop, state)
             parts.append(part)
             part_keys = set()
             keys.append(part_keys)

@@ -5,7 +5,8 @@ send for it, in the form Kafka Connect's JSON converter writes with ``schemas.en
 ``payload`` alone), so consumers written for Debezium can read replwire's output:
 
 * ``op`` is ``c``/``u``/``d`` for a row change with ``before``/``after``, ``r`` (read) for a row of the
-  initial snapshot (``source.snapshot`` ``"true"``, as the connector marks its snapshot's events), ``t``
+  initial snapshot (``source.snapshot`` ``"true"``, as the connector marks its snapshot's events) or of a
+  backfill (``"incremental"``, as it marks its incremental snapshots' events), ``t``
   for a truncate (one event per truncated table, as Debezium sends them) and ``m`` for a logical message
   (``message`` holds its ``prefix`` and its ``content`` in base64, as the JSON converter writes bytes).
 * ``before`` is the old row as the connector builds it from what the server sent: every column of the table,
@@ -84,7 +85,11 @@ __all__ = ["UNAVAILABLE_VALUE", "DebeziumEvents"]
 #: What stands for a value the server did not send (Debezium's ``unavailable.value.placeholder`` default).
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 
-_OPS = {"insert": "c", "update": "u", "delete": "d", "truncate": "t", "message": "m", "snapshot": "r"}
+_OPS = {"insert": "c", "update": "u", "delete": "d", "truncate": "t", "message": "m", "snapshot": "r",
+        "backfill": "r"}
+#: ``source.snapshot`` of a read event: ``"true"`` for a row of the initial snapshot, ``"incremental"`` for a
+#: backfill's (what the connector writes for the rows of its incremental snapshots).
+_SNAPSHOT_MARK = {"snapshot": "true", "backfill": "incremental"}
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 00:00:00 UTC in microseconds since 1970-01-01
 
 
@@ -448,7 +453,7 @@ class DebeziumEvents:
         now = _times(time.time_ns() // 1000)
         lsn = None if change.lsn is None else int(change.lsn)
         source = {"version": self.version, "connector": "postgresql", "name": self.name,
-                  **(commit if commit is not None else now), "snapshot": "true" if op == "r" else "false",
+                  **(commit if commit is not None else now), "snapshot": _SNAPSHOT_MARK.get(change.op, "false"),
                   "db": self.db,
                   "sequence": json.dumps([self._last_commit, None if lsn is None else str(lsn)],
                                          separators=(",", ":")),

@@ -2,7 +2,8 @@
 
 Rules, per row identity (the values of the ``key`` columns -- the replica identity; all columns for a table
 with REPLICA IDENTITY FULL): an insert -- or a row of the initial snapshot, which comes first, at the
-snapshot's LSN -- sets the row; an update replaces the row its old key names (the key
+snapshot's LSN -- sets the row; a row a backfill read (at its chunk's position) replaces its key's row, or
+sets it; an update replaces the row its old key names (the key
 of its new image when it carried no old one), so a key change moves the row; a delete removes it; a
 TRUNCATE empties the table.  An unchanged TOASTed value -- the server sends "unchanged" instead of a large
 value an update did not touch -- keeps the value the row had (and its unrepresentable text, if it had
@@ -29,8 +30,8 @@ __all__ = ["Change", "fold"]
 
 #: One committed change: ``(op, commit_lsn, position, new, old, unchanged_toast, unrepresentable)``.
 #:
-#: * ``op``: ``"insert"``, ``"update"``, ``"delete"``, ``"truncate"`` or ``"snapshot"`` (a row of the initial
-#:   snapshot: folded as an insert);
+#: * ``op``: ``"insert"``, ``"update"``, ``"delete"``, ``"truncate"``, ``"snapshot"`` (a row of the initial
+#:   snapshot: folded as an insert) or ``"backfill"`` (a row a backfill read: it replaces its key's row);
 #: * ``commit_lsn``, ``position``: the change's place in the stream (its transaction's commit LSN, its index
 #:   in the transaction), which orders the changes;
 #: * ``new``: the values of the table's columns (for a delete without an old key: at least its key values);
@@ -75,6 +76,12 @@ def fold(changes: Iterable[Change], columns: Sequence[str], key: Sequence[str],
                 cut = next(cuts, None)
             if op == "insert" or op == "snapshot":
                 row = (*new, None, odd or None)
+            elif op == "backfill":  # the key's row as it is here: it replaces what the key had
+                row = (*new, None, odd or None)
+                found = ident(row)
+                more.pop(found, None)
+                state[found] = row
+                continue
             elif op == "truncate":
                 state.clear()
                 more.clear()

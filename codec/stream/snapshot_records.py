@@ -1,4 +1,4 @@
-"""Snapshot records: the initial snapshot's section of a capture file, built, parsed and read as rows.
+"""Snapshot and backfill records: the capture file's records of table rows, built, parsed and read as rows.
 
 Strategy: the record kinds are declared in :mod:`replwire.schema.capture` (``SNAPSHOT_RECORDS``); this
 module builds and parses them through those declarations, and turns a section back into changes.  A
@@ -13,6 +13,13 @@ tab, newline, carriage return, backspace, form feed and vertical tab with a back
 and the value's bytes in the type's send format, the same bytes pgoutput's binary mode sends.  Every read
 of a record is bounds-checked: a damaged record raises :class:`SnapshotError` naming the record kind, the
 row and the byte offset.
+
+A backfill's records (``BackfillChunk``, ``BackfillRows``, ``BackfillEnd``; see :mod:`replwire.schema.capture`)
+hold rows the same way: a ``BackfillChunk`` record carries the table's Type and Relation messages as its
+rows were read, which a decoder of the reader's own takes (they never replace the stream's: a chunk read
+after an ``ALTER TABLE`` may be of a shape the stream has not announced yet), and each row of its
+``BackfillRows`` records becomes a change with ``op`` ``"backfill"`` at the record's LSN -- the key's row as
+it is there, which replaces what the key had.
 
 The capture file's other record kind that is no pgoutput message, ``SlotConfirmed`` (:data:`CONFIRMED`:
 where the slot stood, see :mod:`replwire.schema.capture`), is built and parsed here too, so that one test
@@ -38,21 +45,27 @@ from ..wire.fast import build, parse
 from .assembler import Change, ChangeMaker
 from .decoder import Decoder
 
-__all__ = ["BEGIN", "CONFIRMED", "END", "KINDS", "ROWS_RECORD", "SLOT", "TABLE", "TABLE_END", "SnapshotError",
-           "SnapshotReader", "begin_record", "binary_rows", "confirmed_record", "end_record", "kind", "parse_record",
-           "record_completes", "rows_record", "slot_record", "table_end_record", "table_record", "text_rows"]
+__all__ = ["BACKFILL", "BACKFILL_KINDS", "BEGIN", "CHUNK", "CHUNK_ROWS", "CONFIRMED", "END", "KINDS", "RUN_END",
+           "ROWS_RECORD", "SLOT", "TABLE", "TABLE_END", "SnapshotError", "SnapshotReader", "begin_record",
+           "binary_rows", "chunk_record", "chunk_rows_record", "confirmed_record", "end_record", "kind",
+           "parse_record", "record_completes", "rows_record", "run_end_record", "slot_record", "table_end_record",
+           "table_record", "text_rows"]
 
 #: The kinds' first bytes.
 BEGIN, SLOT, TABLE, ROWS_RECORD, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
 #: ``SlotConfirmed``'s first byte.
 CONFIRMED = ord(layout.SLOT_CONFIRMED.tag)
+#: The backfill kinds' first bytes (``BackfillChunk``, ``BackfillRows``, ``BackfillEnd``), and all three.
+CHUNK, CHUNK_ROWS, RUN_END = (ord(spec.tag) for spec in layout.BACKFILL_RECORDS)
+BACKFILL_KINDS = frozenset((CHUNK, CHUNK_ROWS, RUN_END))
 #: The first byte of every capture record kind that is no pgoutput message (the snapshot section's and
 #: ``SlotConfirmed``): a capture record's data is one of them when ``data and data[0] in KINDS`` (written out
 #: where it is read: it runs once per record).
 KINDS = frozenset(ord(spec.tag) for spec in layout.CAPTURE_RECORDS)
 _SPECS = {ord(spec.tag): spec for spec in layout.CAPTURE_RECORDS}
-#: The op of a snapshot row's change.
+#: The op of a snapshot row's change, and of a backfill row's.
 SNAPSHOT = "snapshot"
+BACKFILL = "backfill"
 #: The header ``COPY ... (FORMAT binary)`` starts with (signature, flags, header extension length).
 BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 
@@ -66,11 +79,16 @@ def kind(data: bytes) -> str:
     return _SPECS[data[0]].name
 
 
-def record_completes(data: bytes) -> LSN | None:
-    """The position a record of :data:`KINDS` completes: the consistent point for ``SnapshotEnd`` (the section
-    is whole once it is durable), the position of a ``SlotConfirmed`` (written between transactions), else
-    ``None``."""
-    return LSN(parse_record(data).lsn) if data[0] == END or data[0] == CONFIRMED else None
+def record_completes(data: bytes, lsn: int) -> LSN | None:
+    """The position a record of :data:`KINDS` (whose record has the LSN ``lsn``) completes: the consistent
+    point for ``SnapshotEnd`` (the section is whole once it is durable), the position of a ``SlotConfirmed``
+    (written between transactions), the record's LSN for a backfill record (its chunk's closing watermark,
+    whose record comes before it: each row is whole on its own, so a chunk cut short keeps the rows it has),
+    else ``None``."""
+    code = data[0]
+    if code in BACKFILL_KINDS:
+        return LSN(lsn)
+    return LSN(parse_record(data).lsn) if code == END or code == CONFIRMED else None
 
 
 def parse_record(data: bytes) -> Any:
@@ -127,6 +145,26 @@ def end_record(lsn: LSN, tables: int, rows: int) -> bytes:
     return _build(layout.SNAPSHOT_END, lsn=int(lsn), tables=tables, rows=rows)
 
 
+def chunk_record(run: int, chunk: int, relation: Relation, types: list[Type], *, binary: bool, rows: int,
+                 last: bool, cursor: str, snapshot: str, read_us: int, at_us: int) -> bytes:
+    """A backfill chunk's ``BackfillChunk`` (see :data:`replwire.schema.capture.BACKFILL_CHUNK`): the table's Type
+    messages and Relation, built with replwire's encoder (protocol 1), and what the chunk was."""
+    messages = [{"data": build(m, proto_version=1)} for m in (*types, relation)]
+    return _build(layout.BACKFILL_CHUNK, run=run, chunk=chunk, relation_id=relation.relation_id, binary=int(binary),
+                  rows=rows, last=int(last), cursor=cursor, snapshot=snapshot, read_us=read_us, at_us=at_us,
+                  messages=messages)
+
+
+def chunk_rows_record(relation_id: int, binary: bool, rows: int, data: bytes) -> bytes:
+    # (as rows_record: the rows appended to the fields built before them)
+    return _build(layout.BACKFILL_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b"") + data
+
+
+def run_end_record(run: int, relation_id: int, reason: int, chunks: int, rows: int, message: str = "") -> bytes:
+    return _build(layout.BACKFILL_END, run=run, relation_id=relation_id, reason=reason, chunks=chunks, rows=rows,
+                  message=message)
+
+
 def confirmed_record(lsn: int, at_start: bool) -> bytes:
     """A ``SlotConfirmed``: the slot's confirmed position as streaming starts (``at_start``), or a position
     acknowledged to the server."""
@@ -151,15 +189,16 @@ def _unescape(match: re.Match[bytes]) -> bytes:
 _NULL = TupleColumn(kind="n", data=None)
 
 
-def text_rows(data: bytes, width: int) -> Iterator[list[TupleColumn]]:
-    """The rows of COPY's text form (whole lines) as wire columns; each must have ``width`` fields."""
+def text_rows(data: bytes, width: int, what: str = "SnapshotRows") -> Iterator[list[TupleColumn]]:
+    """The rows of COPY's text form (whole lines) as wire columns; each must have ``width`` fields (``what``:
+    the record kind an error names)."""
     if data and not data.endswith(b"\n"):
-        raise SnapshotError(f"SnapshotRows: the rows do not end with a whole line (at offset {len(data)})")
+        raise SnapshotError(f"{what}: the rows do not end with a whole line (at offset {len(data)})")
     offset = 0
     for number, line in enumerate(data.split(b"\n")[:-1]):
         fields = line.split(b"\t")
         if len(fields) != width:
-            raise SnapshotError(f"SnapshotRows: row {number} (at offset {offset}) has {len(fields)} fields, "
+            raise SnapshotError(f"{what}: row {number} (at offset {offset}) has {len(fields)} fields, "
                                 f"the table {width}")
         yield [_NULL if f == b"\\N" else TupleColumn(kind="t", data=_ESCAPED.sub(_unescape, f) if b"\\" in f else f)
                for f in fields]
@@ -169,27 +208,28 @@ def text_rows(data: bytes, width: int) -> Iterator[list[TupleColumn]]:
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
 
 
-def binary_rows(data: bytes, width: int) -> Iterator[list[TupleColumn]]:
-    """The rows of COPY's binary form (whole tuples, no header or trailer) as wire columns."""
+def binary_rows(data: bytes, width: int, what: str = "SnapshotRows") -> Iterator[list[TupleColumn]]:
+    """The rows of COPY's binary form (whole tuples, no header or trailer) as wire columns (``what``: the
+    record kind an error names)."""
     size, i, number = len(data), 0, 0
     while i < size:
         if i + 2 > size:
-            raise SnapshotError(f"SnapshotRows: row {number} cut short at offset {i}")
+            raise SnapshotError(f"{what}: row {number} cut short at offset {i}")
         (count,) = _INT16.unpack_from(data, i)
         if count != width:
-            raise SnapshotError(f"SnapshotRows: row {number} (at offset {i}) has {count} fields, the table {width}")
+            raise SnapshotError(f"{what}: row {number} (at offset {i}) has {count} fields, the table {width}")
         i += 2
         row = []
         for _ in range(count):
             if i + 4 > size:
-                raise SnapshotError(f"SnapshotRows: row {number} cut short at offset {i}")
+                raise SnapshotError(f"{what}: row {number} cut short at offset {i}")
             (length,) = _INT32.unpack_from(data, i)
             i += 4
             if length == -1:
                 row.append(_NULL)
                 continue
             if length < 0 or i + length > size:
-                raise SnapshotError(f"SnapshotRows: row {number}: a field of {length} bytes at offset {i} runs "
+                raise SnapshotError(f"{what}: row {number}: a field of {length} bytes at offset {i} runs "
                                     f"past the record's {size}")
             row.append(TupleColumn(kind="b", data=data[i:i + length]))
             i += length
@@ -223,14 +263,19 @@ class SnapshotReader:
     def __init__(self, decoder: Decoder, maker: ChangeMaker) -> None:
         self.decoder, self.maker = decoder, maker
         self.section: SectionState | None = None
+        self.chunks = Decoder(decoder.proto_version, decoder.encoding)  # the shapes backfill chunks were read in
 
     def feed(self, data: bytes, lsn: int | None = None) -> list[Change]:
         code = data[0]
-        if code == ROWS_RECORD:
+        if code == ROWS_RECORD or code == CHUNK_ROWS:
             return list(self.rows(data, lsn))
         fields = parse_record(data)
-        if code == CONFIRMED:
-            return []  # where the slot stood: no rows
+        if code == CONFIRMED or code == RUN_END:
+            return []  # where the slot stood, or a backfill run's end: no rows
+        if code == CHUNK:
+            for item in fields.messages:
+                self.chunks.remember(schema_message(item.data, self.chunks.encoding))
+            return []
         if code == BEGIN:
             self.section = SectionState(fields.slot, bool(fields.binary))
         elif code == SLOT:
@@ -249,27 +294,34 @@ class SnapshotReader:
         return self.section
 
     def rows(self, data: bytes, lsn: int | None) -> Iterator[Change]:
-        """The changes of one ``SnapshotRows`` record."""
+        """The changes of one ``SnapshotRows`` or ``BackfillRows`` record."""
         fields = parse_record(data)
-        relation = self.decoder.relations.get(fields.relation_id)
+        backfill = data[0] == CHUNK_ROWS
+        decoder = self.chunks if backfill else self.decoder
+        relation = decoder.relations.get(fields.relation_id)
         if relation is None:
-            raise SnapshotError(f"SnapshotRows: relation {fields.relation_id} is unknown: no SnapshotTable "
-                                "record for it came before")
-        section = self._open()
-        at = LSN(lsn) if lsn else section.lsn
+            raise SnapshotError(f"{kind(data)}: relation {fields.relation_id} is unknown: no "
+                                f"{'BackfillChunk' if backfill else 'SnapshotTable'} record for it came before")
+        at: LSN | None
+        if backfill:
+            if not lsn:
+                raise SnapshotError("BackfillRows: a record without an LSN (its chunk's position)")
+            at, op = LSN(lsn), BACKFILL
+        else:
+            at, op = (LSN(lsn) if lsn else self._open().lsn), SNAPSHOT
         width = len(relation.columns)
         body = bytes(fields.data)
         parse = binary_rows if fields.binary else text_rows
         schema = None
         maker = self.maker
         count = 0
-        for columns in parse(body, width):
+        for columns in parse(body, width, kind(data)):
             message = Insert(xid=None, relation_id=fields.relation_id, new=columns)
             if schema is None:
-                schema = maker.schema_for(self.decoder, message)
+                schema = maker.schema_for(decoder, message)
             change = maker.change(message, schema, at, None)
-            change.op = SNAPSHOT
+            change.op = op
             count += 1
             yield change
         if count != fields.rows:
-            raise SnapshotError(f"SnapshotRows: the record says {fields.rows} rows, its data holds {count}")
+            raise SnapshotError(f"{kind(data)}: the record says {fields.rows} rows, its data holds {count}")

@@ -334,8 +334,8 @@ def test_snapshot_records_are_laid_out_as_declared():
     assert end == b"\x06" + bytes.fromhex("0000000000000010" "00000001" "0000000000000007")
     parsed = snapshot_records.parse_record(snapshot_records.rows_record(16385, False, 1, b"x\n"))
     assert (parsed.relation_id, parsed.binary, parsed.rows, parsed.data) == (16385, 0, 1, b"x\n")
-    assert snapshot_records.record_completes(snapshot_records.end_record(LSN(0x10), 1, 7)) == 0x10
-    assert snapshot_records.record_completes(snapshot_records.begin_record("s", False)) is None
+    assert snapshot_records.record_completes(snapshot_records.end_record(LSN(0x10), 1, 7), 0x10) == 0x10
+    assert snapshot_records.record_completes(snapshot_records.begin_record("s", False), 0) is None
     with pytest.raises(snapshot_records.SnapshotError, match="SnapshotEnd"):
         snapshot_records.parse_record(b"\x06\x00")
     with pytest.raises(snapshot_records.SnapshotError, match="not a snapshot record"):
