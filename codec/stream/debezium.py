@@ -75,7 +75,7 @@ from ..messages import Delete, Insert, TupleColumn, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
 from .assembler import Change, ChangeMaker, Rendered, Transaction, relation_namespace
-from .jsonl import _STRING, ENCODE, RowJson, json_value
+from .jsonl import _STRING, ENCODE, RowJson, json_value, line_bytes, plan_encoding
 from .value_types import UNCHANGED_TOAST
 from .values import RowSchema, ValueLoader
 
@@ -227,7 +227,7 @@ class DebeziumEvents:
                  f'"name":{_STRING(self.name)},"ts_ms":')
         middle = f',"snapshot":"false","db":{_STRING(self.db)},"sequence":"['
         last = -1 if self._last_commit is None else int(self._last_commit)
-        self._events_key, self._events = key, (start.encode(), middle.encode(), self.tombstones, last)
+        self._events_key, self._events = key, (line_bytes(start), line_bytes(middle), self.tombstones, last)
         return self._events
 
     def written_through(self, commit_lsn: int) -> None:
@@ -235,16 +235,20 @@ class DebeziumEvents:
         the next events' ``source.sequence`` starts with it."""
         self._last_commit = str(commit_lsn)
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None:
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...], int] | None:
         """What the compiled row path renders the events of ``schema``'s relation with (the arguments of
         ``rows_plan``): the ``source`` block's table keys, in the place of a JSON lines plan's line starts,
-        and the columns (:meth:`RowJson.plan_columns`); ``None`` for a relation whose events the typed dicts
-        write (two columns of one name)."""
+        the columns (:meth:`RowJson.plan_columns`) and what their text is in; ``None`` for a relation whose
+        events the typed dicts write (two columns of one name, or a SQL_ASCII name with bytes 128-255: the
+        compiled writer counts the events per table by the keys' text, which must read back as the name)."""
         relation = self._relation(schema)
         if relation.keys is None:
             return None
-        names = relation.names.encode()
-        return (names, names, names), self._row_json().plan_columns(schema)
+        try:
+            names = relation.names.encode()
+        except UnicodeEncodeError:
+            return None
+        return (names, names, names), self._row_json().plan_columns(schema), plan_encoding(self.encoding)
 
     def _row_json(self) -> RowJson:
         rows = self._rows
@@ -292,7 +296,7 @@ class DebeziumEvents:
             if message.__class__ is Rendered:
                 assert COMPILED is not None  # (only the compiled row path renders)
                 if joined is None:
-                    joined = (head.encode(), xid.encode(), tail.encode())
+                    joined = (line_bytes(head), xid.encode(), line_bytes(tail))
                 data, order.total = COMPILED.rows_join_debezium(message.data, *joined, message.dropped or None,
                                                                 per_table, order.total, tombstones)
                 yield data
