@@ -360,3 +360,78 @@ def test_the_string_fuzz_target_on_its_seeds_and_every_cut(seed):
     for encoding in range(4):
         for cut in range(1, len(seed) + 1):
             fuzz.fuzz_strings(bytes([encoding]) + seed[1:cut])
+
+
+# -- real servers ---------------------------------------------------------------------------------------------
+
+#: A table of the kinds of text a row carries, in a database of each encoding: names past ASCII, text with
+#: quotes, backslashes and control characters, varchar, an enum (no Type message: its text), json, jsonb, text[]
+#: and typed columns beside them.
+_DDL = (b'CREATE TYPE "humeur" AS ENUM (\'gai\', \'tr\xe8s gai\', \'\xff\'); '
+        b'CREATE TABLE "caf\xe9" (id int PRIMARY KEY, "na\xefve" text, v varchar(40), h "humeur", j json, '
+        b'"cl\xe9s" jsonb, t text[], prix numeric, at timestamptz)')
+#: Each row's texts: every byte 0xa0-0xff and 0x80-0x9f (LATIN1's C1 controls), escapes.
+_TEXTS = [bytes(range(0xA0, 0x100)), b'q"uote \\ back\\slash \x01\x1f\t\n\x7f', bytes(range(0x80, 0xA0)),
+          b"cr\xe8me br\xfbl\xe9e"]
+
+
+def _server_stream(server, dbname: str, encoding: str, slot: str, binary: bool) -> list[tuple[int, int, bytes]]:
+    """The ``(lsn, xid, data)`` records of the table's changes (plain and two-phase transactions, one with an
+    Origin) as the server sends them to a client in ``encoding`` (``binary``: values in binary format)."""
+    from tests.support.encodings import connect, database
+
+    database(server, dbname, encoding)
+    with connect(server, dbname, encoding) as conn:
+        conn.execute(_DDL)
+        conn.execute(b'CREATE PUBLICATION pub FOR TABLE "caf\xe9"')
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, true)", (slot,))
+        origin = b"or\xedgen \xff " + dbname.encode()
+        conn.execute(b"SELECT pg_replication_origin_create('" + origin + b"')")
+        conn.execute(b"SELECT pg_replication_origin_session_setup('" + origin + b"')")
+        for i, text in enumerate(_TEXTS):
+            quoted = b"E'" + text.replace(b"\\", b"\\\\").replace(b"'", b"''") + b"'"
+            conn.execute(b'INSERT INTO "caf\xe9" VALUES (' + str(i).encode() + b", " + quoted + b", left(" + quoted
+                         + b", 40), '" + (b"tr\xe8s gai" if i % 2 else b"\xff") + b"', json_build_object("
+                         + quoted + b", " + quoted + b"), jsonb_build_object(" + quoted + b", ARRAY[" + quoted
+                         + b"]), ARRAY[" + quoted + b", 'NULL', NULL, 'a b'], 12.50, '2026-11-29 10:00:00.5+00')")
+        conn.execute("SELECT pg_replication_origin_session_reset()")
+        conn.execute("BEGIN")
+        conn.execute(b'UPDATE "caf\xe9" SET "na\xefve" = "na\xefve" || \'\xe9\' WHERE id < 2')
+        conn.execute(b"PREPARE TRANSACTION 'g\xefd \xff'")
+        conn.execute(b"COMMIT PREPARED 'g\xefd \xff'")
+        conn.execute(b'DELETE FROM "caf\xe9" WHERE id = 3')
+        peek = ("SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                "'proto_version', '3', 'publication_names', 'pub', 'two_phase', 'on', 'binary', %s)")
+        rows = conn.execute(peek, (slot, "true" if binary else "false")).fetchall()
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    return [(int(LSN(lsn if isinstance(lsn, str) else lsn.decode())), xid, bytes(data)) for lsn, xid, data in rows]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_real_server_streams(pg18, tmp_path, encoding, binary):
+    """A LATIN1 and a SQL_ASCII database's stream, text and binary: the compiled writers print the Python
+    writers' bytes (and the command the Python codec's), and the values read back as the server's bytes."""
+    dbname = f"jsonl_{encoding.lower()}_{'binary' if binary else 'text'}"
+    records = _server_stream(pg18, dbname, encoding, "jsonl_enc", binary)
+    path = write(tmp_path / "s.rwc", records, encoding, "capture")
+    got, counts = decode(path, encoding, compiled=True)
+    expected, _ = decode(path, encoding, compiled=False)
+    assert got == expected
+    assert counts["written"] == 4 + 2 + 1, counts  # every change by the compiled writers
+    assert _command(path, "c") == _command(path, "python") == got
+    codec = ENCODINGS[encoding]
+    lines = [json.loads(line) for line in got.splitlines()]
+    assert [line["op"] for line in lines] == ["insert"] * 4 + ["update"] * 2 + ["delete"]
+    assert lines[0]["table"] == b"caf\xe9".decode(codec)
+    assert lines[0]["origin"].startswith(b"or\xedgen \xff".decode(codec))
+    assert {line.get("gid") for line in lines[4:6]} == {b"g\xefd \xff".decode(codec)}
+    for line, text in zip(lines, _TEXTS):
+        value = text.decode(codec)
+        new = line["new"]
+        assert new[b"na\xefve".decode(codec)] == value and new["v"] == text[:40].decode(codec)
+        assert json.loads(new["j"]) == {value: value} and json.loads(new[b"cl\xe9s".decode(codec)]) == {value: [value]}
+        assert new["t"] == [value, "NULL", None, "a b"]
+        if not binary:  # (an enum's binary value, of a type replwire does not know, is its bytes in hex)
+            assert new["h"] == (b"tr\xe8s gai" if new["id"] % 2 else b"\xff").decode(codec)
