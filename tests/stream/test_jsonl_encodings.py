@@ -411,17 +411,22 @@ def _server_stream(server, dbname: str, encoding: str, slot: str, binary: bool) 
 @pytest.mark.server
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("encoding", list(ENCODINGS))
-def test_real_server_streams(pg18, tmp_path, encoding, binary):
+@pytest.mark.parametrize("major", [15, 18])
+def test_real_server_streams(request, tmp_path, major, encoding, binary):
     """A LATIN1 and a SQL_ASCII database's stream, text and binary: the compiled writers print the Python
-    writers' bytes (and the command the Python codec's), and the values read back as the server's bytes."""
+    writers' bytes (and the command the Python codec's, its Debezium events too), and the values read back
+    as the server's bytes."""
     dbname = f"jsonl_{encoding.lower()}_{'binary' if binary else 'text'}"
-    records = _server_stream(pg18, dbname, encoding, "jsonl_enc", binary)
+    records = _server_stream(request.getfixturevalue(f"pg{major}"), dbname, encoding, "jsonl_enc", binary)
     path = write(tmp_path / "s.rwc", records, encoding, "capture")
     got, counts = decode(path, encoding, compiled=True)
     expected, _ = decode(path, encoding, compiled=False)
     assert got == expected
     assert counts["written"] == 4 + 2 + 1, counts  # every change by the compiled writers
     assert _command(path, "c") == _command(path, "python") == got
+    events = _command(path, "c", "--format", "debezium")
+    assert _no_times(events) == _no_times(_command(path, "python", "--format", "debezium"))
+    assert len(events.splitlines()) == 7 + 1  # (a tombstone after the delete)
     codec = ENCODINGS[encoding]
     lines = [json.loads(line) for line in got.splitlines()]
     assert [line["op"] for line in lines] == ["insert"] * 4 + ["update"] * 2 + ["delete"]
