@@ -73,8 +73,10 @@ class RowWriter(Protocol):
 class Written:
     """Lines the compiled row path wrote for a run of plain transactions of an input (what its
     :class:`RowWriter` writes for them -- JSON lines or Debezium's events -- each line ending in a newline),
-    as the UTF-8 ``data`` a text stream would write of them: the ``records`` they were, the ``transactions``
-    and ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
+    as the UTF-8 ``data`` a text stream would write of them (with ``errors="backslashreplace"``, as ``replwire
+    decode``'s standard output: a SQL_ASCII stream's surrogates as the JSON escapes ``\\udc80``-``\\udcff``,
+    :func:`~replwire.codec.stream.jsonl.line_bytes`): the ``records`` they were, the ``transactions`` and
+    ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
 
     data: bytes
     records: int
