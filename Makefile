@@ -7,8 +7,8 @@
 #   make docs    the documentation site, built strictly into build/site/
 #   make fuzz    a minute of coverage-guided fuzzing of the decoder and encoder, then 30 s of serve's
 #                protocol core
-#   make fuzz-compiled  a minute each of the compiled codec, its typed-column reader and decode's compiled
-#                row path, built with clang's ASan and UBSan
+#   make fuzz-compiled  a minute each of the compiled codec, its typed-column reader, its JSON row writer's
+#                text in each client encoding and decode's compiled row path, built with clang's ASan and UBSan
 
 VENV := $(CURDIR)/.venv
 # .venv activated: its bin/ first on PATH, for the commands below and whatever they start (Spark's Python

@@ -20,7 +20,7 @@
  * rows_plan), every tuple as wide as its relation, every value of a form the JSON writer writes in C or
  * through the plan's function.  At anything else -- a Relation, a stream block's start or end, a two-phase
  * transaction's ends, a value of another form, a row that is not (lsn, xid, data), a capture record that is
- * torn or fails its checksum, bytes that do not scan, text that is not UTF-8 -- rows_run stops at the start
+ * torn or fails its checksum, bytes that do not scan, text not valid in its encoding -- rows_run stops at the start
  * of that transaction, rows_body at that record, and says so; the caller hands that input to the Python
  * path, which gives the exact result or the exact error.  The only memory they take is the decoded row (at
  * most half the input row) and the output (proportional to the input). */
@@ -246,7 +246,7 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
     return Py_BuildValue("(Ky#n)", (unsigned long long)lsn, (const char *)d, n, end - at);
 }
 
-/* rows_run(data, final, plans, proto_version, last_end, frame, events[, two_phase]) -> (consumed, lines,
+/* rows_run(data, final, plans, proto_version, last_end, frame, events[, two_phase[, encoding]]) -> (consumed, lines,
  * records, transactions, changes, repeated, last_end, declined, last_commit): the whole transactions of the
  * records in
  * data -- COPY-CSV rows, or capture file records laid out as ``frame`` says (a tuple of the Frame's fields) --
@@ -267,18 +267,24 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
  * and a Rollback Prepared complete positions too, which the caller's reach of the stream must count (a
  * capture's start is checked against it): last_end is raised to the later of the two ends of one taken
  * -- no transaction printed later ends before it, the stream being in the order of its ends -- and a
- * Commit Prepared's end, which last_end then holds, is past its Prepare's. */
+ * Commit Prepared's end, which last_end then holds, is past its Prepare's.  ``encoding`` (ENC_*, UTF-8 if not
+ * given) is what an Origin's name and a gid are in, written as the plans' text is (put_string). */
 static PyObject *c_rows_run(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    int final, pv, two_phase = 0;
+    int final, pv, two_phase = 0, enc = ENC_UTF8;
     PyObject *plans, *framing, *events;
     long long last_in, last_commit = -1;
     Frame frame = {0};
     Events ev = {0};
-    if (!PyArg_ParseTuple(args, "y*pO!iLOO|p:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing,
-                          &events, &two_phase))
+    if (!PyArg_ParseTuple(args, "y*pO!iLOO|pi:rows_run", &view, &final, &PyDict_Type, &plans, &pv, &last_in, &framing,
+                          &events, &two_phase, &enc))
         return NULL;
+    if (enc < 0 || enc > ENC_LAST) {
+        PyErr_SetString(PyExc_ValueError, "rows_run: not an encoding of the row writer");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     int capture = framing != Py_None;
     if (events != Py_None) {
         if (!PyTuple_Check(events)) PyErr_SetString(PyExc_TypeError, "rows_run: events must be a tuple or None");
@@ -379,7 +385,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             if (d[0] == TAG_Origin && taken == 2) {  /* (the record after the Begin) */
                 Field O[N_Origin];
                 if (!s_Origin(d, n, pv, 0, O)) goto decline;
-                r = put_string(&origin, d + O[F_Origin_name].at, O[F_Origin_name].len);
+                r = put_string(&origin, d + O[F_Origin_name].at, O[F_Origin_name].len, enc);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 continue;
@@ -397,7 +403,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                                               * record reuses) */
                 PUT(&gid, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len);
                 prepare_end = P[F_Prepare_end_lsn].v;
-                r = put_string(&gid_json, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len);
+                r = put_string(&gid_json, d + P[F_Prepare_gid].at, P[F_Prepare_gid].len, enc);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
                 state = 2;

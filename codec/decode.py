@@ -28,7 +28,6 @@ from .split.compiled_path import CompiledPath
 from .stream import snapshot_records
 from .stream.assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
 from .stream.decoder import IDLE, Decoder, StreamStateError
-from .wire.fast import COMPILED
 
 if TYPE_CHECKING:
     from .messages import Relation
@@ -59,9 +58,9 @@ class RowWriter(Protocol):
     """A writer of lines the compiled row path writes for (:class:`~replwire.codec.stream.jsonl.JsonLines`,
     :class:`~replwire.codec.stream.debezium.DebeziumEvents`)."""
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None:
-        """Its plan for a relation's changes (the arguments of ``rows_plan``; ``None``: none, their
-        transactions go to the writer as items)."""
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...], int] | None:
+        """Its plan for a relation's changes (the arguments of ``rows_plan``: line starts, columns, and what
+        their text is in; ``None``: none, their transactions go to the writer as items)."""
 
     def compiled_events(self) -> tuple[bytes, bytes, bool, int] | None:
         """What the row path writes Debezium's events with (``rows_run``'s ``events``), ``None`` for JSON
@@ -75,8 +74,10 @@ class RowWriter(Protocol):
 class Written:
     """Lines the compiled row path wrote for a run of plain transactions of an input (what its
     :class:`RowWriter` writes for them -- JSON lines or Debezium's events -- each line ending in a newline),
-    as the UTF-8 ``data`` a text stream would write of them: the ``records`` they were, the ``transactions``
-    and ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
+    as the UTF-8 ``data`` a text stream would write of them (with ``errors="backslashreplace"``, as ``replwire
+    decode``'s standard output: a SQL_ASCII stream's surrogates as the JSON escapes ``\\udc80``-``\\udcff``,
+    :func:`~replwire.codec.stream.jsonl.line_bytes`): the ``records`` they were, the ``transactions`` and
+    ``changes`` printed, and the transactions a resume sent again (``repeated``, not printed)."""
 
     data: bytes
     records: int
@@ -118,6 +119,9 @@ class _RowPath(CompiledPath):
         self.last_end = -1
         self.rendered = 0  # records taken by rows_body (into Rendered runs) so far
         self._events = lines.compiled_events() is not None  # (Debezium's events, else JSON lines)
+        from .stream.jsonl import plan_encoding
+
+        self._encoding = plan_encoding(source.encoding)  # (what an Origin's name and a gid are in)
         self._maker = ChangeMaker(typed=False, rows=False, encoding=source.encoding)  # (for row schemas)
         self._running: Generator[Any, None, None] | None = None
 
@@ -146,7 +150,7 @@ class _RowPath(CompiledPath):
         events = self.lines.compiled_events() if self._events else None
         consumed, lines, records, transactions, changes, repeated, self.last_end, declined, last_commit = (
             self.rows.rows_run(data, eof, self.plans(decoder, self._maker), decoder.proto_version, self.last_end,
-                               self.frame, events, not self.assembler.prepared_waiting))
+                               self.frame, events, not self.assembler.prepared_waiting, self._encoding))
         if events and last_commit != events[3]:
             self.lines.written_through(last_commit)
         if not records:
@@ -180,13 +184,14 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     :class:`RecordError`.  ``rows=False``: no row dicts (see :class:`~replwire.codec.Assembler`).
 
     With ``lines`` (the :class:`RowWriter` the caller writes the items with), the compiled row path, where
-    the compiled codec is in use, writes for UTF-8 inputs the plain transactions itself -- they come as
+    the compiled codec is in use and writes the input's text (:func:`~replwire.codec.stream.jsonl.compiled_rows`:
+    UTF-8, LATIN1, SQL_ASCII), writes the plain transactions itself -- they come as
     :class:`Written` lines (the same text), not as items -- and renders the changes inside the others into
     their buffers (the writer finishes them at their commit); where the Python codec is, and ``lines`` writes
     JSON lines, :class:`~replwire.codec.stream.jsonl.PlainRuns` does the same in Python: the plain
     transactions come as :class:`Written` lines, and the row changes of stream blocks go into their
     transactions' buffers as rendered runs."""
-    from .stream.jsonl import JsonLines, PlainRun, PlainRuns
+    from .stream.jsonl import JsonLines, PlainRun, PlainRuns, compiled_rows
 
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
                           rows=rows)
@@ -200,8 +205,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if source.index:
             assembler.resume()
         path: _RowPath | PlainRuns | None = None
-        if lines is not None and COMPILED is not None and source.encoding == UTF8:
-            path = _RowPath(source, assembler, lines, COMPILED)
+        compiled = compiled_rows(source.encoding)
+        if lines is not None and compiled is not None:
+            path = _RowPath(source, assembler, lines, compiled)
             path.last_end = last_end
         elif isinstance(lines, JsonLines) and source.encoding == UTF8:
             path = PlainRuns(read_records(source, raw=True), lines, assembler, last_end)

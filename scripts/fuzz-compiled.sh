@@ -9,8 +9,10 @@
 # library holding ASan (with UBSan's handlers) and libFuzzer, linked from clang's runtime archives, so that
 # libFuzzer also sees the C code's coverage (atheris then uses that libFuzzer instead of its own).  The
 # harness is `replwire fuzz`'s: every input parsed and built by the codec in use and by the reference;
-# then the typed-column reader's (replwire.codec.stream.fuzz: any bytes as the texts of a column), then the
-# compiled row path's (replwire.codec.split.fuzz: any bytes as COPY-CSV rows or capture records).
+# then the typed-column reader's (replwire.codec.stream.fuzz: any bytes as the texts of a column), the JSON row
+# writer's text in each client encoding it reads (replwire.codec.stream.fuzz: any bytes as UTF-8, LATIN1 or
+# SQL_ASCII text), then the compiled row path's (replwire.codec.split.fuzz: any bytes as COPY-CSV rows or
+# capture records).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,5 +52,10 @@ print('fuzz-compiled: fuzzing', fast._COMPILED.__file__)"
 "$PY" -m replwire.codec.cli fuzz --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled
 "$PY" -m replwire.codec.cli fuzz --target replwire.codec.stream.fuzz:fuzz_texts --corpus "$BUILD/texts-corpus" \
     --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-texts
+# (the JSON row writer's text starts from its own inputs as well as the module's SEEDS)
+"$PY" -c "import pathlib; from replwire.codec.stream.fuzz import STRING_SEEDS
+from replwire.codec.testing.fuzz import write_corpus; write_corpus(pathlib.Path('$BUILD/strings-corpus'), STRING_SEEDS)"
+"$PY" -m replwire.codec.cli fuzz --target replwire.codec.stream.fuzz:fuzz_strings --corpus "$BUILD/strings-corpus" \
+    --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-strings
 exec "$PY" -m replwire.codec.cli fuzz --target replwire.codec.split.fuzz:fuzz_rows --corpus "$BUILD/rows-corpus" \
     --seconds "$SECONDS_TO_FUZZ" --artifacts fuzz-findings/compiled-rows

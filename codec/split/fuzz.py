@@ -26,6 +26,9 @@ Stream Commits and Stream Aborts besides (the seeds have a streamed transaction 
 the open streamed transactions as xids to keys inside the input, hands back only Relations that are the plans'
 but for the xid, and gives each streamed row the facts given and a subxid, each plain row none.
 
+The input's length picks what ``rows_run`` reads its text as (its ``encoding`` and its plans'): UTF-8, LATIN1
+or SQL_ASCII; its lines are UTF-8 whichever it is (the column path is held to its lines only for UTF-8).
+
 With bit 7 set, ``rows_run`` writes Debezium's events (a relation's plan of that form): as many as it
 counts changes, each with before, after and source first, a tombstone after a delete's.  And the input
 goes to the body path (``rows_body``, then ``rows_join``), walked over the input as the row path walks it:
@@ -108,8 +111,9 @@ _LAST_WAYS = (*range(2, max(TEXT_WAYS.values()) + 1), *(ARRAY + TEXT_WAYS[way] f
 _KEYS = ("op", "schema", "table", "xid", "lsn", "commit_lsn", "commit_time")
 
 
-def _plans(debezium: bool = False) -> dict[int, Any]:
-    """The relations' plans: for JSON lines, or (``debezium``) for Debezium's events."""
+def _plans(debezium: bool = False, encoding: int = 0) -> dict[int, Any]:
+    """The relations' plans: for JSON lines, or (``debezium``) for Debezium's events; their text in ``encoding``
+    (row_ways.ENCODINGS)."""
     if COMPILED is None:
         return {}
     starts = tuple(f'{{"op":"{op}","schema":"public","table":"t","xid":'.encode() for op in ("insert", "update",
@@ -121,15 +125,19 @@ def _plans(debezium: bool = False) -> dict[int, Any]:
 
     columns = tuple((f'"{name}":'.encode(), way, name == "id", call, name, *_BINARY[name])
                     for name, way in _COLUMNS)
-    plans = {_RELATION: COMPILED.rows_plan(starts, columns)}
+    plans = {_RELATION: COMPILED.rows_plan(starts, columns, encoding)}
     for way in _LAST_WAYS:  # a text column, then one of the way
         plans[_RELATION + way] = COMPILED.rows_plan(starts, ((b'"s":', 1, True, call, "s"), (b'"v":', way, False, call,
-                                                                                         "v")))
+                                                                                         "v")), encoding)
     return plans
 
 
 _PLANS = _plans()
 _DEBEZIUM_PLANS = _plans(debezium=True)
+#: The plans of each encoding the row path reads (0, UTF-8: the two above), for JSON lines and Debezium's events.
+_ENCODED_PLANS = {(0, False): _PLANS, (0, True): _DEBEZIUM_PLANS,
+                  **{(encoding, debezium): _plans(debezium, encoding)
+                     for encoding in (1, 2) for debezium in (False, True)}}
 
 
 def _transactions() -> list[tuple[int, bytes]]:
@@ -241,9 +249,10 @@ def fuzz_rows(data: bytes) -> None:
     flags, body = data[0], data[1:]
     frame = _FRAME if flags & 1 else None
     debezium = bool(flags & 128)
+    encoding = len(body) % 3  # UTF-8, LATIN1, SQL_ASCII
     consumed, data, records, transactions, changes, repeated, last_end, declined, last_commit = COMPILED.rows_run(
-        body, bool(flags & 2), _DEBEZIUM_PLANS if debezium else _PLANS, 1 + (flags >> 2) % 4, -1, frame,
-        _EVENTS if debezium else None, True)
+        body, bool(flags & 2), _ENCODED_PLANS[encoding, debezium], 1 + (flags >> 2) % 4, -1, frame,
+        _EVENTS if debezium else None, True, encoding)
     text = data.decode("utf-8")  # (the lines are UTF-8, whatever the input held)
     if not 0 <= consumed <= len(body):
         raise AssertionError(f"took {consumed} bytes of {len(body)}")
@@ -262,7 +271,7 @@ def fuzz_rows(data: bytes) -> None:
     if transactions + repeated > records:
         raise AssertionError(f"{transactions}+{repeated} transactions of {records} records")
     _fuzz_columns(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, not flags & 16, consumed,
-                  lines if not repeated and not debezium else None)
+                  lines if not repeated and not debezium and not encoding else None)
     _skim(flags, body)
     _bodies(body, bool(flags & 2), 1 + (flags >> 2) % 4, frame, bool(flags & 64), debezium)
 

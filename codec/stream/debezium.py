@@ -76,7 +76,7 @@ from ..messages import Delete, Insert, TupleColumn, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
 from .assembler import Change, ChangeMaker, Rendered, Transaction, relation_namespace
-from .jsonl import _STRING, ENCODE, RowJson, json_value
+from .jsonl import _STRING, ENCODE, RowJson, json_value, line_bytes, plan_encoding
 from .value_types import UNCHANGED_TOAST
 from .values import RowSchema, ValueLoader
 
@@ -131,14 +131,22 @@ def _times(micros: int) -> dict[str, int]:
 
 
 def _table_keys(schema: str, table: str) -> str:
-    """The ``schema``, ``table`` and ``txId`` keys of a table's events' ``source`` block, up to the xid: also
-    what ``data_collection_order`` counts the events under (one text per table)."""
+    """The ``schema``, ``table`` and ``txId`` keys of a table's events' ``source`` block, up to the xid: also,
+    through :func:`_count_key`, what ``data_collection_order`` counts the events under (one text per table)."""
     return f',"schema":{_STRING(schema)},"table":{_STRING(table)},"txId":'
+
+
+def _count_key(names: str) -> str:
+    """What a table's events are counted under in ``data_collection_order`` (:class:`_Order`): its
+    :func:`_table_keys` as the compiled writer reads them back from the UTF-8 it writes them in
+    (:func:`~replwire.codec.stream.jsonl.line_bytes`: the same text but for a SQL_ASCII name's surrogates,
+    there as their JSON escapes)."""
+    return line_bytes(names).decode("utf-8")
 
 
 class _Order:
     """A transaction's ``transaction`` block as its events come: ``total_order`` and, per table (by
-    :func:`_table_keys`), ``data_collection_order`` (tombstones are not counted)."""
+    :func:`_count_key`), ``data_collection_order`` (tombstones are not counted)."""
 
     __slots__ = ("per_table", "total", "tx_id")
 
@@ -154,7 +162,7 @@ class _Order:
         for event, (schema, name) in events:
             if event is not None:
                 self.total += 1
-                table = _table_keys(schema, name)
+                table = _count_key(_table_keys(schema, name))
                 per_table[table] = per_table.get(table, 0) + 1
                 event["transaction"] = {"id": self.tx_id, "total_order": self.total,
                                         "data_collection_order": per_table[table]}
@@ -166,12 +174,13 @@ class _Relation:
     ``schema``/``table`` keys of ``source``, the table's key for ``data_collection_order``, and how an old
     key becomes ``before`` (``None``: names repeat, the typed path writes its rows)."""
 
-    __slots__ = ("keys", "names", "schema")
+    __slots__ = ("counted", "keys", "names", "schema")
 
     def __init__(self, schema: RowSchema) -> None:
         relation = schema.relation
         self.schema = schema
         self.names = _table_keys(relation_namespace(relation), relation.name)
+        self.counted = _count_key(self.names)
         columns = relation.columns
         unique = len({c.name for c in columns}) == len(columns)
         self.keys: tuple[bool, ...] | None = tuple(bool(c.flags & 1) for c in columns) if unique else None
@@ -232,7 +241,7 @@ class DebeziumEvents:
                  f'"name":{_STRING(self.name)},"ts_ms":')
         middle = f',"snapshot":"false","db":{_STRING(self.db)},"sequence":"['
         last = -1 if self._last_commit is None else int(self._last_commit)
-        self._events_key, self._events = key, (start.encode(), middle.encode(), self.tombstones, last)
+        self._events_key, self._events = key, (line_bytes(start), line_bytes(middle), self.tombstones, last)
         return self._events
 
     def written_through(self, commit_lsn: int) -> None:
@@ -240,16 +249,16 @@ class DebeziumEvents:
         the next events' ``source.sequence`` starts with it."""
         self._last_commit = str(commit_lsn)
 
-    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...]] | None:
+    def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[Any, ...], int] | None:
         """What the compiled row path renders the events of ``schema``'s relation with (the arguments of
         ``rows_plan``): the ``source`` block's table keys, in the place of a JSON lines plan's line starts,
-        and the columns (:meth:`RowJson.plan_columns`); ``None`` for a relation whose events the typed dicts
-        write (two columns of one name)."""
+        the columns (:meth:`RowJson.plan_columns`) and what their text is in; ``None`` for a relation whose
+        events the typed dicts write (two columns of one name)."""
         relation = self._relation(schema)
         if relation.keys is None:
             return None
-        names = relation.names.encode()
-        return (names, names, names), self._row_json().plan_columns(schema)
+        names = line_bytes(relation.names)  # (read back as _count_key has it)
+        return (names, names, names), self._row_json().plan_columns(schema), plan_encoding(self.encoding)
 
     def _row_json(self) -> RowJson:
         rows = self._rows
@@ -297,7 +306,7 @@ class DebeziumEvents:
             if message.__class__ is Rendered:
                 assert COMPILED is not None  # (only the compiled row path renders)
                 if joined is None:
-                    joined = (head.encode(), xid.encode(), tail.encode())
+                    joined = (line_bytes(head), xid.encode(), line_bytes(tail))
                 data, order.total = COMPILED.rows_join_debezium(message.data, *joined, message.dropped or None,
                                                                 per_table, order.total, tombstones)
                 yield data
@@ -325,7 +334,7 @@ class DebeziumEvents:
                 continue
             before, after, toasted = text
             total = order.total = order.total + 1
-            table = relation.names
+            table = relation.counted
             count = per_table[table] = per_table.get(table, 0) + 1
             now = time_ns() // 1000
             if lsn is None:

@@ -3,8 +3,9 @@
  * relation (rows_plan) that says how each column's values go (the ways of replwire.codec.wire.gen.row_ways);
  * rows_row for tuples the codec parsed, put_row for tuples in the input's bytes (the row path of decode and
  * the Spark change columns).  Where a value has a form it does not write exactly, it says so and the
- * Python writer writes the row.  Every read is bounds-checked; the only memory it takes is the output and
- * an array element's unescaped text (at most the array's). */
+ * Python writer writes the row.  Text in the client encoding (text values, json, arrays' elements) is read in
+ * the plan's encoding (ENC_*: UTF-8, LATIN1, SQL_ASCII) and written as UTF-8.  Every read is bounds-checked;
+ * the only memory it takes is the output and an array element's unescaped text (at most the array's). */
 
 typedef struct {
     PyObject *key;   /* bytes: the column's name as a JSON string and ':' */
@@ -18,6 +19,7 @@ typedef struct {
 
 typedef struct {
     Py_ssize_t ncols;
+    int enc;             /* ENC_*: what the text values are in, and the form their JSON is written in */
     PyObject *start[3];  /* bytes: the start of a line, up to "xid": -- insert, update, delete */
     PlanColumn cols[1];
 } Plan;
@@ -44,19 +46,28 @@ static void plan_free(PyObject *capsule)
     PyMem_Free(plan);
 }
 
-/* rows_plan(starts, columns): starts a tuple of 3 bytes, columns a tuple of (key, kind, is_key, call, name) */
+/* rows_plan(starts, columns[, encoding]): starts a tuple of 3 bytes, columns a tuple of (key, kind, is_key,
+ * call, name[, binary, element]), encoding what the values' text is in (ENC_*, UTF-8 if not given); the keys
+ * and starts are written as they are, so they are given in the form the plan's text is written in */
 static PyObject *c_rows_plan(PyObject *self, PyObject *args)
 {
     PyObject *starts, *columns;
-    if (!PyArg_ParseTuple(args, "O!O!:rows_plan", &PyTuple_Type, &starts, &PyTuple_Type, &columns)) return NULL;
+    int enc = ENC_UTF8;
+    if (!PyArg_ParseTuple(args, "O!O!|i:rows_plan", &PyTuple_Type, &starts, &PyTuple_Type, &columns, &enc))
+        return NULL;
     if (PyTuple_GET_SIZE(starts) != 3) {
         PyErr_SetString(PyExc_ValueError, "rows_plan: three line starts");
+        return NULL;
+    }
+    if (enc < 0 || enc > ENC_LAST) {
+        PyErr_SetString(PyExc_ValueError, "rows_plan: not an encoding of the row writer");
         return NULL;
     }
     Py_ssize_t ncols = PyTuple_GET_SIZE(columns);
     Plan *plan = PyMem_Calloc(1, sizeof(Plan) + (size_t)(ncols > 0 ? ncols : 1) * sizeof(PlanColumn));
     if (plan == NULL) return PyErr_NoMemory();
     plan->ncols = 0;
+    plan->enc = enc;
     PyObject *capsule = PyCapsule_New(plan, PLAN_NAME, plan_free);
     if (capsule == NULL) {
         PyMem_Free(plan);
@@ -201,9 +212,13 @@ static int put_time(Buf *b, int64_t us)
     return put_bytes(b, text, k);
 }
 
-/* text (UTF-8) as the JSON string json.encoder.encode_basestring writes (ensure_ascii=False): 1 written,
- * 0 not valid UTF-8, -1 no memory */
-static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
+/* text in the client encoding enc (ENC_*) as the JSON string json.encoder.encode_basestring writes
+ * (ensure_ascii=False) of what it decodes to, in UTF-8: UTF-8 checked and copied; LATIN1's bytes 0x80-0xFF
+ * (U+0080-U+00FF) as their two bytes of UTF-8; SQL_ASCII's (the surrogates U+DC80-U+DCFF, which encode_basestring
+ * leaves as they are) as the JSON escapes \udc80-\udcff that a text stream with errors="backslashreplace"
+ * writes of them (ENC_SQL_ASCII), or as the three bytes "surrogatepass" writes (ENC_SQL_ASCII_SURROGATES).
+ * 1 written, 0 not valid UTF-8 (only UTF-8 can be invalid), -1 no memory */
+static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k, int enc)
 {
     static const char hex[] = "0123456789abcdef";
     if (put_bytes(b, "\"", 1)) return -1;
@@ -227,13 +242,30 @@ static int put_string(Buf *b, const unsigned char *s, Py_ssize_t k)
             i++;
             continue;
         }
-        if (c >= 0x80) {
+        if (c >= 0x80 && enc == ENC_UTF8) {
             Py_ssize_t u = utf8_length(s + i, k - i);
             if (u == 0) return 0;
             i += u;
             continue;
         }
         if (put_bytes(b, (const char *)s + run, i - run)) return -1;
+        if (c >= 0x80) {  /* one byte, one character: U+0080-U+00FF, or U+DC80-U+DCFF */
+            char text[6] = {'\\', 'u', 'd', 'c', hex[c >> 4], hex[c & 15]};
+            int e = 6;
+            if (enc == ENC_LATIN1) {
+                text[0] = (char)(0xC0 | (c >> 6));
+                text[1] = (char)(0x80 | (c & 0x3F));
+                e = 2;
+            } else if (enc == ENC_SQL_ASCII_SURROGATES) {
+                text[0] = (char)0xED;
+                text[1] = (char)(0xB0 | (c >> 6));
+                text[2] = (char)(0x80 | (c & 0x3F));
+                e = 3;
+            }
+            if (put_bytes(b, text, e)) return -1;
+            run = ++i;
+            continue;
+        }
         char esc[6] = {'\\', 0, 0, 0, 0, 0};
         int e = 2;
         switch (c) {
@@ -501,16 +533,16 @@ static int put_interval(Buf *b, const unsigned char *s, Py_ssize_t k)
     return put_iso_interval(b, part[0] * 12 + part[1], part[2], micro);
 }
 
-static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k);
+static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k, int enc);
 
 /* the most nesting an array of array_out's may have (PostgreSQL's MAXDIM) */
 #define ARRAY_DEPTH 6
 
 /* array_out's text ({1,2}, {{"a b",NULL},{c,"d\"e"}}: elements separated by commas, quoted where they must
  * be, NULL unquoted for a null) as the JSON list of its elements' values, each written as the element's way
- * writes it; 1 written, 0 another form (dimension bounds, another delimiter, spaces: the function writes
- * those), -1 no memory */
-static int put_array(Buf *b, int way, const unsigned char *s, Py_ssize_t k)
+ * writes it, its strings' text in enc; 1 written, 0 another form (dimension bounds, another delimiter, spaces:
+ * the function writes those), -1 no memory */
+static int put_array(Buf *b, int way, const unsigned char *s, Py_ssize_t k, int enc)
 {
     Py_ssize_t i = 0;
     int depth = 0;
@@ -551,7 +583,7 @@ static int put_array(Buf *b, int way, const unsigned char *s, Py_ssize_t k)
                 }
                 if (i == k) goto other;
                 i++;
-                r = put_scalar(b, way, scratch, n);
+                r = put_scalar(b, way, scratch, n, enc);
             } else {  /* unquoted: up to the next comma or brace */
                 Py_ssize_t start = i;
                 while (i < k && s[i] != ',' && s[i] != '}' && s[i] != '{' && s[i] != '"' && s[i] != '\\'
@@ -559,7 +591,7 @@ static int put_array(Buf *b, int way, const unsigned char *s, Py_ssize_t k)
                     i++;
                 if (i == start || (i < k && s[i] != ',' && s[i] != '}')) goto other;
                 if (i - start == 4 && memcmp(s + start, "NULL", 4) == 0) r = put_bytes(b, "null", 4) ? -1 : 1;
-                else r = put_scalar(b, way, s + start, i - start);
+                else r = put_scalar(b, way, s + start, i - start, enc);
             }
             if (r != 1) goto done;
             if (i < k && s[i] == '}') continue;
@@ -585,14 +617,14 @@ done:
     return r;
 }
 
-/* a value of one of the types written in C where its text has the server's form: 1 written, 0 another
- * form (the plan's function writes it), -1 no memory */
-static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
+/* a value of one of the types written in C where its text has the server's form (an array's strings in enc):
+ * 1 written, 0 another form (the plan's function writes it), -1 no memory */
+static int put_typed(Buf *b, int kind, const unsigned char *s, Py_ssize_t k, int enc)
 {
     Py_ssize_t mark = b->len;
     int r = 0;
     if (kind > ROW_ARRAY) {
-        r = put_array(b, kind - ROW_ARRAY, s, k);
+        r = put_array(b, kind - ROW_ARRAY, s, k, enc);
         if (r == 0) b->len = mark;
         return r;
     }
@@ -775,12 +807,13 @@ static int put_numeric(Buf *b, const unsigned char *d, Py_ssize_t n)
     return put_bytes(b, "\"", 1) ? -1 : 1;
 }
 
-static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth);
+static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth, int enc);
 
 /* array_send's form (ndim, has-nulls, element OID, per dimension its length and lower bound, then each
  * element as an int32 length, -1 for NULL, and its bytes) as the nested JSON lists of its elements,
  * row-major; 0 for anything that does not fit the layout exactly (the Python path keeps it whole) */
-static int put_binary_array(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth)
+static int put_binary_array(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth,
+                            int enc)
 {
     if (n < 12 || depth > 0) return 0;
     int64_t ndim = be_signed(d, 4);
@@ -819,7 +852,7 @@ static int put_binary_array(Buf *b, int way, uint32_t element, const unsigned ch
             continue;
         }
         if (length < 0 || length > n - at) return 0;
-        int r = put_binary(b, way, 0, d + at, (Py_ssize_t)length, depth + 1);
+        int r = put_binary(b, way, 0, d + at, (Py_ssize_t)length, depth + 1, enc);
         if (r != 1) return r;
         at += (Py_ssize_t)length;
     }
@@ -828,15 +861,16 @@ static int put_binary_array(Buf *b, int way, uint32_t element, const unsigned ch
     return at == n ? 1 : 0;
 }
 
-/* one binary value of a way written in C: 1 written, 0 declined (the Python path writes it), -1 no memory */
-static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth)
+/* one binary value of a way written in C (text and json in enc): 1 written, 0 declined (the Python path
+ * writes it), -1 no memory */
+static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d, Py_ssize_t n, int depth, int enc)
 {
     static const char hex[] = "0123456789abcdef";
     Py_ssize_t mark = b->len;
     char text[48];
     int k, r = 0;
     if (way > BIN_ARRAY) {
-        r = put_binary_array(b, way - BIN_ARRAY, element, d, n, depth);
+        r = put_binary_array(b, way - BIN_ARRAY, element, d, n, depth, enc);
         if (r == 0) b->len = mark;
         return r;
     }
@@ -861,11 +895,11 @@ static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d,
         return put_double(b, v);
     }
     case BIN_TEXT:
-        r = put_string(b, d, n);
+        r = put_string(b, d, n, enc);
         break;
     case BIN_JSONB:
         if (n < 1 || d[0] != 1) return 0;
-        r = put_string(b, d + 1, n - 1);
+        r = put_string(b, d + 1, n - 1, enc);
         break;
     case BIN_BYTEA:
         if (put_bytes(b, "\"\\\\x", 4)) return -1;
@@ -935,12 +969,13 @@ static int put_binary(Buf *b, int way, uint32_t element, const unsigned char *d,
     return r;
 }
 
-/* a text value (an array's element, or a column's) of a way written in C: 1 written, 0 declined, -1 no memory */
-static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
+/* a text value (an array's element, or a column's) of a way written in C, a string's text in enc: 1 written,
+ * 0 declined, -1 no memory */
+static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k, int enc)
 {
     switch (kind) {
     case ROW_STRING:
-        return put_string(b, s, k);
+        return put_string(b, s, k, enc);
     case ROW_INT:
         if (!plain_integer(s, k)) return 0;
         return put_bytes(b, (const char *)s, k) ? -1 : 1;
@@ -951,20 +986,41 @@ static int put_scalar(Buf *b, int kind, const unsigned char *s, Py_ssize_t k)
     case ROW_FLOAT:
         return put_float(b, s, k);
     default:
-        return put_typed(b, kind, s, k);
+        return put_typed(b, kind, s, k, enc);
     }
 }
 
-/* one text value of column c: 1 written, 0 declined, -1 an error */
-static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssize_t k)
+/* the text a plan's function gave (a str) in the form enc writes: UTF-8; a SQL_ASCII text's surrogates as
+ * the JSON escapes or the bytes that form writes (see put_string).  1 written, 0 not a str it writes (an
+ * error cleared), -1 no memory */
+static int put_text(Buf *b, PyObject *text, int enc)
+{
+    Py_ssize_t size;
+    const char *utf8 = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
+    if (utf8 != NULL) return put_bytes(b, utf8, size) ? -1 : 1;
+    PyErr_Clear();
+    if (!PyUnicode_Check(text) || (enc != ENC_SQL_ASCII && enc != ENC_SQL_ASCII_SURROGATES)) return 0;
+    PyObject *encoded = PyUnicode_AsEncodedString(text, "utf-8",
+                                                  enc == ENC_SQL_ASCII ? "backslashreplace" : "surrogatepass");
+    if (encoded == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int r = put_bytes(b, PyBytes_AS_STRING(encoded), PyBytes_GET_SIZE(encoded)) ? -1 : 1;
+    Py_DECREF(encoded);
+    return r;
+}
+
+/* one text value of column c, its text in enc: 1 written, 0 declined, -1 an error */
+static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssize_t k, int enc)
 {
     if (c->kind > ROW_CALL) {
-        int r = put_typed(b, c->kind, s, k);
+        int r = put_typed(b, c->kind, s, k, enc);
         if (r != 0) return r;
     }
     switch (c->kind) {
     case ROW_STRING:
-        return put_string(b, s, k);
+        return put_string(b, s, k, enc);
     case ROW_INT:
         if (!plain_integer(s, k)) return 0;
         return put_bytes(b, (const char *)s, k) ? -1 : 1;
@@ -982,11 +1038,7 @@ static int put_value(Buf *b, const PlanColumn *c, const unsigned char *s, Py_ssi
             PyErr_Clear();
             return 0;
         }
-        Py_ssize_t size;
-        const char *utf8 = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
-        int result = 0;
-        if (utf8 != NULL) result = put_bytes(b, utf8, size) ? -1 : 1;
-        else PyErr_Clear();
+        int result = put_text(b, text, enc);
         Py_DECREF(text);
         return result;
     }
@@ -1031,7 +1083,8 @@ static int put_row(Buf *b, const Plan *plan, const unsigned char *d, Py_ssize_t 
         }
         const unsigned char *value = d + use[F_TupleColumn_data].at;
         Py_ssize_t size = use[F_TupleColumn_data].len;
-        int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0) : put_value(b, c, value, size);
+        int r = kind == 'b' ? put_binary(b, c->binary, c->element, value, size, 0, plan->enc)
+                            : put_value(b, c, value, size, plan->enc);
         if (r != 1) return r;
     }
     return put_bytes(b, "}", 1) ? -1 : 1;
@@ -1081,13 +1134,14 @@ static PyObject *c_rows_row(PyObject *self, PyObject *args)
             continue;
         }
         const unsigned char *value = (const unsigned char *)PyBytes_AS_STRING(data);
-        int r = k == 'b' ? put_binary(&b, c->binary, c->element, value, PyBytes_GET_SIZE(data), 0)
-                         : put_value(&b, c, value, PyBytes_GET_SIZE(data));
+        int r = k == 'b' ? put_binary(&b, c->binary, c->element, value, PyBytes_GET_SIZE(data), 0, plan->enc)
+                         : put_value(&b, c, value, PyBytes_GET_SIZE(data), plan->enc);
         if (r < 0) goto nomem;
         if (r == 0) goto decline;
     }
     PUTS(&b, "}");
-    result = PyUnicode_DecodeUTF8(b.p, b.len, NULL);
+    /* (a SQL_ASCII plan's surrogates back as the same str; none of another's: its text is strict UTF-8) */
+    result = PyUnicode_DecodeUTF8(b.p, b.len, plan->enc == ENC_SQL_ASCII_SURROGATES ? "surrogatepass" : NULL);
     if (result == NULL) goto done;
     for (Py_ssize_t i = 0; i < ntoasted; i++)
         if (PyList_Append(toasted, plan->cols[marks[i]].name) < 0) {

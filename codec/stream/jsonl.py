@@ -47,11 +47,12 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from ...schema.encodings import UTF8
+from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..messages import Begin, Commit, Delete, Insert, Update
 from ..scalars import LSN
 from ..wire.fast import COMPILED
 from ..wire.gen import row_ways
+from ..wire.gen.row_ways import ENCODINGS
 from .assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
 from .decoder import IDLE, STREAM, Decoder
 from .server_text import server_text
@@ -433,6 +434,37 @@ _BINARY_WAYS = {oid: row_ways.BINARY_WAYS[name] for oid, name in {
     1042: "text", 19: "text", 114: "text", 3802: "jsonb", 17: "bytea", None: "bytea", 2950: "uuid", 1082: "date",
     1114: "timestamp", 1184: "timestamptz", 1083: "time", 1186: "interval", 1700: "numeric"}.items()}
 
+#: The client encodings (Python codecs) whose text the compiled row writers write themselves, by the form they
+#: write it in (:data:`~replwire.codec.wire.gen.row_ways.ENCODINGS`): UTF-8, LATIN1 (each byte one character,
+#: U+0000-U+00FF) and SQL_ASCII (bytes 128-255 the surrogates U+DC80-U+DCFF).  The others (WIN1252, EUC_JP, ...)
+#: are the Python writers'.
+_COMPILED_ENCODINGS = {UTF8: "utf8", "iso8859-1": "latin1", SQL_ASCII: "sql_ascii"}
+
+
+def compiled_rows(encoding: str) -> Any:
+    """The compiled codec's module where it is in use and its row writers write text in ``encoding`` (a client
+    encoding, as :func:`~replwire.schema.encodings.text_codec` takes it), else ``None``: the one place that says
+    whether a stream's rows go the compiled way or the Python way."""
+    return COMPILED if COMPILED is not None and text_codec(encoding) in _COMPILED_ENCODINGS else None
+
+
+def plan_encoding(encoding: str, *, surrogates: bool = False) -> int:
+    """What the compiled row writers are told text in ``encoding`` is (``rows_plan``'s and ``rows_run``'s
+    ``encoding``): for lines of bytes, SQL_ASCII's surrogates as the JSON escapes a stream written with
+    ``errors="backslashreplace"`` holds (:func:`line_bytes`); with ``surrogates``, as the bytes ``rows_row``
+    decodes back into the same ``str`` the Python writer gives.  (Only for an encoding :func:`compiled_rows`
+    takes.)"""
+    name = _COMPILED_ENCODINGS[text_codec(encoding)]
+    return ENCODINGS["sql_ascii_surrogates" if surrogates and name == "sql_ascii" else name]
+
+
+def line_bytes(text: str) -> bytes:
+    """The UTF-8 bytes of a line's ``text`` as the compiled row path writes them: what a UTF-8 stream written
+    with ``errors="backslashreplace"`` (``replwire decode``'s standard output) holds of it -- the same bytes for
+    any text of a stream in UTF-8 or LATIN1; a SQL_ASCII stream's surrogates U+DC80-U+DCFF as the JSON escapes
+    ``\\udc80``-``\\udcff``."""
+    return text.encode("utf-8", "backslashreplace")
+
 
 class _Column(NamedTuple):
     """How :class:`RowJson` writes one column of a relation, its type's OID resolved once."""
@@ -487,16 +519,17 @@ class RowJson:
     numeric, uuid, date, time, timestamp(tz), bytea and interval text go through one conversion each that
     gives the same JSON text where the text has the server's usual form (:data:`_TEXT_CONVERSIONS`), arrays
     of text and integers through :data:`_PLAIN_ARRAYS`; everything else through the typed value.  Where the
-    compiled codec is in use and the text is UTF-8, its row writer (``rows_row``) writes the row from the
-    same per-column plan (:meth:`plan_columns`) and hands back to the Python writer what it does not take.
+    compiled codec is in use and writes text of the client encoding (:func:`compiled_rows`), its row writer
+    (``rows_row``) writes the row from the same per-column plan (:meth:`plan_columns`) and hands back to the
+    Python writer what it does not take.
     """
 
     def __init__(self, loader: ValueLoader | None = None) -> None:
         self.loader = loader or ValueLoader()
         self._writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., str]]] = {}
         self._bytes_writers: dict[tuple[int, bool], tuple[RowSchema, Callable[..., tuple[str, int]]]] = {}
-        # the compiled row path's writer (``rows_row``), for UTF-8 text, and its plan per schema
-        self._compiled = COMPILED if COMPILED is not None and self.loader.encoding == UTF8 else None
+        # the compiled row path's writer (``rows_row``), for the encodings it writes, and its plan per schema
+        self._compiled = compiled_rows(self.loader.encoding)
         self._plans: dict[int, tuple[RowSchema, Any]] = {}
 
     def __call__(self, schema: RowSchema, columns: Sequence[Any], *, only_keys: bool = False,
@@ -510,7 +543,8 @@ class RowJson:
                 if len(self._plans) > 4096:
                     self._plans.clear()
                 try:
-                    plan = compiled.rows_plan((b"", b"", b""), self.plan_columns(schema))
+                    plan = compiled.rows_plan((b"", b"", b""), self.plan_columns(schema, surrogates=True),
+                                              plan_encoding(self.loader.encoding, surrogates=True))
                 except UnicodeEncodeError:  # a name in no Unicode: the Python writer's
                     plan = None
                 made = self._plans[id(schema)] = (schema, plan)
@@ -543,16 +577,19 @@ class RowJson:
             cached = self._writers[(id(schema), only_keys)] = (schema, self._writer(schema, only_keys))
         return cached[1]
 
-    def plan_columns(self, schema: RowSchema) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str, int, int],
-                                                       ...]:
+    def plan_columns(self, schema: RowSchema, *, surrogates: bool = False
+                     ) -> tuple[tuple[bytes, int, bool, Callable[[bytes], str], str, int, int], ...]:
         """How each column of ``schema`` is written, as the compiled row path's plans take them
-        (``rows_plan``): the column's JSON key (its name as a JSON string and ``:``) in UTF-8, the way its
+        (``rows_plan``): the column's JSON key (its name as a JSON string and ``:``) in UTF-8 (a SQL_ASCII
+        name's surrogates as :func:`line_bytes` writes them, or with ``surrogates`` as ``rows_row`` reads
+        them: see :func:`plan_encoding`), the way its
         text-format values go as a number (:data:`_WAYS`: 1 a JSON string of the text, 2 the integer's text,
         3 true or false, 4 through the function, or one the compiled writer does itself where the text has
         the server's form and the function does otherwise), whether a key column, the function (a value's
         JSON from its text), the column's name, how its binary values go (:data:`_BINARY_WAYS`, 0: not in C)
         and, for an array, its element type's OID."""
-        return tuple((column.key.encode(), _WAYS[column.way], column.is_key, column.call, column.name,
+        errors = "surrogatepass" if surrogates else "backslashreplace"
+        return tuple((column.key.encode("utf-8", errors), _WAYS[column.way], column.is_key, column.call, column.name,
                       column.binary_way, column.element) for column in self._plan(schema)[0])
 
     def _plan(self, schema: RowSchema) -> tuple[list[_Column], Callable[[str, bytes, int], str]]:
@@ -908,7 +945,7 @@ class JsonLines:
             if cls is Rendered:  # (rendered by the compiled row path, or by PlainRuns under the Python codec)
                 assert isinstance(message, Rendered)
                 if joined is None:
-                    joined = (xid.encode(), tail.encode())
+                    joined = (xid.encode(), line_bytes(tail))
                 if COMPILED is not None:
                     yield COMPILED.rows_join(message.data, *joined, message.dropped or None)
                 else:
@@ -1047,12 +1084,13 @@ class JsonLines:
         """(Nothing to remember: see :class:`~replwire.codec.decode.RowWriter`.)"""
 
     def plan(self, schema: RowSchema) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, int, bool, Any, str, int, int],
-                                                                          ...]]:
+                                                                          ...], int]:
         """What the compiled row path writes the changes of ``schema``'s relation with (its arguments of
-        ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, and the
-        columns (:meth:`RowJson.plan_columns`); all as :meth:`__call__` writes them."""
-        starts = tuple(_start(schema, op).encode() for op in ("insert", "update", "delete"))
-        return starts, self.rows.plan_columns(schema)
+        ``rows_plan``): the start of an insert's, an update's and a delete's line, up to ``"xid":``, the
+        columns (:meth:`RowJson.plan_columns`) and what their text is in (:func:`plan_encoding`); all as
+        :meth:`__call__` writes them, in :func:`line_bytes`."""
+        starts = tuple(line_bytes(_start(schema, op)) for op in ("insert", "update", "delete"))
+        return starts, self.rows.plan_columns(schema), plan_encoding(self.rows.loader.encoding)
 
 
 #: The keys of :func:`_transaction_fields` every transaction has.
@@ -1192,4 +1230,4 @@ _WAYS = {**row_ways.TEXT_WAYS, **{f"array of {way}": row_ways.ARRAY + row_ways.T
                                   for way in row_ways.ARRAY_ELEMENTS}}
 
 __all__ = ["ENCODE", "Declined", "JsonLines", "PlainRun", "PlainRuns", "RowJson", "change_object", "change_objects",
-           "json_value", "objects"]
+           "compiled_rows", "json_value", "line_bytes", "objects", "plan_encoding"]
