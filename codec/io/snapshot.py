@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..messages import Relation, RelationColumn, Type
 from ..options import quote_identifier
 from ..scalars import LSN
 from ..stream import snapshot_records
@@ -36,13 +35,12 @@ from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_captur
 from .connection import CaptureError, CaptureSettings, ServerInfo, connect, server_error, set_up
 from .resume import check_settings, check_source
 from .slot import slot_exists
+from .tables import Table, check_select, published_tables
 
-__all__ = ["CHUNK", "SnapshotResult", "TableProgress", "Table", "section_state", "take_snapshot"]
+__all__ = ["CHUNK", "SnapshotResult", "TableProgress", "section_state", "take_snapshot"]
 
 #: About how many bytes of rows go into one record.
 CHUNK = 256 * 1024
-#: The first OID of objects not created by initdb's bootstrap: pgoutput sends a Type message for these.
-_FIRST_GENBKI_OID = 10000
 
 
 @dataclass
@@ -72,28 +70,6 @@ class SnapshotResult:
     rows: int
     taken: bool = True
     retaken: bool = False
-
-
-@dataclass(frozen=True)
-class Table:
-    """One published table as the snapshot copies it: its Relation (published columns, key flags), the
-    Type messages of its user-defined column types, its row filter, and whether it is partitioned."""
-
-    relation: Relation
-    types: tuple[Type, ...]
-    row_filter: str | None
-    partitioned: bool
-
-    @property
-    def name(self) -> str:
-        return f"{quote_identifier(self.relation.namespace or 'pg_catalog')}.{quote_identifier(self.relation.name)}"
-
-    def copy_sql(self, binary: bool) -> str:
-        columns = ", ".join(quote_identifier(c.name) for c in self.relation.columns)
-        where = f" WHERE {self.row_filter}" if self.row_filter else ""
-        only = "" if self.partitioned else "ONLY "
-        return (f"COPY (SELECT {columns} FROM {only}{self.name}{where}) TO STDOUT"
-                + (" (FORMAT binary)" if binary else ""))
 
 
 @dataclass
@@ -129,74 +105,6 @@ def section_state(path: str) -> SectionState:
         finally:
             reading.close()
     return found if found is not None else SectionState("none")
-
-
-def _published_tables(cur: Any, publication: str, server_version: int) -> list[Table]:
-    """The tables the publication publishes, with their published columns, key flags and row filters."""
-    if server_version >= 150000:
-        cur.execute("SELECT c.oid, pt.schemaname, pt.tablename, pt.attnames, pt.rowfilter, c.relreplident, "
-                    "c.relkind FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = pt.schemaname "
-                    "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-                    "WHERE pt.pubname = %s ORDER BY 2, 3", (publication,))
-    else:
-        cur.execute("SELECT c.oid, pt.schemaname, pt.tablename, NULL, NULL, c.relreplident, c.relkind "
-                    "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = pt.schemaname "
-                    "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-                    "WHERE pt.pubname = %s ORDER BY 2, 3", (publication,))
-    found = cur.fetchall()
-    tables = []
-    for oid, schema, name, attnames, row_filter, identity, relkind in found:
-        # The published columns, in attnum order: the column list's, else every column that is not dropped
-        # (nor, before PostgreSQL 18 or without a column list there, generated); a key column is one of the
-        # replica identity index's (the primary key's by default), every column under REPLICA IDENTITY FULL.
-        cur.execute("SELECT a.attname, a.atttypid, a.atttypmod, t.typtype, "
-                    "%(full)s OR a.attnum = ANY(ARRAY(SELECT unnest(i.indkey) FROM pg_index i "
-                    "  WHERE i.indrelid = a.attrelid AND CASE %(identity)s WHEN 'd' THEN i.indisprimary "
-                    "  WHEN 'i' THEN i.indisreplident ELSE false END)) "
-                    "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-                    "WHERE a.attrelid = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped "
-                    "AND (%(names)s::name[] IS NULL AND a.attgenerated = '' OR a.attname = ANY(%(names)s::name[])) "
-                    "ORDER BY a.attnum",
-                    {"full": identity == "f", "identity": identity, "oid": oid, "names": attnames})
-        columns: list[RelationColumn] = []
-        types: list[Type] = []
-        for attname, type_id, modifier, _, key in cur.fetchall():
-            columns.append(RelationColumn(flags=1 if key else 0, name=attname, type_id=type_id,
-                                          type_modifier=modifier))
-            if type_id >= _FIRST_GENBKI_OID and all(t.type_id != type_id for t in types):
-                types.append(_type_message(cur, type_id))
-        relation = Relation(relation_id=oid, namespace="" if schema == "pg_catalog" else schema, name=name,
-                            replica_identity=identity, columns=columns)
-        tables.append(Table(relation, tuple(types), row_filter, relkind == "p"))
-    return tables
-
-
-def _type_message(cur: Any, type_id: int) -> Type:
-    """The Type message pgoutput sends for a user-defined type: its OID, and the namespace and name of its
-    base type (a domain's, followed down to a type that is not a domain)."""
-    base = type_id
-    while True:
-        cur.execute("SELECT n.nspname, t.typname, t.typtype, t.typbasetype FROM pg_type t "
-                    "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s", (base,))
-        namespace, name, typtype, basetype = cur.fetchone()
-        if typtype != "d":
-            return Type(type_id=type_id, namespace="" if namespace == "pg_catalog" else namespace, name=name)
-        base = basetype
-
-
-def _check_select(cur: Any, tables: list[Table]) -> None:
-    """Every published column must be readable by this user."""
-    missing = []
-    for table in tables:
-        cur.execute("SELECT bool_and(has_column_privilege(%s, c, 'SELECT')) FROM unnest(%s::text[]) AS c",
-                    (table.relation.relation_id, [c.name for c in table.relation.columns]))
-        if cur.fetchone()[0] is False:
-            missing.append(table.name)
-    if missing:
-        cur.execute("SELECT current_user")
-        user = cur.fetchone()[0]
-        raise CaptureError(f"user {user!r} may not SELECT from {', '.join(missing)}, which the snapshot must copy "
-                           f"(GRANT SELECT ON ... TO {quote_identifier(user)})")
 
 
 class _Rows:
@@ -311,11 +219,11 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
             with read_capture(path) as reader:
                 start = reader.header_end
             cut_file(path, start)
-        tables = _published_tables(cur, settings.publication, version)
+        tables = published_tables(cur, settings.publication, version)
         if not tables:
             raise CaptureError(f"publication {settings.publication!r} publishes no tables: there is nothing to "
                                "snapshot")
-        _check_select(cur, tables)
+        check_select(cur, tables, "the snapshot")
         try:
             writer = CaptureWriter(path, header)
         except CaptureFileError as error:
