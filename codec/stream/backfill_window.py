@@ -12,20 +12,23 @@ pgoutput message of the stream, in order, and:
 * buffers, per open transaction, the inserts, updates and deletes of the tracked tables (plain transactions
   from Begin to Commit; streamed ones per xid, dropping a subtransaction's changes at its Stream Abort and all
   of them at the transaction's own; two-phase ones from Begin Prepare until Commit Prepared, dropped at
-  Rollback Prepared);
+  Rollback Prepared).  A streamed or prepared transaction that was already open when the table was tracked
+  is *untracked*: its earlier changes are unknown, so it counts as touching the table;
 * follows the watermarks of its own session: a *start* message (``k: "start"``, ``t``: the relation OID)
   starts a table's run at position B; *low* opens a window and *high* closes it;
-* on each commit that touched a tracked table after B, records its xid (``touched``) and, when a window is
-  open, the transaction and its changes in the window list W, in commit order;
+* on each commit after B that touched a tracked table, records its xid (``touched``, kept while a later
+  snapshot could still miss it) and, when a window is open, the transaction and its changes in the window
+  list W, in commit order; it also keeps the xids of all commits after B until the run's first chunk is
+  accepted (guard 2);
 * at :meth:`Window.close` (the caller's, after H) decides with S:
 
-  - **redo** when a transaction that touched the table committed after B but before L and S does not see it
-    (guard 1: WAL commit order is not visibility order, so a chunk can miss a commit that precedes L); when
-    chunk 1 after B has an in-progress transaction that ``pg_xact_status`` called committed but that did not
-    commit after B (guard 2: it committed before B, and its changes were not tracked); when a transaction of
-    W that S does not see was already under way at B (its earlier changes are unknown); when one of its
-    updates names its row by an unchanged TOASTed key; or when its changes have a shape (Relation) other
-    than the chunk's;
+  - **redo** when a transaction that touched the table committed after B but before L -- in an earlier
+    window too -- and S does not see it (guard 1: WAL commit order is not visibility order, so a chunk can
+    miss a commit that precedes L); when the run's first chunk has an in-progress transaction that
+    ``pg_xact_status`` called committed but that did not commit after B (guard 2: it committed before B,
+    where nothing was tracked); when an untracked transaction of W is one S does not see; when one of W's
+    invisible updates names its row by an unchanged TOASTed key; or when their changes have a shape
+    (Relation) other than the chunk's (the caller re-reads the table and tracks it again);
   - **truncated** when a TRUNCATE of the table committed after B: the run ends, the stream has the rest;
   - **accepted** otherwise, with the rows: the chunk's rows with the changes of W's transactions that S does
     not see applied in stream order, as the fold applies them (an insert sets a key, an update moves or
@@ -46,9 +49,16 @@ reported at its transaction's commit (the run's start waits for it).  Messages o
 slot of the database sees every message -- are ignored.  One :class:`Window` serves one session: after a
 reconnection the stream is sent again from a confirmed position and the capture starts a new session.
 
+Use, per session (feed it from the session's first message): :meth:`Window.track` a table (its Relation as
+the chunks read it), emit B, wait for the xid marker's commit and for :meth:`Window.under_way` to be False
+(an untracked transaction that commits after the first chunk could have moved a key out of the refetch
+list's sight); then per chunk emit L, read, emit H, and when :meth:`Window.feed` returns the high
+watermark call :meth:`Window.close` with the rows and the snapshot.  At the end of a run,
+:meth:`Window.take_refetch` gives the keys still to read again, and :meth:`Window.untrack` ends it.
+
 Strategy: sans-I/O and cheap on the messages it does not need.  Only the tag, the relation OID (at an offset
 derived from the declarations) and, for transaction control, a parse of the control message are read; row
-changes are parsed only for tracked tables once their run has started.
+changes are parsed only for tracked tables.
 """
 
 from __future__ import annotations

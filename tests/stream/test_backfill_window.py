@@ -31,6 +31,7 @@ from replwire.codec import (
     RollbackPrepared,
     StreamAbort,
     StreamCommit,
+    StreamPrepare,
     StreamStart,
     StreamStop,
     Truncate,
@@ -266,6 +267,40 @@ def test_two_phase_applied_at_commit_prepared_and_dropped_at_rollback():
     wire.feed(window)
     verdict = close(window, wire, "400:402:400,401")
     assert [values(r)[0] for r in verdict.rows] == ["2", "3"]
+
+
+def test_a_streamed_prepared_transaction_is_applied_at_commit_prepared():
+    window, wire = started()
+    wire.block(500, True, delete(1, xid=500), ins(70, xid=501))
+    wire.add(StreamAbort(xid=500, subxid=501, abort_lsn=None, abort_time=None))
+    wire.add(StreamPrepare(flags=0, prepare_lsn=LSN(1), end_lsn=LSN(2), prepare_time=0, xid=500, gid="sp"))
+    wire.mark("low").commit_prepared(500, "sp")
+    wire.feed(window)
+    assert [values(r)[0] for r in close(window, wire, "500:501:500").rows] == ["2", "3"]
+
+
+def test_two_tables_tracked_each_has_its_own_run():
+    other = Relation(xid=None, relation_id=REL + 1, namespace="public", name="u", replica_identity="d",
+                     columns=relation().columns)
+    window, wire = started()
+    window.track(other)
+    wire.mark("start", run=2, t=REL + 1).mark("low")
+    wire.plain(100, other, Truncate(xid=None, options=0, relation_ids=[REL + 1]),
+               Insert(xid=None, relation_id=REL + 1, new=row(1, "u")), ins(3, "t"))
+    wire.feed(window)
+    assert window.truncated(REL + 1) and not window.truncated(REL)
+    verdict = close(window, wire, "100:101:100")  # t's window: only t's insert applies
+    assert [values(r) for r in verdict.rows] == [("1", "a", "A"), ("2", "b", "B"), ("3", "t", "b")]
+    window.untrack(REL + 1)
+    assert not window.truncated(REL + 1)
+
+
+def test_a_low_watermark_without_its_high_is_replaced_by_the_next():
+    window, wire = started()
+    wire.mark("low", chunk=1).plain(100, delete(1)).mark("low", chunk=2)
+    wire.feed(window)
+    verdict = close(window, wire, "100:101:100")  # 100 committed before chunk 2's L: guard 1
+    assert verdict.reason == "guard-1"
 
 
 def test_a_transaction_prepared_before_start_is_untracked():
