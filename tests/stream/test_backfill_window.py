@@ -1,6 +1,14 @@
 """The backfill window (:mod:`replwire.codec.stream.backfill_window`): hand-checked cases for each rule, and a
-model of one keyed table whose chunk, with the window's verdict upserted at H and the rest of the stream
-folded, must give the true table.
+model of one keyed table (the design's section 8.1).
+
+The model draws a serial history (inserts, updates with key moves and unchanged TOASTed values, deletes, now
+and then a TRUNCATE; plain, streamed -- with an aborted subtransaction -- and prepared transactions, plus
+rolled-back ones), a run of chunks by key range with their L and H between commits, and for each chunk a
+snapshot that sees, per key, a prefix of the commits before its H (and everything the previous chunk's saw).
+The verdicts must follow the rules (truncated, redo for each guard, else accepted), and when every chunk is
+accepted the capture's fold -- the stream's changes, each chunk's rows upserted at its H, the refetched keys
+read at the end -- must be the true table.  Planted faults (no visibility test, no apply step, xids compared
+without their epoch) must make it fail.
 
 The streams are real pgoutput bytes built with :func:`replwire.codec.build`.  The table is ``t (id int
 PRIMARY KEY, v text, big text)`` in text mode; a row is written ``(id, v, big)``, ``U`` standing for an
@@ -447,7 +455,7 @@ def test_only_the_tracked_tables_changes_are_parsed(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the model (design section 8.1)
+# the model
 
 _BASES = [3, (1 << 32) - 6, (5 << 32) + 1000]  # xid8 of the first xid: plain, across a wraparound, late epoch
 
@@ -548,18 +556,38 @@ def _fold(table, ops):
             table.clear()
 
 
+def _snapshot(data, xid8, visible, committed_before_b, rolled):
+    """A snapshot's text that sees exactly the ``visible`` transactions: xmax above every xid it sees and every
+    one committed before B (Y's argument), at least the history's oldest; every other xid below xmax in xip."""
+    seen = [x for x, v in zip(xid8, visible) if v]
+    floor = max([x + 1 for x in seen + committed_before_b] + [min(xid8 + rolled)])
+    xmax = data.draw(st.integers(floor, max(xid8 + rolled) + 1))
+    xip = sorted(x for x, v in zip(xid8, visible) if not v and x < xmax) + [x for x in rolled if x < xmax]
+    xip.sort()
+    return f"{xip[0] if xip else xmax}:{xmax}:{','.join(map(str, xip))}"
+
+
 def _run_model(data):
+    """One run over the whole table: B, then chunks by key range, each between its L and H with its own
+    snapshot, closed at H; the verdicts checked against what the rules say, and, when every chunk was
+    accepted, the capture's fold (the stream's changes, each chunk's rows upserted at its H, the refetches
+    read at the end) checked against the true table."""
     initial, transactions = _draw_history(data)
     n = len(transactions)
     b = data.draw(st.integers(0, n), label="B before commit")
-    low = data.draw(st.integers(b, n), label="L before commit")
-    high = data.draw(st.integers(low, n), label="H before commit")
-    lo = data.draw(st.integers(-1, 8), label="chunk from (exclusive)")
-    hi = data.draw(st.integers(lo, 8), label="chunk to (inclusive)")
+    cuts = sorted(data.draw(st.lists(st.integers(0, 6), max_size=2, unique=True), label="chunks end at keys"))
+    ranges = list(zip([-1, *cuts], [*cuts, 7]))  # (after, up to) key ranges, the last one to the end
+    windows, at = [], b
+    for _ in ranges:
+        low = data.draw(st.integers(at, n))
+        high = data.draw(st.integers(low, n))
+        windows.append((low, high))
+        at = high
     xids = _xid8s(data.draw(st.sampled_from(_BASES)), n + 2)
     order = data.draw(st.permutations(range(n + 2)))  # xid assignment order is not commit order
     xid8 = [xids[order[i]] for i in range(n + 2)]  # the last two: rolled-back transactions
     rolled = xid8[n:]
+    xid8 = xid8[:n]
 
     # When each streamed or prepared transaction sends its first part: before any later commit that touches
     # none of its keys (it holds their locks from then on).
@@ -571,29 +599,27 @@ def _run_model(data):
                 earliest -= 1
         first.append(data.draw(st.integers(earliest, i)))
 
-    # What the chunk's snapshot sees: per key a prefix of the commits before H.
-    visible = []
-    for i, t in enumerate(transactions):
-        earlier = all(visible[j] for j in range(i) if transactions[j]["keys"] & t["keys"])
-        # mostly seen before B and L (the guards' cases are rare on a server too); either way in the window
-        odds = 19 if i < b else 7 if i < low else 1
-        visible.append(i < high and earlier and data.draw(st.integers(0, odds)) > 0)
-    seen = [xid8[i] for i in range(n) if visible[i]]
-    # xmax: above every xid the snapshot sees and every one that committed before B (Y's argument), and at
-    # least the oldest xid of the history (a snapshot of its time)
-    floor = max([x + 1 for x in seen + [xid8[i] for i in range(b)]] + [min(xid8)])
-    xmax = data.draw(st.integers(floor, max(xid8) + 1))
-    invisible = [x for i, x in enumerate(xid8[:n]) if not visible[i]]
-    xip = sorted(x for x in invisible + rolled if x < xmax)
-    snapshot = f"{xip[0] if xip else xmax}:{xmax}:{','.join(map(str, xip))}"
-    committed_xip = [xid8[i] for i in range(n) if not visible[i] and xid8[i] < xmax
-                     and (i < b or (i < high and data.draw(st.booleans())))]
+    # What each chunk's snapshot sees: per key a prefix of the commits before its H, and all an earlier
+    # chunk's saw; mostly seen before B and L (the guards' cases are rare on a server too), either way in W.
+    visibility, previous = [], [False] * n
+    for low, high in windows:
+        visible = []
+        for i, t in enumerate(transactions):
+            earlier = all(visible[j] for j in range(i) if transactions[j]["keys"] & t["keys"])
+            odds = 19 if i < b else 7 if i < low else 1
+            visible.append(previous[i] or (i < high and earlier and data.draw(st.integers(0, odds)) > 0))
+        visibility.append(visible)
+        previous = visible
+    snapshots = [_snapshot(data, xid8, v, xid8[:b], rolled) for v in visibility]
+    committed_xip = [xid8[i] for i in range(n) if not visibility[0][i] and str(xid8[i]) in snapshots[0]
+                     and (i < b or (i < windows[0][1] and data.draw(st.booleans())))]
 
     # The stream, gap by gap: what comes before commit g, then commit g.
     gaps = [[] for _ in range(n + 1)]
     gaps[b].append(("B",))
-    gaps[low].append(("L",))
-    gaps[high].append(("H",))
+    for j, (low, high) in enumerate(windows):
+        gaps[low].append(("L", j))
+        gaps[high].append(("H", j))
     for i, t in enumerate(transactions):
         if t["form"] == "plain":
             continue
@@ -603,28 +629,22 @@ def _run_model(data):
             where = gaps[i]
             where.insert(data.draw(st.integers(0, len(where))), ("rest", i))
     for j in range(len(rolled)):  # rolled back: a streamed one with an aborted top, a prepared one
-        g = data.draw(st.integers(0, n))
-        gaps[g].append(("rolled", j))
+        gaps[data.draw(st.integers(0, n))].append(("rolled", j))
 
     truth = dict(initial)
-    at_b = at_h = None
     wire = Wire()
-    fold = {}  # the reference fold of the capture
-    events = []  # ("B"|"H"|"ops", ...) in stream order, for the fold
+    events = []  # ("H", j) or ("ops", ops), in stream order, for the fold
     position = {}
     for g in range(n + 1):
         for item in gaps[g]:
             position[item] = len(wire.items)
             if item[0] == "B":
                 wire.mark("start")
-                at_b = dict(truth)
-                events.append(("B",))
             elif item[0] == "L":
-                wire.mark("low")
+                wire.mark("low", chunk=item[1])
             elif item[0] == "H":
-                wire.mark("high")
-                at_h = dict(truth)
-                events.append(("H",))
+                wire.mark("high", chunk=item[1])
+                events.append(item)
             elif item[0] == "rolled":
                 x = rolled[item[1]] & 0xFFFFFFFF
                 if item[1] == 0:
@@ -659,68 +679,69 @@ def _run_model(data):
             _apply_ops(truth, t["ops"])
             events.append(("ops", t["ops"]))
 
-    # The window over the whole stream, t tracked at B; close() right after H, as the capture does.
-    window = Window(SESSION, wire.proto)
+    # The transactions already open when t was tracked (at B); the chunker waits for them before chunk 0.
     untracked = {i for i, t in enumerate(transactions)
                  if t["form"] != "plain" and position[("first", i)] < position[("B",)]}
-    open_at_low = any(i >= low for i in untracked)
-    # The chunks before this one (keys <= lo) are taken as read at B, so the run's first L is at B when
-    # there are any: a transaction under way then, which the chunker waits for, makes the case unreal.
-    waits = any(i >= (b if lo >= 0 else low) for i in untracked)
-    h_at = position[("H",)]
-    chunk_state = dict(initial)
-    for i in range(n):
-        if visible[i]:
-            _apply_ops(chunk_state, transactions[i]["ops"])
-    chunk = [row(k, *chunk_state[k]) for k in sorted(chunk_state) if lo < k <= hi]
-    verdict = None
+    waits = any(i >= windows[0][0] for i in untracked)
+
+    # The window over the whole stream; close() right after each H, as the capture does.
+    window = Window(SESSION, wire.proto)
+    at_h = {position[("H", j)]: j for j in range(len(windows))}
+    verdicts = []
     for index, (lsn, data_) in enumerate(wire.items):
         if index == position[("B",)]:
             window.track(relation())
         noticed = window.feed(lsn, data_)
-        if index == position[("L",)]:
-            assert window.under_way(REL) == open_at_low
-        if index == h_at:
-            assert noticed is not None and noticed.kind == "high"
-            verdict = window.close(chunk, snapshot, committed_xip)
+        if index == position[("L", 0)]:
+            assert window.under_way(REL) == waits
+        j = at_h.get(index)
+        if j is None:
+            continue
+        assert noticed is not None and (noticed.kind, noticed.chunk) == ("high", j)
+        low, high = windows[j]
+        state = dict(initial)
+        for i in range(n):
+            if visibility[j][i]:
+                _apply_ops(state, transactions[i]["ops"])
+        after, upto = ranges[j]
+        chunk = [row(k, *state[k]) for k in sorted(state) if after < k <= upto]
+        verdict = window.close(chunk, snapshots[j], committed_xip if j == 0 else None)
+        event(f"chunk {j}: {verdict.outcome} {verdict.reason or ''}, applied: {bool(verdict.applied)}, "
+              f"refetch: {bool(verdict.refetch)}, under way: {waits}")
 
-    # What the verdict must be.
-    event(f"{verdict.outcome} {verdict.reason or ''}, applied: {bool(verdict.applied)}, "
-          f"refetch: {bool(verdict.refetch)}, under way: {waits}")
-    truncating = {i for i in range(b, high) if any(op[0] == "truncate" for op in transactions[i]["ops"])}
-    if verdict.outcome == "truncated":  # (an untracked one's TRUNCATE counts when it came after B)
-        assert truncating
-        return
-    assert not truncating - untracked  # a TRUNCATE after B that the window saw ends the run
-    guard_2 = any(not visible[i] for i in range(b))
-    guard_1 = any(not visible[i] for i in range(b, low))
-    in_window = any(not visible[i] and i in untracked for i in range(low, high))
-    if guard_1 or guard_2 or in_window:
-        assert verdict.outcome == "redo", (guard_1, guard_2, in_window)
-        return
-    assert verdict.outcome == "accepted", verdict.reason
+        # What the verdict must be.
+        truncating = {i for i in range(b, high) if any(op[0] == "truncate" for op in transactions[i]["ops"])}
+        if verdict.outcome == "truncated":  # (an untracked one's TRUNCATE counts when it came after B)
+            assert truncating
+            return
+        assert not truncating - untracked  # a TRUNCATE after B that the window saw ends the run
+        guard_2 = j == 0 and any(not visibility[0][i] for i in range(b))
+        guard_1 = any(not visibility[j][i] for i in range(b, low))
+        in_window = any(not visibility[j][i] and i in untracked for i in range(low, high))
+        if guard_1 or guard_2 or in_window:
+            assert verdict.outcome == "redo", (guard_1, guard_2, in_window)
+            return  # (the chunker reads it again: another case)
+        assert verdict.outcome == "accepted", verdict.reason
+        if not (verdict.applied or verdict.refetch):
+            assert verdict.rows is chunk
+        verdicts.append(verdict)
+
     if waits:  # (the refetch list may miss a key move it made before t was tracked)
         return
-    assert {int(r[0].data) for r in verdict.rows} >= {k for k in at_h if lo < k <= hi and k in chunk_state}
-
-    # The capture folded: the stream's changes, the chunks before this one exact at B (keys <= lo), this
-    # chunk's rows upserted at H, and the refetches read at the end of the run.
+    # The capture folded: the stream's changes, each chunk's rows upserted at its H, the refetches at the end.
+    fold = {}
     for happened in events:
         if happened[0] == "ops":
             _fold(fold, happened[1])
-        elif happened[0] == "B":
-            for k in range(lo + 1):
-                fold.pop(k, None)
-                if k in at_b:
-                    fold[k] = at_b[k]
         else:
-            for r in verdict.rows:
+            for r in verdicts[happened[1]].rows:
                 fold[int(r[0].data)] = values(r)[1:]
-    for (k,) in [*verdict.refetch, *window.take_refetch(REL)]:
+    refetch = [k for v in verdicts for k in v.refetch] + window.take_refetch(REL)
+    for (k,) in refetch:
         fold.pop(int(k), None)
         if int(k) in truth:
             fold[int(k)] = truth[int(k)]
-    assert {k: r for k, r in fold.items() if k <= hi} == {k: r for k, r in truth.items() if k <= hi}
+    assert fold == truth
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
