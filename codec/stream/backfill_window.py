@@ -163,7 +163,7 @@ class _Txn:
     opened: int
     complete: bool = True
     events: list[_Event] = field(default_factory=list)
-    truncates: set[int] = field(default_factory=set)
+    truncates: set[tuple[int, int | None]] = field(default_factory=set)  # (relation OID, subxid)
     aborted: set[int] = field(default_factory=set)
     marker: dict[str, Any] | None = None
 
@@ -408,7 +408,7 @@ class Window:
         if isinstance(message, Truncate):
             txn = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
             if txn is not None:
-                txn.truncates.update(r for r in message.relation_ids if r in self._runs)
+                txn.truncates.update((r, message.xid) for r in message.relation_ids if r in self._runs)
             return None
         if isinstance(message, StreamCommit):
             return self._commit(message.xid, self._streams.pop(message.xid, None), lsn)
@@ -420,6 +420,7 @@ class Window:
                 if txn is not None:
                     txn.aborted.add(message.subxid)
                     txn.events = [e for e in txn.events if e.subxid != message.subxid]
+                    txn.truncates = {t for t in txn.truncates if t[1] != message.subxid}
             return None
         if isinstance(message, StreamPrepare):
             txn = self._streams.pop(message.xid, None)
@@ -438,10 +439,7 @@ class Window:
             self._marker = None
             return None
         if isinstance(message, CommitPrepared):
-            txn = self._prepared.pop(message.gid, None)
-            if not self._started:
-                return self._marked(txn.marker if txn is not None else None, lsn)
-            return self._commit(message.xid, txn, lsn)
+            return self._commit(message.xid, self._prepared.pop(message.gid, None), lsn)
         if isinstance(message, RollbackPrepared):
             self._prepared.pop(message.gid, None)
         return None
@@ -502,7 +500,7 @@ class Window:
                 run.since_b.add(xid)
             untracked = txn is None or not txn.complete or txn.opened < run.tracked_at
             events = [e for e in txn.events if e.message.relation_id == oid] if txn is not None else []
-            if txn is not None and oid in txn.truncates:
+            if txn is not None and any(r == oid for r, _ in txn.truncates):
                 run.truncated = True
             elif not (untracked or events):
                 continue

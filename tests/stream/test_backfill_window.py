@@ -373,10 +373,12 @@ def test_truncate_rolled_back_or_of_another_table_does_not():
     window, wire = started()
     wire.block(200, True, Truncate(xid=200, options=0, relation_ids=[REL]))
     wire.add(StreamAbort(xid=200, subxid=200, abort_lsn=None, abort_time=None))
+    wire.block(210, True, Truncate(xid=211, options=0, relation_ids=[REL]), ins(4, xid=210))
+    wire.add(StreamAbort(xid=210, subxid=211, abort_lsn=None, abort_time=None)).stream_commit(210)
     wire.plain(100, Truncate(xid=None, options=0, relation_ids=[REL + 1])).mark("low")
     wire.feed(window)
     assert not window.truncated(REL)
-    assert close(window, wire, "101:101:").accepted
+    assert close(window, wire, "211:211:").accepted
 
 
 def test_an_update_naming_its_row_by_a_toasted_key_redoes_the_chunk():
@@ -661,8 +663,11 @@ def _run_model(data):
                 elif item[0] == "first":
                     split = len(ops) if first[i] == i else data.draw(st.integers(0, len(ops)))
                     t["rest"] = ops[split:]
-                    sub = (x + 1) & 0xFFFFFFFF or 3  # an aborted subtransaction: its insert must vanish
-                    wire.block(x, True, *ops[:split], ins(-1, xid=sub))
+                    sub = (x + 1) & 0xFFFFFFFF or 3  # an aborted subtransaction: its changes must vanish
+                    phantom = [ins(-1, xid=sub)]
+                    if data.draw(st.booleans()):
+                        phantom.append(Truncate(xid=sub, options=0, relation_ids=[REL]))
+                    wire.block(x, True, *ops[:split], *phantom)
                     wire.add(StreamAbort(xid=x, subxid=sub, abort_lsn=None, abort_time=None))
                 else:
                     wire.block(x, False, *t.pop("rest"))
