@@ -171,7 +171,8 @@ class _Txn:
 @dataclass
 class _Committed:
     """A committed transaction of a window: its top-level xid, its changes of the window's table, and
-    whether it was already under way at B (``untracked``: its earlier changes are unknown)."""
+    whether it was already open when the table was tracked (``untracked``: its earlier changes are
+    unknown)."""
 
     xid: int
     events: list[_Event]
@@ -189,14 +190,15 @@ class _Run:
     started: int | None = None  # the index of B
     run: Any = None
     since_b: set[int] | None = None  # xids of all commits since B, until chunk 1 is accepted
-    touched: set[int] = field(default_factory=set)  # xids of commits since B that touched the table
+    # xids of commits since B that touched the table (in a window or not), until a snapshot has seen them
+    touched: set[int] = field(default_factory=set)
     truncated: bool = False
     refetch: dict[Key, None] = field(default_factory=dict)
 
 
 @dataclass
 class _Open:
-    """The current window: its run and chunk, the touched xids as of L, and W."""
+    """The current window: its run and chunk, its L and H, the touched xids as of L (guard 1), and W."""
 
     run: _Run
     chunk: Any
