@@ -35,7 +35,9 @@ pgoutput message of the stream, in order, and:
     replaces its row with unchanged TOASTed values taken from the chunk's row, a delete removes it).  Keys are
     the key columns' raw bytes, exactly as both sides carry them (the server's output text in text mode, its
     send format in binary mode), so no value is decoded.  When nothing of W needs applying -- the common case
-    -- the rows come back as given, neither parsed nor copied.
+    -- the rows come back as given, neither parsed nor copied.  A transaction whose changes passed the
+    window's memory limit keeps only the keys they touched: those keys are dropped from the rows, left to the
+    stream, and read again (the refetch list).
 
 Per-key, the transactions S sees are a prefix of those that touched the key in stream order (they hold the
 key's row or index lock until they are visible), so those S misses and that commit before H are exactly W's
@@ -153,6 +155,36 @@ class _Event:
     subxid: int | None
     shape: tuple[Any, ...] | None
 
+    @property
+    def relation_id(self) -> int:
+        return self.message.relation_id
+
+
+@dataclass
+class _Touch:
+    """What is kept of a row change once its transaction's buffer passed the limit: the keys it touched (old
+    and new), the new key of a key move with unchanged TOASTed values, and whether it named its row by an
+    unchanged TOASTed key (then it has no keys)."""
+
+    relation_id: int
+    subxid: int | None
+    keys: tuple[Key, ...]
+    moved: Key | None
+    toasted_key: bool
+
+
+def _touch(event: _Event, keys: tuple[int, ...]) -> _Touch:
+    m = event.message
+    old = None if isinstance(m, Insert) else m.key if m.key is not None else m.old
+    new_key = tuple(m.new[i].data for i in keys) if not isinstance(m, Delete) else None
+    old_key = tuple(old[i].data for i in keys) if old is not None else None
+    if isinstance(m, Update) and old is None and any(m.new[i].kind == "u" for i in keys):
+        return _Touch(m.relation_id, event.subxid, (), None, True)
+    moved = new_key if (isinstance(m, Update) and old_key is not None and old_key != new_key
+                        and any(c.kind == "u" for c in m.new)) else None
+    return _Touch(m.relation_id, event.subxid, tuple(dict.fromkeys(k for k in (old_key, new_key) if k is not None)),
+                  moved, False)
+
 
 @dataclass
 class _Txn:
@@ -162,7 +194,9 @@ class _Txn:
 
     opened: int
     complete: bool = True
-    events: list[_Event] = field(default_factory=list)
+    events: list[_Event | _Touch] = field(default_factory=list)
+    size: int = 0  # the wire bytes of the changes buffered whole
+    over: bool = False  # past the window's limit: changes kept as _Touch
     truncates: set[tuple[int, int | None]] = field(default_factory=set)  # (relation OID, subxid)
     aborted: set[int] = field(default_factory=set)
     marker: dict[str, Any] | None = None
@@ -171,10 +205,11 @@ class _Txn:
 @dataclass
 class _Committed:
     """A committed transaction of a window: its top-level xid, its changes of the window's table, and
-    whether it was already under way at B (``untracked``: its earlier changes are unknown)."""
+    whether it was already open when the table was tracked (``untracked``: its earlier changes are
+    unknown)."""
 
     xid: int
-    events: list[_Event]
+    events: list[_Event | _Touch]
     untracked: bool
 
 
@@ -189,14 +224,15 @@ class _Run:
     started: int | None = None  # the index of B
     run: Any = None
     since_b: set[int] | None = None  # xids of all commits since B, until chunk 1 is accepted
-    touched: set[int] = field(default_factory=set)  # xids of commits since B that touched the table
+    # xids of commits since B that touched the table (in a window or not), until a snapshot has seen them
+    touched: set[int] = field(default_factory=set)
     truncated: bool = False
     refetch: dict[Key, None] = field(default_factory=dict)
 
 
 @dataclass
 class _Open:
-    """The current window: its run and chunk, the touched xids as of L, and W."""
+    """The current window: its run and chunk, its L and H, the touched xids as of L (guard 1), and W."""
 
     run: _Run
     chunk: Any
@@ -211,9 +247,11 @@ def _shape(relation: Relation) -> tuple[Any, ...]:
     return tuple((c.name, c.type_id, c.type_modifier, c.flags & 1) for c in relation.columns)
 
 
-def _same_shape(event: _Event, shape: tuple[Any, ...]) -> bool:
+def _same_shape(event: _Event | _Touch, shape: tuple[Any, ...]) -> bool:
     """Whether a change's tuples fit the chunk's columns: the stream's Relation when one was seen, else the
     tuple's width."""
+    if isinstance(event, _Touch):
+        return True  # (keys only)
     if event.shape is not None:
         return event.shape == shape
     m = event.message
@@ -249,12 +287,15 @@ class Window:
     """Follows one capture session's stream for its backfill runs (see the module docstring).
 
     ``session``: this capture's session id, as the watermarks carry it (``"s"``); ``proto_version``: the
-    stream's protocol version.
+    stream's protocol version; ``limit``: the wire bytes of a transaction's tracked changes kept whole.  Past
+    it only their keys are kept, and an invisible transaction of W then leaves the keys it touched to the
+    stream (they are dropped from the rows) and puts them on the refetch list.
     """
 
-    def __init__(self, session: Any, proto_version: int) -> None:
+    def __init__(self, session: Any, proto_version: int, limit: int = 64 << 20) -> None:
         self.session = session
         self.proto_version = proto_version
+        self.limit = limit
         self._runs: dict[int, _Run] = {}
         self._by_run: dict[Any, _Run] = {}
         self._started: dict[int, _Run] = {}  # the runs past their B, by relation OID
@@ -376,7 +417,16 @@ class Window:
             subxid = message.xid if self._in_stream else None
             if subxid is not None and subxid in txn.aborted:
                 return
-            txn.events.append(_Event(message, subxid, self._shapes.get(message.relation_id)))
+            event = _Event(message, subxid, self._shapes.get(message.relation_id))
+            if txn.over:
+                txn.events.append(_touch(event, self._runs[message.relation_id].keys))
+                return
+            txn.events.append(event)
+            txn.size += len(data)
+            if txn.size > self.limit:
+                txn.over = True
+                txn.events = [_touch(e, self._runs[e.relation_id].keys) if isinstance(e, _Event) else e
+                              for e in txn.events if e.relation_id in self._runs]
 
     def _open_plain(self, begin: Any, index: int) -> None:
         self._marker = None
@@ -499,7 +549,7 @@ class Window:
             if run.since_b is not None:
                 run.since_b.add(xid)
             untracked = txn is None or not txn.complete or txn.opened < run.tracked_at
-            events = [e for e in txn.events if e.message.relation_id == oid] if txn is not None else []
+            events = [e for e in txn.events if e.relation_id == oid] if txn is not None else []
             if txn is not None and any(r == oid for r, _ in txn.truncates):
                 run.truncated = True
             elif not (untracked or events):
@@ -554,6 +604,10 @@ class Window:
         for e in events:
             if not _same_shape(e, run.shape):
                 return redo("relation")
+            if isinstance(e, _Touch):
+                if e.toasted_key:
+                    return redo("toasted-key")
+                continue
             m = e.message
             if (isinstance(m, Update) and m.key is None and m.old is None
                     and any(m.new[i].kind == "u" for i in run.keys)):
@@ -572,11 +626,17 @@ class Window:
         """The transactions of W that the chunk's snapshot does not see, in commit order."""
         return [c for c in window.committed if not s.sees(c.xid)]
 
-    def _apply(self, run: _Run, rows: Sequence[Row], events: list[_Event]) -> list[Row]:
-        """The chunk's rows with ``events`` applied in order, by key (see the module docstring)."""
+    def _apply(self, run: _Run, rows: Sequence[Row], events: list[_Event | _Touch]) -> list[Row]:
+        """The chunk's rows with ``events`` applied in order, by key (see the module docstring); a key a
+        :class:`_Touch` names is left to the stream and read again."""
         keys = run.keys
         state: dict[Key, Row] = {tuple(row[i].data for i in keys): row for row in rows}
         for e in events:
+            if isinstance(e, _Touch):
+                for key in e.keys:
+                    state.pop(key, None)
+                    run.refetch[key] = None
+                continue
             m = e.message
             if isinstance(m, Insert):
                 state[tuple(m.new[i].data for i in keys)] = m.new
@@ -597,10 +657,14 @@ class Window:
         return list(state.values())
 
     @staticmethod
-    def _moves_to_refetch(run: _Run, events: list[_Event]) -> None:
+    def _moves_to_refetch(run: _Run, events: list[_Event | _Touch]) -> None:
         """Put on the run's refetch list the new key of every key move among ``events`` whose new image has
         unchanged TOASTed values (see the module docstring)."""
         for e in events:
+            if isinstance(e, _Touch):
+                if e.moved is not None:
+                    run.refetch[e.moved] = None
+                continue
             m = e.message
             if isinstance(m, Update) and (m.key is not None or m.old is not None) and any(
                     c.kind == "u" for c in m.new):
