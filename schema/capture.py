@@ -227,9 +227,15 @@ BACKFILL_CHUNK = message(
     field("relation_id", Oid, "OID of the table."),
     field("binary", Int8, "1 when the rows are in COPY's binary format (a --binary capture), 0 for text."),
     field("rows", Int64, "How many rows the chunk's BackfillRows records hold in all."),
-    field("last", Int8, "1 when the chunk is its run's last: the table has no rows past it."),
+    field("last", Int8, "1 when the chunk is its run's last: the table has no rows past it, and no key is "
+                        "left to read again."),
     field("cursor", String, "The key of the last row the chunk read, as a JSON array of the key columns' "
-                            "server texts (empty for the last chunk): the next chunk reads the keys after it."),
+                            "server texts (empty once no row is past it): the next chunk reads the keys after "
+                            "it."),
+    field("refetch", String, "The keys the run reads again at its end, as a JSON array of keys, each an array "
+                             "of the key columns' bytes in hex (as the stream carries them; null for NULL), "
+                             "or empty: rows a key change moved into keys already read, whose unchanged "
+                             "TOASTed values the stream does not carry."),
     field("snapshot", String, "The snapshot the chunk was read in (pg_current_snapshot()'s text)."),
     field("read_us", Int64, "How long the chunk's read took, in microseconds."),
     field("at_us", Int64, "When the chunk was read: microseconds since 2000-01-01 00:00 UTC."),

@@ -54,13 +54,20 @@ __all__ = ["capture_command"]
 @click.option("--snapshot", "initial_snapshot", is_flag=True,
               help="First copy every table of the publication into OUT (an initial snapshot, consistent with a "
                    "new slot created with it), then stream the changes after it.")
+@click.option("--backfill", "backfill", multiple=True, metavar="SCHEMA.TABLE",
+              help="Copy this table into OUT while streaming, in chunks by key, each read in a short transaction "
+                   "between two watermarks of the stream (repeatable; 'all': every published table). Turns on "
+                   "--messages. Run again, the capture continues each table from its last chunk in OUT.")
+@click.option("--backfill-budget", type=click.FloatRange(min=0.001), default=0.2, show_default=True,
+              help="Seconds of reading a backfill chunk aims at: no transaction of the backfill lasts much longer.")
 @click.option("--no-reconnect", is_flag=True,
               help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
                    "resuming by itself (like pg_recvlogical's --no-loop).")
 def capture_command(dsn: str, slot: str, publication: str, proto_version: int | None, streaming: str | None,
                     binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
-                    batch_size: int, initial_snapshot: bool, no_reconnect: bool) -> None:
+                    batch_size: int, initial_snapshot: bool, backfill: tuple[str, ...], backfill_budget: float,
+                    no_reconnect: bool) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
@@ -68,7 +75,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     connection (a server restart, a failover, the walsender terminated) is resumed the same way, by itself,
     after a growing delay (unless --no-reconnect).  With --snapshot the slot is created with an exported
     snapshot and every published table is copied first; a snapshot that was interrupted is taken again from
-    the start by the same command.
+    the start by the same command.  With --backfill the tables named are copied while the capture streams,
+    on any slot, a chunk at a time; run again, it continues from the last chunk in OUT.
 
     Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
     settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
@@ -130,11 +138,15 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                                "snapshot); it cannot be used with --via sql")
     if initial_snapshot and no_create_slot:
         raise click.UsageError("--snapshot creates its slot: it cannot be used with --no-create-slot")
+    if backfill and via == "sql":
+        raise click.UsageError("--backfill needs a replication connection (its chunks are written as their "
+                               "watermarks arrive); it cannot be used with --via sql")
     settings = CaptureSettings(slot=slot, publication=publication, proto_version=proto_version, streaming=streaming,
-                               binary=binary, messages=messages, two_phase=two_phase)
+                               binary=binary, messages=messages or bool(backfill), two_phase=two_phase)
     capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
-                          via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say)
+                          via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say,
+                          backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget)
     taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
     try:
         capture.check_output()  # before anything is done on the server, the snapshot included

@@ -29,7 +29,8 @@ import select
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import ReplwireError
 from ..scalars import LSN
@@ -53,6 +54,9 @@ from .positions import PositionTracker, Progress
 from .resume import check_output, check_settings, check_source, first_record, refuse_new_slot, resume
 from .sql_capture import SqlCapture
 
+if TYPE_CHECKING:
+    from .backfill import Backfill
+
 __all__ = ["VIAS", "LiveCapture"]
 
 #: How live capture reads the slot: the replication protocol, or the SQL functions over an ordinary connection.
@@ -69,9 +73,14 @@ class LiveCapture(SqlCapture):
     ``FOR ALL TABLES`` when it does not exist.  ``via`` is ``"replication"`` (the replication protocol) or
     ``"sql"`` (the SQL functions, ``batch_size`` rows asked for per call, polled every ``sync_interval``
     seconds while there is nothing new).  ``progress`` is called with a :class:`Progress` after every sync.
-    :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture, or on
-    Ctrl-C, always after a final sync and acknowledgement (only the sync when Ctrl-C lands in the middle of a
-    burst of messages, whose positions are then not all in the file).
+    :meth:`run` returns when ``stop`` is set, when ``idle_exit`` seconds passed with nothing to capture (and
+    no backfill runs), or on Ctrl-C, always after a final sync and acknowledgement (only the sync when Ctrl-C
+    lands in the middle of a burst of messages, whose positions are then not all in the file).
+
+    ``backfill`` names tables (``schema.table``, or ``"all"``) to copy into the file while it streams
+    (:mod:`~replwire.codec.io.backfill`; over replication, with ``settings.messages`` on), each chunk aiming
+    at ``backfill_budget`` seconds of reading; a table whose run the file holds is continued from its last
+    chunk, or left alone when that run ended.
 
     A connection lost once the capture is streaming (a restart, a failover, the walsender
     terminated, the network) is not the end: with ``reconnect`` (the default) the capture resumes from the
@@ -86,7 +95,8 @@ class LiveCapture(SqlCapture):
                  create_publication: bool = False, sync_interval: float = 0.5,
                  progress: Callable[[Progress], None] | None = None, via: str = "replication",
                  batch_size: int = 10_000, reconnect: bool = True, reconnect_delay: float = 0.5,
-                 reconnect_max: float = 30.0, log: Callable[[str], None] | None = None) -> None:
+                 reconnect_max: float = 30.0, log: Callable[[str], None] | None = None,
+                 backfill: Sequence[str] = (), backfill_budget: float | None = None) -> None:
         if via not in VIAS:
             raise ValueError(f"via must be one of {VIAS}, not {via!r}")
         if batch_size < 1:
@@ -97,6 +107,11 @@ class LiveCapture(SqlCapture):
         self.via, self.batch_size = via, batch_size
         self.reconnect, self.reconnect_delay, self.reconnect_max = reconnect, reconnect_delay, reconnect_max
         self.log = log
+        self.backfill, self.backfill_budget = list(backfill), backfill_budget
+        if self.backfill and not settings.messages:
+            raise ValueError("a backfill needs settings.messages: its watermarks are logical messages")
+        if self.backfill and via != "replication":
+            raise ValueError("a backfill needs via='replication'")
         self.progress = Progress()
         self.resumed_records: int | None = None
         self.reconnects = 0  # how many times the capture reconnected
@@ -160,6 +175,14 @@ class LiveCapture(SqlCapture):
         except OSError as error:
             raise CaptureWriteError(f"cannot write {self.out}: {error.strerror or error}") from None
 
+    def _backfill(self, writer: CaptureWriter) -> Backfill:
+        from .backfill import BUDGET, Backfill
+
+        return Backfill(self.dsn, self.settings.publication, self.backfill, binary=self.settings.binary,
+                        proto_version=writer.header.proto_version, server_version=writer.header.server_version,
+                        encoding=writer.header.client_encoding, path=self.out, budget=self.backfill_budget or BUDGET,
+                        log=self.log)
+
     def _say(self, line: str) -> None:
         if self.log is not None:
             self.log(line)
@@ -177,6 +200,12 @@ class LiveCapture(SqlCapture):
         header, confirmed = self._prepare_server(existing)
         options, proto = header.options, header.proto_version
         writer = self._open_file(header, confirmed)
+        if self.backfill:
+            try:
+                self._backfill(writer).prepare()  # (refuses what cannot be backfilled before streaming starts)
+            except BaseException:
+                writer.close()
+                raise
         self.progress.flushed_lsn = confirmed
         self._activity = time.monotonic()
         runner = self._run_sql if self.via == "sql" else self._run_replication
@@ -296,16 +325,27 @@ class LiveCapture(SqlCapture):
         started = False  # START_REPLICATION was taken
         in_burst = interrupted = False  # (in_burst: records read whose bookkeeping is not done)
         refused: CaptureError | None = None  # a message the tracker cannot take: the end of the capture
+        backfill: Backfill | None = None
+        follow: Callable[[int, bytes], list[bytes]] | None = None  # the backfill's side of each message
         try:
             walsender = conn.get_backend_pid()
+            if self.backfill:  # (from what the file holds now: a reconnection continues each run from there)
+                backfill = self._backfill(writer)
+                backfill.prepare()
+                follow = backfill.feed if backfill.runs else None
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
             self._streamed = started = True
+            if backfill is not None:
+                backfill.start()
             while not (stop is not None and stop.is_set()):
+                if backfill is not None and backfill.failure is not None:
+                    break
                 message = read()
                 if message is None:
                     sync_and_ack()
-                    if idle_exit is not None and tracker.idle and time.monotonic() - self._activity > idle_exit:
+                    if (idle_exit is not None and tracker.idle and time.monotonic() - self._activity > idle_exit
+                            and not (backfill is not None and backfill.busy)):
                         break
                     select.select([cur], [], [], min(self.sync_interval, 0.2))
                     continue
@@ -326,6 +366,9 @@ class LiveCapture(SqlCapture):
                             refused = undecodable(start, getattr(cur, "wal_end", 0) or 0, error)
                             break
                         add((start, 0, data))
+                        if follow is not None:
+                            for record in follow(start, data):  # a backfill's chunk, right after its watermark
+                                add((start, 0, record))
                         if position is not None:
                             completed += 1
                             if position > pending:
@@ -366,6 +409,8 @@ class LiveCapture(SqlCapture):
                 sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
             except (psycopg2.Error, OSError, ValueError) as error:
                 failure = error
+        if backfill is not None:
+            backfill.stop()
         # An OSError or ValueError is the connection's only when the connection is gone; otherwise it is this
         # process's own (a failed write, which writer.failed tells, or the progress callback's), not a loss.
         lost = failure is not None and (is_lost(failure, conn) if isinstance(failure, psycopg2.Error)
@@ -384,6 +429,8 @@ class LiveCapture(SqlCapture):
                                     "command again to resume") from None
         if refused is not None:
             raise refused
+        if backfill is not None and failure is None:
+            backfill.check()  # (the chunker's failure: a lost connection is reconnected as the stream's is)
         if failure is not None and not isinstance(failure, psycopg2.Error) and not lost:
             raise failure  # (not the server's, not the connection's: this process's own)
         if failure is not None:

@@ -146,12 +146,13 @@ def end_record(lsn: LSN, tables: int, rows: int) -> bytes:
 
 
 def chunk_record(run: int, chunk: int, relation: Relation, types: list[Type], *, binary: bool, rows: int,
-                 last: bool, cursor: str, snapshot: str, read_us: int, at_us: int) -> bytes:
+                 last: bool, cursor: str, snapshot: str, read_us: int, at_us: int, refetch: str = "") -> bytes:
     """A backfill chunk's ``BackfillChunk`` (see :data:`replwire.schema.capture.BACKFILL_CHUNK`): the table's Type
     messages and Relation, built with replwire's encoder (protocol 1), and what the chunk was."""
     messages = [{"data": build(m, proto_version=1)} for m in (*types, relation)]
     return _build(layout.BACKFILL_CHUNK, run=run, chunk=chunk, relation_id=relation.relation_id, binary=int(binary),
-                  rows=rows, last=int(last), cursor=cursor, snapshot=snapshot, read_us=read_us, at_us=at_us,
+                  rows=rows, last=int(last), cursor=cursor, refetch=refetch, snapshot=snapshot, read_us=read_us,
+                  at_us=at_us,
                   messages=messages)
 
 

@@ -173,10 +173,11 @@ def test_a_chunk_cut_short_keeps_whole_rows_and_resume_keeps_a_confirmed_chunk(t
 def test_backfill_records_are_laid_out_as_declared():
     # hand-written from the capture-format page: kind byte, then the fields big-endian, Strings NUL-ended
     chunk = snapshot_records.chunk_record(2, 5, RELATION, [], binary=True, rows=7, last=False, cursor='["41"]',
-                                          snapshot="9:12:10", read_us=1500, at_us=3)
+                                          snapshot="9:12:10", read_us=1500, at_us=3, refetch='[["2a"]]')
     relation = build(RELATION, proto_version=1)
     assert chunk == (b"\x08" + bytes.fromhex("00000002" "00000005" "00004006" "01" "0000000000000007" "00")
-                     + b'["41"]\x00' + b"9:12:10\x00" + bytes.fromhex("00000000000005dc" "0000000000000003" "0001")
+                     + b'["41"]\x00' + b'[["2a"]]\x00' + b"9:12:10\x00"
+                     + bytes.fromhex("00000000000005dc" "0000000000000003" "0001")
                      + len(relation).to_bytes(4, "big") + relation)
     assert (snapshot_records.chunk_rows_record(16390, False, 2, b"ab")
             == b"\x09" + bytes.fromhex("00004006" "00" "00000002") + b"ab")

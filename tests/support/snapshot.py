@@ -95,6 +95,8 @@ def folded(paths: Sequence[Any]) -> tuple[dict[str, list[tuple[Any, ...]]], list
         elif item.op == "snapshot":
             snapshot_rows.append(item)
             add(item, int(item.lsn))
+        elif item.op == "backfill":  # (a row at its chunk's position: folded as its key's row there)
+            add(item, int(item.lsn))
     tables = {}
     for name, table_changes in changes.items():
         if name not in shapes:

@@ -1,0 +1,607 @@
+"""A backfill: published tables copied into the capture file in chunks by key, while the capture streams.
+
+Strategy: a thread of the capture (the *chunker*) reads each table on an ordinary connection, a chunk at a
+time, each chunk between two watermarks of its own -- non-transactional logical messages of prefix
+``replwire.backfill`` (:data:`~replwire.schema.capture.BACKFILL_PREFIX`), which pgoutput sends at their WAL
+position: after every transaction whose commit comes before them, before every one whose commit comes after.
+Per chunk it emits the low watermark L, reads ``COPY (SELECT ... WHERE key > cursor ORDER BY key LIMIT n)``
+in a short ``REPEATABLE READ`` transaction whose snapshot S it records, commits, hands the rows and S to the
+capture's stream side, and emits the high watermark H.  The stream side follows every message in a
+:class:`~replwire.codec.stream.backfill_window.Window`; when H arrives it asks the window for the chunk's
+rows as they are at H (the changes between L and H that S does not see, applied) and writes them right
+after H's record (``BackfillChunk``, ``BackfillRows``, and ``BackfillEnd`` after a run's last chunk: see
+:mod:`replwire.schema.capture`).  Readers apply each row as its key's row at H.
+
+Why so: no transaction of the backfill lasts longer than one chunk (``budget`` seconds of reading, the
+chunk's size adapted to it), so VACUUM is never held back longer than that; the watermarks are positions in
+the stream itself, ordered with the changes, and need no table of their own; each chunk's records follow
+its H and complete H's position, so what the slot confirmed keeps its chunks, and a capture started again
+continues each table from the last chunk in the file (:func:`progress_in_file`).  A run begins with a start
+watermark B and a transactional marker whose commit the stream side waits for; with them the window's two
+guards redo a chunk whose snapshot misses a commit that came before L (a transaction's commit is in the WAL
+before other sessions see it).
+
+Tables must have a primary key or a replica identity index (a chunk row is told from a change of the same
+row by its key) and not ``REPLICA IDENTITY FULL`` (whose rows the readers identify by every column).  The
+watermarks need ``pg_logical_emit_message`` (executable by every user unless revoked) and pgoutput's
+``messages`` option, so ``--backfill`` turns it on; a standby cannot write them.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...schema.capture import BACKFILL_PREFIX
+from ...schema.encodings import text_codec
+from ..messages import TupleColumn
+from ..options import quote_identifier
+from ..stream import snapshot_records
+from ..stream.backfill_window import Key, Window
+from .capture_file import read_capture
+from .connection import CaptureError, ConnectionLost, connect, is_lost, server_error
+from .snapshot import CHUNK as RECORD_BYTES
+from .tables import Table, check_select, published_tables
+
+__all__ = ["Backfill", "TableRun", "progress_in_file"]
+
+#: The seconds of reading a chunk aims at, and its first size and bounds in rows.
+BUDGET = 0.2
+FIRST_ROWS, LEAST_ROWS, MOST_ROWS = 1000, 100, 100_000
+#: The most bytes of rows a chunk holds (its rows are held in memory until they are written).
+MOST_BYTES = 8 << 20
+#: How long a chunker waits for its high watermark to reach the stream side before it says so.
+_WAIT_NOTE = 30.0
+#: How many chunks of moved rows a run reads again at its end before it gives up on those still moving.
+_MOST_REFETCHES = 3
+
+
+@dataclass
+class TableRun:
+    """One table's backfill run as far as it went: its run number in the file, the next chunk's number, the
+    cursor (the key texts of the last row read; ``None`` before the first chunk), the rows written and the
+    seconds of reading, and whether it ended (``reason``: ``"done"``, ``"truncated"``)."""
+
+    table: Table
+    run: int
+    chunk: int = 0
+    cursor: list[str] | None = None
+    rows: int = 0
+    seconds: float = 0.0
+    redos: int = 0
+    ended: str | None = None
+    refetch: dict[Key, None] = field(default_factory=dict)  # keys to read again at the end (in order)
+    refetches: int = 0  # chunks of keys read again so far
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every key of the table was read once (what is left: the keys to read again)."""
+        return self.chunk > 0 and self.cursor is None
+
+    @property
+    def name(self) -> str:
+        return f"{self.table.relation.namespace or 'pg_catalog'}.{self.table.relation.name}"
+
+
+@dataclass
+class _Chunk:
+    """A chunk read, on its way from the chunker to the stream side."""
+
+    run: TableRun
+    number: int
+    rows: list[bytes]  # one COPY row each, as the server sent it
+    cursor: list[str] | None  # the key texts of its last row; None: the table has no rows past it
+    keys: list[Key] | None  # the keys it read again (a chunk of the run's end), else None
+    snapshot: str
+    committed_xip: list[str]
+    read_us: int
+    at_us: int
+    verdict: str | None = None
+    reason: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def progress_in_file(path: str) -> dict[int, tuple[int, int, list[str] | None, int, bool, list[Key]]]:
+    """What the capture file ``path`` holds of backfill runs, by table OID: ``(run, next chunk, cursor,
+    rows, ended, keys to read again)`` of each table's last run.  A chunk counts only when all its rows are
+    in the file (a chunk cut short at the file's end is read again: its rows that are there are true rows,
+    and are replaced)."""
+    found: dict[int, tuple[int, int, list[str] | None, int, bool, list[Key]]] = {}
+    pending: tuple[int, Any, int] | None = None  # (relation, the chunk's fields, rows still to come)
+    with read_capture(path) as reader:
+        reading = reader.records(raw=True)
+        try:
+            for _, _, _, data in reading:
+                code = data[0] if data else -1
+                if code == snapshot_records.CHUNK:
+                    fields = snapshot_records.parse_record(data)
+                    pending = (fields.relation_id, fields, fields.rows)
+                elif code == snapshot_records.CHUNK_ROWS and pending is not None:
+                    pending = (pending[0], pending[1], pending[2] - snapshot_records.parse_record(data).rows)
+                elif code == snapshot_records.RUN_END:
+                    fields = snapshot_records.parse_record(data)
+                    run, chunk, cursor, rows, _, _ = found.get(fields.relation_id,
+                                                               (fields.run, 0, None, 0, False, []))
+                    found[fields.relation_id] = (fields.run, chunk, cursor, rows, True, [])
+                    continue
+                else:
+                    continue
+                if pending is not None and pending[2] == 0:
+                    relation, chunk, _ = pending
+                    before = found.get(relation)
+                    rows = (before[3] if before is not None and before[0] == chunk.run else 0) + chunk.rows
+                    found[relation] = (chunk.run, chunk.chunk + 1, json.loads(chunk.cursor) if chunk.cursor else None,
+                                       rows, bool(chunk.last), _keys(chunk.refetch))
+                    pending = None
+        finally:
+            reading.close()
+    return found
+
+
+def _keys(text: str) -> list[Key]:
+    """Keys from their JSON (each an array of hex texts or nulls)."""
+    return [tuple(None if v is None else bytes.fromhex(v) for v in key) for key in json.loads(text)] if text else []
+
+
+def _keys_json(keys: Sequence[Key]) -> str:
+    return json.dumps([[None if v is None else v.hex() for v in key] for key in keys]) if keys else ""
+
+
+class _Rows(Sequence[Sequence[TupleColumn]]):
+    """A chunk's COPY rows as the wire columns the window compares, parsed only if it looks at them."""
+
+    def __init__(self, rows: list[bytes], width: int, binary: bool) -> None:
+        self._raw, self._width, self._binary = rows, width, binary
+        self._parsed: list[list[TupleColumn]] | None = None
+
+    def _all(self) -> list[list[TupleColumn]]:
+        if self._parsed is None:
+            read = snapshot_records.binary_rows if self._binary else snapshot_records.text_rows
+            self._parsed = list(read(b"".join(self._raw), self._width, "BackfillRows"))
+        return self._parsed
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[list[TupleColumn]]:
+        return iter(self._all())
+
+
+_ESCAPES = {ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r", ord("\b"): "\\b",
+            ord("\f"): "\\f", ord("\v"): "\\v"}
+
+
+def copy_row(columns: Sequence[TupleColumn], binary: bool) -> bytes:
+    """One row in COPY's form (text, or a binary tuple) from its wire columns: what the server would have sent
+    for it."""
+    if binary:
+        parts = [len(columns).to_bytes(2, "big", signed=True)]
+        for c in columns:
+            if c.kind == "n" or c.data is None:
+                parts.append(b"\xff\xff\xff\xff")
+            else:
+                parts.append(len(c.data).to_bytes(4, "big") + c.data)
+        return b"".join(parts)
+    fields = []
+    for c in columns:
+        if c.kind == "n" or c.data is None:
+            fields.append(b"\\N")
+        else:
+            fields.append(c.data.decode("latin-1").translate(_ESCAPES).encode("latin-1"))
+    return b"\t".join(fields) + b"\n"
+
+
+class Backfill:
+    """The backfills of one capture: :meth:`start` the chunker, hand every message the capture receives to
+    :meth:`feed` (which returns the records to write right after it), :meth:`check` now and then for the
+    chunker's failure, :meth:`stop` at the end.  One instance serves one connection of the capture: after a
+    reconnection a new one continues from the file (:func:`progress_in_file`).
+
+    ``tables``: ``schema.table`` names, or ``["all"]`` for every table of ``publication``; ``binary``: the
+    capture's binary mode (the rows are read in the same form as its values); ``proto_version``: the
+    stream's; ``encoding``: its client encoding; ``path``: the capture file (what it already holds of each
+    run); ``budget``: the seconds of reading a chunk aims at; ``log``: progress and notes."""
+
+    def __init__(self, dsn: str, publication: str, tables: Sequence[str], *, binary: bool, proto_version: int,
+                 server_version: int, encoding: str, path: str, budget: float = BUDGET,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.dsn, self.publication, self.names, self.binary = dsn, publication, list(tables), binary
+        self.codec = text_codec(encoding)  # (what a text key's bytes are in)
+        self.server_version, self.path, self.budget, self.log = server_version, path, budget, log
+        self.session = uuid.uuid4().hex[:12]
+        self.window = Window(self.session, proto_version)
+        self.runs: list[TableRun] = []
+        self.failure: BaseException | None = None
+        self._lock = threading.Lock()  # the window: fed by the stream side, tracked by the chunker
+        self._waiting: _Chunk | None = None  # the chunk whose high watermark is on its way
+        self._marked = threading.Event()  # the run's start marker reached the stream side
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+
+    # -- set-up, on the capture's thread ------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Find the tables and what the file holds of their runs; refuse what cannot be backfilled."""
+        import psycopg2
+
+        try:
+            conn = connect(self.dsn)
+        except CaptureError:
+            raise
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT pg_is_in_recovery()")
+            if cur.fetchone()[0]:
+                raise CaptureError("a backfill writes its watermarks into the WAL (pg_logical_emit_message), "
+                                   "which a standby cannot: backfill on the primary")
+            published = published_tables(cur, self.publication, self.server_version)
+            by_name = {f"{t.relation.namespace or 'pg_catalog'}.{t.relation.name}": t for t in published}
+            if self.names == ["all"]:
+                chosen = published
+            else:
+                missing = [n for n in self.names if n not in by_name]
+                if missing:
+                    raise CaptureError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in "
+                                       f"publication {self.publication!r}: a backfill copies published tables "
+                                       "(name them schema.table)")
+                chosen = [by_name[n] for n in dict.fromkeys(self.names)]
+            for table in chosen:
+                _check_key(table)
+            check_select(cur, chosen, "the backfill")
+        except psycopg2.Error as error:
+            raise CaptureError(f"cannot prepare the backfill: {server_error(error)}") from None
+        finally:
+            conn.close()
+        held = progress_in_file(self.path)
+        next_run = max((r for r, *_ in held.values()), default=-1) + 1
+        for table in chosen:
+            before = held.get(table.relation.relation_id)
+            if before is not None and before[4]:
+                continue  # (done in this file: ``replwire backfill`` asks for a new run)
+            if before is not None:
+                run, chunk, cursor, rows, _, keys = before
+                self.runs.append(TableRun(table, run, chunk, cursor, rows, refetch=dict.fromkeys(keys)))
+            else:
+                self.runs.append(TableRun(table, next_run))
+                next_run += 1
+
+    def start(self) -> None:
+        """Start the chunker (after :meth:`prepare`, once the capture streams)."""
+        if self.runs:
+            self._thread = threading.Thread(target=self._chunker, name="replwire-backfill", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        waiting = self._waiting
+        if waiting is not None:
+            waiting.done.set()
+        self._marked.set()
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.cancel()
+            except Exception:  # noqa: BLE001 (a connection already gone: nothing to cancel)
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def check(self) -> None:
+        """Raise the chunker's failure, if it failed (a lost connection: :class:`ConnectionLost`)."""
+        if self.failure is not None:
+            raise self.failure
+
+    @property
+    def busy(self) -> bool:
+        """Whether a run is still going."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- the stream side ----------------------------------------------------------------------------------
+
+    def feed(self, lsn: int, data: bytes) -> list[bytes]:
+        """Follow one message of the stream; the records to write right after it (a chunk, at its H)."""
+        with self._lock:
+            mark = self.window.feed(lsn, data)
+        if mark is None:
+            return []
+        if mark.kind == "xid":
+            self._marked.set()
+            return []
+        if mark.kind != "high":
+            return []
+        chunk = self._waiting
+        if chunk is None or chunk.run.run != mark.run or chunk.number != mark.chunk:
+            return []  # (not the chunk in flight: a watermark of an earlier connection of this session)
+        run = chunk.run
+        relation = run.table.relation
+        rows = _Rows(chunk.rows, len(relation.columns), self.binary)
+        with self._lock:
+            verdict = self.window.close(rows, chunk.snapshot, chunk.committed_xip)
+        records: list[bytes] = []
+        if verdict.accepted:
+            body = chunk.rows if verdict.rows is rows else [copy_row(r, self.binary) for r in verdict.rows]
+            for key in chunk.keys or ():
+                run.refetch.pop(key, None)
+            run.refetch.update(dict.fromkeys(verdict.refetch))
+            if run.refetches >= _MOST_REFETCHES and run.refetch:
+                self._say(f"backfill {run.name}: {len(run.refetch)} moved rows changed again while read again "
+                          f"{_MOST_REFETCHES} times; their unchanged TOASTed values may stay unknown")
+                run.refetch.clear()
+            last = chunk.cursor is None and not run.refetch
+            records.append(snapshot_records.chunk_record(
+                run.run, chunk.number, relation, list(run.table.types), binary=self.binary, rows=len(body),
+                last=last, cursor=json.dumps(chunk.cursor) if chunk.cursor is not None else "",
+                snapshot=chunk.snapshot, read_us=chunk.read_us, at_us=chunk.at_us,
+                refetch=_keys_json(list(run.refetch))))
+            records.extend(_rows_records(relation.relation_id, self.binary, body))
+            if last:
+                records.append(snapshot_records.run_end_record(run.run, relation.relation_id, 0, chunk.number + 1,
+                                                               run.rows + len(body)))
+            run.rows += len(body)
+        elif verdict.outcome == "truncated":
+            records.append(snapshot_records.run_end_record(run.run, relation.relation_id, 1, chunk.number,
+                                                           run.rows))
+        chunk.verdict, chunk.reason = verdict.outcome, verdict.reason
+        chunk.done.set()
+        return records
+
+    # -- the chunker --------------------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+
+    def _chunker(self) -> None:
+        import psycopg2
+
+        try:
+            self._conn = conn = connect(self.dsn)
+            conn.autocommit = True
+            cur = conn.cursor()
+            cur.execute("SET application_name = %s", (f"replwire backfill {self.session}",))
+            for run in self.runs:
+                if self._stopping.is_set():
+                    return
+                self._run(cur, run)
+        except psycopg2.Error as error:
+            if self._stopping.is_set():
+                return
+            lost = is_lost(error, self._conn) if self._conn is not None else True
+            kind = ConnectionLost if lost else CaptureError
+            self.failure = kind(f"the backfill failed: {server_error(error)}")
+        except CaptureError as error:
+            self.failure = error
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def _emit(self, cur: Any, transactional: bool, content: dict[str, Any], flush: bool = False) -> None:
+        text = json.dumps({"v": 1, "s": self.session, **content}, separators=(",", ":"))
+        if flush and self.server_version >= 170000:
+            cur.execute("SELECT pg_logical_emit_message(false, %s, %s, true)", (BACKFILL_PREFIX, text))
+            return
+        cur.execute("SELECT pg_logical_emit_message(%s, %s, %s)", (transactional, BACKFILL_PREFIX, text))
+        if flush:  # (a transaction with an xid flushes the WAL at its commit, the watermark with it)
+            cur.execute("SELECT pg_current_xact_id()")
+
+    def _run(self, cur: Any, run: TableRun) -> None:
+        relation = run.table.relation
+        with self._lock:
+            self.window.track(relation)
+        self._marked.clear()
+        self._emit(cur, False, {"k": "start", "r": run.run, "t": relation.relation_id})
+        self._emit(cur, True, {"k": "xid", "r": run.run})
+        self._wait(self._marked, "the start of the backfill of " + run.name)
+        while True:  # (the window's guard: transactions open before the run began must end first)
+            with self._lock:
+                under_way = self.window.under_way(relation.relation_id)
+            if not under_way or self._stopping.is_set():
+                break
+            time.sleep(0.05)
+        keys = [c for c in relation.columns if c.flags & 1]
+        cur.execute("SELECT " + ", ".join("format_type(%s, %s)" for _ in keys),
+                    [v for c in keys for v in (c.type_id, c.type_modifier)])
+        key_types = list(cur.fetchone())
+        size = FIRST_ROWS
+        shown = time.monotonic()
+        while not self._stopping.is_set():
+            chunk = self._read(cur, run, keys, key_types, size)
+            self._waiting = chunk
+            self._emit(cur, False, {"k": "high", "r": run.run, "c": chunk.number}, flush=True)
+            self._wait(chunk.done, f"chunk {chunk.number} of {run.name} to reach the stream")
+            self._waiting = None
+            if self._stopping.is_set():
+                return
+            if chunk.verdict == "redo":
+                run.redos += 1
+                if chunk.reason == "relation":  # the table changed shape: read it as it is now
+                    self._reshape(cur, run)
+                    keys = [c for c in run.table.relation.columns if c.flags & 1]
+                time.sleep(0.01)
+                continue
+            if chunk.verdict == "truncated":
+                run.ended = "truncated"
+                self._say(f"backfill {run.name}: truncated meanwhile, after {run.rows:,} rows: its rows from "
+                          "then on are all in the stream")
+                break
+            run.chunk += 1
+            run.seconds += chunk.read_us / 1e6
+            read = len(chunk.rows)
+            # the next chunk's size: as many rows as the budget reads at this one's pace, in bounds
+            pace = max(chunk.read_us / 1e6, 1e-4) / max(read, 1)
+            by_time = int(self.budget / pace)
+            by_bytes = int(MOST_BYTES / max(sum(map(len, chunk.rows)) / max(read, 1), 1))
+            size = max(LEAST_ROWS, min(MOST_ROWS, by_bytes, size * 2, max(size // 2, by_time)))
+            now = time.monotonic()
+            if chunk.keys is not None:
+                run.refetches += 1
+            if chunk.cursor is None and not run.refetch:
+                run.ended = "done"
+                self._say(f"backfill {run.name}: done, {run.rows:,} rows in {run.chunk:,} chunks "
+                          f"({run.rows / max(now - run.started, 1e-6):,.0f} rows/s"
+                          f"{f', {run.redos} read again' if run.redos else ''})")
+                break
+            run.cursor = chunk.cursor
+            if run.exhausted and run.refetch:
+                self._say(f"backfill {run.name}: reading {len(run.refetch):,} moved rows again")
+            if now - shown >= 5.0:
+                shown = now
+                self._say(f"backfill {run.name}: {run.rows:,} rows, {run.chunk:,} chunks "
+                          f"({run.rows / max(now - run.started, 1e-6):,.0f} rows/s)")
+        with self._lock:
+            self.window.untrack(relation.relation_id)
+
+    def _reshape(self, cur: Any, run: TableRun) -> None:
+        oid = run.table.relation.relation_id
+        found = [t for t in published_tables(cur, self.publication, self.server_version)
+                 if t.relation.relation_id == oid]
+        if not found:
+            raise CaptureError(f"{run.name} left publication {self.publication!r} during its backfill")
+        _check_key(found[0])
+        run.table = found[0]
+        with self._lock:
+            self.window.track(found[0].relation)
+
+    def _read(self, cur: Any, run: TableRun, keys: list[Any], key_types: list[str], size: int) -> _Chunk:
+        """One chunk: L, the rows after the cursor in a short repeatable-read transaction, the cursor."""
+        table = run.table
+        self._emit(cur, False, {"k": "low", "r": run.run, "c": run.chunk})
+        order = ", ".join(quote_identifier(c.name) for c in keys)
+        conditions = [f"({table.row_filter})"] if table.row_filter else []
+        arguments: list[str] = []
+        if run.cursor is not None:
+            conditions.append(f"({order}) > ({', '.join(f'CAST(%s AS {t})' for t in key_types)})")
+            arguments = list(run.cursor)
+        keys_read: list[Key] | None = None
+        if run.exhausted:  # the keys to read again, each as its columns' texts
+            keys_read, texts = [], []
+            for key in list(run.refetch)[:MOST_ROWS]:
+                try:
+                    texts.append([_key_text(c.type_id, v, self.binary, self.codec) for c, v in zip(keys, key)])
+                    keys_read.append(key)
+                except ValueError as error:
+                    run.refetch.pop(key, None)
+                    self._say(f"backfill {run.name}: a moved row cannot be read again ({error}); its unchanged "
+                              "TOASTed values may stay unknown")
+            conditions = conditions[:1] if table.row_filter else []
+            one = f"({', '.join(f'CAST(%s AS {t})' for t in key_types)})"
+            conditions.append(f"({order}) IN ({', '.join(one for _ in texts)})" if texts else "false")
+            arguments = [t for key in texts for t in key]
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        columns = ", ".join(quote_identifier(c.name) for c in table.relation.columns)
+        source = f"{'' if table.partitioned else 'ONLY '}{table.name}{where}"
+        started = time.monotonic()
+        at_us = int((time.time() - 946684800) * 1e6)
+        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        try:
+            cur.execute("SELECT pg_current_snapshot()::text, ARRAY(SELECT x::text FROM "
+                        "pg_snapshot_xip(pg_current_snapshot()) x WHERE pg_xact_status(x) = 'committed')")
+            snapshot, committed = cur.fetchone()
+            collected = _Collected(self.binary, table.name)
+            limit = f" LIMIT {int(size)}" if keys_read is None else ""
+            query = cur.mogrify(f"SELECT {columns} FROM {source} ORDER BY {order}{limit}", arguments).decode()
+            cur.copy_expert(f"COPY ({query}) TO STDOUT" + (" (FORMAT binary)" if self.binary else ""), collected)
+            rows = collected.rows()
+            if not self.binary and any(not r.endswith(b"\n") or r.count(b"\n") != 1 for r in rows):
+                raise CaptureError(f"COPY of {table.name} sent data messages that are not one line each")
+            cursor = None
+            if keys_read is None and len(rows) == size:
+                # (the texts named apart from the columns: ORDER BY takes an output column's name first)
+                named = ", ".join(f"{quote_identifier(c.name)}::text AS replwire_key_{i}" for i, c in enumerate(keys))
+                cur.execute(f"SELECT {named} FROM {source} ORDER BY {order} LIMIT 1 OFFSET {int(size) - 1}",
+                            arguments)
+                cursor = list(cur.fetchone())
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK") if not cur.connection.closed else None
+            raise
+        read_us = int((time.monotonic() - started) * 1e6)
+        return _Chunk(run, run.chunk, rows, cursor, keys_read, snapshot, list(committed), read_us, at_us)
+
+    def _wait(self, event: threading.Event, what: str) -> None:
+        noted = time.monotonic()
+        while not event.wait(1.0):
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - noted > _WAIT_NOTE:
+                noted = time.monotonic()
+                self._say(f"backfill: still waiting for {what} (is the capture behind the server?)")
+
+
+#: The binary key types whose values a moved row is read again by: integers (struct formats), texts, uuid.
+_INTEGERS = {20: ">q", 21: ">h", 23: ">i", 26: ">I"}
+_TEXTS = frozenset((25, 1042, 1043, 19))
+_UUID = 2950
+
+
+def _key_text(type_id: int, raw: bytes | None, binary: bool, codec: str) -> str:
+    """A key column's server text from the bytes the stream carries (``ValueError``: a binary value of a type
+    this does not read)."""
+    if raw is None:
+        raise ValueError("a NULL key column")
+    if not binary or type_id in _TEXTS:
+        return raw.decode(codec)
+    if type_id in _INTEGERS:
+        return str(struct.unpack(_INTEGERS[type_id], raw)[0])
+    if type_id == _UUID:
+        return str(uuid.UUID(bytes=raw))
+    raise ValueError(f"a binary key of type OID {type_id}")
+
+
+def _check_key(table: Table) -> None:
+    relation = table.relation
+    name = f"{relation.namespace or 'pg_catalog'}.{relation.name}"
+    if relation.replica_identity == "f":
+        raise CaptureError(f"{name} has REPLICA IDENTITY FULL: its rows are identified by all their values, so a "
+                           "backfill row cannot replace one (give it a primary key and REPLICA IDENTITY DEFAULT)")
+    if not any(c.flags & 1 for c in relation.columns):
+        raise CaptureError(f"{name} has no primary key or replica identity index: a backfill tells a chunk's row "
+                           "from a change of the same row by its key (ALTER TABLE ... ADD PRIMARY KEY, or REPLICA "
+                           "IDENTITY USING INDEX); an insert-only table can be copied with capture --snapshot")
+
+
+class _Collected:
+    """What ``COPY ... TO STDOUT`` writes into for a chunk: one row per write (the binary form's header and
+    trailer taken off)."""
+
+    def __init__(self, binary: bool, name: str) -> None:
+        self.binary, self.name = binary, name
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+    def rows(self) -> list[bytes]:
+        parts = self.parts
+        if self.binary and parts:
+            first = parts[0]
+            if first[:11] != snapshot_records.BINARY_HEADER[:11] or len(first) < 19:
+                raise CaptureError(f"COPY of {self.name} did not start with the binary header")
+            first = first[19 + int.from_bytes(first[15:19], "big"):]
+            parts = ([first] if first else []) + parts[1:]
+            if parts and parts[-1] == b"\xff\xff":
+                parts = parts[:-1]
+        return parts
+
+
+def _rows_records(relation_id: int, binary: bool, rows: list[bytes]) -> Iterator[bytes]:
+    """``BackfillRows`` records of about :data:`RECORD_BYTES` each."""
+    start, size = 0, 0
+    for i, row in enumerate(rows):
+        size += len(row)
+        if size >= RECORD_BYTES:
+            yield snapshot_records.chunk_rows_record(relation_id, binary, i + 1 - start, b"".join(rows[start:i + 1]))
+            start, size = i + 1, 0
+    if start < len(rows):
+        yield snapshot_records.chunk_rows_record(relation_id, binary, len(rows) - start, b"".join(rows[start:]))
