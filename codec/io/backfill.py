@@ -210,12 +210,14 @@ class Backfill:
     ``tables``: ``schema.table`` names, or ``["all"]`` for every table of ``publication``; ``binary``: the
     capture's binary mode (the rows are read in the same form as its values); ``proto_version``: the
     stream's; ``encoding``: its client encoding; ``path``: the capture file (what it already holds of each
-    run); ``budget``: the seconds of reading a chunk aims at; ``log``: progress and notes."""
+    run); ``two_phase``: whether the stream has two-phase messages; ``budget``: the seconds of reading a
+    chunk aims at; ``log``: progress and notes."""
 
     def __init__(self, dsn: str, publication: str, tables: Sequence[str], *, binary: bool, proto_version: int,
-                 server_version: int, encoding: str, path: str, budget: float = BUDGET,
+                 server_version: int, encoding: str, path: str, two_phase: bool = False, budget: float = BUDGET,
                  log: Callable[[str], None] | None = None) -> None:
         self.dsn, self.publication, self.names, self.binary = dsn, publication, list(tables), binary
+        self.two_phase = two_phase
         self.codec = text_codec(encoding)  # (what a text key's bytes are in)
         self.server_version, self.path, self.budget, self.log = server_version, path, budget, log
         self.session = uuid.uuid4().hex[:12]
@@ -235,10 +237,7 @@ class Backfill:
         """Find the tables and what the file holds of their runs; refuse what cannot be backfilled."""
         import psycopg2
 
-        try:
-            conn = connect(self.dsn)
-        except CaptureError:
-            raise
+        conn = connect(self.dsn)
         try:
             cur = conn.cursor()
             cur.execute("SELECT pg_is_in_recovery()")
@@ -403,11 +402,25 @@ class Backfill:
         self._emit(cur, False, {"k": "start", "r": run.run, "t": relation.relation_id})
         self._emit(cur, True, {"k": "xid", "r": run.run})
         self._wait(self._marked, "the start of the backfill of " + run.name)
-        while True:  # (the window's guard: transactions open before the run began must end first)
+        # Transactions open before the run began must end first: the window did not see all of their changes.
+        # Streamed and prepared ones it saw begin are known to it; with two-phase messages on, one prepared
+        # before this connection's stream began is known to the server only.
+        cur.execute("SELECT array_agg(gid) FROM pg_prepared_xacts WHERE database = current_database()")
+        prepared = (cur.fetchone()[0] or []) if self.two_phase else []
+        noted = False
+        while not self._stopping.is_set():
             with self._lock:
                 under_way = self.window.under_way(relation.relation_id)
-            if not under_way or self._stopping.is_set():
+            if prepared:
+                cur.execute("SELECT array_agg(gid) FROM pg_prepared_xacts WHERE gid = ANY(%s)", (prepared,))
+                prepared = cur.fetchone()[0] or []
+            if not under_way and not prepared:
                 break
+            if not noted:
+                noted = True
+                self._say(f"backfill {run.name}: waiting for transactions open before it began to end "
+                          f"({len(prepared)} prepared)" if prepared else
+                          f"backfill {run.name}: waiting for transactions open before it began to end")
             time.sleep(0.05)
         keys = [c for c in relation.columns if c.flags & 1]
         cur.execute("SELECT " + ", ".join("format_type(%s, %s)" for _ in keys),

@@ -180,8 +180,8 @@ class LiveCapture(SqlCapture):
 
         return Backfill(self.dsn, self.settings.publication, self.backfill, binary=self.settings.binary,
                         proto_version=writer.header.proto_version, server_version=writer.header.server_version,
-                        encoding=writer.header.client_encoding, path=self.out, budget=self.backfill_budget or BUDGET,
-                        log=self.log)
+                        encoding=writer.header.client_encoding, path=self.out, two_phase=self.settings.two_phase,
+                        budget=self.backfill_budget or BUDGET, log=self.log)
 
     def _say(self, line: str) -> None:
         if self.log is not None:

@@ -271,3 +271,35 @@ def test_a_row_moved_into_keys_already_read_is_read_again_at_the_end(pg18, tmp_p
         assert moved[1] == selected(dsn, "SELECT body FROM toasty WHERE id = -1")[0][0]
         assert rows_of(tables["public.toasty"]) == selected(dsn, "SELECT * FROM toasty")
     drop_slots(dsn)
+
+
+def test_a_transaction_prepared_before_the_run_is_waited_for(pg18, tmp_path):
+    """With two-phase messages on, a transaction prepared before the capture's stream began is one the
+    window never saw begin: the run's first chunk waits until it is committed (or rolled back)."""
+    import psycopg
+
+    from replwire.codec.io.connection import CaptureSettings
+    from replwire.codec.io.live import LiveCapture
+
+    dsn = database(pg18, "bfprep")
+    make_schema(dsn, 500)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # (the slot first: its creation waits for it too)
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, true)", (slot_of(dsn),))
+        conn.execute("BEGIN")
+        conn.execute("UPDATE big SET v = 'prepared' WHERE id = 5")
+        conn.execute("PREPARE TRANSACTION 'bf_prepared'")
+    said: list[str] = []
+    settings = CaptureSettings(slot=slot_of(dsn), publication="pub", messages=True, two_phase=True)
+    capture = LiveCapture(dsn, tmp_path / "prep.rwcap", settings, sync_interval=0.05, backfill=["public.big"],
+                          log=said.append)
+    running = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
+    running.start()
+    wait_for(lambda: any("(1 prepared)" in line for line in said), what="the run waiting for the prepared one")
+    assert not progress_in_file(str(tmp_path / "prep.rwcap"))  # (no chunk read while it waits)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("COMMIT PREPARED 'bf_prepared'")
+    running.join(120)
+    assert any("backfill public.big: done, 500 rows" in line for line in said), said
+    tables, _ = folded([tmp_path / "prep.rwcap"])
+    assert rows_of(tables["public.big"]) == selected(dsn, "SELECT * FROM big")
+    drop_slots(dsn)

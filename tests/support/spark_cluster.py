@@ -72,7 +72,7 @@ def standalone_cluster(root: pathlib.Path, base_env: dict[str, str], workers: in
                     state = json.load(response)
                 if sum(w["state"] == "ALIVE" for w in state["workers"]) == workers:
                     break
-            except OSError:
+            except (OSError, ValueError):  # (not listening yet, or its first answers empty while it starts)
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not register with the master")
