@@ -19,6 +19,7 @@ from typing import Any
 from ...schema.capture import BACKFILL_PREFIX
 from ..gc_tuning import fewer_collections
 from ..io.segments import read_records
+from ..messages import Message
 from ..scalars import LSN, Timestamp
 from ..stream import snapshot_records
 from ..stream.assembler import Change, ChangeMaker
@@ -91,12 +92,14 @@ class PartDecoder:
                 outcome = outcomes.get(key)
                 if outcome is None or (dropped and route.value in dropped.get(key, ())):
                     continue
+                if message.__class__ is Message and message.prefix == BACKFILL_PREFIX:
+                    continue  # (a backfill's own marker: not a change of the database's)
                 schema = maker.schema_for(decoder, message)
                 change = maker.change(message, schema, new_lsn(LSN, lsn) if lsn else None, outcome.xid,
                                       route.value if outcome.streamed else None)
                 yield Decoded(position, change, outcome)
             elif route.kind is LONE and position not in repeated:
-                if getattr(message, "prefix", None) == BACKFILL_PREFIX:  # a backfill's watermark: not a change
+                if message.prefix == BACKFILL_PREFIX:  # type: ignore[attr-defined]  # (a backfill's watermark)
                     continue
                 yield Decoded(position, maker.change(message, None, new_lsn(LSN, lsn) if lsn else None, None), None)
 

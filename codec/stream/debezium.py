@@ -71,6 +71,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from ...schema.capture import BACKFILL_PREFIX
 from ...schema.encodings import UTF8
 from ..messages import Delete, Insert, TupleColumn, Update
 from ..scalars import LSN
@@ -420,6 +421,8 @@ class DebeziumEvents:
                        commit: dict[str, int] | None) -> Iterator[tuple[dict[str, Any] | None, tuple[str, str]]]:
         """The events of one change, each with the (schema, table) it counts under for
         ``data_collection_order``; ``commit`` is the commit time's fields, ``None`` outside a transaction."""
+        if change.op == "message" and change.prefix == BACKFILL_PREFIX:
+            return  # (a backfill's own marker: not a change of the database's)
         op = _OPS[change.op]
         if op == "t":
             assert change.relations is not None  # a truncate change names its tables

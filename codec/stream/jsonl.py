@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from ...schema.capture import BACKFILL_PREFIX
 from ...schema.encodings import SQL_ASCII, UTF8, text_codec
 from ..messages import Begin, Commit, Delete, Insert, Update
 from ..scalars import LSN
@@ -832,6 +833,8 @@ def _change_objects(change: Change, shared: dict[str, Any] | None,
     ``schema`` and ``table`` (so a consumer that follows a table sees its truncates), and ``relations``
     (every table the one TRUNCATE emptied, in the server's order), ``cascade`` and ``restart_identity``."""
     if change.op != "truncate":
+        if change.op == "message" and change.prefix == BACKFILL_PREFIX:
+            return  # (a backfill's own marker: not a change of the database's)
         yield _change_object(change, shared, streamed)
         return
     assert change.relations is not None  # a truncate change names its tables

@@ -118,6 +118,12 @@ def test_backfill_with_concurrent_writes_folds_to_select_star(major, binary, req
     tables, _ = folded([out])
     for name, query in EXPECTED.items():
         assert rows_of(tables.get(name, [])) == selected(dsn, query), name
+    # decode prints the chunks' rows as "backfill" changes and none of the backfill's own messages
+    for output in ("jsonl", "debezium"):
+        printed = run([REPLWIRE, "decode", str(out), "--format", output])
+        assert printed.returncode == 0, printed.stderr
+        assert "replwire.backfill" not in printed.stdout
+        assert printed.stdout.count('"backfill"' if output == "jsonl" else '"incremental"') >= big // 2
     drop_slots(dsn)
 
 

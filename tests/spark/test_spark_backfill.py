@@ -39,3 +39,24 @@ def test_the_changes_job_writes_chunk_rows_at_their_watermark(spark, tmp_path):
     frame = spark.read.format("replwire").load(str(path)).where("op = 'backfill'")
     assert sorted(r.new for r in frame.collect()) == ['{"id":1,"v":"a2"}', '{"id":2,"v":"b"}', '{"id":3,"v":"c"}',
                                                       '{"id":4,"v":"d"}']
+
+
+def test_the_backfills_own_messages_are_no_changes(spark, tmp_path):
+    # a run's start marker: a transactional message of the backfill's prefix, in a transaction of its own
+    import json
+
+    from replwire.codec import LSN, Begin, Commit, Message, build
+    from replwire.schema.capture import BACKFILL_PREFIX
+    from replwire.spark import jobs
+    from tests.stream.test_backfill_records import TIME, records
+
+    marker = Message(flags=1, lsn=LSN(0x608), prefix=BACKFILL_PREFIX, content=json.dumps({"k": "xid"}).encode())
+    items = [*records(), (0x600, 704, build(Begin(final_lsn=LSN(0x610), commit_time=TIME, xid=704), proto_version=1)),
+             (0x608, 704, build(marker, proto_version=1)),
+             (0x610, 704, build(Commit(flags=0, commit_lsn=LSN(0x610), end_lsn=LSN(0x618), commit_time=TIME),
+                                proto_version=1))]
+    path = tmp_path / "b.rwcap"
+    write(path, items)
+    result = jobs.changes(spark, [str(path)], str(tmp_path / "changes"))
+    assert result.messages == 0
+    assert spark.read.format("replwire").load(str(path)).where("op = 'message'").count() == 0
