@@ -202,7 +202,7 @@ def test_sigkill_in_the_middle_of_a_backfill_then_again_continues_it(pg18, tmp_p
     from replwire.codec.stream import snapshot_records
 
     dsn = database(pg18, "bfkill")
-    big = 150_000
+    big = 400_000
     make_schema(dsn, big)
     out = tmp_path / "killed.rwcap"
     backfill = command(dsn, out, "--backfill", "public.big", "--backfill-budget", "0.001")
@@ -212,28 +212,29 @@ def test_sigkill_in_the_middle_of_a_backfill_then_again_continues_it(pg18, tmp_p
     oid = _oid(dsn, "big")
     wait_for(lambda: out.exists() and progress_in_file(str(out)).get(oid, (0, 0))[1] >= 10, timeout=120,
              what="ten chunks in the file")
+    time.sleep(0.2)  # (several sync intervals: chunks acknowledged to the server, which a restart keeps)
     os.kill(first.pid, signal.SIGKILL)
+    killed_us = int((time.time() - 946684800) * 1e6)
     first.wait(30)
-    killed_at = progress_in_file(str(out))[oid]
-    assert not killed_at[4]  # (killed in the middle)
+    assert not progress_in_file(str(out))[oid][4]  # (killed in the middle)
     second = subprocess.Popen([*backfill, "--idle-exit", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)
-    wait_for(lambda: second.poll() is not None or (progress_in_file(str(out))[oid][4] and writer.rounds > 30),
-             timeout=240, what="the backfill's end")
+    wait_for(lambda: second.poll() is not None or (progress_in_file(str(out)).get(oid, (0,) * 5)[4]
+                                                    and writer.rounds > 30), timeout=240, what="the backfill's end")
     writer.stop.set()
     writer.join(60)
     _, stderr = second.communicate(timeout=240)
     assert second.returncode == 0, stderr
-    # one run, its chunks numbered on from where the first capture's durable ones ended: not started again
+    # one run, its chunks numbered on from the first capture's that the slot confirmed: not started again
     chunks = []
     with read_capture(str(out)) as reader:
         for _, _, _, data in reader.records(raw=True):
             if data[:1] == bytes((snapshot_records.CHUNK,)):
                 fields = snapshot_records.parse_record(data)
-                chunks.append((fields.run, fields.chunk))
-    assert {run for run, _ in chunks} == {killed_at[0]}
-    numbers = [chunk for _, chunk in chunks]
-    assert numbers == list(range(len(numbers))) and len(numbers) > killed_at[1] >= 10
+                chunks.append((fields.run, fields.chunk, fields.at_us))
+    assert len({run for run, _, _ in chunks}) == 1
+    assert [chunk for _, chunk, _ in chunks] == list(range(len(chunks)))
+    assert sum(at < killed_us for _, _, at in chunks) >= 10  # (read by the first capture, kept, continued)
     tables, _ = folded([out])
     assert rows_of(tables["public.big"]) == selected(dsn, "SELECT * FROM big")
     drop_slots(dsn)
@@ -308,4 +309,67 @@ def test_a_transaction_prepared_before_the_run_is_waited_for(pg18, tmp_path):
     assert any("backfill public.big: done, 500 rows" in line for line in said), said
     tables, _ = folded([tmp_path / "prep.rwcap"])
     assert rows_of(tables["public.big"]) == selected(dsn, "SELECT * FROM big")
+    drop_slots(dsn)
+
+
+def test_no_backfill_transaction_holds_vacuum_back_longer_than_a_chunk(pg18, tmp_path):
+    """While a table is backfilled, no transaction of the capture's lasts much longer than the chunk budget
+    (sampled from pg_stat_activity), and rows deleted from another table meanwhile are removable by VACUUM
+    before the backfill ends (an exported snapshot's copy keeps them all)."""
+    import psycopg
+
+    dsn = database(pg18, "bfvac")
+    make_schema(dsn, 300_000)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE victim (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO victim SELECT generate_series(1, 20000)")
+    out = tmp_path / "vac.rwcap"
+    capture = subprocess.Popen(command(dsn, out, "--backfill", "public.big", "--backfill-budget", "0.05",
+                                       "--idle-exit", "1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    oldest, removed = 0.0, None
+    oid = _oid(dsn, "big")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        wait_for(lambda: out.exists() and progress_in_file(str(out)).get(oid, (0, 0))[1] >= 3, timeout=120,
+                 what="the backfill under way")
+        conn.execute("DELETE FROM victim")
+        while capture.poll() is None and not progress_in_file(str(out))[oid][4]:
+            age = conn.execute("SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0) "
+                               "FROM pg_stat_activity WHERE application_name LIKE 'replwire backfill%' "
+                               "AND xact_start IS NOT NULL").fetchone()[0]
+            oldest = max(oldest, float(age))
+            if removed is None:
+                notices: list[str] = []
+                conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+                conn.execute("VACUUM (VERBOSE) victim")
+                found = [n for n in notices if "removed" in n and "tuples" in n] or notices
+                text = " ".join(found)
+                if "20000 removed" in text.replace(",", ""):
+                    removed = text
+            time.sleep(0.02)
+    _, stderr = capture.communicate(timeout=240)
+    assert capture.returncode == 0, stderr
+    assert removed is not None, "VACUUM could not remove the deleted rows while the backfill ran"
+    assert oldest < 1.0, oldest  # (the budget is 0.05 s of reading; a chunk's transaction ends with it)
+    drop_slots(dsn)
+
+
+def test_a_backfill_after_add_column_default_fills_the_column(pg18, tmp_path):
+    """ADD COLUMN ... DEFAULT writes no row, so the stream never carries the default of the rows no change
+    touched since; a backfill of the table after it reads every row with it."""
+    import psycopg
+
+    dsn = database(pg18, "bfadd")
+    make_schema(dsn, 2000)
+    out = tmp_path / "add.rwcap"
+    first = run(command(dsn, out, "--idle-exit", "1", "--messages"))  # a capture without the column
+    assert first.returncode == 0, first.stderr
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE big ADD COLUMN extra int DEFAULT 7")
+        conn.execute("UPDATE big SET v = 'after' WHERE id = 3")
+    again = run(command(dsn, out, "--idle-exit", "1", "--backfill", "public.big"))
+    assert again.returncode == 0, again.stderr
+    tables, _ = folded([out])
+    rows = rows_of(tables["public.big"])
+    assert rows == selected(dsn, "SELECT * FROM big") and {row[3] for row in rows} == {7}
     drop_slots(dsn)
