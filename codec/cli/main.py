@@ -21,6 +21,7 @@ __all__ = ["COMMANDS", "main"]
 
 #: Each command: the module it is in, and its click command's name there.
 COMMANDS = {
+    "backfill": ("replwire.codec.cli.backfill", "backfill_command"),
     "capture": ("replwire.codec.cli.capture", "capture_command"),
     "decode": ("replwire.codec.cli.decode", "decode_command"),
     "demo": ("replwire.codec.cli.demo", "demo_command"),

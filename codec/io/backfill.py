@@ -30,6 +30,7 @@ watermarks need ``pg_logical_emit_message`` (executable by every user unless rev
 from __future__ import annotations
 
 import json
+import queue
 import struct
 import threading
 import time
@@ -40,16 +41,18 @@ from typing import Any
 
 from ...schema.capture import BACKFILL_PREFIX
 from ...schema.encodings import text_codec
-from ..messages import TupleColumn
+from ..errors import DecodeError
+from ..messages import Message, TupleColumn
 from ..options import quote_identifier
 from ..stream import snapshot_records
 from ..stream.backfill_window import Key, Window
+from ..wire.fast import parse
 from .capture_file import read_capture
 from .connection import CaptureError, ConnectionLost, connect, is_lost, server_error
 from .snapshot import CHUNK as RECORD_BYTES
 from .tables import Table, check_select, published_tables
 
-__all__ = ["Backfill", "TableRun", "progress_in_file"]
+__all__ = ["Backfill", "TableRun", "progress_in_file", "request", "requests_in_file", "status_lines"]
 
 #: The seconds of reading a chunk aims at, and its first size and bounds in rows.
 BUDGET = 0.2
@@ -145,6 +148,97 @@ def progress_in_file(path: str) -> dict[int, tuple[int, int, list[str] | None, i
     return found
 
 
+_PREFIX_BYTES = BACKFILL_PREFIX.encode() + b"\x00"
+
+
+def request(slot: str, tables: Sequence[str]) -> str:
+    """The content of a request to the capture on ``slot`` to backfill ``tables`` (none: every published
+    table), as ``replwire backfill`` emits it in a transactional logical message."""
+    return json.dumps({"v": 1, "k": "request", "slot": slot, "tables": list(tables), "id": uuid.uuid4().hex},
+                      separators=(",", ":"))
+
+
+def _request_of(data: bytes, proto_version: int) -> dict[str, Any] | None:
+    """The request a pgoutput message is, if it is one: a transactional logical message of the backfill's
+    prefix whose content says ``"k": "request"``."""
+    if data[:1] != b"M" or _PREFIX_BYTES not in data:
+        return None
+    for in_stream in (False, True):
+        try:
+            message = parse(data, proto_version=proto_version, in_stream=in_stream)
+        except DecodeError:
+            continue
+        if isinstance(message, Message) and message.is_transactional and message.prefix == BACKFILL_PREFIX:
+            try:
+                content = json.loads(bytes(message.content))
+            except ValueError:
+                return None
+            if isinstance(content, dict) and content.get("v") == 1 and content.get("k") == "request":
+                return content
+        return None
+    return None
+
+
+def requests_in_file(path: str, slot: str) -> list[list[str]]:
+    """The requests for the capture on ``slot`` in the capture file ``path`` that no backfill record after
+    them answers (of a table they name; of any table, for a request of every published table): their tables
+    (an empty list: every published table)."""
+    pending: list[tuple[list[str], set[str]]] = []  # (tables asked for, the tables backfilled since)
+    with read_capture(path) as reader:
+        proto = reader.header.proto_version
+        reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
+        try:
+            for _, _, _, data, _ in reading:
+                code = data[0] if data else -1
+                if code == snapshot_records.CHUNK:
+                    fields = snapshot_records.parse_record(data)
+                    relation = snapshot_records.schema_message(fields.messages[-1].data, "utf-8")
+                    name = f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
+                    for _, since in pending:
+                        since.add(name)
+                elif code == 0x4D:
+                    asked = _request_of(data, proto)
+                    if asked is not None and asked.get("slot") == slot:
+                        tables = [str(t) for t in asked.get("tables") or []]
+                        pending.append((tables, set()))
+        finally:
+            reading.close()
+    return [tables for tables, since in pending
+            if not (since if not tables else since & set(tables))]
+
+
+def status_lines(path: str) -> list[str]:
+    """What the capture file ``path`` holds of its backfills, a line per table: its last run's chunks, rows
+    and pace, and whether it ended; then the requests no backfill answered yet."""
+    names: dict[int, str] = {}
+    paces: dict[int, tuple[float, int]] = {}  # (seconds of reading, chunks) of the last run
+    with read_capture(path) as reader:
+        reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
+        try:
+            for _, _, _, data, _ in reading:
+                if data[:1] == bytes((snapshot_records.CHUNK,)):
+                    fields = snapshot_records.parse_record(data)
+                    relation = snapshot_records.schema_message(fields.messages[-1].data, "utf-8")
+                    names[fields.relation_id] = f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
+                    seconds, chunks = paces.get(fields.relation_id, (0.0, 0)) if fields.chunk else (0.0, 0)
+                    paces[fields.relation_id] = (seconds + fields.read_us / 1e6, chunks + 1)
+        finally:
+            reading.close()
+    with read_capture(path) as reader:
+        slot = reader.header.slot_name or ""
+    lines = []
+    for oid, (run, chunk, _, rows, ended, keys) in sorted(progress_in_file(path).items(),
+                                                          key=lambda item: names.get(item[0], "")):
+        seconds, _ = paces.get(oid, (0.0, 0))
+        state = "done" if ended else f"running ({len(keys)} moved rows to read again)" if keys else "running"
+        pace = f", {rows / seconds:,.0f} rows/s of reading" if seconds else ""
+        lines.append(f"{names.get(oid, f'relation {oid}')}: {state}, run {run}: {rows:,} rows in {chunk:,} "
+                     f"chunks{pace}")
+    for tables in requests_in_file(path, slot):
+        lines.append(f"{', '.join(tables) or 'every published table'}: requested, not begun")
+    return lines
+
+
 def _keys(text: str) -> list[Key]:
     """Keys from their JSON (each an array of hex texts or nulls)."""
     return [tuple(None if v is None else bytes.fromhex(v) for v in key) for key in json.loads(text)] if text else []
@@ -211,13 +305,18 @@ class Backfill:
     capture's binary mode (the rows are read in the same form as its values); ``proto_version``: the
     stream's; ``encoding``: its client encoding; ``path``: the capture file (what it already holds of each
     run); ``two_phase``: whether the stream has two-phase messages; ``budget``: the seconds of reading a
-    chunk aims at; ``log``: progress and notes."""
+    chunk aims at; ``slot``: the capture's slot, whose requests (``replwire backfill``: transactional
+    logical messages in the stream, and in the file) it takes (``None``: none); ``log``: progress and
+    notes."""
 
     def __init__(self, dsn: str, publication: str, tables: Sequence[str], *, binary: bool, proto_version: int,
                  server_version: int, encoding: str, path: str, two_phase: bool = False, budget: float = BUDGET,
-                 log: Callable[[str], None] | None = None) -> None:
+                 slot: str | None = None, log: Callable[[str], None] | None = None) -> None:
         self.dsn, self.publication, self.names, self.binary = dsn, publication, list(tables), binary
-        self.two_phase = two_phase
+        self.two_phase, self.slot, self.proto_version = two_phase, slot, proto_version
+        self._requests: queue.Queue[list[str]] = queue.Queue()  # tables asked for (empty: all), in order
+        self._active = False  # a run is going (or about to: the chunker has work)
+        self._next_run = 0
         self.codec = text_codec(encoding)  # (what a text key's bytes are in)
         self.server_version, self.path, self.budget, self.log = server_version, path, budget, log
         self.session = uuid.uuid4().hex[:12]
@@ -230,11 +329,34 @@ class Backfill:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
+        self._held: dict[int, tuple[int, int, list[str] | None, int, bool, list[Key]]] = {}
 
     # -- set-up, on the capture's thread ------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Find the tables and what the file holds of their runs; refuse what cannot be backfilled."""
+        """Find the tables and what the file holds of their runs and of requests; refuse what cannot be
+        backfilled."""
+        held = progress_in_file(self.path)
+        self._next_run = max((r for r, *_ in held.values()), default=-1) + 1
+        if self.slot is not None:
+            for tables in requests_in_file(self.path, self.slot):
+                self._requests.put(tables)
+        chosen = self._tables(self.names) if self.names else []
+        for table in chosen:
+            before = held.get(table.relation.relation_id)
+            if before is not None and before[4]:
+                continue  # (done in this file: ``replwire backfill`` asks for a new run)
+            if before is not None:
+                run, chunk, cursor, rows, _, keys = before
+                self.runs.append(TableRun(table, run, chunk, cursor, rows, refetch=dict.fromkeys(keys)))
+            else:
+                self.runs.append(TableRun(table, self._next_run))
+                self._next_run += 1
+        # (a run the file holds unfinished goes on when its table is asked for again, by name or request)
+        self._held = held
+
+    def _tables(self, names: Sequence[str]) -> list[Table]:
+        """The published tables ``names`` says (every one for ``[]`` or ``["all"]``), checked."""
         import psycopg2
 
         conn = connect(self.dsn)
@@ -246,15 +368,15 @@ class Backfill:
                                    "which a standby cannot: backfill on the primary")
             published = published_tables(cur, self.publication, self.server_version)
             by_name = {f"{t.relation.namespace or 'pg_catalog'}.{t.relation.name}": t for t in published}
-            if self.names == ["all"]:
+            if not names or list(names) == ["all"]:
                 chosen = published
             else:
-                missing = [n for n in self.names if n not in by_name]
+                missing = [n for n in names if n not in by_name]
                 if missing:
                     raise CaptureError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in "
                                        f"publication {self.publication!r}: a backfill copies published tables "
                                        "(name them schema.table)")
-                chosen = [by_name[n] for n in dict.fromkeys(self.names)]
+                chosen = [by_name[n] for n in dict.fromkeys(names)]
             for table in chosen:
                 _check_key(table)
             check_select(cur, chosen, "the backfill")
@@ -262,22 +384,12 @@ class Backfill:
             raise CaptureError(f"cannot prepare the backfill: {server_error(error)}") from None
         finally:
             conn.close()
-        held = progress_in_file(self.path)
-        next_run = max((r for r, *_ in held.values()), default=-1) + 1
-        for table in chosen:
-            before = held.get(table.relation.relation_id)
-            if before is not None and before[4]:
-                continue  # (done in this file: ``replwire backfill`` asks for a new run)
-            if before is not None:
-                run, chunk, cursor, rows, _, keys = before
-                self.runs.append(TableRun(table, run, chunk, cursor, rows, refetch=dict.fromkeys(keys)))
-            else:
-                self.runs.append(TableRun(table, next_run))
-                next_run += 1
+        return chosen
 
     def start(self) -> None:
         """Start the chunker (after :meth:`prepare`, once the capture streams)."""
-        if self.runs:
+        if self.runs or self.slot is not None:
+            self._active = bool(self.runs) or not self._requests.empty()
             self._thread = threading.Thread(target=self._chunker, name="replwire-backfill", daemon=True)
             self._thread.start()
 
@@ -303,13 +415,18 @@ class Backfill:
 
     @property
     def busy(self) -> bool:
-        """Whether a run is still going."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether a run is still going, or one was asked for."""
+        alive = self._thread is not None and self._thread.is_alive()
+        return alive and (self._active or not self._requests.empty())
 
     # -- the stream side ----------------------------------------------------------------------------------
 
     def feed(self, lsn: int, data: bytes) -> list[bytes]:
         """Follow one message of the stream; the records to write right after it (a chunk, at its H)."""
+        if self.slot is not None and data[:1] == b"M":
+            asked = _request_of(data, self.proto_version)
+            if asked is not None and asked.get("slot") == self.slot:
+                self._requests.put([str(t) for t in asked.get("tables") or []])
         with self._lock:
             mark = self.window.feed(lsn, data)
         if mark is None:
@@ -364,15 +481,47 @@ class Backfill:
     def _chunker(self) -> None:
         import psycopg2
 
+        cur: Any = None
+
+        def cursor() -> Any:  # (connected when there is work: a capture that only listens holds no connection)
+            nonlocal cur
+            if cur is None:
+                self._conn = conn = connect(self.dsn)
+                conn.autocommit = True
+                cur = conn.cursor()
+                cur.execute("SET application_name = %s", (f"replwire backfill {self.session}",))
+            return cur
+
         try:
-            self._conn = conn = connect(self.dsn)
-            conn.autocommit = True
-            cur = conn.cursor()
-            cur.execute("SET application_name = %s", (f"replwire backfill {self.session}",))
             for run in self.runs:
                 if self._stopping.is_set():
                     return
-                self._run(cur, run)
+                self._run(cursor(), run)
+            while not self._stopping.is_set():  # then what is asked for, while the capture runs
+                self._active = not self._requests.empty()
+                try:
+                    names = self._requests.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                self._active = True
+                try:
+                    tables = self._tables(names)
+                except CaptureError as error:
+                    self._say(f"backfill request for {', '.join(names) or 'every published table'} refused: {error}")
+                    continue
+                for table in tables:
+                    if self._stopping.is_set():
+                        return
+                    before = self._held.get(table.relation.relation_id)
+                    if before is not None and not before[4]:  # (the file's unfinished run of it goes on)
+                        number, chunk, after, rows, _, keys = before
+                        self._held.pop(table.relation.relation_id)
+                        this = TableRun(table, number, chunk, after, rows, refetch=dict.fromkeys(keys))
+                    else:
+                        this = TableRun(table, self._next_run)
+                        self._next_run += 1
+                    self._say(f"backfill {this.name}: asked for, starting")
+                    self._run(cursor(), this)
         except psycopg2.Error as error:
             if self._stopping.is_set():
                 return

@@ -80,7 +80,8 @@ class LiveCapture(SqlCapture):
     ``backfill`` names tables (``schema.table``, or ``"all"``) to copy into the file while it streams
     (:mod:`~replwire.codec.io.backfill`; over replication, with ``settings.messages`` on), each chunk aiming
     at ``backfill_budget`` seconds of reading; a table whose run the file holds is continued from its last
-    chunk, or left alone when that run ended.
+    chunk, or left alone when that run ended.  With ``settings.messages`` on, a capture over replication
+    also backfills the tables ``replwire backfill`` asks its slot for.
 
     A connection lost once the capture is streaming (a restart, a failover, the walsender
     terminated, the network) is not the end: with ``reconnect`` (the default) the capture resumes from the
@@ -181,7 +182,7 @@ class LiveCapture(SqlCapture):
         return Backfill(self.dsn, self.settings.publication, self.backfill, binary=self.settings.binary,
                         proto_version=writer.header.proto_version, server_version=writer.header.server_version,
                         encoding=writer.header.client_encoding, path=self.out, two_phase=self.settings.two_phase,
-                        budget=self.backfill_budget or BUDGET, log=self.log)
+                        budget=self.backfill_budget or BUDGET, slot=self.settings.slot, log=self.log)
 
     def _say(self, line: str) -> None:
         if self.log is not None:
@@ -329,10 +330,10 @@ class LiveCapture(SqlCapture):
         follow: Callable[[int, bytes], list[bytes]] | None = None  # the backfill's side of each message
         try:
             walsender = conn.get_backend_pid()
-            if self.backfill:  # (from what the file holds now: a reconnection continues each run from there)
-                backfill = self._backfill(writer)
+            if self.backfill or self.settings.messages:  # (from what the file holds now: a reconnection
+                backfill = self._backfill(writer)        # continues each run from there, and takes requests)
                 backfill.prepare()
-                follow = backfill.feed if backfill.runs else None
+                follow = backfill.feed
             cur.start_replication(slot_name=self.settings.slot, decode=False,
                                   options={"proto_version": str(proto), **options}, status_interval=10)
             self._streamed = started = True

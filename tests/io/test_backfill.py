@@ -373,3 +373,35 @@ def test_a_backfill_after_add_column_default_fills_the_column(pg18, tmp_path):
     rows = rows_of(tables["public.big"])
     assert rows == selected(dsn, "SELECT * FROM big") and {row[3] for row in rows} == {7}
     drop_slots(dsn)
+
+
+def test_replwire_backfill_asks_the_running_capture_and_status_reads_the_file(pg18, tmp_path):
+    dsn = database(pg18, "bfask")
+    make_schema(dsn, 20_000)
+    out = tmp_path / "ask.rwcap"
+    capture = subprocess.Popen(command(dsn, out, "--messages", "--idle-exit", "2"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: out.exists() and out.stat().st_size > 0, what="the capture file")
+    asked = run([REPLWIRE, "backfill", "--dsn", dsn, "--slot", slot_of(dsn), "public.big", "public.toasty"])
+    assert asked.returncode == 0, asked.stderr
+    assert f"asked the capture on slot '{slot_of(dsn)}' to backfill public.big, public.toasty" in asked.stdout
+    refused = run([REPLWIRE, "backfill", "--dsn", dsn, "--slot", slot_of(dsn), "public.keyless"])
+    assert refused.returncode == 0, refused.stderr  # (asked: the capture is what refuses it)
+    big, toasty = _oid(dsn, "big"), _oid(dsn, "toasty")
+    wait_for(lambda: all(progress_in_file(str(out)).get(oid, (0,) * 5)[4] for oid in (big, toasty)),
+             timeout=120, what="the backfills asked for")
+    status = run([REPLWIRE, "backfill", "--status", str(out)])
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[0].startswith("public.big: done, run 0: 20,000 rows in ") and "rows/s of reading" in lines[0]
+    assert lines[1].startswith("public.toasty: done, run 1: 3,000 rows in ")
+    assert lines[2] == "public.keyless: requested, not begun"
+    _, stderr = capture.communicate(timeout=120)
+    assert capture.returncode == 0, stderr
+    assert "backfill request for public.keyless refused: public.keyless has no primary key" in stderr
+    tables, _ = folded([out])
+    for name in ("public.big", "public.toasty"):
+        assert rows_of(tables[name]) == selected(dsn, EXPECTED[name]), name
+    nowhere = run([REPLWIRE, "backfill", "--dsn", dsn, "--slot", "no_such_slot", "public.big"])
+    assert nowhere.returncode == 1 and "no logical slot 'no_such_slot' in this database" in nowhere.stderr
+    drop_slots(dsn)
