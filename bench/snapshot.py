@@ -1,16 +1,18 @@
-"""The initial snapshot against ``COPY ... TO STDOUT`` alone, on the same table, side by side in one run.
+"""The initial snapshot and the backfill against ``COPY ... TO STDOUT`` alone, on the same table, side by side.
 
 Strategy: a PostgreSQL of its own (:class:`~replwire.codec.testing.localserver.PgServer`, 18 by default)
 gets one table of about ``--mb`` MB (an int8 key, text, an int, a timestamptz and a numeric per row).  The
 floor is the same ``COPY (SELECT <columns> FROM ONLY t) TO STDOUT`` the snapshot runs, read by psycopg2 into
 a sink that only counts bytes; then ``replwire capture --snapshot`` runs as a user runs it (a process of
 its own, ``--idle-exit 0``), text and ``--binary``, and its table time comes from its own progress line;
-its peak RSS is the child's ``ru_maxrss``.  Each pair runs ``--rounds`` times, alternating, and the best
-of each is kept.
+then ``replwire capture --backfill public.t`` on a new slot the same way (its rate from its ``done`` line:
+rows over the run's time, chunks' round trips and waits for their watermarks included).  Peak RSS is each
+child's ``ru_maxrss``.  Each runs ``--rounds`` times, alternating, and the best of each is kept.
 
-It also measures what the exported snapshot costs the server: while a snapshot runs, a second table has
-``--dead`` rows deleted and is vacuumed; VACUUM VERBOSE reports how many dead rows it could not remove
-(the snapshot's transaction holds the xmin horizon), and again after the snapshot.
+It also measures what each costs the server: while a snapshot (then a backfill) runs, a second table has
+``--dead`` rows deleted and is vacuumed; VACUUM VERBOSE reports how many dead rows it could not remove (the
+snapshot's one transaction holds the xmin horizon; a backfill's chunks hold it for one chunk each), and
+again after it.
 
     python -m bench.snapshot [--mb 1024] [--major 18] [--rounds 2] [--dead 50000] [--out FILE]
 
@@ -36,6 +38,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "s
 RATIO_AT_LEAST, RSS_MIB_AT_MOST = 0.5, 200.0
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 _DONE = re.compile(r"snapshot public\.t: ([\d,]+) rows, ([\d.]+) MiB in ([\d.]+) s .*done")
+_BACKFILLED = re.compile(r"backfill public\.t: done, ([\d,]+) rows in ([\d,]+) chunks \(([\d,]+) rows/s")
 _DEAD = re.compile(r"(\d+) are dead but not yet removable")
 
 
@@ -114,6 +117,29 @@ def snapshot(dsn: str, binary: bool, slot: str, directory: str) -> dict[str, flo
             "file_mib": size / 2**20}
 
 
+def backfill(dsn: str, binary: bool, slot: str, directory: str) -> dict[str, float]:
+    out = os.path.join(directory, f"{slot}.rwcap")
+    command = [REPLWIRE, "capture", "--dsn", dsn, "--slot", slot, "--publication", "pub", "--out", out,
+               "--backfill", "public.t", "--idle-exit", "0", *(["--binary"] if binary else [])]
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"replwire capture --backfill failed: {stderr}")
+    found = _BACKFILLED.search(stderr)
+    if found is None:
+        raise SystemExit(f"no done line for table t in: {stderr}")
+    rows, chunks, rate = (int(found[i].replace(",", "")) for i in (1, 2, 3))
+    size = os.path.getsize(out)
+    os.remove(out)
+    _drop(dsn, slot)
+    return {"seconds": rows / max(rate, 1), "wall": wall, "rows": rows, "chunks": chunks, "mib": size / 2**20,
+            "peak_rss_mib": usage.ru_maxrss / 1024, "file_mib": size / 2**20}
+
+
 def _drop(dsn: str, slot: str) -> None:
     import psycopg2
 
@@ -123,8 +149,9 @@ def _drop(dsn: str, slot: str) -> None:
     conn.close()
 
 
-def xmin_horizon(dsn: str, dead: int, directory: str) -> dict[str, int]:
-    """Dead rows of another table that VACUUM cannot remove while a snapshot runs, and after it."""
+def xmin_horizon(dsn: str, dead: int, directory: str, copier: Any = None) -> dict[str, int]:
+    """Dead rows of another table that VACUUM cannot remove while a snapshot (or ``copier``, run as
+    :func:`snapshot` is) runs, and after it."""
     import psycopg2
 
     conn = psycopg2.connect(dsn)
@@ -134,15 +161,16 @@ def xmin_horizon(dsn: str, dead: int, directory: str) -> dict[str, int]:
     cur.execute("INSERT INTO other SELECT g, 'x' FROM generate_series(1, %s) g", (dead,))
     cur.execute("VACUUM other")
     result: dict[str, int] = {}
-    runner = threading.Thread(target=snapshot, args=(dsn, False, "horizon", directory))
+    runner = threading.Thread(target=copier or snapshot, args=(dsn, False, "horizon", directory))
     runner.start()
     deadline = time.monotonic() + 120
-    while True:  # until the snapshot's transaction runs
+    while runner.is_alive():  # until the copy runs
         cur.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (SELECT%%'")
         if cur.fetchone()[0] or time.monotonic() > deadline:
             break
         time.sleep(0.01)
     cur.execute("DELETE FROM other")
+    result["ran_during"] = int(runner.is_alive())  # (a copy over before the rows were deleted says nothing)
     del conn.notices[:]
     cur.execute("VACUUM (VERBOSE) other")
     during = _DEAD.search("".join(conn.notices))
@@ -172,6 +200,19 @@ def as_results(raw: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
                         "at_least": RATIO_AT_LEAST, "holds": raw[form]["ratio"] >= RATIO_AT_LEAST})
         targets.append({"name": f"peak RSS under {RSS_MIB_AT_MOST:.0f} MiB, {form} (the limit over the peak)",
                         "value": round(RSS_MIB_AT_MOST / peak, 3), "at_least": 1.0, "holds": peak < RSS_MIB_AT_MOST})
+        if "backfill" in raw[form]:
+            back = raw[form]["backfill"]
+            ratio = copy["seconds"] / back["seconds"]
+            rows.append([f"replwire capture --backfill, {form}", round(back["seconds"], 2),
+                         round(back["rows"] / back["seconds"]), round(back["mib"] / back["seconds"], 1),
+                         round(ratio, 2), round(back["peak_rss_mib"]),
+                         f"{back['chunks']:,} chunks of 0.2 s of reading, on a new slot; whole command "
+                         f"{back['wall']:.1f} s"])
+            targets.append({"name": f"backfill vs COPY alone, {form}", "value": round(ratio, 3),
+                            "at_least": RATIO_AT_LEAST, "holds": ratio >= RATIO_AT_LEAST})
+            targets.append({"name": f"backfill's peak RSS under {RSS_MIB_AT_MOST:.0f} MiB, {form} (the limit over "
+                                    "the peak)", "value": round(RSS_MIB_AT_MOST / back["peak_rss_mib"], 3),
+                            "at_least": 1.0, "holds": back["peak_rss_mib"] < RSS_MIB_AT_MOST})
     xmin = raw["xmin"]
     notes += [f"One table of {raw['rows']:,} rows, {raw['table_mib']:,.0f} MiB on disk, PostgreSQL {raw['major']}; "
               f"best of {raw.get('rounds', 2)} rounds each, COPY and snapshot alternating; load average "
@@ -179,6 +220,10 @@ def as_results(raw: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
               f"xmin horizon: of {xmin['deleted']:,} rows deleted from another table while the snapshot ran, "
               f"{xmin['dead_unremovable_during']:,} stayed as dead rows VACUUM could not remove; after it, "
               f"{xmin['dead_unremovable_after']:,}."]
+    if raw.get("xmin_backfill", {}).get("ran_during"):
+        during = raw["xmin_backfill"]["dead_unremovable_during"]
+        notes.append(f"While a backfill of the table ran instead, {during:,} of them stayed (its chunks' transactions "
+                     "last one chunk each).")
     return {"machine": machine, "date": machine["date"], "columns": ["run", "seconds", "rows/s", "MiB/s",
                                                                       "× of COPY", "peak RSS (MiB)", "note"],
             "rows": rows, "notes": notes, "targets": targets, "raw": raw}
@@ -207,15 +252,21 @@ def main(argv: list[str] | None = None) -> int:
                                    "load_before": os.getloadavg()[0], "rounds": args.rounds}
         with tempfile.TemporaryDirectory() as directory:
             for form, binary in (("text", False), ("binary", True)):
-                floors, snaps = [], []
+                floors, snaps, backs = [], [], []
                 for round_ in range(args.rounds):
                     floors.append(copy_floor(server.dsn, binary))
                     snaps.append(snapshot(server.dsn, binary, f"bench_{form}_{round_}", directory))
+                    backs.append(backfill(server.dsn, binary, f"bench_backfill_{form}_{round_}", directory))
                 floor = min(floors, key=lambda r: r["seconds"])
                 snap = min(snaps, key=lambda r: r["seconds"])
+                back = min(backs, key=lambda r: r["seconds"])
+                back["peak_rss_mib"] = max(b["peak_rss_mib"] for b in backs)
                 ratio = floor["seconds"] / snap["seconds"]
-                results[form] = {"copy": floor, "snapshot": snap, "ratio": ratio,
+                results[form] = {"copy": floor, "snapshot": snap, "ratio": ratio, "backfill": back,
                                  "peak_rss_mib": max(s["peak_rss_mib"] for s in snaps)}
+                print(f"{form:6}: backfill {back['seconds']:.2f} s ({back['rows'] / back['seconds']:,.0f} rows/s, "
+                      f"{back['chunks']:,} chunks) = {floor['seconds'] / back['seconds']:.2f}x of COPY; peak RSS "
+                      f"{back['peak_rss_mib']:.0f} MiB", flush=True)
                 print(f"{form:6}: COPY alone {floor['seconds']:.2f} s ({floor['rows'] / floor['seconds']:,.0f} rows/s, "
                       f"{floor['mib'] / floor['seconds']:.0f} MiB/s); snapshot {snap['seconds']:.2f} s "
                       f"({snap['rows'] / snap['seconds']:,.0f} rows/s, {snap['mib'] / snap['seconds']:.0f} MiB/s, "
@@ -223,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{results[form]['peak_rss_mib']:.0f} MiB; file {snap['file_mib']:,.0f} MiB; "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
             results["xmin"] = xmin_horizon(server.dsn, args.dead, directory)
+            results["xmin_backfill"] = xmin_horizon(server.dsn, args.dead, directory, backfill)
+            print(f"xmin horizon: {results['xmin_backfill']['dead_unremovable_during']:,} of {args.dead:,} dead rows "
+                  "unremovable by VACUUM during the backfill", flush=True)
             print(f"xmin horizon: {results['xmin']['dead_unremovable_during']:,} of {args.dead:,} dead rows of another "
                   f"table unremovable by VACUUM during the snapshot, {results['xmin']['dead_unremovable_after']:,} "
                   "after it", flush=True)

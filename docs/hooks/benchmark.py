@@ -74,9 +74,9 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         sections = {
             SPARK_MARKER: section(SPARK_RESULTS, "Spark pipeline", "The Spark pipeline benchmark's own results"),
             SNAPSHOT_MARKER: section(
-                SNAPSHOT_RESULTS, "Initial snapshot",
-                "`replwire capture --snapshot` against `COPY ... TO STDOUT` alone on the same table, side by side in "
-                "one run (`python -m bench.snapshot`)"),
+                SNAPSHOT_RESULTS, "Snapshots and backfills",
+                "`replwire capture --snapshot` and `--backfill` against `COPY ... TO STDOUT` alone on the same table, "
+                "side by side in one run (`python -m bench.snapshot`)"),
             DECODE_MARKER: section(
                 DECODE_RESULTS, "replwire decode, end to end",
                 "`replwire decode` against `bench/naive_decode.py` — a decode-to-JSON script written by hand: "
