@@ -679,17 +679,30 @@ class Backfill:
                 raise CaptureError(f"COPY of {table.name} sent data messages that are not one line each")
             cursor = None
             if keys_read is None and len(rows) == size:
-                # (the texts named apart from the columns: ORDER BY takes an output column's name first)
-                named = ", ".join(f"{quote_identifier(c.name)}::text AS replwire_key_{i}" for i, c in enumerate(keys))
-                cur.execute(f"SELECT {named} FROM {source} ORDER BY {order} LIMIT 1 OFFSET {int(size) - 1}",
-                            arguments)
-                cursor = list(cur.fetchone())
+                cursor = self._last_key(rows[-1], table, keys)
+                if cursor is None:  # (a binary key of a type read here only by the server: asked, same snapshot)
+                    named = ", ".join(f"{quote_identifier(c.name)}::text AS replwire_key_{i}"  # (ORDER BY takes an
+                                      for i, c in enumerate(keys))                          # output name first)
+                    cur.execute(f"SELECT {named} FROM {source} ORDER BY {order} LIMIT 1 OFFSET {int(size) - 1}",
+                                arguments)
+                    cursor = list(cur.fetchone())
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK") if not cur.connection.closed else None
             raise
         read_us = int((time.monotonic() - started) * 1e6)
         return _Chunk(run, run.chunk, rows, cursor, keys_read, snapshot, list(committed), read_us, at_us)
+
+    def _last_key(self, row: bytes, table: Table, keys: list[Any]) -> list[str] | None:
+        """The key texts of a chunk's last row, from the row itself (``None``: a binary key of a type this
+        does not read)."""
+        columns = table.relation.columns
+        read = snapshot_records.binary_rows if self.binary else snapshot_records.text_rows
+        (values,) = read(row, len(columns), "BackfillRows")
+        try:
+            return [_key_text(c.type_id, values[columns.index(c)].data, self.binary, self.codec) for c in keys]
+        except ValueError:
+            return None
 
     def _wait(self, event: threading.Event, what: str) -> None:
         noted = time.monotonic()
