@@ -50,7 +50,7 @@ from ..wire.fast import parse
 from .capture_file import read_capture
 from .connection import CaptureError, ConnectionLost, connect, is_lost, server_error
 from .snapshot import CHUNK as RECORD_BYTES
-from .tables import Table, check_select, published_tables
+from .tables import BINARY_TRAILER, Table, after_binary_header, check_select, published_tables
 
 __all__ = ["Backfill", "TableRun", "progress_in_file", "request", "requests_in_file", "status_lines"]
 
@@ -760,12 +760,9 @@ class _Collected:
     def rows(self) -> list[bytes]:
         parts = self.parts
         if self.binary and parts:
-            first = parts[0]
-            if first[:11] != snapshot_records.BINARY_HEADER[:11] or len(first) < 19:
-                raise CaptureError(f"COPY of {self.name} did not start with the binary header")
-            first = first[19 + int.from_bytes(first[15:19], "big"):]
+            first = after_binary_header(parts[0], self.name)
             parts = ([first] if first else []) + parts[1:]
-            if parts and parts[-1] == b"\xff\xff":
+            if parts and parts[-1] == BINARY_TRAILER:
                 parts = parts[:-1]
         return parts
 

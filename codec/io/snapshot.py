@@ -35,7 +35,7 @@ from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_captur
 from .connection import CaptureError, CaptureSettings, ServerInfo, connect, server_error, set_up
 from .resume import check_settings, check_source
 from .slot import slot_exists
-from .tables import Table, check_select, published_tables
+from .tables import BINARY_TRAILER, Table, after_binary_header, check_select, published_tables
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "section_state", "take_snapshot"]
 
@@ -129,21 +129,14 @@ class _Rows:
         if self.size >= self.chunk:
             self.flush()
 
-    def _strip_header(self, data: bytes) -> bytes:
-        signature = snapshot_records.BINARY_HEADER[:11]
-        if data[:11] != signature or len(data) < 19:
-            raise CaptureError(f"COPY of {self.table.name} did not start with the binary header")
-        extension = int.from_bytes(data[15:19], "big")
-        self.header = False
-        return data[19 + extension:]
-
     def flush(self) -> None:
         parts = self.parts
         if self.header and parts:
-            parts[0] = self._strip_header(parts[0])
+            parts[0] = after_binary_header(parts[0], self.table.name)
+            self.header = False
             if not parts[0]:
                 del parts[0]
-        if self.binary and parts and parts[-1] == b"\xff\xff":  # the trailer (a row never has -1 fields)
+        if self.binary and parts and parts[-1] == BINARY_TRAILER:
             del parts[-1]
         if parts:
             body = b"".join(parts)

@@ -14,12 +14,23 @@ from typing import Any
 
 from ..messages import Relation, RelationColumn, Type
 from ..options import quote_identifier
+from ..stream import snapshot_records
 from .connection import CaptureError
 
-__all__ = ["Table", "check_select", "published_tables", "type_message"]
+__all__ = ["BINARY_TRAILER", "Table", "after_binary_header", "check_select", "published_tables", "type_message"]
 
 #: The first OID of objects not created by initdb's bootstrap: pgoutput sends a Type message for these.
 _FIRST_GENBKI_OID = 10000
+#: ``COPY ... (FORMAT binary)``'s last data message: a field count of -1 (a row never has one).
+BINARY_TRAILER = b"\xff\xff"
+
+
+def after_binary_header(data: bytes, name: str) -> bytes:
+    """The first data message of ``COPY ... (FORMAT binary)`` of table ``name`` without the header that starts
+    it (signature, flags, header extension): the first row, or nothing."""
+    if data[:11] != snapshot_records.BINARY_HEADER[:11] or len(data) < 19:
+        raise CaptureError(f"COPY of {name} did not start with the binary header")
+    return data[19 + int.from_bytes(data[15:19], "big"):]
 
 
 @dataclass(frozen=True)
