@@ -158,14 +158,14 @@ def request(slot: str, tables: Sequence[str]) -> str:
                       separators=(",", ":"))
 
 
-def _request_of(data: bytes, proto_version: int) -> dict[str, Any] | None:
+def _request_of(data: bytes, proto_version: int, encoding: str) -> dict[str, Any] | None:
     """The request a pgoutput message is, if it is one: a transactional logical message of the backfill's
     prefix whose content says ``"k": "request"``."""
     if data[:1] != b"M" or _PREFIX_BYTES not in data:
         return None
     for in_stream in (False, True):
         try:
-            message = parse(data, proto_version=proto_version, in_stream=in_stream)
+            message = parse(data, proto_version=proto_version, in_stream=in_stream, encoding=encoding)
         except DecodeError:
             continue
         if isinstance(message, Message) and message.is_transactional and message.prefix == BACKFILL_PREFIX:
@@ -185,19 +185,19 @@ def requests_in_file(path: str, slot: str) -> list[list[str]]:
     (an empty list: every published table)."""
     pending: list[tuple[list[str], set[str]]] = []  # (tables asked for, the tables backfilled since)
     with read_capture(path) as reader:
-        proto = reader.header.proto_version
+        proto, encoding = reader.header.proto_version, reader.header.client_encoding
         reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
         try:
             for _, _, _, data, _ in reading:
                 code = data[0] if data else -1
                 if code == snapshot_records.CHUNK:
                     fields = snapshot_records.parse_record(data)
-                    relation = snapshot_records.schema_message(fields.messages[-1].data, "utf-8")
+                    relation = snapshot_records.schema_message(fields.messages[-1].data, encoding)
                     name = f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
                     for _, since in pending:
                         since.add(name)
                 elif code == 0x4D:
-                    asked = _request_of(data, proto)
+                    asked = _request_of(data, proto, encoding)
                     if asked is not None and asked.get("slot") == slot:
                         tables = [str(t) for t in asked.get("tables") or []]
                         pending.append((tables, set()))
@@ -213,12 +213,13 @@ def status_lines(path: str) -> list[str]:
     names: dict[int, str] = {}
     paces: dict[int, tuple[float, int]] = {}  # (seconds of reading, chunks) of the last run
     with read_capture(path) as reader:
+        encoding = reader.header.client_encoding
         reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
         try:
             for _, _, _, data, _ in reading:
                 if data[:1] == bytes((snapshot_records.CHUNK,)):
                     fields = snapshot_records.parse_record(data)
-                    relation = snapshot_records.schema_message(fields.messages[-1].data, "utf-8")
+                    relation = snapshot_records.schema_message(fields.messages[-1].data, encoding)
                     names[fields.relation_id] = f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
                     seconds, chunks = paces.get(fields.relation_id, (0.0, 0)) if fields.chunk else (0.0, 0)
                     paces[fields.relation_id] = (seconds + fields.read_us / 1e6, chunks + 1)
@@ -320,7 +321,8 @@ class Backfill:
         self.codec = text_codec(encoding)  # (what a text key's bytes are in)
         self.server_version, self.path, self.budget, self.log = server_version, path, budget, log
         self.session = uuid.uuid4().hex[:12]
-        self.window = Window(self.session, proto_version)
+        self.window = Window(self.session, proto_version, encoding=encoding)
+        self.encoding = encoding
         self.runs: list[TableRun] = []
         self.failure: BaseException | None = None
         self._lock = threading.Lock()  # the window: fed by the stream side, tracked by the chunker
@@ -424,7 +426,7 @@ class Backfill:
     def feed(self, lsn: int, data: bytes) -> list[bytes]:
         """Follow one message of the stream; the records to write right after it (a chunk, at its H)."""
         if self.slot is not None and data[:1] == b"M":
-            asked = _request_of(data, self.proto_version)
+            asked = _request_of(data, self.proto_version, self.encoding)
             if asked is not None and asked.get("slot") == self.slot:
                 self._requests.put([str(t) for t in asked.get("tables") or []])
         with self._lock:

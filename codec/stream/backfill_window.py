@@ -286,15 +286,15 @@ def _offset(tag: str, name: str, proto_version: int, in_stream: bool) -> int | N
 class Window:
     """Follows one capture session's stream for its backfill runs (see the module docstring).
 
-    ``session``: this capture's session id, as the watermarks carry it (``"s"``); ``proto_version``: the
-    stream's protocol version; ``limit``: the wire bytes of a transaction's tracked changes kept whole.  Past
-    it only their keys are kept, and an invisible transaction of W then leaves the keys it touched to the
-    stream (they are dropped from the rows) and puts them on the refetch list.
+    ``session``: this capture's session id, as the watermarks carry it (``"s"``); ``proto_version`` and
+    ``encoding``: the stream's protocol version and client encoding; ``limit``: the wire bytes of a transaction's
+    tracked changes kept whole.  Past it only their keys are kept, and an invisible transaction of W then leaves the
+    keys it touched to the stream (they are dropped from the rows) and puts them on the refetch list.
     """
 
-    def __init__(self, session: Any, proto_version: int, limit: int = 64 << 20) -> None:
+    def __init__(self, session: Any, proto_version: int, limit: int = 64 << 20, encoding: str = "UTF8") -> None:
         self.session = session
-        self.proto_version = proto_version
+        self.proto_version, self.encoding = proto_version, encoding
         self.limit = limit
         self._runs: dict[int, _Run] = {}
         self._by_run: dict[Any, _Run] = {}
@@ -312,6 +312,9 @@ class Window:
         self._prepared: dict[str, _Txn] = {}
         self._relation_at = {s: {t: _offset(t, "relation_id", proto_version, s) for t in "IUDR"}
                              for s in (False, True)}
+
+    def _parse(self, data: bytes, in_stream: bool = False) -> Any:
+        return parse(data, proto_version=self.proto_version, in_stream=in_stream, encoding=self.encoding)
 
     # ---- the caller's side
 
@@ -382,7 +385,7 @@ class Window:
                 self._row_change(data)
             return None
         if tag == 0x42:  # B: Begin
-            self._open_plain(parse(data, proto_version=self.proto_version) if self._runs else None, index)
+            self._open_plain(self._parse(data) if self._runs else None, index)
             return None
         if tag == 0x43:  # C: Commit
             return self._end_plain(lsn)
@@ -395,12 +398,12 @@ class Window:
         if tag == 0x52:  # R: Relation
             at = self._relation_at[self._in_stream]["R"]
             if at is not None and len(data) >= at + 4 and _UINT32(data, at)[0] in self._runs:
-                message = parse(data, proto_version=self.proto_version, in_stream=self._in_stream)
+                message = self._parse(data, self._in_stream)
                 assert isinstance(message, Relation)
                 self._shapes[message.relation_id] = _shape(message)
             return None
         if tag in b"MbPKrcAp" or (tag == 0x54 and self._runs):  # T: Truncate
-            return self._control(parse(data, proto_version=self.proto_version, in_stream=self._in_stream), lsn,
+            return self._control(self._parse(data, self._in_stream), lsn,
                                  index)
         return None  # Origin, Type and anything else: nothing a window needs
 
@@ -411,7 +414,7 @@ class Window:
         txn = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
         if txn is None:
             return
-        message = parse(data, proto_version=self.proto_version, in_stream=self._in_stream)
+        message = self._parse(data, self._in_stream)
         assert isinstance(message, (Insert, Update, Delete))
         if message.relation_id in self._runs:
             subxid = message.xid if self._in_stream else None
@@ -444,7 +447,7 @@ class Window:
         return self._commit(xid, txn, lsn)
 
     def _stream_start(self, data: bytes, index: int) -> None:
-        message = parse(data, proto_version=self.proto_version)
+        message = self._parse(data)
         assert isinstance(message, StreamStart)
         self._in_stream, self._stream_xid = True, message.xid
         if message.is_first_segment:

@@ -141,7 +141,7 @@ def check_exact(dsn: str, paths, big_rows: int) -> None:
 def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, request, tmp_path):
     server = request.getfixturevalue(f"pg{major}")
     dsn = database(server, "snap")
-    big = 300_000
+    big = 600_000  # (a copy long enough that the writes start while it runs, on a fast machine too)
     make_schema(dsn, big)
     out = tmp_path / "snap.rwcap"
     command = capture_command(dsn, out, slot_of(dsn), "pub", "--idle-exit", "2", *(["--binary"] if binary else []))
@@ -158,7 +158,7 @@ def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, requ
     _, stderr = capture.communicate(timeout=300)
     assert capture.returncode == 0, stderr
     assert during
-    assert "snapshot public.a_big: 300,000 rows" in stderr and "done" in stderr  # progress per table
+    assert "snapshot public.a_big: 600,000 rows" in stderr and "done" in stderr  # progress per table
     assert section_state(str(out)).state == "complete"
     check_exact(dsn, [out], big)
     # decode prints the snapshot's rows as op "snapshot", typed like inserts, at the snapshot's LSN
