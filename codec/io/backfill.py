@@ -179,6 +179,12 @@ def _request_of(data: bytes, proto_version: int, encoding: str) -> dict[str, Any
     return None
 
 
+def _chunk_table(fields: Any, encoding: str) -> str:
+    """The ``schema.table`` of a parsed ``BackfillChunk`` (its last schema message is the Relation)."""
+    relation = snapshot_records.schema_message(fields.messages[-1].data, encoding)
+    return f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
+
+
 def requests_in_file(path: str, slot: str) -> list[list[str]]:
     """The requests for the capture on ``slot`` in the capture file ``path`` that no backfill record after
     them answers (of a table they name; of any table, for a request of every published table): their tables
@@ -191,9 +197,7 @@ def requests_in_file(path: str, slot: str) -> list[list[str]]:
             for _, _, _, data, _ in reading:
                 code = data[0] if data else -1
                 if code == snapshot_records.CHUNK:
-                    fields = snapshot_records.parse_record(data)
-                    relation = snapshot_records.schema_message(fields.messages[-1].data, encoding)
-                    name = f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
+                    name = _chunk_table(snapshot_records.parse_record(data), encoding)
                     for _, since in pending:
                         since.add(name)
                 elif code == 0x4D:
@@ -213,20 +217,17 @@ def status_lines(path: str) -> list[str]:
     names: dict[int, str] = {}
     paces: dict[int, tuple[float, int]] = {}  # (seconds of reading, chunks) of the last run
     with read_capture(path) as reader:
-        encoding = reader.header.client_encoding
+        encoding, slot = reader.header.client_encoding, reader.header.slot_name or ""
         reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
         try:
             for _, _, _, data, _ in reading:
                 if data[:1] == bytes((snapshot_records.CHUNK,)):
                     fields = snapshot_records.parse_record(data)
-                    relation = snapshot_records.schema_message(fields.messages[-1].data, encoding)
-                    names[fields.relation_id] = f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
+                    names[fields.relation_id] = _chunk_table(fields, encoding)
                     seconds, chunks = paces.get(fields.relation_id, (0.0, 0)) if fields.chunk else (0.0, 0)
                     paces[fields.relation_id] = (seconds + fields.read_us / 1e6, chunks + 1)
         finally:
             reading.close()
-    with read_capture(path) as reader:
-        slot = reader.header.slot_name or ""
     lines = []
     for oid, (run, chunk, _, rows, ended, keys) in sorted(progress_in_file(path).items(),
                                                           key=lambda item: names.get(item[0], "")):
@@ -349,8 +350,7 @@ class Backfill:
             if before is not None and before[4]:
                 continue  # (done in this file: ``replwire backfill`` asks for a new run)
             if before is not None:
-                run, chunk, cursor, rows, _, keys = before
-                self.runs.append(TableRun(table, run, chunk, cursor, rows, refetch=dict.fromkeys(keys)))
+                self.runs.append(_continued(table, before))
             else:
                 self.runs.append(TableRun(table, self._next_run))
                 self._next_run += 1
@@ -516,9 +516,8 @@ class Backfill:
                         return
                     before = self._held.get(table.relation.relation_id)
                     if before is not None and not before[4]:  # (the file's unfinished run of it goes on)
-                        number, chunk, after, rows, _, keys = before
                         self._held.pop(table.relation.relation_id)
-                        this = TableRun(table, number, chunk, after, rows, refetch=dict.fromkeys(keys))
+                        this = _continued(table, before)
                     else:
                         this = TableRun(table, self._next_run)
                         self._next_run += 1
@@ -734,6 +733,12 @@ def _key_text(type_id: int, raw: bytes | None, binary: bool, codec: str) -> str:
     if type_id == _UUID:
         return str(uuid.UUID(bytes=raw))
     raise ValueError(f"a binary key of type OID {type_id}")
+
+
+def _continued(table: Table, held: tuple[int, int, list[str] | None, int, bool, list[Key]]) -> TableRun:
+    """The run of ``table`` the file holds unfinished (``held``: :func:`progress_in_file`'s), to go on from."""
+    run, chunk, cursor, rows, _, keys = held
+    return TableRun(table, run, chunk, cursor, rows, refetch=dict.fromkeys(keys))
 
 
 def _check_key(table: Table) -> None:
