@@ -1,7 +1,7 @@
 """``replwire backfill``: ask the capture running on a slot to backfill tables, or say how its backfills stand.
 
 Strategy: the request travels through the database, in the capture's own stream: a transactional logical
-message of prefix ``replwire.backfill`` naming the slot and the tables (:func:`replwire.codec.io.backfill.
+message of prefix ``replwire.backfill`` naming the slot and the tables (:func:`replwire.codec.io.backfill_state.
 request`), which every capture of that database sees, ordered with the changes, and which the capture on that
 slot takes (one started with ``--messages`` or ``--backfill``) -- also after a restart, as the request is in
 its file.  It needs no table of its own and no privilege beyond ``EXECUTE`` on ``pg_logical_emit_message``.
@@ -49,7 +49,7 @@ def backfill_command(tables: tuple[str, ...], dsn: str | None, slot: str | None,
     import psycopg2
 
     from ...schema.capture import BACKFILL_PREFIX
-    from ..io.backfill import request
+    from ..io.backfill_state import request
     from ..io.connection import CaptureError, connect, server_error
 
     try:
@@ -81,7 +81,7 @@ def backfill_command(tables: tuple[str, ...], dsn: str | None, slot: str | None,
 
 
 def _status(path: pathlib.Path) -> None:
-    from ..io.backfill import status_lines
+    from ..io.backfill_state import status_lines
     from ..io.capture_file import CaptureFileError
 
     try:

@@ -16,10 +16,10 @@ Why so: no transaction of the backfill lasts longer than one chunk (``budget`` s
 chunk's size adapted to it), so VACUUM is never held back longer than that; the watermarks are positions in
 the stream itself, ordered with the changes, and need no table of their own; each chunk's records follow
 its H and complete H's position, so what the slot confirmed keeps its chunks, and a capture started again
-continues each table from the last chunk in the file (:func:`progress_in_file`).  A run begins with a start
-watermark B and a transactional marker whose commit the stream side waits for; with them the window's two
-guards redo a chunk whose snapshot misses a commit that came before L (a transaction's commit is in the WAL
-before other sessions see it).
+continues each table from the last chunk in the file (:mod:`~replwire.codec.io.backfill_state`).  A run
+begins with a start watermark B and a transactional marker whose commit the stream side waits for; with
+them the window's two guards redo a chunk whose snapshot misses a commit that came before L (a
+transaction's commit is in the WAL before other sessions see it).
 
 Tables must have a primary key or a replica identity index (a chunk row is told from a change of the same
 row by its key) and not ``REPLICA IDENTITY FULL`` (whose rows the readers identify by every column).  The
@@ -41,18 +41,16 @@ from typing import Any
 
 from ...schema.capture import BACKFILL_PREFIX
 from ...schema.encodings import text_codec
-from ..errors import DecodeError
-from ..messages import Message, TupleColumn
+from ..messages import TupleColumn
 from ..options import quote_identifier
 from ..stream import snapshot_records
 from ..stream.backfill_window import Key, Window
-from ..wire.fast import parse
-from .capture_file import read_capture
+from .backfill_state import HeldRun, Request, keys_json, read_state, refusal, request_of
 from .connection import CaptureError, ConnectionLost, connect, is_lost, server_error
 from .snapshot import CHUNK as RECORD_BYTES
 from .tables import BINARY_TRAILER, Table, after_binary_header, check_select, published_tables
 
-__all__ = ["Backfill", "TableRun", "progress_in_file", "request", "requests_in_file", "status_lines"]
+__all__ = ["Backfill", "TableRun"]
 
 #: The seconds of reading a chunk aims at, and its first size and bounds in rows.
 BUDGET = 0.2
@@ -111,145 +109,6 @@ class _Chunk:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def progress_in_file(path: str) -> dict[int, tuple[int, int, list[str] | None, int, bool, list[Key]]]:
-    """What the capture file ``path`` holds of backfill runs, by table OID: ``(run, next chunk, cursor,
-    rows, ended, keys to read again)`` of each table's last run.  A chunk counts only when all its rows are
-    in the file (a chunk cut short at the file's end is read again: its rows that are there are true rows,
-    and are replaced)."""
-    found: dict[int, tuple[int, int, list[str] | None, int, bool, list[Key]]] = {}
-    pending: tuple[int, Any, int] | None = None  # (relation, the chunk's fields, rows still to come)
-    with read_capture(path) as reader:
-        reading = reader.records(raw=True)
-        try:
-            for _, _, _, data in reading:
-                code = data[0] if data else -1
-                if code == snapshot_records.CHUNK:
-                    fields = snapshot_records.parse_record(data)
-                    pending = (fields.relation_id, fields, fields.rows)
-                elif code == snapshot_records.CHUNK_ROWS and pending is not None:
-                    pending = (pending[0], pending[1], pending[2] - snapshot_records.parse_record(data).rows)
-                elif code == snapshot_records.RUN_END:
-                    fields = snapshot_records.parse_record(data)
-                    run, chunk, cursor, rows, _, _ = found.get(fields.relation_id,
-                                                               (fields.run, 0, None, 0, False, []))
-                    found[fields.relation_id] = (fields.run, chunk, cursor, rows, True, [])
-                    continue
-                else:
-                    continue
-                if pending is not None and pending[2] == 0:
-                    relation, chunk, _ = pending
-                    before = found.get(relation)
-                    rows = (before[3] if before is not None and before[0] == chunk.run else 0) + chunk.rows
-                    found[relation] = (chunk.run, chunk.chunk + 1, json.loads(chunk.cursor) if chunk.cursor else None,
-                                       rows, bool(chunk.last), _keys(chunk.refetch))
-                    pending = None
-        finally:
-            reading.close()
-    return found
-
-
-_PREFIX_BYTES = BACKFILL_PREFIX.encode() + b"\x00"
-
-
-def request(slot: str, tables: Sequence[str]) -> str:
-    """The content of a request to the capture on ``slot`` to backfill ``tables`` (none: every published
-    table), as ``replwire backfill`` emits it in a transactional logical message."""
-    return json.dumps({"v": 1, "k": "request", "slot": slot, "tables": list(tables), "id": uuid.uuid4().hex},
-                      separators=(",", ":"))
-
-
-def _request_of(data: bytes, proto_version: int, encoding: str) -> dict[str, Any] | None:
-    """The request a pgoutput message is, if it is one: a transactional logical message of the backfill's
-    prefix whose content says ``"k": "request"``."""
-    if data[:1] != b"M" or _PREFIX_BYTES not in data:
-        return None
-    for in_stream in (False, True):
-        try:
-            message = parse(data, proto_version=proto_version, in_stream=in_stream, encoding=encoding)
-        except DecodeError:
-            continue
-        if isinstance(message, Message) and message.is_transactional and message.prefix == BACKFILL_PREFIX:
-            try:
-                content = json.loads(bytes(message.content))
-            except ValueError:
-                return None
-            if isinstance(content, dict) and content.get("v") == 1 and content.get("k") == "request":
-                return content
-        return None
-    return None
-
-
-def _chunk_table(fields: Any, encoding: str) -> str:
-    """The ``schema.table`` of a parsed ``BackfillChunk`` (its last schema message is the Relation)."""
-    relation = snapshot_records.schema_message(fields.messages[-1].data, encoding)
-    return f"{getattr(relation, 'namespace', '') or 'pg_catalog'}.{relation.name}"
-
-
-def requests_in_file(path: str, slot: str) -> list[list[str]]:
-    """The requests for the capture on ``slot`` in the capture file ``path`` that no backfill record after
-    them answers (of a table they name; of any table, for a request of every published table): their tables
-    (an empty list: every published table)."""
-    pending: list[tuple[list[str], set[str]]] = []  # (tables asked for, the tables backfilled since)
-    with read_capture(path) as reader:
-        proto, encoding = reader.header.proto_version, reader.header.client_encoding
-        reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
-        try:
-            for _, _, _, data, _ in reading:
-                code = data[0] if data else -1
-                if code == snapshot_records.CHUNK:
-                    name = _chunk_table(snapshot_records.parse_record(data), encoding)
-                    for _, since in pending:
-                        since.add(name)
-                elif code == 0x4D:
-                    asked = _request_of(data, proto, encoding)
-                    if asked is not None and asked.get("slot") == slot:
-                        tables = [str(t) for t in asked.get("tables") or []]
-                        pending.append((tables, set()))
-        finally:
-            reading.close()
-    return [tables for tables, since in pending
-            if not (since if not tables else since & set(tables))]
-
-
-def status_lines(path: str) -> list[str]:
-    """What the capture file ``path`` holds of its backfills, a line per table: its last run's chunks, rows
-    and pace, and whether it ended; then the requests no backfill answered yet."""
-    names: dict[int, str] = {}
-    paces: dict[int, tuple[float, int]] = {}  # (seconds of reading, chunks) of the last run
-    with read_capture(path) as reader:
-        encoding, slot = reader.header.client_encoding, reader.header.slot_name or ""
-        reading = reader.records(raw=True, skip=frozenset((snapshot_records.CHUNK_ROWS,)))
-        try:
-            for _, _, _, data, _ in reading:
-                if data[:1] == bytes((snapshot_records.CHUNK,)):
-                    fields = snapshot_records.parse_record(data)
-                    names[fields.relation_id] = _chunk_table(fields, encoding)
-                    seconds, chunks = paces.get(fields.relation_id, (0.0, 0)) if fields.chunk else (0.0, 0)
-                    paces[fields.relation_id] = (seconds + fields.read_us / 1e6, chunks + 1)
-        finally:
-            reading.close()
-    lines = []
-    for oid, (run, chunk, _, rows, ended, keys) in sorted(progress_in_file(path).items(),
-                                                          key=lambda item: names.get(item[0], "")):
-        seconds, _ = paces.get(oid, (0.0, 0))
-        state = "done" if ended else f"running ({len(keys)} moved rows to read again)" if keys else "running"
-        pace = f", {rows / seconds:,.0f} rows/s of reading" if seconds else ""
-        lines.append(f"{names.get(oid, f'relation {oid}')}: {state}, run {run}: {rows:,} rows in {chunk:,} "
-                     f"chunks{pace}")
-    for tables in requests_in_file(path, slot):
-        lines.append(f"{', '.join(tables) or 'every published table'}: requested, not begun")
-    return lines
-
-
-def _keys(text: str) -> list[Key]:
-    """Keys from their JSON (each an array of hex texts or nulls)."""
-    return [tuple(None if v is None else bytes.fromhex(v) for v in key) for key in json.loads(text)] if text else []
-
-
-def _keys_json(keys: Sequence[Key]) -> str:
-    return json.dumps([[None if v is None else v.hex() for v in key] for key in keys]) if keys else ""
-
-
 class _Rows(Sequence[Sequence[TupleColumn]]):
     """A chunk's COPY rows as the wire columns the window compares, parsed only if it looks at them."""
 
@@ -301,7 +160,7 @@ class Backfill:
     """The backfills of one capture: :meth:`start` the chunker, hand every message the capture receives to
     :meth:`feed` (which returns the records to write right after it), :meth:`check` now and then for the
     chunker's failure, :meth:`stop` at the end.  One instance serves one connection of the capture: after a
-    reconnection a new one continues from the file (:func:`progress_in_file`).
+    reconnection a new one continues from the file (:func:`~replwire.codec.io.backfill_state.read_state`).
 
     ``tables``: ``schema.table`` names, or ``["all"]`` for every table of ``publication``; ``binary``: the
     capture's binary mode (the rows are read in the same form as its values); ``proto_version``: the
@@ -316,7 +175,7 @@ class Backfill:
                  slot: str | None = None, log: Callable[[str], None] | None = None) -> None:
         self.dsn, self.publication, self.names, self.binary = dsn, publication, list(tables), binary
         self.two_phase, self.slot, self.proto_version = two_phase, slot, proto_version
-        self._requests: queue.Queue[list[str]] = queue.Queue()  # tables asked for (empty: all), in order
+        self._requests: queue.Queue[Request] = queue.Queue()  # what is asked for, in order
         self._active = False  # a run is going (or about to: the chunker has work)
         self._next_run = 0
         self.codec = text_codec(encoding)  # (what a text key's bytes are in)
@@ -332,22 +191,23 @@ class Backfill:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
-        self._held: dict[int, tuple[int, int, list[str] | None, int, bool, list[Key]]] = {}
+        self._held: dict[int, HeldRun] = {}
 
     # -- set-up, on the capture's thread ------------------------------------------------------------------
 
     def prepare(self) -> None:
         """Find the tables and what the file holds of their runs and of requests; refuse what cannot be
         backfilled."""
-        held = progress_in_file(self.path)
-        self._next_run = max((r for r, *_ in held.values()), default=-1) + 1
+        state = read_state(self.path)
+        held = state.runs
+        self._next_run = max((h.run for h in held.values()), default=-1) + 1
         if self.slot is not None:
-            for tables in requests_in_file(self.path, self.slot):
-                self._requests.put(tables)
+            for asked in state.pending(self.slot):
+                self._requests.put(asked)
         chosen = self._tables(self.names) if self.names else []
         for table in chosen:
             before = held.get(table.relation.relation_id)
-            if before is not None and before[4]:
+            if before is not None and before.ended:
                 continue  # (done in this file: ``replwire backfill`` asks for a new run)
             if before is not None:
                 self.runs.append(_continued(table, before))
@@ -426,9 +286,9 @@ class Backfill:
     def feed(self, lsn: int, data: bytes) -> list[bytes]:
         """Follow one message of the stream; the records to write right after it (a chunk, at its H)."""
         if self.slot is not None and data[:1] == b"M":
-            asked = _request_of(data, self.proto_version, self.encoding)
-            if asked is not None and asked.get("slot") == self.slot:
-                self._requests.put([str(t) for t in asked.get("tables") or []])
+            asked = request_of(data, self.proto_version, self.encoding)
+            if asked is not None and asked.slot == self.slot:
+                self._requests.put(asked)
         with self._lock:
             mark = self.window.feed(lsn, data)
         if mark is None:
@@ -461,7 +321,7 @@ class Backfill:
                 run.run, chunk.number, relation, list(run.table.types), binary=self.binary, rows=len(body),
                 last=last, cursor=json.dumps(chunk.cursor) if chunk.cursor is not None else "",
                 snapshot=chunk.snapshot, read_us=chunk.read_us, at_us=chunk.at_us,
-                refetch=_keys_json(list(run.refetch))))
+                refetch=keys_json(list(run.refetch))))
             records.extend(_rows_records(relation.relation_id, self.binary, body))
             if last:
                 records.append(snapshot_records.run_end_record(run.run, relation.relation_id, 0, chunk.number + 1,
@@ -502,20 +362,23 @@ class Backfill:
             while not self._stopping.is_set():  # then what is asked for, while the capture runs
                 self._active = not self._requests.empty()
                 try:
-                    names = self._requests.get(timeout=0.2)
+                    asked = self._requests.get(timeout=0.2)
                 except queue.Empty:
                     continue
                 self._active = True
                 try:
-                    tables = self._tables(names)
-                except CaptureError as error:
-                    self._say(f"backfill request for {', '.join(names) or 'every published table'} refused: {error}")
+                    tables = self._tables(asked.tables)
+                except CaptureError as error:  # (said in the log, and in the stream: the file answers it)
+                    self._say(f"backfill request for {', '.join(asked.tables) or 'every published table'} "
+                              f"refused: {error}")
+                    cursor().execute("SELECT pg_logical_emit_message(false, %s, %s)",
+                                     (BACKFILL_PREFIX, refusal(self.session, asked.id, str(error))))
                     continue
                 for table in tables:
                     if self._stopping.is_set():
                         return
                     before = self._held.get(table.relation.relation_id)
-                    if before is not None and not before[4]:  # (the file's unfinished run of it goes on)
+                    if before is not None and not before.ended:  # (the file's unfinished run of it goes on)
                         self._held.pop(table.relation.relation_id)
                         this = _continued(table, before)
                     else:
@@ -735,10 +598,9 @@ def _key_text(type_id: int, raw: bytes | None, binary: bool, codec: str) -> str:
     raise ValueError(f"a binary key of type OID {type_id}")
 
 
-def _continued(table: Table, held: tuple[int, int, list[str] | None, int, bool, list[Key]]) -> TableRun:
-    """The run of ``table`` the file holds unfinished (``held``: :func:`progress_in_file`'s), to go on from."""
-    run, chunk, cursor, rows, _, keys = held
-    return TableRun(table, run, chunk, cursor, rows, refetch=dict.fromkeys(keys))
+def _continued(table: Table, held: HeldRun) -> TableRun:
+    """The run of ``table`` the file holds unfinished, to go on from."""
+    return TableRun(table, held.run, held.chunk, held.cursor, held.rows, refetch=dict.fromkeys(held.refetch))
 
 
 def _check_key(table: Table) -> None:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from replwire.codec.io.backfill import progress_in_file
+from replwire.codec.io.backfill_state import HeldRun, read_state
 from tests.support.snapshot import REPLWIRE, database, drop_slots, folded, rows_of, run, selected, slot_of, wait_for
 
 pytestmark = pytest.mark.server
@@ -104,8 +104,8 @@ def test_backfill_with_concurrent_writes_folds_to_select_star(major, binary, req
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def ended() -> bool:
-        held = progress_in_file(str(out)) if out.exists() else {}
-        return len(held) == 3 and all(run[4] for run in held.values()) and writer.rounds > 30
+        held = runs_in(out) if out.exists() else {}
+        return len(held) == 3 and all(run.ended for run in held.values()) and writer.rounds > 30
 
     wait_for(lambda: capture.poll() is not None or ended(), timeout=240, what="the backfills' ends")
     writer.stop.set()
@@ -113,8 +113,8 @@ def test_backfill_with_concurrent_writes_folds_to_select_star(major, binary, req
     _, stderr = capture.communicate(timeout=240)
     assert capture.returncode == 0, stderr
     assert "backfill public.big: done, " in stderr
-    held = progress_in_file(str(out))
-    assert held[_oid(dsn, "big")][1] > 20  # chunks: many windows, each with the writer's changes around it
+    held = runs_in(out)
+    assert held[_oid(dsn, "big")].chunk > 20  # chunks: many windows, each with the writer's changes around it
     tables, _ = folded([out])
     for name, query in EXPECTED.items():
         assert rows_of(tables.get(name, [])) == selected(dsn, query), name
@@ -125,6 +125,13 @@ def test_backfill_with_concurrent_writes_folds_to_select_star(major, binary, req
         assert "replwire.backfill" not in printed.stdout
         assert printed.stdout.count('"backfill"' if output == "jsonl" else '"incremental"') >= big // 2
     drop_slots(dsn)
+
+
+NONE = HeldRun(-1)  # (a table with no run in the file yet)
+
+
+def runs_in(path) -> dict[int, HeldRun]:
+    return read_state(str(path)).runs
 
 
 def _oid(dsn: str, table: str) -> int:
@@ -210,16 +217,16 @@ def test_sigkill_in_the_middle_of_a_backfill_then_again_continues_it(pg18, tmp_p
     writer.start()
     first = subprocess.Popen(backfill, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     oid = _oid(dsn, "big")
-    wait_for(lambda: out.exists() and progress_in_file(str(out)).get(oid, (0, 0))[1] >= 10, timeout=120,
+    wait_for(lambda: out.exists() and runs_in(out).get(oid, NONE).chunk >= 10, timeout=120,
              what="ten chunks in the file")
     time.sleep(0.2)  # (several sync intervals: chunks acknowledged to the server, which a restart keeps)
     os.kill(first.pid, signal.SIGKILL)
     killed_us = int((time.time() - 946684800) * 1e6)
     first.wait(30)
-    assert not progress_in_file(str(out))[oid][4]  # (killed in the middle)
+    assert not runs_in(out)[oid].ended  # (killed in the middle)
     second = subprocess.Popen([*backfill, "--idle-exit", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)
-    wait_for(lambda: second.poll() is not None or (progress_in_file(str(out)).get(oid, (0,) * 5)[4]
+    wait_for(lambda: second.poll() is not None or (runs_in(out).get(oid, NONE).ended
                                                     and writer.rounds > 30), timeout=240, what="the backfill's end")
     writer.stop.set()
     writer.join(60)
@@ -302,7 +309,7 @@ def test_a_transaction_prepared_before_the_run_is_waited_for(pg18, tmp_path):
     running = threading.Thread(target=capture.run, kwargs={"idle_exit": 1.5})
     running.start()
     wait_for(lambda: any("(1 prepared)" in line for line in said), what="the run waiting for the prepared one")
-    assert not progress_in_file(str(tmp_path / "prep.rwcap"))  # (no chunk read while it waits)
+    assert not runs_in(tmp_path / "prep.rwcap")  # (no chunk read while it waits)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("COMMIT PREPARED 'bf_prepared'")
     running.join(120)
@@ -330,10 +337,10 @@ def test_no_backfill_transaction_holds_vacuum_back_longer_than_a_chunk(pg18, tmp
     oldest, removed = 0.0, None
     oid = _oid(dsn, "big")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        wait_for(lambda: out.exists() and progress_in_file(str(out)).get(oid, (0, 0))[1] >= 3, timeout=120,
+        wait_for(lambda: out.exists() and runs_in(out).get(oid, NONE).chunk >= 3, timeout=120,
                  what="the backfill under way")
         conn.execute("DELETE FROM victim")
-        while capture.poll() is None and not progress_in_file(str(out))[oid][4]:
+        while capture.poll() is None and not runs_in(out)[oid].ended:
             age = conn.execute("SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0) "
                                "FROM pg_stat_activity WHERE application_name LIKE 'replwire backfill%' "
                                "AND xact_start IS NOT NULL").fetchone()[0]
@@ -388,14 +395,16 @@ def test_replwire_backfill_asks_the_running_capture_and_status_reads_the_file(pg
     refused = run([REPLWIRE, "backfill", "--dsn", dsn, "--slot", slot_of(dsn), "public.keyless"])
     assert refused.returncode == 0, refused.stderr  # (asked: the capture is what refuses it)
     big, toasty = _oid(dsn, "big"), _oid(dsn, "toasty")
-    wait_for(lambda: all(progress_in_file(str(out)).get(oid, (0,) * 5)[4] for oid in (big, toasty)),
-             timeout=120, what="the backfills asked for")
+    wait_for(lambda: all(runs_in(out).get(oid, NONE).ended for oid in (big, toasty))
+             and any(r.refused for r in read_state(str(out)).requests),
+             timeout=120, what="the backfills asked for, and the refusal")
     status = run([REPLWIRE, "backfill", "--status", str(out)])
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()
     assert lines[0].startswith("public.big: done, run 0: 20,000 rows in ") and "rows/s of reading" in lines[0]
     assert lines[1].startswith("public.toasty: done, run 1: 3,000 rows in ")
-    assert lines[2] == "public.keyless: requested, not begun"
+    assert lines[2].startswith("public.keyless: refused: public.keyless has no primary key or replica identity")
+    assert len(lines) == 3
     _, stderr = capture.communicate(timeout=120)
     assert capture.returncode == 0, stderr
     assert "backfill request for public.keyless refused: public.keyless has no primary key" in stderr
