@@ -60,6 +60,9 @@ __all__ = ["capture_command"]
                    "--messages. Run again, the capture continues each table from its last chunk in OUT.")
 @click.option("--backfill-budget", type=click.FloatRange(min=0.001), default=0.2, show_default=True,
               help="Seconds of reading a backfill chunk aims at: no transaction of the backfill lasts much longer.")
+@click.option("--backfill-rate", type=click.FloatRange(min=1), metavar="ROWS",
+              help="Read at most ROWS rows per second per table backfilled (default: as fast as the chunks go), "
+                   "to spare a busy server.")
 @click.option("--no-reconnect", is_flag=True,
               help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
                    "resuming by itself (like pg_recvlogical's --no-loop).")
@@ -67,7 +70,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                     binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
                     batch_size: int, initial_snapshot: bool, backfill: tuple[str, ...], backfill_budget: float,
-                    no_reconnect: bool) -> None:
+                    backfill_rate: float | None, no_reconnect: bool) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
@@ -146,7 +149,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
                           via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say,
-                          backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget)
+                          backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget,
+                          backfill_rate=backfill_rate)
     taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
     try:
         capture.check_output()  # before anything is done on the server, the snapshot included

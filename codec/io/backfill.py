@@ -29,6 +29,8 @@ watermarks need ``pg_logical_emit_message`` (executable by every user unless rev
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import queue
 import struct
@@ -61,6 +63,10 @@ MOST_BYTES = 8 << 20
 _WAIT_NOTE = 30.0
 #: How many chunks of moved rows a run reads again at its end before it gives up on those still moving.
 _MOST_REFETCHES = 3
+#: How many chunks may be read before the verdict on the first of them came back: the next chunk is read
+#: while a chunk's high watermark travels to the stream side, which hides that round trip (a chunk's WAL
+#: flush, the walsender's send, the capture's write) behind the reading.
+DEPTH = 2
 
 
 @dataclass
@@ -75,6 +81,7 @@ class TableRun:
     cursor: list[str] | None = None
     rows: int = 0
     seconds: float = 0.0
+    read: int = 0  # rows read in this process, for the throttle
     redos: int = 0
     ended: str | None = None
     refetch: dict[Key, None] = field(default_factory=dict)  # keys to read again at the end (in order)
@@ -172,21 +179,23 @@ class Backfill:
 
     def __init__(self, dsn: str, publication: str, tables: Sequence[str], *, binary: bool, proto_version: int,
                  server_version: int, encoding: str, path: str, two_phase: bool = False, budget: float = BUDGET,
-                 slot: str | None = None, log: Callable[[str], None] | None = None) -> None:
+                 rate: float | None = None, slot: str | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         self.dsn, self.publication, self.names, self.binary = dsn, publication, list(tables), binary
         self.two_phase, self.slot, self.proto_version = two_phase, slot, proto_version
         self._requests: queue.Queue[Request] = queue.Queue()  # what is asked for, in order
         self._active = False  # a run is going (or about to: the chunker has work)
         self._next_run = 0
         self.codec = text_codec(encoding)  # (what a text key's bytes are in)
-        self.server_version, self.path, self.budget, self.log = server_version, path, budget, log
+        self.server_version, self.path, self.budget, self.rate, self.log = server_version, path, budget, rate, log
         self.session = uuid.uuid4().hex[:12]
         self.window = Window(self.session, proto_version, encoding=encoding)
         self.encoding = encoding
         self.runs: list[TableRun] = []
         self.failure: BaseException | None = None
         self._lock = threading.Lock()  # the window: fed by the stream side, tracked by the chunker
-        self._waiting: _Chunk | None = None  # the chunk whose high watermark is on its way
+        self._flight: dict[tuple[int, int], _Chunk] = {}  # the chunks whose high watermark is on its way
+        self._dropping: dict[int, int] = {}  # run -> the chunk it redoes: the chunks read after it are dropped
         self._marked = threading.Event()  # the run's start marker reached the stream side
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -257,8 +266,7 @@ class Backfill:
 
     def stop(self) -> None:
         self._stopping.set()
-        waiting = self._waiting
-        if waiting is not None:
+        for waiting in list(self._flight.values()):
             waiting.done.set()
         self._marked.set()
         conn = self._conn
@@ -298,16 +306,22 @@ class Backfill:
             return []
         if mark.kind != "high":
             return []
-        chunk = self._waiting
-        if chunk is None or chunk.run.run != mark.run or chunk.number != mark.chunk:
-            return []  # (not the chunk in flight: a watermark of an earlier connection of this session)
+        chunk = self._flight.pop((mark.run, mark.chunk), None)
+        if chunk is None:
+            return []  # (not a chunk in flight: a watermark of an earlier connection of this session)
         run = chunk.run
         relation = run.table.relation
         rows = _Rows(chunk.rows, len(relation.columns), self.binary)
         with self._lock:
             verdict = self.window.close(rows, chunk.snapshot, chunk.committed_xip)
         records: list[bytes] = []
-        if verdict.accepted:
+        dropped = run.run in self._dropping
+        if dropped or not verdict.accepted:
+            self._dropping.setdefault(run.run, chunk.number)
+        if dropped:  # (read after a chunk that is read again: it is read again too)
+            run.refetch.update(dict.fromkeys(verdict.refetch))
+            chunk.verdict = "dropped"
+        elif verdict.accepted:
             body = chunk.rows if verdict.rows is rows else [copy_row(r, self.binary) for r in verdict.rows]
             for key in chunk.keys or ():
                 run.refetch.pop(key, None)
@@ -330,7 +344,8 @@ class Backfill:
         elif verdict.outcome == "truncated":
             records.append(snapshot_records.run_end_record(run.run, relation.relation_id, 1, chunk.number,
                                                            run.rows))
-        chunk.verdict, chunk.reason = verdict.outcome, verdict.reason
+        if not dropped:
+            chunk.verdict, chunk.reason = verdict.outcome, verdict.reason
         chunk.done.set()
         return records
 
@@ -439,16 +454,38 @@ class Backfill:
         cur.execute("SELECT " + ", ".join("format_type(%s, %s)" for _ in keys),
                     [v for c in keys for v in (c.type_id, c.type_modifier)])
         key_types = list(cur.fetchone())
-        size = FIRST_ROWS
+        size, estimate = FIRST_ROWS, self._estimate(cur, run.table)
         shown = time.monotonic()
+        flight: list[_Chunk] = []  # read, their high watermarks on the way (oldest first; at most DEPTH)
+        after, number = run.cursor, run.chunk  # where the next read begins, and its number
+        settled = False  # a chunk of this run was accepted here (the first one's guard needs it read alone)
         while not self._stopping.is_set():
-            chunk = self._read(cur, run, keys, key_types, size)
-            self._waiting = chunk
-            self._emit(cur, False, {"k": "high", "r": run.run, "c": chunk.number}, flush=True)
+            # Read ahead while the oldest chunk's verdict travels -- once a chunk was accepted (the first
+            # chunk after the run's start watermark is guarded by its own snapshot, see the window), and never
+            # past the table's end or into the keys read again at the end (which depend on the verdicts).
+            ahead = settled and after is not None and (not flight or flight[-1].cursor is not None)
+            if not flight or (ahead and len(flight) < DEPTH):
+                self._throttle(run)
+                chunk = self._read(cur, run, after, number, keys, key_types, size)
+                self._flight[(run.run, chunk.number)] = chunk
+                self._emit(cur, False, {"k": "high", "r": run.run, "c": chunk.number}, flush=True)
+                flight.append(chunk)
+                run.read += len(chunk.rows)
+                size = self._next_size(chunk, size)
+                if chunk.keys is None:
+                    after, number = chunk.cursor, number + 1
+                continue
+            chunk = flight.pop(0)
             self._wait(chunk.done, f"chunk {chunk.number} of {run.name} to reach the stream")
-            self._waiting = None
             if self._stopping.is_set():
                 return
+            if chunk.verdict != "accepted":  # the chunks read after it are dropped: read on from it again
+                for later in flight:
+                    self._wait(later.done, f"chunk {later.number} of {run.name} to reach the stream")
+                run.read -= sum(len(c.rows) for c in [chunk, *flight])
+                flight.clear()
+                self._dropping.pop(run.run, None)
+                after, number = run.cursor, run.chunk
             if chunk.verdict == "redo":
                 run.redos += 1
                 if chunk.reason == "relation":  # the table changed shape: read it as it is now
@@ -461,14 +498,11 @@ class Backfill:
                 self._say(f"backfill {run.name}: truncated meanwhile, after {run.rows:,} rows: its rows from "
                           "then on are all in the stream")
                 break
+            if self._stopping.is_set():
+                return
+            settled = True
             run.chunk += 1
             run.seconds += chunk.read_us / 1e6
-            read = len(chunk.rows)
-            # the next chunk's size: as many rows as the budget reads at this one's pace, in bounds
-            pace = max(chunk.read_us / 1e6, 1e-4) / max(read, 1)
-            by_time = int(self.budget / pace)
-            by_bytes = int(MOST_BYTES / max(sum(map(len, chunk.rows)) / max(read, 1), 1))
-            size = max(LEAST_ROWS, min(MOST_ROWS, by_bytes, size * 2, max(size // 2, by_time)))
             now = time.monotonic()
             if chunk.keys is not None:
                 run.refetches += 1
@@ -479,14 +513,55 @@ class Backfill:
                           f"{f', {run.redos} read again' if run.redos else ''})")
                 break
             run.cursor = chunk.cursor
-            if run.exhausted and run.refetch:
+            if chunk.cursor is None or chunk.keys is not None:
+                after, number = None, run.chunk  # (the keys to read again: one chunk at a time)
+            if run.exhausted and run.refetch and chunk.keys is None:
                 self._say(f"backfill {run.name}: reading {len(run.refetch):,} moved rows again")
             if now - shown >= 5.0:
                 shown = now
-                self._say(f"backfill {run.name}: {run.rows:,} rows, {run.chunk:,} chunks "
-                          f"({run.rows / max(now - run.started, 1e-6):,.0f} rows/s)")
+                self._say(self._progress(run, estimate, now))
         with self._lock:
             self.window.untrack(relation.relation_id)
+
+    def _next_size(self, chunk: _Chunk, size: int) -> int:
+        """The next chunk's size: as many rows as the budget reads at this one's pace, in bounds."""
+        read = len(chunk.rows)
+        pace = max(chunk.read_us / 1e6, 1e-4) / max(read, 1)
+        by_time = int(self.budget / pace)
+        by_bytes = int(MOST_BYTES / max(sum(map(len, chunk.rows)) / max(read, 1), 1))
+        by_rate = int(self.rate) if self.rate else MOST_ROWS  # (a throttled run: a chunk a second at most)
+        return max(LEAST_ROWS, min(MOST_ROWS, by_bytes, by_rate, size * 2, max(size // 2, by_time)))
+
+    def _throttle(self, run: TableRun) -> None:
+        """Wait until reading on keeps the run at ``rate`` rows per second."""
+        if self.rate:
+            early = run.read / self.rate - (time.monotonic() - run.started)
+            if early > 0:
+                self._stopping.wait(early)
+
+    @staticmethod
+    def _estimate(cur: Any, table: Table) -> int | None:
+        """The table's rows as the planner last counted them (``pg_class.reltuples``; ``None``: never)."""
+        oid = table.relation.relation_id
+        if table.partitioned:
+            cur.execute("SELECT sum(c.reltuples) FILTER (WHERE c.reltuples >= 0) FROM pg_partition_tree(%s) t "
+                        "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf", (oid,))
+        else:
+            cur.execute("SELECT reltuples FROM pg_class WHERE oid = %s AND reltuples >= 0", (oid,))
+        found = cur.fetchone()
+        return int(found[0]) if found is not None and found[0] is not None and found[0] > 0 else None
+
+    @staticmethod
+    def _progress(run: TableRun, estimate: int | None, now: float) -> str:
+        """A run's progress line: rows (of the planner's estimate), chunks, rate, and time left."""
+        rate = run.rows / max(now - run.started, 1e-6)
+        line = f"backfill {run.name}: {run.rows:,} rows"
+        if estimate is not None and not run.exhausted:
+            line += f" of about {estimate:,} ({min(run.rows / estimate, 1):.0%})"
+        line += f", {run.chunk:,} chunks ({rate:,.0f} rows/s"
+        if estimate is not None and not run.exhausted and rate > 0 and estimate > run.rows:
+            line += f", about {_duration((estimate - run.rows) / rate)} left"
+        return line + ")"
 
     def _reshape(self, cur: Any, run: TableRun) -> None:
         oid = run.table.relation.relation_id
@@ -499,18 +574,20 @@ class Backfill:
         with self._lock:
             self.window.track(found[0].relation)
 
-    def _read(self, cur: Any, run: TableRun, keys: list[Any], key_types: list[str], size: int) -> _Chunk:
-        """One chunk: L, the rows after the cursor in a short repeatable-read transaction, the cursor."""
+    def _read(self, cur: Any, run: TableRun, after: list[str] | None, number: int, keys: list[Any],
+              key_types: list[str], size: int) -> _Chunk:
+        """Chunk ``number``: L, the rows after the cursor ``after`` (or the keys to read again, once the run
+        read every key) in a short repeatable-read transaction, and its own cursor."""
         table = run.table
-        self._emit(cur, False, {"k": "low", "r": run.run, "c": run.chunk})
+        self._emit(cur, False, {"k": "low", "r": run.run, "c": number})
         order = ", ".join(quote_identifier(c.name) for c in keys)
         conditions = [f"({table.row_filter})"] if table.row_filter else []
         arguments: list[str] = []
-        if run.cursor is not None:
+        if after is not None:
             conditions.append(f"({order}) > ({', '.join(f'CAST(%s AS {t})' for t in key_types)})")
-            arguments = list(run.cursor)
+            arguments = list(after)
         keys_read: list[Key] | None = None
-        if run.exhausted:  # the keys to read again, each as its columns' texts
+        if after is None and run.exhausted:  # the keys to read again, each as its columns' texts
             keys_read, texts = [], []
             for key in list(run.refetch)[:MOST_ROWS]:
                 try:
@@ -539,8 +616,6 @@ class Backfill:
             query = cur.mogrify(f"SELECT {columns} FROM {source} ORDER BY {order}{limit}", arguments).decode()
             cur.copy_expert(f"COPY ({query}) TO STDOUT" + (" (FORMAT binary)" if self.binary else ""), collected)
             rows = collected.rows()
-            if not self.binary and any(not r.endswith(b"\n") or r.count(b"\n") != 1 for r in rows):
-                raise CaptureError(f"COPY of {table.name} sent data messages that are not one line each")
             cursor = None
             if keys_read is None and len(rows) == size:
                 cursor = self._last_key(rows[-1], table, keys)
@@ -555,7 +630,7 @@ class Backfill:
             cur.execute("ROLLBACK") if not cur.connection.closed else None
             raise
         read_us = int((time.monotonic() - started) * 1e6)
-        return _Chunk(run, run.chunk, rows, cursor, keys_read, snapshot, list(committed), read_us, at_us)
+        return _Chunk(run, number, rows, cursor, keys_read, snapshot, list(committed), read_us, at_us)
 
     def _last_key(self, row: bytes, table: Table, keys: list[Any]) -> list[str] | None:
         """The key texts of a chunk's last row, from the row itself (``None``: a binary key of a type this
@@ -598,6 +673,12 @@ def _key_text(type_id: int, raw: bytes | None, binary: bool, codec: str) -> str:
     raise ValueError(f"a binary key of type OID {type_id}")
 
 
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds} s"
+
+
 def _continued(table: Table, held: HeldRun) -> TableRun:
     """The run of ``table`` the file holds unfinished, to go on from."""
     return TableRun(table, held.run, held.chunk, held.cursor, held.rows, refetch=dict.fromkeys(held.refetch))
@@ -616,19 +697,22 @@ def _check_key(table: Table) -> None:
 
 
 class _Collected:
-    """What ``COPY ... TO STDOUT`` writes into for a chunk: one row per write (the binary form's header and
-    trailer taken off)."""
+    """What ``COPY ... TO STDOUT`` writes into for a chunk, and its rows: the text form's lines, or the binary
+    form's data messages (one tuple each) with its header and trailer taken off."""
 
     def __init__(self, binary: bool, name: str) -> None:
         self.binary, self.name = binary, name
         self.parts: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.parts.append(bytes(data))
+        self.write = self.parts.append  # (a data message per row: no Python frame for each)
 
     def rows(self) -> list[bytes]:
         parts = self.parts
-        if self.binary and parts:
+        if not self.binary:  # (its lines, however the server cut its messages: COPY's text escapes CR and LF)
+            text = b"".join(parts)
+            if b"\r" in text or not text.endswith(b"\n") and text:
+                raise CaptureError(f"COPY of {self.name} sent text that is not whole lines")
+            return text.splitlines(keepends=True)
+        if parts:
             first = after_binary_header(parts[0], self.name)
             parts = ([first] if first else []) + parts[1:]
             if parts and parts[-1] == BINARY_TRAILER:
@@ -637,12 +721,10 @@ class _Collected:
 
 
 def _rows_records(relation_id: int, binary: bool, rows: list[bytes]) -> Iterator[bytes]:
-    """``BackfillRows`` records of about :data:`RECORD_BYTES` each."""
-    start, size = 0, 0
-    for i, row in enumerate(rows):
-        size += len(row)
-        if size >= RECORD_BYTES:
-            yield snapshot_records.chunk_rows_record(relation_id, binary, i + 1 - start, b"".join(rows[start:i + 1]))
-            start, size = i + 1, 0
-    if start < len(rows):
-        yield snapshot_records.chunk_rows_record(relation_id, binary, len(rows) - start, b"".join(rows[start:]))
+    """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it)."""
+    ends = list(itertools.accumulate(map(len, rows)))  # (the byte offset after each row)
+    start = 0
+    while start < len(rows):
+        stop = min(bisect.bisect_left(ends, (ends[start - 1] if start else 0) + RECORD_BYTES, start), len(rows) - 1)
+        yield snapshot_records.chunk_rows_record(relation_id, binary, stop + 1 - start, b"".join(rows[start:stop + 1]))
+        start = stop + 1

@@ -79,7 +79,8 @@ class LiveCapture(SqlCapture):
 
     ``backfill`` names tables (``schema.table``, or ``"all"``) to copy into the file while it streams
     (:mod:`~replwire.codec.io.backfill`; over replication, with ``settings.messages`` on), each chunk aiming
-    at ``backfill_budget`` seconds of reading; a table whose run the file holds is continued from its last
+    at ``backfill_budget`` seconds of reading, at most ``backfill_rate`` rows per second per table when given;
+    a table whose run the file holds is continued from its last
     chunk, or left alone when that run ended.  With ``settings.messages`` on, a capture over replication
     also backfills the tables ``replwire backfill`` asks its slot for.
 
@@ -97,7 +98,8 @@ class LiveCapture(SqlCapture):
                  progress: Callable[[Progress], None] | None = None, via: str = "replication",
                  batch_size: int = 10_000, reconnect: bool = True, reconnect_delay: float = 0.5,
                  reconnect_max: float = 30.0, log: Callable[[str], None] | None = None,
-                 backfill: Sequence[str] = (), backfill_budget: float | None = None) -> None:
+                 backfill: Sequence[str] = (), backfill_budget: float | None = None,
+                 backfill_rate: float | None = None) -> None:
         if via not in VIAS:
             raise ValueError(f"via must be one of {VIAS}, not {via!r}")
         if batch_size < 1:
@@ -108,7 +110,7 @@ class LiveCapture(SqlCapture):
         self.via, self.batch_size = via, batch_size
         self.reconnect, self.reconnect_delay, self.reconnect_max = reconnect, reconnect_delay, reconnect_max
         self.log = log
-        self.backfill, self.backfill_budget = list(backfill), backfill_budget
+        self.backfill, self.backfill_budget, self.backfill_rate = list(backfill), backfill_budget, backfill_rate
         if self.backfill and not settings.messages:
             raise ValueError("a backfill needs settings.messages: its watermarks are logical messages")
         if self.backfill and via != "replication":
@@ -182,7 +184,8 @@ class LiveCapture(SqlCapture):
         return Backfill(self.dsn, self.settings.publication, self.backfill, binary=self.settings.binary,
                         proto_version=writer.header.proto_version, server_version=writer.header.server_version,
                         encoding=writer.header.client_encoding, path=self.out, two_phase=self.settings.two_phase,
-                        budget=self.backfill_budget or BUDGET, slot=self.settings.slot, log=self.log)
+                        budget=self.backfill_budget or BUDGET, rate=self.backfill_rate, slot=self.settings.slot,
+                        log=self.log)
 
     def _say(self, line: str) -> None:
         if self.log is not None:

@@ -201,6 +201,83 @@ def test_a_change_the_chunks_snapshot_misses_is_applied_at_its_watermark(pg18, t
     drop_slots(dsn)
 
 
+@pytest.mark.parametrize("planted", [False, True], ids=["dropped", "planted-fault"])
+def test_a_chunk_read_ahead_of_one_read_again_is_dropped(pg18, tmp_path, monkeypatch, planted):
+    """Deterministic: the window has the third chunk read again (a verdict planted by the test, as one on a
+    changed table shape would be) while the fourth, read ahead of it, is on its way.  The fourth is dropped
+    and read again after the third: each chunk number is in the file once and in order, and with a writer
+    changing the table all along, the file folds to the table."""
+    from replwire.codec.io import backfill as module
+    from replwire.codec.io.capture_file import read_capture
+    from replwire.codec.io.connection import CaptureSettings
+    from replwire.codec.io.live import LiveCapture
+    from replwire.codec.stream import snapshot_records
+    from replwire.codec.stream.backfill_window import Verdict, Window
+
+    dsn = database(pg18, "bfahead")
+    make_schema(dsn, 3000)
+    emitted, closed = module.Backfill._emit, Window.close
+    seen: list[tuple[str, int]] = []
+
+    def emit(self, cur, transactional, content, flush=False):
+        if content.get("k") in ("low", "high"):
+            seen.append((content["k"], content["c"]))
+        emitted(self, cur, transactional, content, flush)
+
+    def close(self, rows, snapshot, committed_xip=None):
+        chunk = self._window.chunk
+        verdict = closed(self, rows, snapshot, committed_xip)
+        return Verdict("redo", "planted") if chunk == 2 and seen.count(("high", 2)) == 1 else verdict
+
+    monkeypatch.setattr(module.Backfill, "_emit", emit)
+    monkeypatch.setattr(Window, "close", close)
+    monkeypatch.setattr(module, "FIRST_ROWS", 200)
+    monkeypatch.setattr(module, "LEAST_ROWS", 200)
+    monkeypatch.setattr(module, "MOST_ROWS", 200)
+    if planted:  # the chunks read after one read again are kept
+        monkeypatch.setattr(module.Backfill, "_dropping", property(lambda self: {}, lambda self, value: None),
+                            raising=False)
+    out = tmp_path / "ahead.rwcap"
+    stop = threading.Event()
+
+    def write() -> None:  # (updates, deletes and inserts all over the table while it is read)
+        import psycopg
+
+        rng = random.Random(5)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set() and seen.count(("high", 9)) == 0:  # (until the backfill's last chunks)
+                conn.execute("UPDATE big SET v = v || '+' WHERE id = %s", (rng.randrange(1, 3000),))
+                conn.execute("DELETE FROM big WHERE id = %s", (rng.randrange(1, 3000),))
+                conn.execute("INSERT INTO big VALUES (%s, 'new', 0) ON CONFLICT DO NOTHING", (rng.randrange(1, 3000),))
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        settings = CaptureSettings(slot=slot_of(dsn), publication="pub", messages=True)
+        capture = LiveCapture(dsn, out, settings, sync_interval=0.05, backfill=["public.big"])
+        capture.run(idle_exit=1.5)
+    finally:
+        stop.set()
+        writer.join()
+    # chunk 3 was read ahead of chunk 2's verdict, and both were read again after it
+    assert seen[4:10] == [("low", 2), ("high", 2), ("low", 3), ("high", 3), ("low", 2), ("high", 2)], seen[:12]
+    chunks = []
+    with read_capture(str(out)) as reader:
+        for record in reader.records():
+            if record.data[:1] == bytes((snapshot_records.CHUNK,)):
+                chunks.append(snapshot_records.parse_record(record.data).chunk)
+    if planted:
+        assert chunks[:5] == [0, 1, 3, 2, 3], chunks  # the dropped chunk written, then read and written again
+        return
+    assert chunks == list(range(len(chunks))) and len(chunks) >= 15, chunks
+    capture = LiveCapture(dsn, out, settings, sync_interval=0.05)  # (the writer's last changes)
+    capture.run(idle_exit=1.0)
+    tables, _ = folded([out])
+    assert rows_of(tables["public.big"]) == selected(dsn, "SELECT * FROM big")
+    drop_slots(dsn)
+
+
 def test_sigkill_in_the_middle_of_a_backfill_then_again_continues_it(pg18, tmp_path):
     import os
     import signal
@@ -379,6 +456,29 @@ def test_a_backfill_after_add_column_default_fills_the_column(pg18, tmp_path):
     tables, _ = folded([out])
     rows = rows_of(tables["public.big"])
     assert rows == selected(dsn, "SELECT * FROM big") and {row[3] for row in rows} == {7}
+    drop_slots(dsn)
+
+
+def test_backfill_rate_throttles_and_progress_says_how_far(pg18, tmp_path):
+    """--backfill-rate ROWS: the run reads no faster than ROWS rows a second (its first second's rows aside),
+    and its progress lines say the rows of the planner's estimate and the time left."""
+    import psycopg
+
+    dsn = database(pg18, "bfrate")
+    make_schema(dsn, 14_000)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE big")
+    out = tmp_path / "rate.rwcap"
+    started = time.monotonic()
+    done = run(command(dsn, out, "--idle-exit", "0.5", "--backfill", "public.big", "--backfill-rate", "2000"))
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert elapsed >= (14_000 - 2000) / 2000, elapsed  # (reading 12,000 rows past the first second's)
+    progress = [line for line in done.stderr.splitlines() if "backfill public.big: " in line and "of about" in line]
+    assert progress and "of about 14,000 (" in progress[0] and " left)" in progress[0], done.stderr
+    assert "backfill public.big: done, 14,000 rows in " in done.stderr
+    tables, _ = folded([out])
+    assert rows_of(tables["public.big"]) == selected(dsn, "SELECT * FROM big")
     drop_slots(dsn)
 
 
