@@ -653,15 +653,24 @@ class Backfill:
                 self._say(f"backfill: still waiting for {what} (is the capture behind the server?)")
 
 
-#: The binary key types whose values a moved row is read again by: integers (struct formats), texts, uuid.
+#: The binary key types whose values a moved row is read again by, and a chunk's cursor is taken from, each
+#: as the server's text, which ``CAST(text AS type)`` reads back as the same value: integers (struct formats),
+#: texts, uuid; date, timestamp and timestamptz (the day or microsecond count, written as the server's output
+#: functions do: :mod:`~replwire.codec.stream.server_text`; timestamptz in UTC with its offset, infinities,
+#: BC); and the types :class:`~replwire.codec.stream.values.ValueLoader` loads (its layout checks and psycopg's
+#: binary loaders): bool, bytea, float4, float8 (every digit: the shortest text that reads back the same),
+#: numeric (NaN and infinities too), time, timetz, interval, jsonb.
 _INTEGERS = {20: ">q", 21: ">h", 23: ">i", 26: ">I"}
 _TEXTS = frozenset((25, 1042, 1043, 19))
 _UUID = 2950
+_DATES = {1082: False, 1114: False, 1184: True}  # date, timestamp, timestamptz: whether the text has an offset
+_LOADED = frozenset((16, 17, 700, 701, 1700, 1083, 1266, 1186, 3802))
+_LOADERS: dict[str, Any] = {}  # a ValueLoader per client encoding (made on first need: it needs psycopg 3)
 
 
 def _key_text(type_id: int, raw: bytes | None, binary: bool, codec: str) -> str:
     """A key column's server text from the bytes the stream carries (``ValueError``: a binary value of a type
-    this does not read)."""
+    this does not read, one that does not fit its type's layout, or one of :data:`_LOADED` without psycopg)."""
     if raw is None:
         raise ValueError("a NULL key column")
     if not binary or type_id in _TEXTS:
@@ -670,7 +679,44 @@ def _key_text(type_id: int, raw: bytes | None, binary: bool, codec: str) -> str:
         return str(struct.unpack(_INTEGERS[type_id], raw)[0])
     if type_id == _UUID:
         return str(uuid.UUID(bytes=raw))
-    raise ValueError(f"a binary key of type OID {type_id}")
+    if type_id in _DATES:
+        from ..stream.binary_layout import BINARY_WIDTHS
+        from ..stream.server_text import date_server_text, timestamp_server_text
+
+        if len(raw) != BINARY_WIDTHS[type_id]:
+            raise ValueError(f"a binary key of type OID {type_id} of {len(raw)} bytes")
+        count = int.from_bytes(raw, "big", signed=True)
+        return date_server_text(count) if type_id == 1082 else timestamp_server_text(count, _DATES[type_id])
+    if type_id not in _LOADED:
+        raise ValueError(f"a binary key of type OID {type_id}")
+    import datetime as dt
+    import decimal
+
+    from ..stream.server_text import bound_text
+    from ..stream.value_types import RawValue
+
+    loader = _LOADERS.get(codec)
+    if loader is None:
+        from ..stream.values import ValueLoader
+
+        try:
+            loader = _LOADERS[codec] = ValueLoader(codec)
+        except ImportError:  # (TypedValuesUnavailable)
+            raise ValueError(f"a binary key of type OID {type_id} (read with psycopg 3, not installed)") from None
+    value = loader.load("b", raw, type_id)
+    if isinstance(value, RawValue):
+        raise ValueError(f"a binary key of type OID {type_id} not read: {value.reason}")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):  # (repr: the shortest digits that read back as the same float)
+        if value != value:
+            return "NaN"
+        return {float("inf"): "Infinity", float("-inf"): "-Infinity"}.get(value) or repr(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, (decimal.Decimal, dt.time)):
+        return value.isoformat() if isinstance(value, dt.time) else bound_text(value)
+    return str(value)  # interval: its ISO 8601 text; jsonb: its text
 
 
 def _duration(seconds: float) -> str:
