@@ -286,7 +286,7 @@ def test_snapshot_benchmark_runs_and_reports(tmp_path, capsys):
         copied = (raw[form]["snapshot"]["rows"], raw[form]["copy"]["rows"], raw[form]["backfill"]["rows"])
         assert copied == (raw["rows"],) * 3
         assert raw[form]["ratio"] > 0 and raw[form]["peak_rss_mib"] > 0 and raw[form]["backfill"]["chunks"] >= 1
-    assert len(results["rows"]) == 6 and len(results["targets"]) == 8
+    assert len(results["rows"]) == 9 and len(results["targets"]) == 8
     # the snapshot's transaction holds the xmin horizon: nothing deleted meanwhile is removable, all after
     assert raw["xmin"] == {"ran_during": 1, "dead_unremovable_during": 500, "dead_unremovable_after": 0,
                            "deleted": 500}

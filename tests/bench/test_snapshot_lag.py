@@ -69,7 +69,7 @@ def test_lag_is_measured_during_a_backfill_and_without_one():
 
     server = PgServer.start(18)
     try:
-        table_rows, _ = snapshot.make_table(server.dsn, 4)
+        table_rows, _ = snapshot.make_table(server.dsn, 24)  # (a backfill long enough to sample)
         snapshot.make_load(server.dsn)
         with tempfile.TemporaryDirectory() as directory:
             lag = snapshot.lag(server.dsn, directory, rounds=1, rate=100.0, rows=2, interval=0.02)
