@@ -30,6 +30,7 @@ watermarks need ``pg_logical_emit_message`` (executable by every user unless rev
 from __future__ import annotations
 
 import bisect
+import io
 import itertools
 import json
 import queue
@@ -104,7 +105,7 @@ class _Chunk:
 
     run: TableRun
     number: int
-    rows: list[bytes]  # one COPY row each, as the server sent it
+    rows: _Lines | list[bytes]  # as the server sent them: text lines, or one binary tuple each
     cursor: list[str] | None  # the key texts of its last row; None: the table has no rows past it
     keys: list[Key] | None  # the keys it read again (a chunk of the run's end), else None
     snapshot: str
@@ -116,17 +117,38 @@ class _Chunk:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+class _Lines(Sequence[bytes]):
+    """A chunk's rows in COPY's text form, held as the one piece of lines the server sent: no object for each
+    row (at a million rows a second, collecting, joining and splitting them cost a third of the reading)."""
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data = data
+        self._count = count  # (the server's count; the records' own counts are checked against it)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: Any) -> Any:
+        if index == -1 or index == self._count - 1:  # (the last row: the chunk's cursor)
+            return self.data[self.data.rfind(b"\n", 0, len(self.data) - 1) + 1:]
+        return self.data.splitlines(keepends=True)[index]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.data.splitlines(keepends=True))
+
+
 class _Rows(Sequence[Sequence[TupleColumn]]):
     """A chunk's COPY rows as the wire columns the window compares, parsed only if it looks at them."""
 
-    def __init__(self, rows: list[bytes], width: int, binary: bool) -> None:
+    def __init__(self, rows: _Lines | list[bytes], width: int, binary: bool) -> None:
         self._raw, self._width, self._binary = rows, width, binary
         self._parsed: list[list[TupleColumn]] | None = None
 
     def _all(self) -> list[list[TupleColumn]]:
         if self._parsed is None:
             read = snapshot_records.binary_rows if self._binary else snapshot_records.text_rows
-            self._parsed = list(read(b"".join(self._raw), self._width, "BackfillRows"))
+            data = self._raw.data if isinstance(self._raw, _Lines) else b"".join(self._raw)
+            self._parsed = list(read(data, self._width, "BackfillRows"))
         return self._parsed
 
     def __len__(self) -> int:
@@ -528,7 +550,8 @@ class Backfill:
         read = len(chunk.rows)
         pace = max(chunk.read_us / 1e6, 1e-4) / max(read, 1)
         by_time = int(self.budget / pace)
-        by_bytes = int(MOST_BYTES / max(sum(map(len, chunk.rows)) / max(read, 1), 1))
+        held = len(chunk.rows.data) if isinstance(chunk.rows, _Lines) else sum(map(len, chunk.rows))
+        by_bytes = int(MOST_BYTES / max(held / max(read, 1), 1))
         by_rate = int(self.rate) if self.rate else MOST_ROWS  # (a throttled run: a chunk a second at most)
         return max(LEAST_ROWS, min(MOST_ROWS, by_bytes, by_rate, size * 2, max(size // 2, by_time)))
 
@@ -615,7 +638,7 @@ class Backfill:
             limit = f" LIMIT {int(size)}" if keys_read is None else ""
             query = cur.mogrify(f"SELECT {columns} FROM {source} ORDER BY {order}{limit}", arguments).decode()
             cur.copy_expert(f"COPY ({query}) TO STDOUT" + (" (FORMAT binary)" if self.binary else ""), collected)
-            rows = collected.rows()
+            rows = collected.rows(cur.rowcount)
             cursor = None
             if keys_read is None and len(rows) == size:
                 cursor = self._last_key(rows[-1], table, keys)
@@ -749,15 +772,18 @@ class _Collected:
     def __init__(self, binary: bool, name: str) -> None:
         self.binary, self.name = binary, name
         self.parts: list[bytes] = []
-        self.write = self.parts.append  # (a data message per row: no Python frame for each)
+        self.text = io.BytesIO()
+        # (a data message per row: no Python frame for each)
+        self.write: Callable[[bytes], object] = self.parts.append if binary else self.text.write
 
-    def rows(self) -> list[bytes]:
-        parts = self.parts
+    def rows(self, count: int) -> _Lines | list[bytes]:
+        """The rows, of which the server said it sent ``count``."""
         if not self.binary:  # (its lines, however the server cut its messages: COPY's text escapes CR and LF)
-            text = b"".join(parts)
+            text = self.text.getvalue()
             if b"\r" in text or not text.endswith(b"\n") and text:
                 raise CaptureError(f"COPY of {self.name} sent text that is not whole lines")
-            return text.splitlines(keepends=True)
+            return _Lines(text, count)
+        parts = self.parts
         if parts:
             first = after_binary_header(parts[0], self.name)
             parts = ([first] if first else []) + parts[1:]
@@ -766,8 +792,20 @@ class _Collected:
         return parts
 
 
-def _rows_records(relation_id: int, binary: bool, rows: list[bytes]) -> Iterator[bytes]:
+def _rows_records(relation_id: int, binary: bool, rows: _Lines | list[bytes]) -> Iterator[bytes]:
     """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it)."""
+    if isinstance(rows, _Lines):
+        data, start, counted = rows.data, 0, 0
+        view = memoryview(data)
+        while start < len(data):
+            stop = data.find(b"\n", start + RECORD_BYTES - 1) + 1 or len(data)
+            lines = data.count(b"\n", start, stop)
+            counted += lines
+            yield snapshot_records.chunk_rows_record(relation_id, binary, lines, view[start:stop])
+            start = stop
+        if counted != len(rows):
+            raise CaptureError(f"a COPY of relation {relation_id} sent {counted} lines for {len(rows)} rows")
+        return
     ends = list(itertools.accumulate(map(len, rows)))  # (the byte offset after each row)
     start = 0
     while start < len(rows):

@@ -156,7 +156,7 @@ def chunk_record(run: int, chunk: int, relation: Relation, types: list[Type], *,
                   messages=messages)
 
 
-def chunk_rows_record(relation_id: int, binary: bool, rows: int, data: bytes) -> bytes:
+def chunk_rows_record(relation_id: int, binary: bool, rows: int, data: bytes | memoryview) -> bytes:
     # (as rows_record: the rows appended to the fields built before them)
     return _build(layout.BACKFILL_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b"") + data
 
