@@ -10,9 +10,9 @@ rows over the run's time, chunks' round trips and waits for their watermarks inc
 child's ``ru_maxrss``.  Each runs ``--rounds`` times, alternating, and the best of each is kept.
 
 It also measures what each costs the server: while a snapshot (then a backfill) runs, a second table has
-``--dead`` rows deleted and is vacuumed; VACUUM VERBOSE reports how many dead rows it could not remove (the
-snapshot's one transaction holds the xmin horizon; a backfill's chunks hold it for one chunk each), and
-again after it.
+``--dead`` rows deleted and is vacuumed (during a backfill, once the chunk open at the delete ended), and
+VACUUM VERBOSE reports how many dead rows it could not remove (the snapshot's one transaction holds the xmin
+horizon; a backfill's chunks hold it for one chunk each), and again after it.
 
 And what a backfill costs the changes streamed meanwhile: the capture's lag under a concurrent write load,
 during a backfill and without one.  A writer thread commits small transactions into another table, ``load``
@@ -77,6 +77,8 @@ RATIO_AT_LEAST, RSS_MIB_AT_MOST = 0.5, 200.0
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 _DONE = re.compile(r"snapshot public\.t: ([\d,]+) rows, ([\d.]+) MiB in ([\d.]+) s .*done")
 _BACKFILLED = re.compile(r"backfill public\.t: done, ([\d,]+) rows in ([\d,]+) chunks \(([\d,]+) rows/s")
+#: The longest the horizon measure waits for the transactions open at its delete to end before its VACUUM.
+_HELD_WAIT = 2.0
 _DEAD = re.compile(r"(\d+) are dead but not yet removable")
 #: The lag runs' --idle-exit: longer than any pause of the writer's, so the capture stops only once it stopped.
 _IDLE_EXIT = 2.0
@@ -207,9 +209,11 @@ def _drop(dsn: str, slot: str) -> None:
     conn.close()
 
 
-def xmin_horizon(dsn: str, dead: int, directory: str, copier: Any = None) -> dict[str, int]:
+def xmin_horizon(dsn: str, dead: int, directory: str, copier: Any = None,
+                 waiting_for: str | None = None) -> dict[str, int]:
     """Dead rows of another table that VACUUM cannot remove while a snapshot (or ``copier``, run as
-    :func:`snapshot` is) runs, and after it."""
+    :func:`snapshot` is) runs, and after it; with ``waiting_for`` (an ``application_name`` prefix), VACUUM
+    during the copy runs once the copier's transactions open at the delete ended."""
     import psycopg2
 
     conn = psycopg2.connect(dsn)
@@ -229,6 +233,19 @@ def xmin_horizon(dsn: str, dead: int, directory: str, copier: Any = None) -> dic
         time.sleep(0.01)
     cur.execute("DELETE FROM other")
     result["ran_during"] = int(runner.is_alive())  # (a copy over before the rows were deleted says nothing)
+    if waiting_for is not None:
+        # a backfill's chunk that began before the delete holds the rows back until it ends, and no longer:
+        # VACUUM once the copier's transactions open at the delete ended (or after _HELD_WAIT seconds)
+        cur.execute("SELECT clock_timestamp()")
+        (deleted_at,) = cur.fetchone()
+        waited = time.monotonic()
+        while time.monotonic() - waited < _HELD_WAIT:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE xact_start < %s AND application_name LIKE %s",
+                        (deleted_at, waiting_for + "%"))
+            if not cur.fetchone()[0]:
+                break
+            time.sleep(0.005)
+        result["waited_ms"] = round((time.monotonic() - waited) * 1000)
     del conn.notices[:]
     cur.execute("VACUUM (VERBOSE) other")
     during = _DEAD.search("".join(conn.notices))
@@ -536,8 +553,10 @@ def as_results(raw: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
               f"{xmin['dead_unremovable_after']:,}."]
     if raw.get("xmin_backfill", {}).get("ran_during"):
         during = raw["xmin_backfill"]["dead_unremovable_during"]
-        notes.append(f"While a backfill of the table ran instead, {during:,} of them stayed (its chunks' transactions "
-                     "last one chunk each).")
+        waited = raw["xmin_backfill"].get("waited_ms", 0)
+        notes.append(f"While a backfill of the table ran instead, {during:,} of them stayed, with VACUUM run once "
+                     f"the chunk open at the delete ended, {waited:,} ms after it (its chunks' transactions last "
+                     "one chunk each).")
     return {"machine": machine, "date": machine["date"], "columns": ["run", "seconds", "rows/s", "MiB/s",
                                                                       "× of COPY", "peak RSS (MiB)", "note"],
             "rows": rows, "notes": notes, "targets": targets, "raw": raw}
@@ -601,9 +620,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"lag: the backfill under load {under['seconds']:.2f} s ({under['rows'] / under['seconds']:,.0f} "
                       f"rows/s, {under['chunks']:,} chunks); load {os.getloadavg()[0]:.1f}", flush=True)
             results["xmin"] = xmin_horizon(server.dsn, args.dead, directory)
-            results["xmin_backfill"] = xmin_horizon(server.dsn, args.dead, directory, backfill)
+            results["xmin_backfill"] = xmin_horizon(server.dsn, args.dead, directory, backfill,
+                                                    waiting_for="replwire backfill")
             print(f"xmin horizon: {results['xmin_backfill']['dead_unremovable_during']:,} of {args.dead:,} dead rows "
-                  "unremovable by VACUUM during the backfill", flush=True)
+                  f"unremovable by VACUUM during the backfill, run {results['xmin_backfill']['waited_ms']:,} ms after "
+                  "the delete", flush=True)
             print(f"xmin horizon: {results['xmin']['dead_unremovable_during']:,} of {args.dead:,} dead rows of another "
                   f"table unremovable by VACUUM during the snapshot, {results['xmin']['dead_unremovable_after']:,} "
                   "after it", flush=True)
