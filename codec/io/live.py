@@ -351,7 +351,9 @@ class LiveCapture(SqlCapture):
                     if (idle_exit is not None and tracker.idle and time.monotonic() - self._activity > idle_exit
                             and not (backfill is not None and backfill.busy)):
                         break
-                    select.select([cur], [], [], min(self.sync_interval, 0.2))
+                    # (awake when the next sync is due: what is pending is acknowledged on time)
+                    due = self.sync_interval - (time.monotonic() - last_sync) if pending else self.sync_interval
+                    select.select([cur], [], [], max(0.0, min(self.sync_interval, 0.2, due)))
                     continue
                 # A burst: every message already received, up to a thousand, with no per-message bookkeeping
                 # beyond the tracker; the records go to the file, and the counters are published, after it.
