@@ -286,10 +286,11 @@ def test_sigkill_in_the_middle_of_a_backfill_then_again_continues_it(pg18, tmp_p
     from replwire.codec.stream import snapshot_records
 
     dsn = database(pg18, "bfkill")
-    big = 400_000
+    big = 100_000
     make_schema(dsn, big)
     out = tmp_path / "killed.rwcap"
-    backfill = command(dsn, out, "--backfill", "public.big", "--backfill-budget", "0.001")
+    backfill = command(dsn, out, "--backfill", "public.big", "--backfill-budget", "0.001",
+                       "--backfill-rate", "20000")  # (five seconds of reading: killed well inside it)
     writer = Writer(dsn, big)
     writer.start()
     first = subprocess.Popen(backfill, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
