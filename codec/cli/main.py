@@ -23,11 +23,13 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS = {
     "backfill": ("replwire.codec.cli.backfill", "backfill_command"),
     "capture": ("replwire.codec.cli.capture", "capture_command"),
+    "check": ("replwire.codec.cli.check", "check_command"),
     "decode": ("replwire.codec.cli.decode", "decode_command"),
     "demo": ("replwire.codec.cli.demo", "demo_command"),
     "fuzz": ("replwire.codec.cli.fuzz", "fuzz_command"),
     "parse": ("replwire.codec.cli.parse", "parse_command"),
     "serve": ("replwire.codec.cli.serve", "serve_command"),
+    "slot": ("replwire.codec.cli.slot", "slot_command"),
     "spark": ("replwire.spark.cli", "spark"),
 }
 

@@ -1,0 +1,111 @@
+"""``replwire slot list|drop``: the server's logical replication slots, with their lag and the WAL they hold;
+and a slot dropped.
+
+Strategy: shells over :func:`replwire.codec.io.preflight.list_slots` and :func:`~replwire.codec.io.preflight.
+drop_slot`; ``list`` prints an aligned table (or ``--json``), ``drop`` refuses an active slot unless forced.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ..errors import install_hint
+from ._common import installed
+
+__all__ = ["slot_command"]
+
+
+def _need_psycopg2() -> None:
+    if not installed("psycopg2"):
+        raise click.ClickException(f"replwire slot needs psycopg2, which is not installed: {install_hint('live')}")
+
+
+@click.group("slot")
+def slot_command() -> None:
+    """List or drop the server's logical replication slots."""
+
+
+#: The table's columns: heading, the key of the row's dict, and whether it is a number (aligned right).
+_COLUMNS = (("slot", "slot_name", False), ("plugin", "plugin", False), ("database", "database", False),
+            ("active", "active", False), ("restart_lsn", "restart_lsn", False),
+            ("confirmed_flush_lsn", "confirmed_flush_lsn", False), ("lag_bytes", "lag_bytes", True),
+            ("retained_bytes", "retained_bytes", True), ("wal_status", "wal_status", False),
+            ("safe_wal_size", "safe_wal_size", True), ("inactive_since", "inactive_since", False),
+            ("failover", "failover", False), ("synced", "synced", False))
+
+
+def _cell(key: str, row: dict[str, Any]) -> str:
+    value = row.get(key)
+    if key == "active":
+        return f"yes (pid {row['active_pid']})" if value else "no"
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """``rows`` (:meth:`SlotRow.as_dict`) as the lines of an aligned text table, with the columns the server
+    has (the PostgreSQL 17 ones only when the rows hold them)."""
+    columns = [c for c in _COLUMNS if c[1] in ("active",) or any(c[1] in row for row in rows)]
+    cells = [[heading for heading, _, _ in columns]] + [[_cell(key, row) for _, key, _ in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return ["  ".join(text.rjust(width) if number and n else text.ljust(width)
+                      for text, width, (_, _, number) in zip(line, widths, columns)).rstrip()
+            for n, line in enumerate(cells)]
+
+
+@slot_command.command("list")
+@click.option("--dsn", required=True, help="libpq connection string of the server.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per slot.")
+def list_command(dsn: str, as_json: bool) -> None:
+    """List the logical replication slots of the server: plugin, database, whether active (and the walsender's
+    pid), restart_lsn, confirmed_flush_lsn, lag_bytes (from confirmed_flush_lsn to the server's WAL end),
+    retained_bytes (the WAL held from restart_lsn), wal_status, safe_wal_size and, from PostgreSQL 17,
+    inactive_since, failover and synced.
+
+    Exit status: 0 listed; 1 failed (the server cannot be reached, no privilege); 2 usage.
+    """
+    _need_psycopg2()
+    from ..io.connection import CaptureError
+    from ..io.preflight import list_slots
+
+    try:
+        rows = [row.as_dict() for row in list_slots(dsn)]
+    except CaptureError as error:
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    elif not rows:
+        click.echo("no logical replication slots on this server")
+    else:
+        for line in table(rows):
+            click.echo(line)
+
+
+@slot_command.command("drop")
+@click.argument("slot")
+@click.option("--dsn", required=True, help="libpq connection string of the server.")
+@click.option("--force", is_flag=True, help="Terminate the walsender reading the slot (pg_terminate_backend), "
+                                            "then drop it.")
+def drop_command(slot: str, dsn: str, force: bool) -> None:
+    """Drop the replication slot SLOT, and with it the WAL it holds.  An active slot (a client reads it) is
+    refused unless --force, which terminates the walsender reading it first.
+
+    Exit status: 0 dropped; 1 refused or failed (no such slot, active without --force, no privilege, the server
+    cannot be reached); 2 usage.
+    """
+    _need_psycopg2()
+    from ..io.connection import CaptureError
+    from ..io.preflight import drop_slot
+
+    try:
+        terminated = drop_slot(dsn, slot, force=force)
+    except CaptureError as error:
+        raise click.ClickException(str(error)) from None
+    how = f" (terminated walsender pid {terminated})" if terminated is not None else ""
+    click.echo(f"dropped slot {slot!r}{how}")
