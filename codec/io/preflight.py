@@ -99,13 +99,18 @@ def _role(cur: Any) -> list[Finding]:
                     f"ALTER ROLE {_ident(user)} REPLICATION (as a superuser)")]
 
 
+#: What to change for a pg_hba.conf refusal.
+_HBA_FIX = ("allow this user, database and host in pg_hba.conf (a logical replication connection matches the lines "
+            "of its database, not the 'replication' ones) and reload the server")
+
+
 def _replication_connection(dsn: str) -> list[Finding]:
     try:
         conn = connect(dsn, replication=True)
     except CaptureError as error:  # (the server's words, without connect()'s own)
         text = str(error).removeprefix("cannot open a replication connection: ").split(" (it needs a user", 1)[0]
         if "pg_hba.conf" in text:
-            fix = "add a 'replication' line for this user and host to pg_hba.conf and reload the server"
+            fix = _HBA_FIX
         elif "max_wal_senders" in text and "exceeds" in text:
             fix = "stop a replication client or raise max_wal_senders"
         elif "permission denied" in text or "must be" in text:
@@ -210,7 +215,7 @@ def check(dsn: str, publication: str, slot: str | None = None) -> list[Finding]:
         conn = connect(dsn)
     except CaptureError as error:
         text = str(error).removeprefix("cannot connect to the server: ").removesuffix(" (check the DSN)")
-        return [Finding("FAIL", "connection", text, "check the DSN")]
+        return [Finding("FAIL", "connection", text, _HBA_FIX if "pg_hba.conf" in text else "check the DSN")]
     try:
         conn.autocommit = True
         cur = conn.cursor()

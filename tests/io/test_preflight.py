@@ -1,8 +1,9 @@
 """``replwire check`` and ``replwire slot list|drop`` against real servers: a healthy database passes check, and
-each broken prerequisite fails it by name (wal_level on a server started with ``wal_level=replica``, a keyless
-table in a FOR ALL TABLES publication, a role without REPLICATION, a slot of another plugin); slot list shows a
-slot's lag as the server's own numbers bound it (PostgreSQL 15 and 18, whose columns differ); slot drop drops,
-refuses an active slot naming its walsender, and with --force terminates the walsender and drops it."""
+each broken prerequisite fails it by name (wal_level on a server started with ``wal_level=replica``, a user
+refused by pg_hba.conf, a keyless table in a FOR ALL TABLES publication, a role without REPLICATION, a slot of
+another plugin); slot list shows a slot's lag as the server's own numbers bound it (PostgreSQL 15 and 18, whose
+columns differ); slot drop drops, refuses an active slot naming its walsender, and with --force terminates the
+walsender and drops it."""
 
 from __future__ import annotations
 
@@ -100,15 +101,27 @@ def test_check_fails_a_role_without_replication(dsn18):
     assert len(failed) == 2, failed  # (nothing else fails: the publication is readable by anyone)
 
 
-def test_check_fails_wal_level_replica():
+def test_check_fails_wal_level_replica_and_a_pg_hba_refusal():
     from replwire.codec.testing.localserver import PgServer
 
     with PgServer.start(18, settings={"wal_level": "replica"}) as server:
         dsn = _db(server, "ops")
         result, lines, failed = check(dsn, "--publication", "pub")
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert failed == ["FAIL  wal_level: replica; set wal_level = logical (ALTER SYSTEM SET wal_level = logical) "
-                      "and restart the server"]
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert failed == ["FAIL  wal_level: replica; set wal_level = logical (ALTER SYSTEM SET wal_level = logical) "
+                          "and restart the server"]
+        # the same server refusing the user in pg_hba.conf: said in the server's words, with what to change
+        sql(dsn, "CREATE ROLE ops_cdc LOGIN REPLICATION")
+        (server.data_dir / "pg_hba.conf").write_text("local all postgres trust\n", encoding="utf-8")
+        sql(dsn, "SELECT pg_reload_conf()")
+        time.sleep(0.2)
+        result, lines, failed = check(dsn + " user=ops_cdc", "--publication", "pub")
+    assert result.returncode == 1
+    assert len(lines) == 1 and lines[0].startswith("FAIL  connection: "), lines
+    assert 'FATAL:  no pg_hba.conf entry for host "[local]", user "ops_cdc", database "ops_' in lines[0]
+    assert lines[0].endswith("; allow this user, database and host in pg_hba.conf (a logical replication "
+                             "connection matches the lines of its database, not the 'replication' ones) and reload "
+                             "the server"), lines
 
 
 def _slot(dsn: str, name: str, plugin: str = "pgoutput") -> None:
