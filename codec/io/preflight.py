@@ -126,13 +126,22 @@ def _replication_connection(dsn: str) -> list[Finding]:
 
 
 #: Published tables whose UPDATE and DELETE the server refuses while the publication publishes them: no
-#: replica identity (NOTHING, DEFAULT without a primary key, USING INDEX of an index that is gone).
+#: replica identity (NOTHING, DEFAULT without a primary key, USING INDEX of an index that is gone).  A
+#: partitioned table is checked in its partitions (the server checks the partition a row is in).
 _NO_IDENTITY = """
-SELECT t.schemaname, t.tablename, c.relreplident::text
-FROM pg_publication_tables AS t
-JOIN pg_namespace AS n ON n.nspname = t.schemaname
-JOIN pg_class AS c ON c.relnamespace = n.oid AND c.relname = t.tablename
-WHERE t.pubname = %s AND c.relkind = 'r' AND (
+WITH published AS (
+    SELECT DISTINCT coalesce(tree.relid, c.oid) AS relid  -- (no tree: a table that is not partitioned)
+    FROM pg_publication_tables AS t
+    JOIN pg_namespace AS n ON n.nspname = t.schemaname
+    JOIN pg_class AS c ON c.relnamespace = n.oid AND c.relname = t.tablename
+    LEFT JOIN LATERAL pg_partition_tree(c.oid) AS tree ON tree.isleaf
+    WHERE t.pubname = %s
+)
+SELECT n.nspname, c.relname, c.relreplident::text
+FROM published AS p
+JOIN pg_class AS c ON c.oid = p.relid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND (
     c.relreplident = 'n'
     OR (c.relreplident = 'd' AND NOT EXISTS (SELECT 1 FROM pg_index AS i WHERE i.indrelid = c.oid AND i.indisprimary))
     OR (c.relreplident = 'i' AND NOT EXISTS (SELECT 1 FROM pg_index AS i WHERE i.indrelid = c.oid

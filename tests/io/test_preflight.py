@@ -21,8 +21,18 @@ SCHEMA = [
     "CREATE TABLE keyless (a int, b text)",
     "CREATE TABLE whole (a int, b text)",
     "ALTER TABLE whole REPLICA IDENTITY FULL",
+    "CREATE TABLE byindex (a int NOT NULL, b text)",
+    "CREATE UNIQUE INDEX byindex_a ON byindex (a)",
+    "ALTER TABLE byindex REPLICA IDENTITY USING INDEX byindex_a",
+    "CREATE TABLE nothing (id int PRIMARY KEY)",
+    "ALTER TABLE nothing REPLICA IDENTITY NOTHING",
+    "CREATE TABLE parted (a int, b text) PARTITION BY RANGE (a)",
+    "CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10)",
+    "CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (10) TO (20)",
+    "ALTER TABLE parted_2 REPLICA IDENTITY FULL",
     "CREATE PUBLICATION pub FOR TABLE keyed, whole",
     "CREATE PUBLICATION allpub FOR ALL TABLES",
+    "CREATE PUBLICATION rooted FOR TABLE parted, byindex WITH (publish_via_partition_root = true)",
     "CREATE PUBLICATION inserts FOR ALL TABLES WITH (publish = 'insert')",
 ]
 
@@ -74,11 +84,18 @@ def test_check_passes_on_a_healthy_database(dsn18):
 def test_check_fails_a_keyless_table_of_a_for_all_tables_publication(dsn18):
     result, lines, failed = check(dsn18, "--publication", "allpub")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert [line.split(":")[0] for line in failed] == ["FAIL  replica identity of public.keyless"]
+    assert [line.split(":")[0] for line in failed] == ["FAIL  replica identity of public.keyless",
+                                                       "FAIL  replica identity of public.nothing",
+                                                       "FAIL  replica identity of public.parted_1"]
     assert "no primary key and REPLICA IDENTITY DEFAULT" in failed[0]
     assert failed[0].endswith("; ALTER TABLE public.keyless REPLICA IDENTITY FULL (or add a primary key, or "
                               "REPLICA IDENTITY USING INDEX of a unique index on NOT NULL columns)")
-    assert "ok    publication allpub: exists, FOR ALL TABLES, 3 tables" in lines
+    assert ": REPLICA IDENTITY NOTHING: " in failed[1]
+    assert "ok    publication allpub: exists, FOR ALL TABLES, 7 tables" in lines
+    # a partitioned table published through its root is checked in its partitions
+    result, lines, failed = check(dsn18, "--publication", "rooted")
+    assert [line.split(":")[0] for line in failed] == ["FAIL  replica identity of public.parted_1"], lines
+    assert "ok    publication rooted: exists, 2 tables" in lines
 
 
 def test_check_fails_a_missing_publication(dsn18):
