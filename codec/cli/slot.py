@@ -7,6 +7,7 @@ drop_slot`; ``list`` prints an aligned table (or ``--json``), ``drop`` refuses a
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -28,31 +29,58 @@ def slot_command() -> None:
     """List or drop the server's logical replication slots."""
 
 
-#: The table's columns: heading, the key of the row's dict, and whether it is a number (aligned right).
+#: The table's columns: heading, the key of the row's dict, and whether it is a number (aligned right).  The
+#: positions (LSNs) and the PostgreSQL 17 flags are in --json; the table fits a terminal.
 _COLUMNS = (("slot", "slot_name", False), ("plugin", "plugin", False), ("database", "database", False),
-            ("active", "active", False), ("restart_lsn", "restart_lsn", False),
-            ("confirmed_flush_lsn", "confirmed_flush_lsn", False), ("lag_bytes", "lag_bytes", True),
-            ("retained_bytes", "retained_bytes", True), ("wal_status", "wal_status", False),
-            ("safe_wal_size", "safe_wal_size", True), ("inactive_since", "inactive_since", False),
-            ("failover", "failover", False), ("synced", "synced", False))
+            ("active", "active", False), ("lag", "lag_bytes", True), ("retained", "retained_bytes", True),
+            ("wal_status", "wal_status", False), ("safe_wal_size", "safe_wal_size", True),
+            ("inactive for", "inactive_since", True))
 
 
-def _cell(key: str, row: dict[str, Any]) -> str:
+def _size(value: int) -> str:
+    """Bytes as a person reads them: ``184 B``, ``36.2 MiB``."""
+    if value < 1024:
+        return f"{value} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024  # type: ignore[assignment]
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError  # (unreachable)
+
+
+def _age(since: str, now: datetime.datetime) -> str:
+    """How long ago the ISO time ``since`` was: ``45 s``, ``12 min``, ``3 h 05 min``, ``2 d 04 h``."""
+    seconds = max(0, int((now - datetime.datetime.fromisoformat(since)).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds // 60 % 60:02d} min"
+    return f"{seconds // 86400} d {seconds // 3600 % 24:02d} h"
+
+
+def _cell(key: str, row: dict[str, Any], now: datetime.datetime) -> str:
     value = row.get(key)
     if key == "active":
-        return f"yes (pid {row['active_pid']})" if value else "no"
+        return f"pid {row['active_pid']}" if value else "no"
     if value is None:
         return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
+    if key in ("lag_bytes", "retained_bytes", "safe_wal_size"):
+        return _size(int(value))
+    if key == "inactive_since":
+        return _age(str(value), now)
     return str(value)
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
+def table(rows: list[dict[str, Any]], now: datetime.datetime | None = None) -> list[str]:
     """``rows`` (:meth:`SlotRow.as_dict`) as the lines of an aligned text table, with the columns the server
-    has (the PostgreSQL 17 ones only when the rows hold them)."""
+    has (``inactive for`` only when the rows hold ``inactive_since``, from PostgreSQL 17); sizes in binary
+    units, the time a slot has been inactive as an age from ``now``."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
     columns = [c for c in _COLUMNS if c[1] in ("active",) or any(c[1] in row for row in rows)]
-    cells = [[heading for heading, _, _ in columns]] + [[_cell(key, row) for _, key, _ in columns] for row in rows]
+    cells = [[heading for heading, _, _ in columns]] + [[_cell(key, row, now) for _, key, _ in columns]
+                                                         for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return ["  ".join(text.rjust(width) if number and n else text.ljust(width)
                       for text, width, (_, _, number) in zip(line, widths, columns)).rstrip()
@@ -64,9 +92,10 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per slot.")
 def list_command(dsn: str, as_json: bool) -> None:
     """List the logical replication slots of the server: plugin, database, whether active (and the walsender's
-    pid), restart_lsn, confirmed_flush_lsn, lag_bytes (from confirmed_flush_lsn to the server's WAL end),
-    retained_bytes (the WAL held from restart_lsn), wal_status, safe_wal_size and, from PostgreSQL 17,
-    inactive_since, failover and synced.
+    pid), lag (from confirmed_flush_lsn to the server's WAL end), retained (the WAL held from restart_lsn),
+    wal_status, safe_wal_size and, from PostgreSQL 17, how long it has been inactive.  --json adds
+    restart_lsn, confirmed_flush_lsn and, from PostgreSQL 17, inactive_since, failover and synced, with
+    sizes in bytes.
 
     Exit status: 0 listed; 1 failed (the server cannot be reached, no privilege); 2 usage.
     """

@@ -578,12 +578,15 @@ class Backfill:
     def _progress(run: TableRun, estimate: int | None, now: float) -> str:
         """A run's progress line: rows (of the planner's estimate), chunks, rate, and time left."""
         rate = run.rows / max(now - run.started, 1e-6)
-        line = f"backfill {run.name}: {run.rows:,} rows"
+        line = f"backfill {run.name}: {run.rows:,}"
         if estimate is not None and not run.exhausted:
-            line += f" of about {estimate:,} ({min(run.rows / estimate, 1):.0%})"
+            line += f" of ~{estimate:,}"
+        line += " rows"
+        if estimate is not None and not run.exhausted:
+            line += f" ({min(run.rows / estimate, 1):.0%})"
         line += f", {run.chunk:,} chunks ({rate:,.0f} rows/s"
         if estimate is not None and not run.exhausted and rate > 0 and estimate > run.rows:
-            line += f", about {_duration((estimate - run.rows) / rate)} left"
+            line += f", {_duration((estimate - run.rows) / rate)} left"
         return line + ")"
 
     def _reshape(self, cur: Any, run: TableRun) -> None:
