@@ -8,6 +8,7 @@ walsender and drops it."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -190,15 +191,21 @@ def test_slot_list_shows_the_lag(major, request):
             assert row["inactive_since"] is not None
         else:
             assert not newer & set(row)
+        retained_query = ("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots "
+                          "WHERE slot_name = %s")
+        ((low,),) = sql(dsn, retained_query, name)
         lines = slot_list(dsn).stdout.splitlines()
+        ((high,),) = sql(dsn, retained_query, name)  # (the server's WAL may move meanwhile)
         assert lines[0].split() == ["slot", "plugin", "database", "active", "lag", "retained", "wal_status",
                                     "safe_wal_size", *(["inactive", "for"] if major >= 17 else [])]
         (line,) = [line for line in lines if line.startswith(name + " ")]
-        assert line.split()[:4] == [name, "pgoutput", database_name, "no"]
-        retained = row["retained_bytes"]
-        shown = f"{retained} B" if retained < 1024 else f"{retained / 1024:.1f} KiB" if retained < 1 << 20 else \
-            f"{retained / (1 << 20):.1f} MiB"
-        assert f" {shown}  {row['wal_status']} " in line, (lines[0], line, shown)  # (in binary units)
+        cells = re.split(r"\s{2,}", line.strip())
+        assert cells[:4] == [name, "pgoutput", database_name, "no"] and cells[6] == "reserved", cells
+        number, unit = cells[5].split()  # (retained, in binary units)
+        scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[unit]
+        assert low - 0.05 * scale <= float(number) * scale <= high + 0.05 * scale, (cells, low, high)
+        if major >= 17:  # (inactive since it was created: seconds, an age)
+            assert re.fullmatch(r"\d+ s|\d+ min", cells[8]), cells
         if major >= 17:
             assert line.rstrip().endswith(" s") or line.rstrip().endswith(" min"), line  # (inactive: just now)
     finally:
