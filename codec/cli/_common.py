@@ -1,5 +1,6 @@
 """What several ``replwire`` commands share: counted nouns, replwire's version, whether an optional
-dependency is installed, and the usage check of input files that may be COPY-CSV.
+dependency is installed (and the refusal of a command that needs psycopg2 without it), and the usage check
+of input files that may be COPY-CSV.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import pathlib
 
 import click
 
-__all__ = ["count_noun", "installed", "need_proto_version", "not_a_capture_file", "replwire_version"]
+from ..errors import install_hint
+
+__all__ = ["count_noun", "installed", "need_proto_version", "need_psycopg2", "not_a_capture_file",
+           "replwire_version"]
 
 
 def count_noun(n: int, noun: str) -> str:
@@ -35,6 +39,13 @@ def installed(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def need_psycopg2(command: str) -> None:
+    """Refuse ``replwire COMMAND`` (a server's command) when psycopg2 is not installed, saying how to install it."""
+    if not installed("psycopg2"):
+        raise click.ClickException(f"replwire {command} needs psycopg2, which is not installed: "
+                                   f"{install_hint('live')}")
 
 
 def need_proto_version(files: tuple[pathlib.Path, ...], proto_version: int | None) -> None:

@@ -15,8 +15,7 @@ import pathlib
 
 import click
 
-from ..errors import install_hint
-from ._common import installed
+from ._common import need_psycopg2
 
 __all__ = ["backfill_command"]
 
@@ -44,8 +43,7 @@ def backfill_command(tables: tuple[str, ...], dsn: str | None, slot: str | None,
         return
     if not dsn or not slot:
         raise click.UsageError("asking a capture needs --dsn and --slot")
-    if not installed("psycopg2"):
-        raise click.ClickException(f"replwire backfill needs psycopg2, which is not installed: {install_hint('live')}")
+    need_psycopg2("backfill")
     import psycopg2
 
     from ...schema.capture import BACKFILL_PREFIX

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import install_hint
-from ._common import count_noun, installed
+from ._common import count_noun, need_psycopg2
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -93,9 +92,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
     from rich.console import Console
 
-    if not installed("psycopg2"):
-        raise click.ClickException("replwire capture needs psycopg2, which is not installed: "
-                                   f"{install_hint('live')}")
+    need_psycopg2("capture")
     from ..io.connection import CaptureError, CaptureSettings
     from ..io.live import LiveCapture
     from ..io.positions import Progress

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import install_hint
-from ._common import installed
+from ._common import need_psycopg2
 
 __all__ = ["check_command"]
 
@@ -27,8 +26,7 @@ def check_command(dsn: str, publication: str, slot: str | None) -> None:
     Exit status: 0 nothing failed (warnings allowed); 1 a prerequisite failed (or the server cannot be reached);
     2 usage.
     """
-    if not installed("psycopg2"):
-        raise click.ClickException(f"replwire check needs psycopg2, which is not installed: {install_hint('live')}")
+    need_psycopg2("check")
     from ..io.connection import CaptureError
     from ..io.preflight import check
 

@@ -13,15 +13,9 @@ from typing import Any
 
 import click
 
-from ..errors import install_hint
-from ._common import installed
+from ._common import need_psycopg2
 
 __all__ = ["slot_command"]
-
-
-def _need_psycopg2() -> None:
-    if not installed("psycopg2"):
-        raise click.ClickException(f"replwire slot needs psycopg2, which is not installed: {install_hint('live')}")
 
 
 @click.group("slot")
@@ -99,7 +93,7 @@ def list_command(dsn: str, as_json: bool) -> None:
 
     Exit status: 0 listed; 1 failed (the server cannot be reached, no privilege); 2 usage.
     """
-    _need_psycopg2()
+    need_psycopg2("slot")
     from ..io.connection import CaptureError
     from ..io.preflight import list_slots
 
@@ -128,7 +122,7 @@ def drop_command(slot: str, dsn: str, force: bool) -> None:
     Exit status: 0 dropped; 1 refused or failed (no such slot, active without --force, no privilege, the server
     cannot be reached); 2 usage.
     """
-    _need_psycopg2()
+    need_psycopg2("slot")
     from ..io.connection import CaptureError
     from ..io.preflight import drop_slot
 
