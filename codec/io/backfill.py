@@ -217,7 +217,7 @@ class Backfill:
         self.failure: BaseException | None = None
         self._lock = threading.Lock()  # the window: fed by the stream side, tracked by the chunker
         self._flight: dict[tuple[int, int], _Chunk] = {}  # the chunks whose high watermark is on its way
-        self._dropping: dict[int, int] = {}  # run -> the chunk it redoes: the chunks read after it are dropped
+        self._dropping: set[int] = set()  # runs with a chunk to read again: the chunks read after it are dropped
         self._marked = threading.Event()  # the run's start marker reached the stream side
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -339,7 +339,7 @@ class Backfill:
         records: list[bytes] = []
         dropped = run.run in self._dropping
         if dropped or not verdict.accepted:
-            self._dropping.setdefault(run.run, chunk.number)
+            self._dropping.add(run.run)
         if dropped:  # (read after a chunk that is read again: it is read again too)
             run.refetch.update(dict.fromkeys(verdict.refetch))
             chunk.verdict = "dropped"
@@ -506,7 +506,7 @@ class Backfill:
                     self._wait(later.done, f"chunk {later.number} of {run.name} to reach the stream")
                 run.read -= sum(len(c.rows) for c in [chunk, *flight])
                 flight.clear()
-                self._dropping.pop(run.run, None)
+                self._dropping.discard(run.run)
                 after, number = run.cursor, run.chunk
             if chunk.verdict == "redo":
                 run.redos += 1
@@ -578,16 +578,11 @@ class Backfill:
     def _progress(run: TableRun, estimate: int | None, now: float) -> str:
         """A run's progress line: rows (of the planner's estimate), chunks, rate, and time left."""
         rate = run.rows / max(now - run.started, 1e-6)
-        line = f"backfill {run.name}: {run.rows:,}"
-        if estimate is not None and not run.exhausted:
-            line += f" of ~{estimate:,}"
-        line += " rows"
-        if estimate is not None and not run.exhausted:
-            line += f" ({min(run.rows / estimate, 1):.0%})"
-        line += f", {run.chunk:,} chunks ({rate:,.0f} rows/s"
-        if estimate is not None and not run.exhausted and rate > 0 and estimate > run.rows:
-            line += f", {_duration((estimate - run.rows) / rate)} left"
-        return line + ")"
+        if estimate is None or run.exhausted:  # (the keys read again at the end: no estimate of them)
+            return f"backfill {run.name}: {run.rows:,} rows, {run.chunk:,} chunks ({rate:,.0f} rows/s)"
+        left = f", {_duration((estimate - run.rows) / rate)} left" if rate > 0 and estimate > run.rows else ""
+        return (f"backfill {run.name}: {run.rows:,} of ~{estimate:,} rows ({min(run.rows / estimate, 1):.0%}), "
+                f"{run.chunk:,} chunks ({rate:,.0f} rows/s{left})")
 
     def _reshape(self, cur: Any, run: TableRun) -> None:
         oid = run.table.relation.relation_id

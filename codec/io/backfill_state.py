@@ -67,10 +67,12 @@ class Request:
 
 @dataclass
 class FileState:
-    """:func:`read_state`'s answer: runs by table OID, and requests in the file's order."""
+    """:func:`read_state`'s answer: runs by table OID, requests in the file's order, and the slot the file's
+    header names (``""``: none)."""
 
     runs: dict[int, HeldRun]
     requests: list[Request]
+    slot: str = ""
 
     def pending(self, slot: str) -> list[Request]:
         """The requests for ``slot`` that nothing in the file answers."""
@@ -84,22 +86,23 @@ def read_state(path: str) -> FileState:
     runs: dict[int, HeldRun] = {}
     requests: list[Request] = []
     by_id: dict[str, Request] = {}
-    pending: tuple[Any, int] | None = None  # (the chunk's fields, rows still to come)
+    pending: tuple[Any, str, int] | None = None  # (the chunk's fields, its table, rows still to come)
     with read_capture(path) as reader:
         proto, encoding = reader.header.proto_version, reader.header.client_encoding
+        slot = reader.header.slot_name or ""
         reading = reader.records(raw=True, skip=_SKIP)
         try:
             for _, _, _, data, _ in reading:
                 code = data[0] if data else -1
                 if code == snapshot_records.CHUNK:
                     fields = snapshot_records.parse_record(data)
-                    pending = (fields, fields.rows)
                     name = _chunk_table(fields, encoding)
+                    pending = (fields, name, fields.rows)
                     for asked in requests:
                         asked.since.add(name)
                 elif code == snapshot_records.CHUNK_ROWS:
                     if pending is not None:
-                        pending = (pending[0], pending[1] - snapshot_records.parse_record(data).rows)
+                        pending = (*pending[:2], pending[2] - snapshot_records.parse_record(data).rows)
                 elif code == snapshot_records.RUN_END:
                     fields = snapshot_records.parse_record(data)
                     held = runs.get(fields.relation_id)
@@ -108,30 +111,29 @@ def read_state(path: str) -> FileState:
                     held.chunk, held.rows, held.ended, held.refetch = fields.chunks, fields.rows, True, []
                     continue
                 elif code == 0x4D:
-                    content = message_content(data, proto, encoding)
-                    if content is None:
+                    found = _message_content(data, proto, encoding)
+                    if found is None:
                         continue
-                    if content.get("k") == "request" and isinstance(content.get("slot"), str):
-                        asked = Request(str(content.get("id") or ""), content["slot"],
-                                        [str(t) for t in content.get("tables") or []])
-                        requests.append(asked)
-                        by_id[asked.id] = asked
-                    elif content.get("k") == "refused" and str(content.get("id")) in by_id:
-                        by_id[str(content["id"])].refused = str(content.get("why") or "refused")
+                    made = _request(*found)
+                    if made is not None:
+                        requests.append(made)
+                        by_id[made.id] = made
+                    elif found[1].get("k") == "refused" and str(found[1].get("id")) in by_id:
+                        by_id[str(found[1]["id"])].refused = str(found[1].get("why") or "refused")
                     continue
-                if pending is not None and pending[1] == 0:
-                    chunk = pending[0]
+                if pending is not None and pending[2] == 0:
+                    chunk, name, _ = pending
                     held = runs.get(chunk.relation_id)
                     if held is None or held.run != chunk.run:
                         held = runs[chunk.relation_id] = HeldRun(chunk.run)
                     held.chunk, held.rows = chunk.chunk + 1, held.rows + chunk.rows
                     held.cursor = json.loads(chunk.cursor) if chunk.cursor else None
                     held.ended, held.refetch = bool(chunk.last), keys_of(chunk.refetch)
-                    held.name, held.seconds = _chunk_table(chunk, encoding), held.seconds + chunk.read_us / 1e6
+                    held.name, held.seconds = name, held.seconds + chunk.read_us / 1e6
                     pending = None
         finally:
             reading.close()
-    return FileState(runs, requests)
+    return FileState(runs, requests, slot)
 
 
 def request(slot: str, tables: Sequence[str]) -> str:
@@ -146,9 +148,9 @@ def refusal(session: str, request_id: str, why: str) -> str:
     return json.dumps({"v": 1, "s": session, "k": "refused", "id": request_id, "why": why}, separators=(",", ":"))
 
 
-def message_content(data: bytes, proto_version: int, encoding: str) -> dict[str, Any] | None:
-    """The JSON content of a pgoutput logical message of the backfill's prefix (``None`` for any other
-    message)."""
+def _message_content(data: bytes, proto_version: int, encoding: str) -> tuple[bool, dict[str, Any]] | None:
+    """Whether a pgoutput logical message of the backfill's prefix is transactional, and its JSON content
+    (``None`` for any other message)."""
     if data[:1] != b"M" or _PREFIX_BYTES not in data:
         return None
     for in_stream in (False, True):
@@ -162,27 +164,28 @@ def message_content(data: bytes, proto_version: int, encoding: str) -> dict[str,
             except ValueError:
                 return None
             if isinstance(content, dict) and content.get("v") == 1:
-                content["transactional"] = message.is_transactional
-                return content
+                return message.is_transactional, content
         return None
     return None
 
 
 def request_of(data: bytes, proto_version: int, encoding: str) -> Request | None:
-    """The request a pgoutput message is, if it is one (a transactional message whose content says
-    ``"k": "request"``)."""
-    content = message_content(data, proto_version, encoding)
-    if content is None or not content["transactional"] or content.get("k") != "request":
+    """The request a pgoutput message is, if it is one."""
+    found = _message_content(data, proto_version, encoding)
+    return _request(*found) if found is not None else None
+
+
+def _request(transactional: bool, content: dict[str, Any]) -> Request | None:
+    """The request a backfill message's content is, if it is one: transactional, ``"k": "request"``, naming
+    a slot."""
+    if not transactional or content.get("k") != "request" or not isinstance(content.get("slot"), str):
         return None
-    tables = [str(t) for t in content.get("tables") or []]
-    return Request(str(content.get("id") or ""), str(content.get("slot")), tables)
+    return Request(str(content.get("id") or ""), content["slot"], [str(t) for t in content.get("tables") or []])
 
 
 def status_lines(path: str) -> list[str]:
     """What the capture file ``path`` holds of its backfills, a line per table: its last run's chunks, rows
     and pace, and whether it ended; then the requests no backfill answered yet, and those refused."""
-    with read_capture(path) as reader:
-        slot = reader.header.slot_name or ""
     state = read_state(path)
     lines = []
     for oid, held in sorted(state.runs.items(), key=lambda item: item[1].name):
@@ -196,7 +199,7 @@ def status_lines(path: str) -> list[str]:
         lines.append(f"{held.name or f'relation {oid}'}: {what}, run {held.run}: {held.rows:,} rows in "
                      f"{held.chunk:,} chunks{pace}")
     for asked in state.requests:
-        if asked.slot != slot:
+        if asked.slot != state.slot:
             continue
         tables = ", ".join(asked.tables) or "every published table"
         if asked.refused is not None:

@@ -235,7 +235,7 @@ def test_a_chunk_read_ahead_of_one_read_again_is_dropped(pg18, tmp_path, monkeyp
     monkeypatch.setattr(module, "LEAST_ROWS", 200)
     monkeypatch.setattr(module, "MOST_ROWS", 200)
     if planted:  # the chunks read after one read again are kept
-        monkeypatch.setattr(module.Backfill, "_dropping", property(lambda self: {}, lambda self, value: None),
+        monkeypatch.setattr(module.Backfill, "_dropping", property(lambda self: set(), lambda self, value: None),
                             raising=False)
     out = tmp_path / "ahead.rwcap"
     stop = threading.Event()
