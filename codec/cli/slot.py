@@ -35,11 +35,12 @@ def _size(value: int) -> str:
     """Bytes as a person reads them: ``184 B``, ``36.2 MiB``."""
     if value < 1024:
         return f"{value} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024  # type: ignore[assignment]
-        if value < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}"
-    raise AssertionError  # (unreachable)
+    size, unit = value / 1024, "KiB"
+    for larger in ("MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, larger
+    return f"{size:.1f} {unit}"
 
 
 def _age(since: str, now: datetime.datetime) -> str:
