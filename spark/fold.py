@@ -33,6 +33,7 @@ __all__ = ["fold_batches"]
 
 BATCH_ROWS = 1 << 16  # rows per Arrow batch handed back
 _SETS = ("insert", "snapshot", "backfill", "update")  # the ops whose row a key keeps when it is the key's last
+_REPLACING = pa.array(["update", "delete", "backfill"])  # the ops that replace or remove a row a key had
 
 
 def fold_batches(batches: Iterable[pa.RecordBatch], columns: Sequence[str], key: Sequence[str],
@@ -77,8 +78,8 @@ def _by_key(table: pa.Table, columns: Sequence[str], key: Sequence[str]) -> tupl
     must go to the change-by-change fold (see the module docstring)."""
     width = len(columns)
     op, toast = table.column(0), table.column(4 + width)
-    updates, deletes = pc.equal(op, "update"), pc.equal(op, "delete")
-    if not pc.any(pc.or_(updates, deletes)).as_py():  # inserts only: every row stays, equal ones too
+    updates = pc.equal(op, "update")
+    if not pc.any(pc.is_in(op, value_set=_REPLACING)).as_py():  # inserts only: every row stays, equal ones too
         return table, table.slice(0, 0)
     if len(set(key)) >= width:
         return None

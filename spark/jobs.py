@@ -394,17 +394,17 @@ def _buckets(entries: list[dict[str, Any]], size: int, parallelism: int) -> int:
     return 1 << (parallelism.bit_length() - 1)
 
 
-def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, target: str, bucket: int = 0,
-                buckets: int = 1) -> int:
-    """Spark task: fold one table's change rows (``entries``: its shapes in the manifest, oldest first),
-    read from their files, into its current rows, written as one Parquet file of ``arrow_schema`` in
-    ``target``; the number of rows written.  With ``buckets`` (a power of two), only the keys whose low bits
-    are ``bucket`` (and TRUNCATEs, which have no key)."""
+def read_changes(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, bucket: int = 0,
+                 buckets: int = 1) -> Any:
+    """One table's change rows (``entries``: its shapes in the manifest, oldest first), read from their files,
+    as one Arrow table in commit order laid out as :mod:`replwire.spark.fold` takes them, the columns cast to
+    ``arrow_schema``'s (the table's last shape; a column a shape lacks is null); ``None`` when there are
+    none.  With ``buckets`` (a power of two), only the keys whose low bits are ``bucket`` (and TRUNCATEs,
+    which have no key)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .fold import fold_batches
     from .rows import meta_names
 
     last = entries[-1]
@@ -435,13 +435,31 @@ def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: A
                 changes = changes.filter(pc.or_kleene(pc.is_null(number), pc.equal(
                     pc.bit_wise_and(number, buckets - 1), bucket)))
             parts.append(changes)
+    if not parts:
+        return None
+    changes = pa.concat_tables(parts)
+    return changes.take(pc.sort_indices(changes, [("f1", "ascending"), ("f2", "ascending")]))
+
+
+def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, target: str, bucket: int = 0,
+                buckets: int = 1) -> int:
+    """Spark task: fold one table's change rows (``entries``: its shapes in the manifest, oldest first),
+    read from their files (:func:`read_changes`), into its current rows, written as one Parquet file of
+    ``arrow_schema`` in ``target``; the number of rows written.  With ``buckets``, only the keys of
+    ``bucket`` (see :func:`read_changes`)."""
+    import pyarrow.parquet as pq
+
+    from .fold import fold_batches
+
+    last = entries[-1]
+    columns = last["columns"]
+    key = last["key"] or columns
+    changes = read_changes(changes_dir, entries, arrow_schema, bucket, buckets)
     os.makedirs(target, exist_ok=True)
     path = os.path.join(target, f".part-{bucket:05d}.parquet.tmp")
     written = 0
     with pq.ParquetWriter(path, arrow_schema) as writer:
-        if parts:
-            changes = pa.concat_tables(parts)
-            changes = changes.take(pc.sort_indices(changes, [("f1", "ascending"), ("f2", "ascending")]))
+        if changes is not None:
             for batch in fold_batches(changes.to_batches(), columns, key, _truncates(entries), arrow_schema):
                 writer.write_batch(batch)
                 written += batch.num_rows

@@ -2,9 +2,9 @@
 (:func:`replwire.codec.stream.fold.fold`, whose rules tests/stream/test_fold.py checks by hand and the apply
 tests against ``SELECT *`` on real servers), on change sequences a server can send: a key is inserted only when
 no row holds it, an update names its row by its new key or (a key change) its old key, a delete carries its
-row's key, TRUNCATEs are in the rows or only announced; unchanged TOASTed values, unrepresentable values,
-tables without a key (every row kept, REPLICA IDENTITY FULL), batches of any size and both forms of the
-unrepresentable column (JSON from Spark, a map from the change files).
+row's key, TRUNCATEs are in the rows or only announced, a backfill's rows replace their key's row; unchanged
+TOASTed values, unrepresentable values, tables without a key (every row kept, REPLICA IDENTITY FULL), batches
+of any size and both forms of the unrepresentable column (JSON from Spark, a map from the change files).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def streams(draw):
     changes, announced = [], []
     for position in range(draw(st.integers(0, 40))):
         lsn = position // 3
-        op = draw(st.sampled_from(["insert", "insert", "update", "update", "delete", "truncate"]))
+        op = draw(st.sampled_from(["insert", "insert", "update", "update", "delete", "truncate", "backfill"]))
         odd = draw(st.none() | st.just({"v": "NaN"}))
         if op == "truncate":
             live.clear()
@@ -75,6 +75,13 @@ def streams(draw):
             continue
         row = (draw(ids), draw(k2s), draw(texts), draw(texts))
         ident = row if keyless else tuple(row[COLUMNS.index(k)] for k in key)
+        if op == "backfill":  # a row a backfill read (tables with a key): the key's row as it is there
+            if keyless:
+                continue
+            live = [r for r in live if tuple(r[COLUMNS.index(k)] for k in key) != ident]
+            live.append(row)
+            changes.append(("backfill", lsn, position, row, None, None, odd))
+            continue
         if op == "insert":
             if not keyless and any(tuple(r[COLUMNS.index(k)] for k in key) == ident for r in live):
                 continue  # the server refuses a second row with the key
@@ -138,3 +145,17 @@ def test_arrow_fold_of_a_hand_made_stream(odd_as_map):
 def test_arrow_fold_of_nothing_is_an_empty_batch_of_the_schema():
     batches = list(fold_batches([], COLUMNS, ["id"], [], OUT))
     assert [b.num_rows for b in batches] == [0] and batches[0].schema == OUT
+
+
+def test_a_backfill_row_replaces_its_keys_row_among_inserts_only():
+    """Inserts and a backfill's rows, no update or delete: each key keeps one row, the backfill's (a table
+    whose rows the stream inserted, then backfilled)."""
+    changes = [
+        ("snapshot", 1, 1, (1, "a", "old", None), None, None, None),
+        ("insert", 2, 2, (2, "a", "inserted", None), None, None, None),
+        ("backfill", 3, 3, (1, "a", "read", None), None, None, None),
+        ("backfill", 3, 4, (2, "a", "read", None), None, None, None),
+    ]
+    for size in (1, 4):
+        rows = canonical(arrow_rows(fold_batches(layout(changes, ["id"], True, size), COLUMNS, ["id"], [], OUT)))
+        assert rows == [((1, "a", "read", None), (), ()), ((2, "a", "read", None), (), ())]
