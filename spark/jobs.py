@@ -89,6 +89,9 @@ class ApplySummary:
     out: str
     rows: dict[str, int]
     changes: ChangesSummary
+    #: ``format="delta"``: per table, what the run did to its Delta table
+    #: (:class:`~replwire.spark.delta.TableApplied`)
+    applied: dict[str, Any] = field(default_factory=dict)
 
 
 def _quote(name: str) -> str:
@@ -558,7 +561,7 @@ def _parquet_rows(directory: str) -> int:
 
 def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
           encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
-          progress: Callable[[int, int], None] | None = None) -> ApplySummary:
+          progress: Callable[[int, int], None] | None = None, format: str = "parquet") -> ApplySummary:
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
     per-table changes it is computed from are kept in ``out/_changes``.
 
@@ -576,6 +579,10 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     from replwire.codec.split import open_inputs
 
     inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)  # refused before out is touched
+    if format == "delta":
+        return _apply_delta(spark, inputs, out, part_bytes=part_bytes, overwrite=overwrite, progress=progress)
+    if format != "parquet":
+        raise ValueError(f"unknown format {format!r}: parquet or delta")
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
     summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=False, progress=progress)
@@ -621,3 +628,42 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     folded = {table: n for future in futures for table, n in future.result().items()}
     rows = {table: folded[table] for table in by_table}
     return ApplySummary(out, rows, summary)
+
+
+def _apply_delta(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None, overwrite: bool,
+                 progress: Callable[[int, int], None] | None) -> ApplySummary:
+    """:func:`apply` into Delta tables, ``out/<schema>.<table>/``: each table's changes past the position it
+    holds, in one commit that records the new one (:mod:`replwire.spark.delta`).  The tables under ``out``
+    that hold another stream's changes are refused before anything is written; ``overwrite`` removes
+    ``out`` first.  The change rows are written to ``out/_changes`` and removed once every table is done."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from . import delta
+
+    delta.need_deltalake()
+    app_id = delta.stream_id(inputs[0].header)
+    if overwrite and os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+    refused = [why for name in sorted(os.listdir(out)) if not name.startswith("_")
+               for why in [delta.DeltaTarget(os.path.join(out, name), app_id).foreign()] if why]
+    if refused:
+        raise ValueError("; ".join(refused))
+    changes_dir = os.path.join(out, "_changes")
+    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress)
+    with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for entry in manifest["tables"]:
+        by_table.setdefault(entry["table"], []).append(entry)
+    applied = {}
+    for table, entries in by_table.items():
+        last = entries[-1]
+        arrow_schema = to_arrow_schema(_fold_schema(last)[0], timezone="UTC")
+        keyed = bool(last["key"]) and last["replica_identity"] != "f"
+        target = delta.DeltaTarget(os.path.join(out, _dir_name(table)), app_id)
+        applied[table] = delta.apply_table(read_changes(changes_dir, entries, arrow_schema), target,
+                                           last["columns"], last["key"] if keyed else last["columns"], keyed,
+                                           _truncates(entries), arrow_schema)
+    shutil.rmtree(changes_dir)
+    return ApplySummary(out, {table: done.rows for table, done in applied.items()}, summary, applied)
