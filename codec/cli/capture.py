@@ -3,12 +3,14 @@
 Strategy: a shell over :class:`~replwire.codec.io.live.LiveCapture` (and, with ``--snapshot``,
 :func:`~replwire.codec.io.snapshot.take_snapshot` first): it turns SIGTERM and Ctrl-C into a clean stop once
 streaming, shows progress on stderr (a rewritten line on a terminal, a line every few seconds elsewhere),
-and maps the library's errors to the exit statuses its help lists.
+runs the capture's :class:`~replwire.codec.io.metrics.CaptureMetrics` with ``--metrics`` (the HTTP endpoint
+and the slot's guards), and maps the library's errors to the exit statuses its help lists.
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -24,6 +26,20 @@ if TYPE_CHECKING:
     from ..io.snapshot import SnapshotResult
 
 __all__ = ["capture_command"]
+
+#: The units a SIZE may have, as PostgreSQL's settings take them (powers of 1024).
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A SIZE option's bytes: ``1073741824``, ``512MB``, ``1GiB`` (kB, MB, GB, TB and KiB, ... are powers of
+    1024)."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,6})?) ?(?:([kKmMgGtT])(?:i?[bB])?|[bB])?", value.strip())
+    if match is None:
+        raise click.BadParameter(f"{value!r} is not a size (e.g. 1GiB, 512MB, 1073741824)")
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
 
 
 @click.command("capture")
@@ -62,6 +78,12 @@ __all__ = ["capture_command"]
 @click.option("--backfill-rate", type=click.FloatRange(min=1), metavar="ROWS",
               help="Read at most ROWS rows per second per table backfilled (default: as fast as the chunks go), "
                    "to spare a busy server.")
+@click.option("--metrics", "metrics_at", metavar="[HOST:]PORT",
+              help="Serve metrics (OpenMetrics/Prometheus text) at http://HOST:PORT/metrics; HOST is 127.0.0.1 "
+                   "unless given (0.0.0.0:PORT: every interface).")
+@click.option("--warn-safe-wal", callback=_size, metavar="SIZE",
+              help="With --metrics: warn when the slot's safe_wal_size (what the server may write before it "
+                   "removes WAL the slot needs, under max_slot_wal_keep_size) falls under SIZE (default: 1GiB).")
 @click.option("--no-reconnect", is_flag=True,
               help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
                    "resuming by itself (like pg_recvlogical's --no-loop).")
@@ -69,7 +91,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                     binary: bool, messages: bool, two_phase: bool, out: pathlib.Path, create_publication: bool,
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
                     batch_size: int, initial_snapshot: bool, backfill: tuple[str, ...], backfill_budget: float,
-                    backfill_rate: float | None, no_reconnect: bool) -> None:
+                    backfill_rate: float | None, metrics_at: str | None, warn_safe_wal: int | None,
+                    no_reconnect: bool) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
@@ -78,7 +101,10 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     after a growing delay (unless --no-reconnect).  With --snapshot the slot is created with an exported
     snapshot and every published table is copied first; a snapshot that was interrupted is taken again from
     the start by the same command.  With --backfill the tables named are copied while the capture streams,
-    on any slot, a chunk at a time; run again, it continues from the last chunk in OUT.
+    on any slot, a chunk at a time; run again, it continues from the last chunk in OUT.  With --metrics the
+    capture's counters and positions are served over HTTP, and the slot's state is read every 10 s: served
+    too, and a warning says when its WAL is at risk (--warn-safe-wal, wal_status unreserved or lost, an
+    idle_replication_slot_timeout).
 
     Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
     settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
@@ -95,10 +121,18 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     need_psycopg2("capture")
     from ..io.connection import CaptureError, CaptureSettings
     from ..io.live import LiveCapture
+    from ..io.metrics import DEFAULT_WARN_SAFE_WAL, CaptureMetrics, parse_listen
     from ..io.positions import Progress
 
+    try:
+        listen = None if metrics_at is None else parse_listen(metrics_at)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--metrics'") from None
+    if warn_safe_wal is not None and listen is None:
+        raise click.UsageError("--warn-safe-wal needs --metrics (its guard reads the slot's state with the metrics)")
+
     console = Console(stderr=True)
-    shown = {"at": 0.0, "messages": 0}
+    shown = {"at": 0.0, "messages": 0, "bytes": 0, "transactions": 0}
 
     def report(progress: Progress) -> None:
         now = time.monotonic()
@@ -109,13 +143,17 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
         if progress.messages == 0 and progress.current_lsn == 0:
             line = f"{clock} waiting for changes; flushed {progress.flushed_lsn}"
         else:
-            since = shown["at"] or progress.started  # (the rate since the last line)
-            rate = max(0, progress.messages - shown["messages"]) / max(now - since, 1e-6)
-            line = (f"{clock} {count_noun(progress.messages, 'message')} ({rate:,.0f}/s), "
-                    f"{progress.bytes / 2**20:.1f} MiB, {count_noun(progress.transactions, 'transaction')}; "
-                    f"received {progress.current_lsn}, flushed {progress.flushed_lsn}, "
-                    f"lag {count_noun(progress.lag_bytes, 'byte')}")
-        shown["at"], shown["messages"] = now, progress.messages
+            seconds = max(now - (shown["at"] or progress.started), 1e-6)  # (the rates since the last line)
+
+            def rate(name: str, value: int) -> float:
+                return max(0, value - shown[name]) / seconds
+
+            line = (f"{clock} {count_noun(progress.messages, 'message')} ({rate('messages', progress.messages):,.0f}"
+                    f"/s), {progress.bytes / 2**20:.1f} MiB ({rate('bytes', progress.bytes) / 2**20:,.1f} MiB/s), "
+                    f"{count_noun(progress.transactions, 'transaction')} "
+                    f"({rate('transactions', progress.transactions):,.0f}/s); received {progress.current_lsn}, "
+                    f"flushed {progress.flushed_lsn}, lag {count_noun(progress.lag_bytes, 'byte')}")
+        shown.update(at=now, messages=progress.messages, bytes=progress.bytes, transactions=progress.transactions)
         console.print(line, end="\r" if console.is_terminal else "\n", highlight=False, soft_wrap=True)
 
     def say(line: str) -> None:
@@ -148,9 +186,17 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                           via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say,
                           backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget,
                           backfill_rate=backfill_rate)
+    guard = DEFAULT_WARN_SAFE_WAL if warn_safe_wal is None else warn_safe_wal
+    metrics = None if listen is None else CaptureMetrics(capture, listen, warn_safe_wal=guard, log=say)
     taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
     try:
         capture.check_output()  # before anything is done on the server, the snapshot included
+        if metrics is not None:
+            try:
+                metrics.start()
+            except OSError as error:
+                raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
+                                           ) from None
         if initial_snapshot:
             taken = _snapshot(console, dsn, out, settings, create_publication)
         streaming_phase["on"] = True
@@ -163,6 +209,9 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     except KeyboardInterrupt:  # (a second Ctrl-C, or one before streaming): what is in OUT is durable
         click.echo("interrupted", err=True)
         sys.exit(130)
+    finally:
+        if metrics is not None:
+            metrics.stop()
     resumed = capture.resumed_records
     after = f", resumed after {count_noun(resumed, 'record')}" if resumed is not None and taken is None else ""
     rows = f"{taken.rows:,} snapshot row{'s' if taken.rows != 1 else ''} and " if taken is not None else ""

@@ -120,6 +120,10 @@ class LiveCapture(SqlCapture):
         self.reconnects = 0  # how many times the capture reconnected
         self._activity = time.monotonic()  # when the last message arrived (for idle_exit)
         self._streamed = False  # whether streaming ever started (only then is a lost connection reconnected)
+        # For the metrics (metrics.py): the protocol version and the last message written that completed a
+        # transaction's position (whose commit time it reads), and the backfill of the connection streaming now.
+        self.last_completed: tuple[int, bytes] | None = None
+        self.running_backfill: Backfill | None = None
 
     def check_output(self) -> CaptureHeader | None:
         """:func:`check_output` of this capture's file (:meth:`run` calls it first; a caller with work of its
@@ -335,6 +339,7 @@ class LiveCapture(SqlCapture):
             walsender = conn.get_backend_pid()
             if self.backfill or self.settings.messages:  # (from what the file holds now: a reconnection
                 backfill = self._backfill(writer)        # continues each run from there, and takes requests)
+                self.running_backfill = backfill
                 backfill.prepare()
                 follow = backfill.feed
             cur.start_replication(slot_name=self.settings.slot, decode=False,
@@ -360,6 +365,7 @@ class LiveCapture(SqlCapture):
                 burst: list[tuple[int, int, bytes]] = []
                 add = burst.append
                 completed = 0
+                done: bytes | None = None  # the last transaction's message that completed a position
                 durable_now = False
                 in_burst = True
                 try:
@@ -377,6 +383,8 @@ class LiveCapture(SqlCapture):
                                 add((start, 0, record))
                         if position is not None:
                             completed += 1
+                            if data[0] != 0x4D:  # (not a Message: a commit, prepare or rollback has a time)
+                                done = data
                             if position > pending:
                                 pending = position
                         if start == 0 and pending:
@@ -394,6 +402,8 @@ class LiveCapture(SqlCapture):
                     progress.messages += len(burst)
                     progress.bytes += sum(len(record[2]) for record in burst)
                     progress.transactions += completed
+                    if done is not None:
+                        self.last_completed = (proto, done)
                     current = max((record[0] for record in burst), default=0)  # (0: a message without a position)
                     if current > progress.current_lsn:
                         progress.current_lsn = LSN(current)
