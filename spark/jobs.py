@@ -90,7 +90,7 @@ class ApplySummary:
     rows: dict[str, int]
     changes: ChangesSummary
     #: ``format="delta"``: per table, what the run did to its Delta table
-    #: (:class:`~replwire.spark.delta.TableApplied`)
+    #: (:class:`~replwire.spark.increment.Applied`)
     applied: dict[str, Any] = field(default_factory=dict)
 
 
@@ -639,9 +639,10 @@ def _apply_delta(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | N
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from . import delta
+    from .increment import stream_id
 
     delta.need_deltalake()
-    app_id = delta.stream_id(inputs[0].header)
+    app_id = stream_id(inputs[0].header)
     if overwrite and os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out, exist_ok=True)
