@@ -27,6 +27,11 @@ chunk's rows right after its closing watermark's record, as the table's rows at 
 (:data:`BACKFILL_CHUNK`, :data:`BACKFILL_ROWS`, :data:`BACKFILL_END`).  Their records have the closing
 watermark's LSN, and a reader applies each row as the row of its key at that position: it replaces what the
 key had.  A version 3 file is a version 4 file without them.
+
+Format version 5 added :data:`COLUMN_DEFAULTS`, written right after each Relation message of the stream:
+the stored default of each published column that has one.  A column added with ``ADD COLUMN ... DEFAULT``
+holds that value in every row that existed then, which the stream never sends until the row changes; with
+the record a reader fills it in.  A version 4 file is a version 5 file without them.
 """
 
 from .constructs import Counted, Crc32, Magic
@@ -54,16 +59,16 @@ __all__ = [
     "HEADER_FIELDS", "MAGIC", "NOT_PGOUTPUT", "OPTION", "RECORD", "RECORD_FIELDS", "SLOT_NAME", "SNAPSHOT_BEGIN",
     "SNAPSHOT_END", "SNAPSHOT_RECORDS", "SNAPSHOT_ROWS", "SNAPSHOT_SCHEMA_MESSAGE", "SNAPSHOT_SLOT", "SNAPSHOT_TABLE",
     "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER", "SLOT_CONFIRMED", "BACKFILL_CHUNK", "BACKFILL_ROWS", "BACKFILL_END",
-    "BACKFILL_RECORDS", "BACKFILL_PREFIX", "CAPTURE_RECORDS",
+    "BACKFILL_RECORDS", "BACKFILL_PREFIX", "CAPTURE_RECORDS", "COLUMN_DEFAULT", "COLUMN_DEFAULTS",
 ]
 
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
 MAGIC = b"RWCAP\r\n\x1a"
 #: The format version this code writes.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: The format versions this code reads (version 2 added the snapshot section, version 3 SlotConfirmed,
 #: version 4 the backfill records).
-FORMAT_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSIONS = (1, 2, 3, 4, 5)
 #: The header option that holds the connection's client encoding (PostgreSQL's name), and its value when
 #: the option is absent (a file captured in UTF8, which is written without it).
 CLIENT_ENCODING = "client_encoding"
@@ -275,6 +280,34 @@ BACKFILL_END = message(
 #: The backfill record kinds.
 BACKFILL_RECORDS = (BACKFILL_CHUNK, BACKFILL_ROWS, BACKFILL_END)
 
+
+# -- column defaults -----------------------------------------------------------------------------------------
+
+DEFAULTS_FAMILY = "defaults"
+
+COLUMN_DEFAULT = record(
+    field("name", String, "The column's name, as the Relation message names it."),
+    field("kind", Int8, "1: value is the column's stored default (pg_attribute.attmissingval), which every "
+                        "row that existed when the column was added holds; 2: the column has a default but "
+                        "none is stored (the table was rewritten: a volatile default, or a rewrite since), so "
+                        "the rows the stream has not sent hold values it does not know."),
+    field("value", String, "The value's text (its type's output function) for kind 1; empty for kind 2."),
+    doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
+COLUMN_DEFAULTS = message(
+    b"\x0b", "ColumnDefaults",
+    field("relation_id", Oid, "OID of the table (the Relation message's relation_id)."),
+    counted("columns", Int16, COLUMN_DEFAULT, "column",
+            "The published columns of the Relation that have a stored default or a default, as the catalog "
+            "had them when the capture read it."),
+    doc="The defaults of a table's columns, written right after a Relation message of the stream (when one "
+        "of its columns has any), with the Relation's LSN.  A reader that sees a column added between two "
+        "shapes of a table fills it, in the rows written under the older shape, with its kind 1 value: what "
+        "the server reads for them.",
+    family=DEFAULTS_FAMILY, layer="capture", doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
+)
+
 #: Every record kind of a capture file that is not a pgoutput message: the snapshot section's,
-#: SlotConfirmed, and the backfills'.
-CAPTURE_RECORDS = (*SNAPSHOT_RECORDS, SLOT_CONFIRMED, *BACKFILL_RECORDS)
+#: SlotConfirmed, the backfills' and ColumnDefaults.
+CAPTURE_RECORDS = (*SNAPSHOT_RECORDS, SLOT_CONFIRMED, *BACKFILL_RECORDS, COLUMN_DEFAULTS)

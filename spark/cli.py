@@ -156,6 +156,9 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
     if job == "apply":
         for name, n in sorted(result.rows.items()):
             click.echo(f"{name}: {n} rows")
+    for column in summary.unknown_defaults:
+        click.echo(f"warning: {column} was added with a default the server wrote into each row: the rows the "
+                   "stream has not sent since are null in it (a backfill of the table gives them)", err=True)
     for tail in summary.tails:
         click.echo(f"{'error' if tail in summary.damaged else 'warning'}: {tail}", err=True)
     click.echo(f"{summary.records:,} messages, {summary.transactions:,} transactions, {summary.changes:,} "

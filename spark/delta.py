@@ -16,7 +16,7 @@ changed type makes the table rewritten (Delta keeps neither in place without col
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -64,15 +64,18 @@ def need_deltalake() -> None:
 
 
 def apply_table(changes: pa.Table | None, target: DeltaTarget, columns: Sequence[str], key: Sequence[str],
-                keyed: bool, truncates: Sequence[tuple[int, int]], arrow_schema: pa.Schema) -> Applied:
+                keyed: bool, truncates: Sequence[tuple[int, int]], arrow_schema: pa.Schema,
+                fill: Mapping[str, Any] | None = None) -> Applied:
     """Apply one table's ``changes`` past ``target``'s position to it in one commit (the arguments as
-    :func:`~replwire.spark.increment.increment` takes them)."""
+    :func:`~replwire.spark.increment.increment` takes them).  A column added with a stored default (in
+    ``fill``) makes the table rewritten, its rows given the value."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     added, reshaped = _shape_change(target.table.schema() if target.table is not None else None, arrow_schema)
+    reshaped = reshaped or any(name in (fill or {}) for name in added)
     step = increment(changes, truncates, target.position, columns, key, keyed, arrow_schema,
                      exists=target.table is not None, reshaped=reshaped,
-                     read_rows=lambda keys: _read_rows(target, key, keys))
+                     read_rows=lambda keys: _read_rows(target, key, keys), fill=fill)
     if step is None:
         return Applied(target.position or 0, "none", 0, _rows(target))
     commit = CommitProperties(app_transactions=[Transaction(target.app_id, step.position)],

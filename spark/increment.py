@@ -27,7 +27,7 @@ the table's rows read back keep that.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,8 @@ class Applied:
 
 def increment(changes: pa.Table | None, truncates: Sequence[tuple[int, int]], held: int | None,
               columns: Sequence[str], key: Sequence[str], keyed: bool, arrow_schema: pa.Schema, *,
-              exists: bool, reshaped: bool, read_rows: ReadRows) -> Increment | None:
+              exists: bool, reshaped: bool, read_rows: ReadRows, fill: Mapping[str, Any] | None = None
+              ) -> Increment | None:
     """What the table needs to hold the changes past ``held`` (its position; ``None`` when it has none), or
     ``None`` when nothing lies past it.
 
@@ -87,7 +88,9 @@ def increment(changes: pa.Table | None, truncates: Sequence[tuple[int, int]], he
     in commit order), ``truncates`` the ``(commit_lsn, position)`` of its TRUNCATEs; ``key`` names the
     columns that identify a row (all ``columns`` when the table has no key: ``keyed`` false);
     ``arrow_schema`` is the table's current rows' (the fold's).  ``exists`` says whether the table exists,
-    ``reshaped`` whether the sink must rewrite it to change its columns; ``read_rows`` reads its rows."""
+    ``reshaped`` whether the sink must rewrite it to change its columns; ``read_rows`` reads its rows.
+    ``fill`` gives the value (an Arrow scalar) of a column added with a stored default, for the table's rows
+    that lack the column: the sink makes such a table rewritten."""
     if changes is not None and held is not None:
         lsn = changes.column(1)
         changes = changes.filter(pc.or_(pc.greater(lsn, held), pc.and_(pc.equal(lsn, held),
@@ -104,7 +107,8 @@ def increment(changes: pa.Table | None, truncates: Sequence[tuple[int, int]], he
     else:
         how = "rewrite" if truncated or not keyed or reshaped else "merge"
         if not truncated:
-            prior = _prior_rows(read_rows, changes, columns, key, arrow_schema, whole=how == "rewrite")
+            prior = _prior_rows(read_rows, changes, columns, key, arrow_schema, whole=how == "rewrite",
+                                fill=fill or {})
     applied = changes.num_rows
     if prior is not None and prior.num_rows:
         changes = pa.concat_tables([_as_changes(prior, held or 0, columns, changes.schema), changes])
@@ -128,10 +132,10 @@ def _touched(changes: pa.Table, columns: Sequence[str], key: Sequence[str]) -> p
 
 
 def _prior_rows(read_rows: ReadRows, changes: pa.Table, columns: Sequence[str], key: Sequence[str],
-                arrow_schema: pa.Schema, whole: bool) -> pa.Table | None:
-    """The table's rows the fold must meet, in ``arrow_schema`` (columns added since are null, a changed
-    column cast): all of them for a rewrite (``whole``), else those of the keys whose changes carry an
-    unchanged TOASTed value."""
+                arrow_schema: pa.Schema, whole: bool, fill: Mapping[str, Any]) -> pa.Table | None:
+    """The table's rows the fold must meet, in ``arrow_schema`` (a column added since is its ``fill`` value or
+    null, a changed column cast): all of them for a rewrite (``whole``), else those of the keys whose changes
+    carry an unchanged TOASTed value."""
     if whole:
         found = read_rows(None)
     else:
@@ -142,7 +146,8 @@ def _prior_rows(read_rows: ReadRows, changes: pa.Table, columns: Sequence[str], 
             return None
         found = read_rows(_touched(toasted, columns, key))
     count = found.num_rows
-    arrays = [found.column(f.name).cast(f.type) if f.name in found.column_names else pa.nulls(count, f.type)
+    arrays = [found.column(f.name).cast(f.type) if f.name in found.column_names else
+              pa.repeat(fill[f.name].cast(f.type), count) if f.name in fill else pa.nulls(count, f.type)
               for f in arrow_schema]
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 

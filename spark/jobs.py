@@ -73,6 +73,10 @@ class ChangesSummary:
     truncates: dict[str, dict[int, list[tuple[int, int]]]] = field(default_factory=dict)
     #: table -> the versions with an update that carried the row's old key or old image
     old_images: dict[str, set[int]] = field(default_factory=dict)
+    #: ``schema.table.column`` of the columns added during the capture with a default the server wrote into
+    #: each row (a volatile default, or the table rewritten before the capture read the catalog): the rows the
+    #: stream has not sent since hold values the capture does not know
+    unknown_defaults: list[str] = field(default_factory=list)
     #: the executors that decoded the parts -> the codec each ran, ``("c", "")`` or ``("python", why)``
     #: (:func:`replwire.spark.shipping.codec_status`)
     executors: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -271,7 +275,7 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     """:func:`changes` of inputs already opened (:class:`~replwire.codec.split.Input` s)."""
     from replwire.codec.split import plan
 
-    from .rows import table_schema
+    from .rows import default_values, table_schema
     from .shipping import codec_accumulator, ship
 
     ship(spark)
@@ -302,6 +306,21 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     for by_version in summary.truncates.values():
         for found in by_version.values():
             found.sort()
+    filled = {}  # (table, version) -> the columns whose stored default read_changes fills in
+    had: dict[str, set[str]] = {}  # table -> the columns of its shapes so far
+    for v in versions:
+        names = [c.name for c in v.relation.columns]
+        if v.name in had:
+            summary.unknown_defaults += [f"{v.name}.{n}" for n in names
+                                         if n not in had[v.name] and v.defaults.get(n, (1,))[0] != 1]
+        had.setdefault(v.name, set()).update(names)
+        values = default_values(v, inputs[0].encoding) if v.defaults else None
+        if values is not None:
+            import pyarrow.parquet as pq
+
+            os.makedirs(os.path.join(out, _dir_name(v.name)), exist_ok=True)
+            pq.write_table(values, os.path.join(out, _dir_name(v.name), f"_defaults.v{v.version}.parquet"))
+            filled[v.name, v.version] = values.column_names
     manifest = {"inputs": [i.path for i in inputs], "proto_version": inputs[0].proto_version,
                 "tables": [{"table": v.name, "schema": v.schema, "name": v.table, "version": v.version,
                             "path": os.path.join(_dir_name(v.name), f"v{v.version}"),
@@ -311,6 +330,8 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
                             "replica_identity": v.relation.replica_identity,
                             "columns": [c.name for c in v.relation.columns],
                             "key": [c.name for c in v.relation.columns if c.flags & 1],
+                            "defaults": filled.get((v.name, v.version), []),
+                            "unknown_defaults": [name for name, (kind, _) in v.defaults.items() if kind != 1],
                             "spark_schema": table_schema(v).json()} for v in versions],
                 "messages": summary.messages}
     with open(os.path.join(out, MANIFEST), "w", encoding="utf-8") as handle:
@@ -415,9 +436,10 @@ def read_changes(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: 
     key = last["key"] or columns
     key_types = [types[columns.index(k)] for k in key]
     parts = []
-    for entry in entries:
+    for index, entry in enumerate(entries):
         meta = meta_names(entry["columns"])
         present = set(entry["columns"])
+        filled = _filled(changes_dir, entries[index + 1:], present)
         for path in _change_files(changes_dir, entry):
             rows = pq.read_table(path, columns=[*(meta[m] for m in ("op", "commit_lsn", "position", "_before",
                                                                    "_unchanged_toast", "_unrepresentable")),
@@ -430,7 +452,9 @@ def read_changes(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: 
                 names=list(key), mask=pc.is_null(before))
             changes = pa.Table.from_arrays(
                 [rows.column(meta["op"]), rows.column(meta["commit_lsn"]), rows.column(meta["position"]),
-                 *[rows.column(c).cast(t) if c in present else pa.nulls(count, t) for c, t in zip(columns, types)],
+                 *[rows.column(c).cast(t) if c in present else
+                   pa.repeat(filled[c].cast(t), count) if c in filled else pa.nulls(count, t)
+                   for c, t in zip(columns, types)],
                  before, rows.column(meta["_unchanged_toast"]), rows.column(meta["_unrepresentable"])],
                 names=[f"f{i}" for i in range(len(columns) + 6)])
             if buckets > 1:
@@ -442,6 +466,23 @@ def read_changes(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: 
         return None
     changes = pa.concat_tables(parts)
     return changes.take(pc.sort_indices(changes, [("f1", "ascending"), ("f2", "ascending")]))
+
+
+def _filled(changes_dir: str, later: list[dict[str, Any]], present: set[str]) -> dict[str, Any]:
+    """The values of the columns a table shape lacks and a ``later`` shape added with a stored default (the
+    manifest's ``defaults``): the rows written under the shape hold that value, as the server reads them."""
+    import pyarrow.parquet as pq
+
+    found: dict[str, Any] = {}
+    for entry in later:
+        added = [c for c in entry["columns"] if c not in present and c not in found]
+        wanted = [c for c in added if c in entry.get("defaults", ())]
+        if wanted:
+            values = pq.read_table(os.path.join(changes_dir, _dir_name(entry["table"]),
+                                                f"_defaults.v{entry['version']}.parquet"), columns=wanted)
+            found.update((c, values.column(c)[0]) for c in wanted)
+        present = present | set(added)
+    return found
 
 
 def _fold_files(changes_dir: str, entries: list[dict[str, Any]], arrow_schema: Any, target: str, bucket: int = 0,
@@ -510,11 +551,12 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     types = {f.name: f.dataType for f in fold_schema.fields[:len(columns)]}
     lsn, position = _quote(names["commit_lsn"]), _quote(names["position"])
     frames = []
-    for entry in entries:
+    for index, entry in enumerate(entries):
         if not entry["rows"]:
             continue
         df = spark.read.parquet(os.path.join(changes_dir, entry["path"]))
         present = set(entry["columns"])
+        filled = {c: F.lit(value.as_py()) for c, value in _filled(changes_dir, entries[index + 1:], present).items()}
         meta = {name: _quote(chosen) for name, chosen in meta_names(entry["columns"]).items()}
         before = F.when(F.col(meta["_before"]).isNotNull(), F.struct(*[
             (F.col(f"{meta['_before']}.{_quote(c)}") if c in present else F.lit(None)).cast(types[c]).alias(c)
@@ -523,7 +565,8 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
         frames.append(df.select(
             F.col(meta["op"]).alias(names["op"]), F.col(meta["commit_lsn"]).alias(names["commit_lsn"]),
             F.col(meta["position"]).alias(names["position"]),
-            *[(F.col(_quote(c)) if c in present else F.lit(None)).cast(types[c]).alias(c) for c in columns],
+            *[(F.col(_quote(c)) if c in present else filled.get(c, F.lit(None))).cast(types[c]).alias(c)
+              for c in columns],
             before.alias(names["_before"]), F.col(meta["_unchanged_toast"]).alias(names["_unchanged_toast"]),
             F.to_json(F.col(meta["_unrepresentable"])).alias(names["_unrepresentable"])))
     if not frames:
@@ -665,6 +708,7 @@ def _apply_delta(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | N
         target = delta.DeltaTarget(os.path.join(out, _dir_name(table)), app_id)
         applied[table] = delta.apply_table(read_changes(changes_dir, entries, arrow_schema), target,
                                            last["columns"], last["key"] if keyed else last["columns"], keyed,
-                                           _truncates(entries), arrow_schema)
+                                           _truncates(entries), arrow_schema,
+                                           _filled(changes_dir, entries[1:], set(entries[0]["columns"])))
     shutil.rmtree(changes_dir)
     return ApplySummary(out, {table: done.rows for table, done in applied.items()}, summary, applied)

@@ -277,6 +277,27 @@ def _types(version: RelationVersion, loader: ValueLoader) -> list[ColumnType]:
             for c, t in zip(version.relation.columns, version.types)]
 
 
+def default_values(version: RelationVersion, encoding: str) -> pa.Table | None:
+    """The stored defaults of a table shape's columns (kind 1 of its ``ColumnDefaults``), typed as its change
+    rows type them: a table of one row, or ``None`` when it has none (a value its column's type cannot hold
+    is left out, as one the capture did not know)."""
+    from .types import Unrepresentable
+
+    loader = ValueLoader(encoding)
+    fields, values = [], []
+    for column, kind in zip(version.relation.columns, _types(version, loader)):
+        found = version.defaults.get(column.name)
+        if found is None or found[0] != 1:
+            continue
+        try:
+            value = kind.value("t", found[1].encode(encoding))
+        except (Unrepresentable, ValueError):
+            continue
+        fields.append(pa.field(column.name, kind.arrow))
+        values.append(pa.array([value], kind.arrow))
+    return pa.Table.from_arrays(values, schema=pa.schema(fields)) if fields else None
+
+
 def table_schema(version: RelationVersion, loader: ValueLoader | None = None) -> T.StructType:
     """The Spark schema of the typed change rows of one table shape (see the module docstring)."""
     loader = loader or ValueLoader()

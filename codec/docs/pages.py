@@ -425,7 +425,8 @@ def capture_format_page() -> str:
 
 def snapshot_section() -> list[str]:
     """The capture file format page's part on the records that are no pgoutput messages, from their
-    declarations (:data:`replwire.schema.capture.CAPTURE_RECORDS`): the snapshot section, SlotConfirmed."""
+    declarations (:data:`replwire.schema.capture.CAPTURE_RECORDS`): the snapshot section, SlotConfirmed,
+    ColumnDefaults."""
     from ...schema import capture
 
     lines = [
@@ -456,6 +457,20 @@ def snapshot_section() -> list[str]:
         "past what the records before it reach: the slot moved on over changes no given file holds. Readers "
         "pass over the record otherwise; a version 2 file is a version 3 file without it.", "",
         f"### {spec.name}", "", spec.doc, "", field_table(walker.record_node(spec.declaration)), "",
+    ]
+    spec = capture.COLUMN_DEFAULTS
+    lines += [
+        "## Column defaults", "",
+        f"Format version 5 added {spec.name} (first byte 0x0b). `ALTER TABLE ... ADD COLUMN ... DEFAULT` with a "
+        "default that is not volatile rewrites no row: the server stores the value, and every row that existed "
+        "then reads it, while the stream carries those rows only when they change. `replwire capture` reads the "
+        "stored defaults from the catalog when the stream announces a table's shape (a Relation message), and "
+        "writes them right after it; `spark apply` fills a column added between two shapes of a table with its "
+        "stored default in the rows written under the older shape. A default the server wrote into each row "
+        "(a volatile one, or the table rewritten before the capture read the catalog) is named, but its values "
+        "are not known: the capture and `apply` say so, and a backfill of the table gives them.", "",
+        f"### {spec.name}", "", spec.doc, "", field_table(walker.record_node(spec.declaration)), "",
+        "Each column:", "", field_table(walker.record_node(capture.COLUMN_DEFAULT)), "",
     ]
     return lines
 

@@ -36,6 +36,7 @@ from ..errors import ReplwireError
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, cut_file
+from .column_defaults import ColumnDefaults
 from .connection import (
     CaptureDamaged,
     CaptureError,
@@ -124,6 +125,7 @@ class LiveCapture(SqlCapture):
         # transaction's position (whose commit time it reads), and the backfill of the connection streaming now.
         self.last_completed: tuple[int, bytes] | None = None
         self.running_backfill: Backfill | None = None
+        self._defaults: ColumnDefaults | None = None  # (see _column_defaults)
 
     def check_output(self) -> CaptureHeader | None:
         """:func:`check_output` of this capture's file (:meth:`run` calls it first; a caller with work of its
@@ -334,6 +336,7 @@ class LiveCapture(SqlCapture):
         in_burst = interrupted = False  # (in_burst: records read whose bookkeeping is not done)
         refused: CaptureError | None = None  # a message the tracker cannot take: the end of the capture
         backfill: Backfill | None = None
+        defaults = self._column_defaults(writer, proto)
         follow: Callable[[int, bytes], list[bytes]] | None = None  # the backfill's side of each message
         try:
             walsender = conn.get_backend_pid()
@@ -381,6 +384,10 @@ class LiveCapture(SqlCapture):
                         if follow is not None:
                             for record in follow(start, data):  # a backfill's chunk, right after its watermark
                                 add((start, 0, record))
+                        if data[0] == 0x52 and defaults is not None:  # a Relation: its columns' defaults after it
+                            found = defaults.after_relation(data, tracker.in_stream)
+                            if found is not None:
+                                add((start, 0, found))
                         if position is not None:
                             completed += 1
                             if data[0] != 0x4D:  # (not a Message: a commit, prepare or rollback has a time)
@@ -427,6 +434,8 @@ class LiveCapture(SqlCapture):
                 failure = error
         if backfill is not None:
             backfill.stop()
+        if defaults is not None:
+            defaults.close()
         # An OSError or ValueError is the connection's only when the connection is gone; otherwise it is this
         # process's own (a failed write, which writer.failed tells, or the progress callback's), not a loss.
         lost = failure is not None and (is_lost(failure, conn) if isinstance(failure, psycopg2.Error)

@@ -178,6 +178,11 @@ class PositionTracker:
     def idle(self) -> bool:
         return self._state == IDLE and not self.open_streams
 
+    @property
+    def in_stream(self) -> bool:
+        """Whether the messages fed next are inside a Stream Start...Stop block."""
+        return self._state == STREAM
+
     def feed(self, data: bytes) -> int | None:
         """The position ``data`` (one pgoutput message) completes, as an ``int``, or ``None``."""
         if not data:  # PostgreSQL 10 to 14 can send an empty payload

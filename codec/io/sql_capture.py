@@ -24,6 +24,7 @@ from ..options import as_arguments
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureWriter
+from .column_defaults import ColumnDefaults
 from .connection import (
     CaptureError,
     CaptureSettings,
@@ -53,6 +54,18 @@ class SqlCapture:
     progress: Progress
     _activity: float
     _streamed: bool
+    log: Callable[[str], None] | None
+    _defaults: ColumnDefaults | None
+
+    def _column_defaults(self, writer: CaptureWriter, proto: int) -> ColumnDefaults | None:
+        """The reader of the column defaults to write after each Relation (one for the whole run: it knows the
+        columns seen before); ``None`` for a file of a format version without ColumnDefaults records."""
+        if writer.format_version < 5:
+            return None
+        if self._defaults is None:
+            self._defaults = ColumnDefaults(self.dsn, proto, writer.header.client_encoding,
+                                            self.log or (lambda line: None))
+        return self._defaults
 
     def _run_sql(self, writer: CaptureWriter, proto: int, options: dict[str, str],
                  stop: threading.Event | None, idle_exit: float | None) -> Progress:
@@ -66,7 +79,7 @@ class SqlCapture:
             raise
         check_encoding(conn, writer)
         batch = _SqlBatch(self.settings.slot, as_arguments({"proto_version": str(proto), **options}), self.batch_size,
-                          writer, progress)
+                          writer, progress, self._column_defaults(writer, proto))
         failure: str | None = None
         lost = False
 
@@ -132,6 +145,8 @@ class SqlCapture:
                 except OSError:
                     pass
                 conn.close()
+                if batch.defaults is not None:
+                    batch.defaults.close()
         if writer.failed is not None:
             problem = writer.failed
             raise CaptureWriteError(f"cannot write {self.out}: {problem.strerror or problem}; the file was cut back "
@@ -155,8 +170,10 @@ class _SqlBatch:
     fsyncs, and the file ends at a completed position before the slot moves.
     """
 
-    def __init__(self, slot: str, args: list[str], size: int, writer: CaptureWriter, progress: Progress) -> None:
+    def __init__(self, slot: str, args: list[str], size: int, writer: CaptureWriter, progress: Progress,
+                 defaults: ColumnDefaults | None) -> None:
         self.slot, self.args, self.size, self.writer, self.progress = slot, args, size, writer, progress
+        self.defaults = defaults
         self.kept, self.done = writer.mark(), progress.flushed_lsn
         self._counted = progress.messages, progress.bytes  # (the counts at kept)
 
@@ -179,6 +196,10 @@ class _SqlBatch:
                 except ReplwireError as error:
                     raise undecodable(lsn, wal_end, error) from None
                 writer.append(lsn, xid, data)
+                if data[:1] == b"R" and self.defaults is not None:  # a Relation: its columns' defaults after it
+                    found = self.defaults.after_relation(data, tracker.in_stream)
+                    if found is not None:
+                        writer.append(lsn, 0, found)
                 rows += 1
                 progress.messages += 1
                 progress.bytes += len(data)
@@ -199,7 +220,10 @@ class _SqlBatch:
 
     def settle(self) -> None:
         """Drop what was appended after the last completed position, and fsync: on disk before the slot moves.
-        What is dropped is not counted (it is received, and counted, again)."""
+        What is dropped is not counted (it is received, and counted, again), and its column defaults are written
+        again after the Relations sent again."""
+        if self.defaults is not None and self.writer.mark() != self.kept:
+            self.defaults.forget()
         self.writer.rewind(self.kept)
         self.progress.messages, self.progress.bytes = self._counted
         self.writer.sync()

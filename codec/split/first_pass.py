@@ -80,6 +80,8 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
     repeated_lone: list[set[int]] = []
     shapes: dict[tuple[str, str], tuple[Any, ...]] = {}
     versions: list[RelationVersion] = []
+    current: dict[tuple[str, str], RelationVersion] = {}  # each table's shape now
+    announced: dict[int, RelationVersion] = {}  # relation id -> the shape its last Relation message announced
     result = Plan(parts, versions)
     streams = router.streams
     last_end = -1
@@ -113,6 +115,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
             versions.append(RelationVersion(name[0], name[1], number, message,
                                             tuple(known.get(c.type_id) for c in message.columns),
                                             source.position(offset)))
+            current[name] = versions[-1]
+        if types is None:  # (the stream's: the ColumnDefaults record after it is of this shape)
+            announced[message.relation_id] = current[name]
 
     def control(source: Input, offset: int, lsn: int, data: bytes) -> None:  # decode and route one record
         nonlocal last_end, chunks_repeated
@@ -126,6 +131,12 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
                     decoder.remember(schema_message)
                     if isinstance(schema_message, Relation):
                         relation(source, offset, schema_message)
+            elif code == snapshot_records.DEFAULTS:  # the defaults of the shape the Relation before it announced
+                fields = snapshot_records.parse_record(data)
+                shape = announced.get(fields.relation_id)
+                if shape is not None:  # (a value once stored stays the rows' value: a rewrite since stores none)
+                    shape.defaults.update((c.name, (c.kind, c.value)) for c in fields.columns
+                                          if c.kind == 1 or c.name not in shape.defaults)
             elif code in snapshot_records.BACKFILL_KINDS:
                 if chunks_repeated:  # its watermark was sent again by a resume: so is it
                     repeated_lone[-1].add(source.position(offset))

@@ -40,6 +40,9 @@ class RelationVersion:
     relation: Relation
     types: tuple[Type | None, ...]
     position: int
+    #: column name -> ``(kind, value)`` of its default, from the capture's ``ColumnDefaults`` records after the
+    #: shape's Relation messages (:data:`~replwire.schema.capture.COLUMN_DEFAULTS`)
+    defaults: dict[str, tuple[int, str]] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:

@@ -45,16 +45,19 @@ from ..wire.fast import build, parse
 from .assembler import Change, ChangeMaker
 from .decoder import Decoder
 
-__all__ = ["BACKFILL", "BACKFILL_KINDS", "BEGIN", "CHUNK", "CHUNK_ROWS", "CONFIRMED", "END", "KINDS", "RUN_END",
+__all__ = ["BACKFILL", "BACKFILL_KINDS", "BEGIN", "CHUNK", "CHUNK_ROWS", "CONFIRMED", "DEFAULTS", "END", "KINDS",
+           "RUN_END",
            "ROWS_RECORD", "SLOT", "TABLE", "TABLE_END", "SnapshotError", "SnapshotReader", "begin_record",
-           "binary_rows", "chunk_record", "chunk_rows_record", "confirmed_record", "end_record", "kind",
-           "parse_record", "record_completes", "rows_record", "run_end_record", "slot_record", "table_end_record",
-           "table_record", "text_rows"]
+           "binary_rows", "chunk_record", "chunk_rows_record", "confirmed_record", "defaults_record", "end_record",
+           "kind", "parse_record", "record_completes", "rows_record", "run_end_record", "slot_record",
+           "table_end_record", "table_record", "text_rows"]
 
 #: The kinds' first bytes.
 BEGIN, SLOT, TABLE, ROWS_RECORD, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
 #: ``SlotConfirmed``'s first byte.
 CONFIRMED = ord(layout.SLOT_CONFIRMED.tag)
+#: ``ColumnDefaults``' first byte.
+DEFAULTS = ord(layout.COLUMN_DEFAULTS.tag)
 #: The backfill kinds' first bytes (``BackfillChunk``, ``BackfillRows``, ``BackfillEnd``), and all three.
 CHUNK, CHUNK_ROWS, RUN_END = (ord(spec.tag) for spec in layout.BACKFILL_RECORDS)
 BACKFILL_KINDS = frozenset((CHUNK, CHUNK_ROWS, RUN_END))
@@ -164,6 +167,13 @@ def chunk_rows_record(relation_id: int, binary: bool, rows: int, data: bytes | m
 def run_end_record(run: int, relation_id: int, reason: int, chunks: int, rows: int, message: str = "") -> bytes:
     return _build(layout.BACKFILL_END, run=run, relation_id=relation_id, reason=reason, chunks=chunks, rows=rows,
                   message=message)
+
+
+def defaults_record(relation_id: int, columns: list[tuple[str, int, str]]) -> bytes:
+    """A ``ColumnDefaults`` record: the ``(name, kind, value)`` of each column (see
+    :data:`~replwire.schema.capture.COLUMN_DEFAULTS`)."""
+    return _build(layout.COLUMN_DEFAULTS, relation_id=relation_id,
+                  columns=[{"name": name, "kind": kind, "value": value} for name, kind, value in columns])
 
 
 def confirmed_record(lsn: int, at_start: bool) -> bytes:

@@ -29,9 +29,9 @@ def write(path, messages=MESSAGES, header=HEADER):
             writer.append(lsn, xid, data)
 
 
-@pytest.mark.parametrize("version, readable", [(1, True), (2, True), (3, True), (4, True), (5, False),
+@pytest.mark.parametrize("version, readable", [(1, True), (2, True), (3, True), (4, True), (5, True), (6, False),
                                                (0, False)])
-def test_format_versions_1_to_4_are_read(tmp_path, version, readable):
+def test_format_versions_1_to_5_are_read(tmp_path, version, readable):
     path = tmp_path / "v.rwcap"
     write(path, header=CaptureHeader(proto_version=4, format_version=version))
     if readable:
@@ -39,7 +39,8 @@ def test_format_versions_1_to_4_are_read(tmp_path, version, readable):
             assert reader.header.format_version == version
             assert [r.data for r in reader.records()] == [d for _, _, d in MESSAGES]
     else:
-        with pytest.raises(CaptureFileError, match=f"format version {version} is not supported .*reads 1, 2, 3, 4\\)"):
+        match = f"format version {version} is not supported .*reads 1, 2, 3, 4, 5\\)"
+        with pytest.raises(CaptureFileError, match=match):
             read_capture(path)
 
 
@@ -50,8 +51,8 @@ def test_layout_is_as_declared(tmp_path):
         writer.append(0x169E5A8, 787, b"E")
         writer.confirm(0x169E5B0)
     raw = path.read_bytes()
-    # header: magic, format 4, server 150018, proto 2, no options, CRC-32 of those bytes (zlib's)
-    head = b"RWCAP\r\n\x1a" + bytes.fromhex("0004" "00024a02" "02" "0000")
+    # header: magic, format 5, server 150018, proto 2, no options, CRC-32 of those bytes (zlib's)
+    head = b"RWCAP\r\n\x1a" + bytes.fromhex("0005" "00024a02" "02" "0000")
     assert raw[:len(head)] == head
     assert raw[len(head):len(head) + 4] == zlib.crc32(head).to_bytes(4, "big")
     # records: lsn, xid, length-prefixed message, CRC-32; a SlotConfirmed's message is 0x07, the LSN, at_start
@@ -178,9 +179,9 @@ def test_appending_with_another_context_is_refused(tmp_path):
                                             (b"PGCOPY\n\xff\r\n\x00", "not a replwire file"),
                                             (b"RWCAP\r\n\x1a\x00\x01\x00\x00\x00\x00\x01\x00\x00" + bytes(4),
                                              "checksum mismatch"),
-                                            (b"RWCAP\r\n\x1a\x00\x05\x00\x00\x00\x00\x01\x00\x00"
-                                             + zlib.crc32(b"RWCAP\r\n\x1a\x00\x05\x00\x00\x00\x00\x01\x00\x00")
-                                             .to_bytes(4, "big"), "format version 5 is not supported")])
+                                            (b"RWCAP\r\n\x1a\x00\x06\x00\x00\x00\x00\x01\x00\x00"
+                                             + zlib.crc32(b"RWCAP\r\n\x1a\x00\x06\x00\x00\x00\x00\x01\x00\x00")
+                                             .to_bytes(4, "big"), "format version 6 is not supported")])
 def test_not_a_capture_file(tmp_path, content, match):
     path = tmp_path / "c.rwcap"
     path.write_bytes(content)

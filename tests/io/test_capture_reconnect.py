@@ -178,7 +178,8 @@ def capture_backend(srv, slot: str, via: str) -> int | None:
         return state[0] if state is not None else None
     with srv.connect() as conn:
         rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> "
-                            "pg_backend_pid() AND application_name <> 'workload'").fetchall()
+                            "pg_backend_pid() AND application_name <> 'workload' "
+                            "AND application_name NOT LIKE 'replwire capture: %'").fetchall()  # (its helpers')
     return rows[0][0] if len(rows) == 1 else None
 
 

@@ -34,7 +34,7 @@ def test_the_header_records_where_the_records_came_from(tmp_path):
         assert reader.header == header
         assert reader.header.options == {"publication_names": "p"}  # not pgoutput options: never among them
         assert reader.header.source == SOURCE
-        assert reader.header.format_version == layout.FORMAT_VERSION == 4
+        assert reader.header.format_version == layout.FORMAT_VERSION == 5
     # on disk: more name/value options after the pgoutput ones and client_encoding (count 5), format unchanged
     assert (b"\x00\x05publication_names\x00p\x00client_encoding\x00LATIN1\x00slot_name\x00app\x00"
             b"system_identifier\x007312345678901234567\x00database\x00shop\x00") in path.read_bytes()
