@@ -3,8 +3,8 @@
 Strategy: a shell over :class:`~replwire.codec.io.live.LiveCapture` (and, with ``--snapshot``,
 :func:`~replwire.codec.io.snapshot.take_snapshot` first): it turns SIGTERM and Ctrl-C into a clean stop once
 streaming, shows progress on stderr (a rewritten line on a terminal, a line every few seconds elsewhere),
-runs the capture's :class:`~replwire.codec.io.metrics.CaptureMetrics` with ``--metrics`` (the HTTP endpoint
-and the slot's guards), and maps the library's errors to the exit statuses its help lists.
+runs the capture's :class:`~replwire.codec.io.metrics.CaptureMetrics` (the slot's guards, and with
+``--metrics`` the HTTP endpoint), and maps the library's errors to the exit statuses its help lists.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
               help="Serve metrics (OpenMetrics/Prometheus text) at http://HOST:PORT/metrics; HOST is 127.0.0.1 "
                    "unless given (0.0.0.0:PORT: every interface).")
 @click.option("--warn-safe-wal", callback=_size, metavar="SIZE",
-              help="With --metrics: warn when the slot's safe_wal_size (what the server may write before it "
-                   "removes WAL the slot needs, under max_slot_wal_keep_size) falls under SIZE (default: 1GiB).")
+              help="Warn when the slot's safe_wal_size (what the server may write before it removes WAL the "
+                   "slot needs, under max_slot_wal_keep_size) falls under SIZE (default: 1GiB).")
 @click.option("--no-reconnect", is_flag=True,
               help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
                    "resuming by itself (like pg_recvlogical's --no-loop).")
@@ -101,10 +101,10 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     after a growing delay (unless --no-reconnect).  With --snapshot the slot is created with an exported
     snapshot and every published table is copied first; a snapshot that was interrupted is taken again from
     the start by the same command.  With --backfill the tables named are copied while the capture streams,
-    on any slot, a chunk at a time; run again, it continues from the last chunk in OUT.  With --metrics the
-    capture's counters and positions are served over HTTP, and the slot's state is read every 10 s: served
-    too, and a warning says when its WAL is at risk (--warn-safe-wal, wal_status unreserved or lost, an
-    idle_replication_slot_timeout).
+    on any slot, a chunk at a time; run again, it continues from the last chunk in OUT.  The slot's state is
+    read every 10 s, and a warning says when its WAL is at risk (--warn-safe-wal, wal_status unreserved or
+    lost, an idle_replication_slot_timeout).  With --metrics the capture's counters and positions, and the
+    slot's state, are served over HTTP.
 
     Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
     settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
@@ -128,8 +128,6 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
         listen = None if metrics_at is None else parse_listen(metrics_at)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="'--metrics'") from None
-    if warn_safe_wal is not None and listen is None:
-        raise click.UsageError("--warn-safe-wal needs --metrics (its guard reads the slot's state with the metrics)")
 
     console = Console(stderr=True)
     shown = {"at": 0.0, "messages": 0, "bytes": 0, "transactions": 0}
@@ -187,16 +185,15 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                           backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget,
                           backfill_rate=backfill_rate)
     guard = DEFAULT_WARN_SAFE_WAL if warn_safe_wal is None else warn_safe_wal
-    metrics = None if listen is None else CaptureMetrics(capture, listen, warn_safe_wal=guard, log=say)
+    metrics = CaptureMetrics(capture, listen, warn_safe_wal=guard, log=say)  # (the guards, and what --metrics serves)
     taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
     try:
         capture.check_output()  # before anything is done on the server, the snapshot included
-        if metrics is not None:
-            try:
-                metrics.start()
-            except OSError as error:
-                raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
-                                           ) from None
+        try:
+            metrics.start()
+        except OSError as error:
+            raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
+                                       ) from None
         if initial_snapshot:
             taken = _snapshot(console, dsn, out, settings, create_publication)
         streaming_phase["on"] = True
@@ -210,8 +207,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
         click.echo("interrupted", err=True)
         sys.exit(130)
     finally:
-        if metrics is not None:
-            metrics.stop()
+        metrics.stop()
     resumed = capture.resumed_records
     after = f", resumed after {count_noun(resumed, 'record')}" if resumed is not None and taken is None else ""
     rows = f"{taken.rows:,} snapshot row{'s' if taken.rows != 1 else ''} and " if taken is not None else ""
