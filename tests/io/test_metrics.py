@@ -25,6 +25,7 @@ from replwire.codec import LSN
 from replwire.codec.io.connection import CaptureSettings
 from replwire.codec.io.live import LiveCapture
 from replwire.codec.io.metrics import APPLICATION, REASONS, WAL_STATUSES, CaptureMetrics, parse_listen
+from tests.conftest import ALL_MAJORS
 
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 
@@ -85,7 +86,7 @@ class Running:
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("major", [15, 18])
+@pytest.mark.parametrize("major", ALL_MAJORS)
 def test_the_metrics_agree_with_the_server(major, request, tmp_path):
     server = request.getfixturevalue(f"pg{major}")
     table, slot, count = f"metrics_{major}", f"metrics_slot_{major}", 40

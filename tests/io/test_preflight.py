@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.conftest import ALL_MAJORS
 from tests.support.snapshot import REPLWIRE, database, run, wait_for
 
 pytestmark = pytest.mark.server
@@ -157,7 +158,7 @@ def slot_list(dsn: str, *more: str):
     return result
 
 
-@pytest.mark.parametrize("major", [15, 18])
+@pytest.mark.parametrize("major", ALL_MAJORS)
 def test_slot_list_shows_the_lag(major, request):
     server = request.getfixturevalue(f"pg{major}")
     dsn = database(server, "opslist")

@@ -16,6 +16,7 @@ import pytest
 from replwire.codec import LSN
 from replwire.codec.io.snapshot import section_state
 from replwire.codec.stream import snapshot_records
+from tests.conftest import ALL_MAJORS
 from tests.support.snapshot import (
     REPLWIRE,
     capture_command,
@@ -137,7 +138,9 @@ def check_exact(dsn: str, paths, big_rows: int) -> None:
 
 # each major and each value format once (the copy's text and binary forms are the same on both majors; what
 # differs between them, the slot's creation and the stream, is in both variants)
-@pytest.mark.parametrize("major, binary", [(18, False), (15, True)], ids=["18-text", "15-binary"])
+# (and 17 binary: a third major's slot creation and stream, for about 35 s; 16's are in the light test below)
+@pytest.mark.parametrize("major, binary", [(18, False), (15, True), (17, True)],
+                         ids=["18-text", "15-binary", "17-binary"])
 def test_snapshot_with_writes_during_it_folds_to_select_star(major, binary, request, tmp_path):
     server = request.getfixturevalue(f"pg{major}")
     dsn = database(server, "snap")
@@ -291,13 +294,16 @@ def test_copy_rows_read_as_postgresql_writes_them():
             list(snapshot_records.binary_rows(damaged, 2 if message != "runs past" else 1))
 
 
-def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
+# every major: the slot's creation with a snapshot is spelled differently before PostgreSQL 15
+@pytest.mark.parametrize("major", ALL_MAJORS)
+def test_a_crash_just_after_the_slot_was_created_is_taken_again(major, request, tmp_path):
     import psycopg
 
     from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
     from replwire.codec.io.connection import CaptureSettings
 
-    dsn = database(pg15, "early")
+    server = request.getfixturevalue(f"pg{major}")
+    dsn = database(server, "early")
     slot = slot_of(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
@@ -308,8 +314,8 @@ def test_a_crash_just_after_the_slot_was_created_is_taken_again(pg15, tmp_path):
         conn.execute("INSERT INTO t VALUES (101)")  # after the slot: in its stream, and in a new snapshot
         encoding = conn.execute("SHOW client_encoding").fetchone()[0]
     settings = CaptureSettings(slot=slot, publication="pub")
-    header = CaptureHeader(proto_version=settings.protocol(pg15.version_num), server_version=pg15.version_num,
-                           options=settings.options(pg15.version_num), client_encoding=encoding)
+    header = CaptureHeader(proto_version=settings.protocol(server.version_num), server_version=server.version_num,
+                           options=settings.options(server.version_num), client_encoding=encoding)
     out = tmp_path / "early.rwcap"
     with CaptureWriter(out, header) as writer:
         writer.append(0, 0, snapshot_records.begin_record(slot, False))

@@ -77,8 +77,10 @@ def test_the_capture_has_the_hard_parts(captured):
 
 
 @pytest.mark.parametrize(("major", "server_version", "proto", "streaming"),
-                         [(18, 180000, 4, "on"), (15, 150000, 3, "on"), (18, 180000, 4, "parallel")],
-                         ids=["pg18-proto4", "pg15-proto3", "pg18-proto4-parallel"])
+                         [(18, 180000, 4, "on"), (15, 150000, 3, "on"), (18, 180000, 4, "parallel"),
+                          (14, 140000, 2, "on"), (16, 160000, 4, "parallel"), (17, 170000, 4, "on")],
+                         ids=["pg18-proto4", "pg15-proto3", "pg18-proto4-parallel", "pg14-proto2",
+                              "pg16-proto4-parallel", "pg17-proto4"])
 def test_a_subscriber_ends_equal_to_the_publisher(request, captured, major, server_version, proto, streaming):
     path, expected = captured
     subscriber = request.getfixturevalue(f"pg{major}")

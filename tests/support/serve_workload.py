@@ -119,8 +119,10 @@ def subscribe(server: Any, name: str, conninfo: str, slot: str, *, streaming: st
     """A subscriber database ``name`` with the schema and a subscription to ``conninfo``'s ``pub``."""
     dsn = create_database(server, name)
     run(dsn, SCHEMA)
+    # two_phase only when asked for: a PostgreSQL 14 subscriber knows no such parameter
     run(dsn, [f"CREATE SUBSCRIPTION sub_{name} CONNECTION '{conninfo}' PUBLICATION pub WITH (create_slot = false, "
-              f"copy_data = false, streaming = {streaming}, slot_name = '{slot}', two_phase = {two_phase})"])
+              f"copy_data = false, streaming = {streaming}, slot_name = '{slot}'"
+              + (", two_phase = true)" if two_phase else ")")])
     return dsn
 
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from replwire.codec.testing.localserver import TEST_OS_USER, PgServer, server_settings
+from tests.conftest import ALL_MAJORS
 from tests.support import workload
 from tests.support.capture import (
     UNCHANGED_TOAST,
@@ -143,7 +144,7 @@ def test_server_runs_unprivileged_with_test_settings(pg_server: PgServer) -> Non
     assert f"host='{pg_server.socket_dir}'" in pg_server.dsn
 
 
-@pytest.mark.parametrize("major", [15, 18])
+@pytest.mark.parametrize("major", ALL_MAJORS)
 def test_start_stop_leaves_nothing_behind(major: int) -> None:
     srv = PgServer.start(major)
     try:
