@@ -17,12 +17,14 @@ a table holds is that of the newest snapshot of its current history that names t
 compaction say, may have committed after it).
 
 The writes: ``create`` creates the table with its rows (one commit too); ``append`` appends them; ``merge``
-deletes the rows of every key it touches (those of the rows and the deleted keys) and appends the rows;
-``rewrite`` overwrites the table.  Iceberg changes columns in place: a column added is added, a dropped one
-dropped, a type widened (int to long, float to double, a decimal's precision) promoted, each in the same
-commit as the data; a column whose type changed otherwise is dropped and added again with the table
-rewritten, and so does a column added with a default the capture recorded (the rows before it are given the
-value).  The table's columns are all optional (a source column's NOT NULL can come and go).
+deletes the rows of every key it touches (those of the rows and the deleted keys) and appends the rows (of
+a key of several columns, the filter catches the rows of every combination of the keys' values: those not
+of a key touched are appended again); ``rewrite`` overwrites the table.  Iceberg changes columns in place:
+a column added is added, a dropped one dropped, a type widened (int to long, float to double, a decimal's
+precision) promoted, each in the same commit as the data; a column whose type changed otherwise is dropped
+and added again with the table rewritten, and so does a column added with a default the capture recorded
+(the rows before it are given the value).  The table's columns are all optional (a source column's NOT
+NULL can come and go).
 """
 
 from __future__ import annotations
@@ -134,11 +136,15 @@ def apply_table(changes: pa.Table | None, target: IcebergTarget, columns: Sequen
         if step.how == "rewrite":
             tx.overwrite(rows, snapshot_properties=summary)
         else:
-            if step.how == "merge":
-                assert step.deleted is not None
+            if step.how == "merge":  # the rows of the keys touched go, the folded rows come
+                assert step.deleted is not None and table is not None
                 keys = pa.concat_tables([rows.select(list(key)),
                                          step.deleted.select(list(key)).cast(rows.select(list(key)).schema)])
-                tx.delete(_key_filter(keys, key), snapshot_properties=summary)
+                caught = _key_filter(keys, key)
+                if len(key) > 1:  # the filter is looser: the rows it catches beyond the keys go back
+                    others = only_keys(table.scan(row_filter=caught).to_arrow(), key, keys, among=False)
+                    rows = pa.concat_tables([rows, _conform(others, wanted)])
+                tx.delete(caught, snapshot_properties=summary)
             tx.append(rows, snapshot_properties=summary)  # (no rows: still a snapshot, with the position)
     return Applied(step.position, step.how, step.changes, _rows(target.catalog.load_table(target.identifier)))
 
@@ -209,20 +215,22 @@ def _evolve(tx: Any, existing: Any, wanted: pa.Schema, changed: list[str]) -> No
 
 
 def _key_filter(keys: pa.Table, key: Sequence[str]) -> Any:
-    """An Iceberg filter that matches the rows of ``keys`` exactly."""
-    And, EqualTo, In, Or = _expressions("And", "EqualTo", "In", "Or")
-    keys = keys.group_by(list(key)).aggregate([])
-    if len(key) == 1:
-        return In(key[0], [_literal(v) for v in keys.column(key[0]).to_pylist()])
-    terms: list[Any] = []
-    for row in keys.to_pylist():
-        term = EqualTo(key[0], _literal(row[key[0]]))
-        for name in key[1:]:
-            term = And(term, EqualTo(name, _literal(row[name])))
-        terms.append(term)
-    while len(terms) > 1:  # a balanced tree: a chain of thousands would be as deep
-        terms = [Or(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
-    return terms[0]
+    """An Iceberg filter that catches the rows of ``keys``: their values of each key column.  Exact for a
+    key of one column; of several, it catches as well the rows that combine values of different keys (an
+    exact filter of thousands of terms crashes pyarrow's evaluation)."""
+    And, In = _expressions("And", "In")
+    condition: Any = None
+    for name in key:
+        term = In(name, [_literal(v) for v in keys.column(name).combine_chunks().unique().to_pylist()])
+        condition = term if condition is None else And(condition, term)
+    return condition
+
+
+def _conform(rows: pa.Table, wanted: pa.Schema) -> pa.Table:
+    """Rows read from the table as of ``wanted``: a column added since null, a widened one cast."""
+    count = rows.num_rows
+    return pa.Table.from_arrays([rows.column(f.name).cast(f.type) if f.name in rows.column_names
+                                 else pa.nulls(count, f.type) for f in wanted], schema=wanted)
 
 
 def _expressions(*names: str) -> list[Any]:
@@ -251,12 +259,7 @@ def _rows(table: Any) -> int:
 def _read_rows(target: IcebergTarget, key: Sequence[str], keys: pa.Table | None) -> pa.Table:
     """The table's rows of ``keys`` (all for ``None``): files skipped by their key statistics, then the rows
     picked exactly."""
-    And, In = _expressions("And", "In")
     assert target.table is not None
     if keys is None:
         return target.table.scan().to_arrow()
-    condition: Any = None
-    for name in key:
-        term = In(name, [_literal(v) for v in keys.column(name).combine_chunks().unique().to_pylist()])
-        condition = term if condition is None else And(condition, term)
-    return only_keys(target.table.scan(row_filter=condition).to_arrow(), key, keys)
+    return only_keys(target.table.scan(row_filter=_key_filter(keys, key)).to_arrow(), key, keys)

@@ -104,17 +104,35 @@ def test_an_iceberg_table_of_another_writer_or_source_table_is_refused(tmp_path)
         == "lake.orders holds the changes of the source table public.orders, not of sales.orders"
 
 
-def _changes(rows, kind):
-    """Change rows of a table ``(id int, n <kind>)`` as :func:`replwire.spark.jobs.read_changes` lays them out:
-    ``rows`` are ``(op, commit_lsn, id, n)``."""
+def _changes(rows, fields, key):
+    """Change rows of a table of ``fields`` (Arrow fields) as :func:`replwire.spark.jobs.read_changes` lays
+    them out: ``rows`` are ``(op, commit_lsn, *values)``."""
     import pyarrow as pa
 
     count = len(rows)
     return pa.table([pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.int64()),
-                     pa.array(range(count), pa.int64()), pa.array([r[2] for r in rows], pa.int32()),
-                     pa.array([r[3] for r in rows], kind),
-                     pa.nulls(count, pa.struct([("id", pa.int32())])), pa.nulls(count, pa.list_(pa.string())),
-                     pa.nulls(count, pa.map_(pa.string(), pa.string()))], names=[f"f{i}" for i in range(8)])
+                     pa.array(range(count), pa.int64()),
+                     *[pa.array([r[2 + i] for r in rows], f.type) for i, f in enumerate(fields)],
+                     pa.nulls(count, pa.struct([f for f in fields if f.name in key])),
+                     pa.nulls(count, pa.list_(pa.string())), pa.nulls(count, pa.map_(pa.string(), pa.string()))],
+                    names=[f"f{i}" for i in range(len(fields) + 6)])
+
+
+def _apply(catalog, rows, fields, key):
+    """Apply change ``rows`` (see :func:`_changes`) to the table ``public.t``: how, the type of its second
+    column, its rows."""
+    import pyarrow as pa
+
+    from replwire.spark import iceberg
+
+    target = iceberg.IcebergTarget(catalog, ("public", "t"), "replwire:1:db:slot", "public.t")
+    schema = pa.schema([*fields, pa.field("_unrepresentable", pa.map_(pa.string(), pa.string())),
+                        pa.field("_unchanged_toast", pa.list_(pa.string()))])
+    names = [f.name for f in fields]
+    done = iceberg.apply_table(_changes(rows, fields, key), target, names, key, True, [], schema)
+    table = catalog.load_table(("public", "t"))
+    return done.how, str(table.schema().find_field(names[1]).field_type), \
+        sorted(tuple(row.values()) for row in table.scan().to_arrow().select(names).to_pylist())
 
 
 def test_iceberg_widens_a_type_in_place_and_rewrites_for_another_change(tmp_path):
@@ -125,22 +143,29 @@ def test_iceberg_widens_a_type_in_place_and_rewrites_for_another_change(tmp_path
     from replwire.spark import iceberg
 
     catalog = iceberg.catalog(str(tmp_path))
-    meta = [pa.field("_unrepresentable", pa.map_(pa.string(), pa.string())),
-            pa.field("_unchanged_toast", pa.list_(pa.string()))]
 
     def apply(rows, kind):
-        target = iceberg.IcebergTarget(catalog, ("public", "t"), "replwire:1:db:slot", "public.t")
-        schema = pa.schema([pa.field("id", pa.int32()), pa.field("n", kind), *meta])
-        done = iceberg.apply_table(_changes(rows, kind), target, ["id", "n"], ["id"], True, [], schema)
-        table = catalog.load_table(("public", "t"))
-        return done.how, str(table.schema().find_field("n").field_type), \
-            sorted(table.scan().to_arrow().select(["id", "n"]).to_pylist(), key=lambda row: row["id"])
+        return _apply(catalog, rows, [pa.field("id", pa.int32()), pa.field("n", kind)], ["id"])
 
     first = [("insert", 100, 1, 10), ("insert", 100, 2, 20)]
     assert apply(first, pa.int32())[:2] == ("create", "int")
     widened = [*first, ("update", 200, 1, 11)]
-    assert apply(widened, pa.int64()) == ("merge", "long", [{"id": 1, "n": 11}, {"id": 2, "n": 20}])
-    changed = [*widened, ("update", 300, 2, "x")]
-    changed = [(op, lsn, key, str(n)) for op, lsn, key, n in changed]
-    assert apply(changed, pa.string()) == ("rewrite", "string", [{"id": 1, "n": "11"}, {"id": 2, "n": "x"}])
+    assert apply(widened, pa.int64()) == ("merge", "long", [(1, 11), (2, 20)])
+    changed = [(op, lsn, key, str(n)) for op, lsn, key, n in [*widened, ("update", 300, 2, "x")]]
+    assert apply(changed, pa.string()) == ("rewrite", "string", [(1, "11"), (2, "x")])
     assert apply(changed, pa.string())[0] == "none"
+
+
+def test_iceberg_merges_by_a_key_of_two_columns(tmp_path):
+    """The merge's filter catches (1, "y") and (2, "x") with the keys (1, "x") and (2, "y"): they stay."""
+    import pyarrow as pa
+
+    from replwire.spark import iceberg
+
+    catalog = iceberg.catalog(str(tmp_path))
+    fields = [pa.field("a", pa.int32()), pa.field("b", pa.string()), pa.field("v", pa.int32())]
+    first = [("insert", 100, a, b, 0) for a in (1, 2, 3) for b in "xy"]
+    assert _apply(catalog, first, fields, ["a", "b"])[0] == "create"
+    then = [*first, ("update", 200, 1, "x", 5), ("delete", 200, 2, "y", None)]
+    assert _apply(catalog, then, fields, ["a", "b"]) == (
+        "merge", "string", [(1, "x", 5), (1, "y", 0), (2, "x", 0), (3, "x", 0), (3, "y", 0)])
