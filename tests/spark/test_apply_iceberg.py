@@ -169,3 +169,30 @@ def test_iceberg_merges_by_a_key_of_two_columns(tmp_path):
     then = [*first, ("update", 200, 1, "x", 5), ("delete", 200, 2, "y", None)]
     assert _apply(catalog, then, fields, ["a", "b"]) == (
         "merge", "string", [(1, "x", 5), (1, "y", 0), (2, "x", 0), (3, "x", 0), (3, "y", 0)])
+
+
+def test_an_iceberg_commit_that_fails_leaves_the_table_as_it_was(tmp_path, monkeypatch):
+    """The catalog commit of a merge that also widens a column fails (as a run killed there would leave
+    it, its data files written): the table keeps its schema, rows and position; run again, it ends right."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from replwire.spark import iceberg
+
+    catalog = iceberg.catalog(str(tmp_path))
+    first = [("insert", 100, 1, 10), ("insert", 100, 2, 20)]
+    _apply(catalog, first, [pa.field("id", pa.int32()), pa.field("n", pa.int32())], ["id"])
+    before = catalog.load_table(("public", "t")).metadata
+
+    def killed(*args, **kwargs):
+        raise OSError("killed")
+
+    then = [*first, ("update", 200, 1, 11), ("delete", 200, 2, None), ("insert", 200, 3, 30)]
+    fields = [pa.field("id", pa.int32()), pa.field("n", pa.int64())]
+    with monkeypatch.context() as patch:
+        patch.setattr(SqlCatalog, "commit_table", killed)
+        with pytest.raises(OSError, match="killed"):
+            _apply(catalog, then, fields, ["id"])
+    assert catalog.load_table(("public", "t")).metadata == before
+    assert iceberg.IcebergTarget(catalog, ("public", "t"), "replwire:1:db:slot", "public.t").position == 100
+    assert _apply(catalog, then, fields, ["id"]) == ("merge", "long", [(1, 11), (3, 30)])
