@@ -27,7 +27,8 @@ _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(exis
 def _options(function: Any) -> Any:
     for option in reversed([
         click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=pathlib.Path),
-                     help="Output directory: a dataset (or Delta table) per source table."),
+                     help="Output directory: a dataset (or Delta table) per source table; Iceberg's "
+                          "warehouse."),
         click.option("--proto-version", type=click.IntRange(1, 4),
                      help="Protocol version of COPY-CSV inputs (capture files record their own)."),
         click.option("--encoding",
@@ -88,7 +89,7 @@ def _session(master: str | None) -> Any:
 
 def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
          encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool,
-         form: str = "parquet") -> None:
+         form: str = "parquet", lakehouse: dict[str, Any] | None = None) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -109,12 +110,16 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
         click.echo(f"note: reading the inputs in stream order (by the positions their records complete): "
                    f"{', '.join(ordered)}", err=True)
     try:
-        if form == "parquet":  # (Delta tables are brought up to date where they are)
+        if form == "parquet":  # (lakehouse tables are brought up to date where they are)
             jobs.check_out(str(out), overwrite)
-        else:
+        elif form == "delta":
             from replwire.spark.delta import need_deltalake
 
             need_deltalake()
+        else:
+            from replwire.spark.iceberg import need_pyiceberg
+
+            need_pyiceberg()
     except (FileExistsError, ValueError) as error:  # before Spark starts, which takes seconds
         raise click.ClickException(str(error)) from error
     started = time.monotonic()
@@ -130,7 +135,8 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
             run = getattr(jobs, job)
             result = run(session, [str(p) for p in inputs], str(out), proto_version=proto_version,
                          encoding=encoding, part_bytes=partition_mb << 20 if partition_mb else None,
-                         overwrite=overwrite, progress=report, **({"format": form} if job == "apply" else {}))
+                         overwrite=overwrite, progress=report,
+                         **({"format": form, **(lakehouse or {})} if job == "apply" else {}))
         except (CaptureFileError, FileExistsError, ValueError) as error:
             raise click.ClickException(str(error)) from error
     elapsed = time.monotonic() - started
@@ -141,13 +147,13 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
     table.add_column("changes", justify="right")
     if job == "apply":
         table.add_column("rows now", justify="right")
-    if form == "delta":
+    if form != "parquet":
         table.add_column("applied")
     for name, versions in sorted(summary.rows.items()):
         cells = [name, ", ".join(f"v{v}" for v in sorted(versions)), f"{sum(versions.values()):,}"]
         if job == "apply":
             cells.append(f"{result.rows.get(name, 0):,}")
-        if form == "delta":
+        if form != "parquet":
             done = result.applied[name]
             cells.append(f"{done.changes:,} changes by {done.how}, to {LSN(done.position)}"
                          if done.how != "none" else f"nothing new past {LSN(done.position)}")
@@ -185,20 +191,31 @@ def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_v
 @spark.command("apply")
 @_INPUTS
 @_options
-@click.option("--format", "form", type=click.Choice(["parquet", "delta"]), default="parquet", show_default=True,
-              help="parquet: OUT rewritten from INPUTS.  delta: Delta tables in OUT brought up to date with "
-                   "the changes past the position each holds, exactly once.")
+@click.option("--format", "form", type=click.Choice(["parquet", "delta", "iceberg"]), default="parquet",
+              show_default=True,
+              help="parquet: OUT rewritten from INPUTS.  delta, iceberg: Delta or Iceberg tables brought up "
+                   "to date with the changes past the position each holds, exactly once.")
+@click.option("--catalog", metavar="URI",
+              help="iceberg: the catalog (sqlite:/postgresql: a SQL catalog, http: a REST one; default: "
+                   "sqlite:///OUT/catalog.db); OUT is its warehouse.")
+@click.option("--namespace", metavar="NS",
+              help="iceberg: the namespace of every table (default: the source table's schema: public.orders "
+                   "is the Iceberg table public.orders; with NS, NS.orders).")
 def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
                   encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool,
-                  form: str) -> None:
+                  form: str, catalog: str | None, namespace: str | None) -> None:
     """Write the current state of every table of INPUTS: OUT/<schema>.<table>/ holds the last committed
     row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over).
 
     As Parquet, OUT is written anew, and the per-table changes it came from are kept in OUT/_changes.  As
-    Delta tables, each is brought up to date: the changes past the position it holds are applied in one
-    commit that records the new position, so running again on the same INPUTS changes nothing, and on more
-    segments of the stream applies just the new ones."""
-    _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite, form)
+    Delta or Iceberg tables, each is brought up to date: the changes past the position it holds are applied
+    in one commit that records the new position, so running again on the same INPUTS changes nothing, and on
+    more segments of the stream applies just the new ones.  Iceberg tables are <schema>.<table> (or
+    <NS>.<table>) in the catalog (--catalog, default OUT/catalog.db, named "replwire")."""
+    if form != "iceberg" and (catalog is not None or namespace is not None):
+        raise click.UsageError("--catalog and --namespace go with --format iceberg")
+    _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite, form,
+         {"catalog": catalog, "namespace": namespace} if form == "iceberg" else None)
 
 
 if __name__ == "__main__":  # spark-submit .../replwire/spark/cli.py apply ...

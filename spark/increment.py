@@ -152,13 +152,15 @@ def _prior_rows(read_rows: ReadRows, changes: pa.Table, columns: Sequence[str], 
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
-def only_keys(rows: pa.Table, key: Sequence[str], keys: pa.Table) -> pa.Table:
-    """Those of ``rows`` whose key is among ``keys`` (for a ``read_rows`` whose filter is looser)."""
+def only_keys(rows: pa.Table, key: Sequence[str], keys: pa.Table, *, among: bool = True) -> pa.Table:
+    """Those of ``rows`` whose key is among ``keys`` (for a ``read_rows`` whose filter is looser), or with
+    ``among`` false, those whose key is not."""
     index = "_replwire_row"  # (a join takes only some types of column along: the key's and an index)
     while index in key:
         index = "_" + index
     numbered = rows.select(list(key)).append_column(index, pa.array(range(rows.num_rows), pa.int64()))
-    return rows.take(numbered.join(keys, list(key), join_type="left semi").column(index))
+    joined = numbered.join(keys, list(key), join_type="left semi" if among else "left anti")
+    return rows.take(joined.column(index))
 
 
 def _as_changes(prior: pa.Table, at: int, columns: Sequence[str], layout: pa.Schema) -> pa.Table:

@@ -93,7 +93,7 @@ class ApplySummary:
     out: str
     rows: dict[str, int]
     changes: ChangesSummary
-    #: ``format="delta"``: per table, what the run did to its Delta table
+    #: ``format="delta"`` or ``"iceberg"``: per table, what the run did to its table
     #: (:class:`~replwire.spark.increment.Applied`)
     applied: dict[str, Any] = field(default_factory=dict)
 
@@ -604,7 +604,8 @@ def _parquet_rows(directory: str) -> int:
 
 def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
           encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
-          progress: Callable[[int, int], None] | None = None, format: str = "parquet") -> ApplySummary:
+          progress: Callable[[int, int], None] | None = None, format: str = "parquet",
+          catalog: str | None = None, namespace: str | None = None) -> ApplySummary:
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
     per-table changes it is computed from are kept in ``out/_changes``.
 
@@ -613,7 +614,10 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     whose keys changed is folded by one task, and folding several at once keeps the other cores busy.  When a
     fold fails, the folds not yet started are not, the running Spark jobs of the others are cancelled, and
     that failure is raised (of failures seen at once, the small tables' job's first, then the larger tables'
-    in the manifest's order)."""
+    in the manifest's order).
+
+    ``format="delta"`` or ``"iceberg"`` brings lakehouse tables up to date instead (:func:`_apply_lakehouse`;
+    ``catalog`` and ``namespace`` are Iceberg's)."""
     import uuid
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
@@ -622,10 +626,13 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     from replwire.codec.split import open_inputs
 
     inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)  # refused before out is touched
-    if format == "delta":
-        return _apply_delta(spark, inputs, out, part_bytes=part_bytes, overwrite=overwrite, progress=progress)
+    if format in ("delta", "iceberg"):
+        return _apply_lakehouse(spark, inputs, out, format=format, part_bytes=part_bytes, overwrite=overwrite,
+                                progress=progress, catalog=catalog, namespace=namespace)
     if format != "parquet":
-        raise ValueError(f"unknown format {format!r}: parquet or delta")
+        raise ValueError(f"unknown format {format!r}: parquet, delta or iceberg")
+    if catalog is not None or namespace is not None:
+        raise ValueError("a catalog and a namespace are Iceberg's: --format parquet takes neither")
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
     summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=False, progress=progress)
@@ -673,26 +680,21 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     return ApplySummary(out, rows, summary)
 
 
-def _apply_delta(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None, overwrite: bool,
-                 progress: Callable[[int, int], None] | None) -> ApplySummary:
-    """:func:`apply` into Delta tables, ``out/<schema>.<table>/``: each table's changes past the position it
-    holds, in one commit that records the new one (:mod:`replwire.spark.delta`).  The tables under ``out``
-    that hold another stream's changes are refused before anything is written; ``overwrite`` removes
-    ``out`` first.  The change rows are written to ``out/_changes`` and removed once every table is done."""
+def _apply_lakehouse(spark: Any, inputs: list[Any], out: str, *, format: str, part_bytes: int | None,
+                     overwrite: bool, progress: Callable[[int, int], None] | None, catalog: str | None,
+                     namespace: str | None) -> ApplySummary:
+    """:func:`apply` into lakehouse tables, Delta (:mod:`replwire.spark.delta`: ``out/<schema>.<table>/``) or
+    Iceberg (:mod:`replwire.spark.iceberg`: the table ``<table>`` in the namespace ``<schema>``, or
+    ``namespace`` when one is given, of ``catalog``, by default ``out/catalog.db`` with ``out`` as its
+    warehouse): each table's changes past the position it holds, in one commit that records the new one.
+    The change rows are written to ``out/_changes`` first, and removed once every table is done; when one of
+    the tables they change holds another stream's changes, or was not written by apply, it is refused before
+    any table is written.  ``overwrite`` removes ``out`` first."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from . import delta
     from .increment import stream_id
 
-    delta.need_deltalake()
-    app_id = stream_id(inputs[0].header)
-    if overwrite and os.path.exists(out):
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
-    refused = [why for name in sorted(os.listdir(out)) if not name.startswith("_")
-               for why in [delta.DeltaTarget(os.path.join(out, name), app_id).foreign()] if why]
-    if refused:
-        raise ValueError("; ".join(refused))
+    target, apply_table = _sink(format, out, catalog, namespace, overwrite, stream_id(inputs[0].header))
     changes_dir = os.path.join(out, "_changes")
     summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress)
     with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
@@ -700,15 +702,56 @@ def _apply_delta(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | N
     by_table: dict[str, list[dict[str, Any]]] = {}
     for entry in manifest["tables"]:
         by_table.setdefault(entry["table"], []).append(entry)
+    try:
+        targets = {table: target(entries[-1]) for table, entries in by_table.items()}
+        refused = [why for found in targets.values() for why in [found.foreign()] if why]
+        if refused:
+            raise ValueError("; ".join(refused))
+    except ValueError:
+        shutil.rmtree(changes_dir)
+        raise
     applied = {}
     for table, entries in by_table.items():
         last = entries[-1]
         arrow_schema = to_arrow_schema(_fold_schema(last)[0], timezone="UTC")
         keyed = bool(last["key"]) and last["replica_identity"] != "f"
-        target = delta.DeltaTarget(os.path.join(out, _dir_name(table)), app_id)
-        applied[table] = delta.apply_table(read_changes(changes_dir, entries, arrow_schema), target,
-                                           last["columns"], last["key"] if keyed else last["columns"], keyed,
-                                           _truncates(entries), arrow_schema,
-                                           _filled(changes_dir, entries[1:], set(entries[0]["columns"])))
+        applied[table] = apply_table(read_changes(changes_dir, entries, arrow_schema), targets[table],
+                                     last["columns"], last["key"] if keyed else last["columns"], keyed,
+                                     _truncates(entries), arrow_schema,
+                                     _filled(changes_dir, entries[1:], set(entries[0]["columns"])))
     shutil.rmtree(changes_dir)
     return ApplySummary(out, {table: done.rows for table, done in applied.items()}, summary, applied)
+
+
+def _sink(format: str, out: str, catalog: str | None, namespace: str | None, overwrite: bool,
+          app_id: str) -> tuple[Callable[[dict[str, Any]], Any], Callable[..., Any]]:
+    """A lakehouse format's target of a table (made from its last shape in the manifest; it knows the
+    table's position and :meth:`foreign`) and the function that applies changes to one (``apply_table``),
+    once ``out`` is there (emptied first with ``overwrite``)."""
+    from . import delta, iceberg
+
+    if format == "delta":
+        delta.need_deltalake()
+        if catalog is not None or namespace is not None:
+            raise ValueError("a catalog and a namespace are Iceberg's: --format delta takes neither")
+    else:
+        iceberg.need_pyiceberg()
+        if overwrite and catalog is not None:
+            raise ValueError("--overwrite empties OUT, not the tables of a catalog elsewhere (--catalog): "
+                             "drop them from it instead")
+    if overwrite and os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+    if format == "delta":
+        return (lambda last: delta.DeltaTarget(os.path.join(out, _dir_name(last["table"])), app_id),
+                delta.apply_table)
+    tables = iceberg.catalog(out, catalog)
+    taken: dict[tuple[str, str], str] = {}  # the Iceberg tables of the run -> their source tables
+
+    def target(last: dict[str, Any]) -> Any:
+        name = iceberg.identifier(last["schema"], last["name"], namespace)
+        if taken.setdefault(name, last["table"]) != last["table"]:  # only with a namespace given
+            raise ValueError(f"{taken[name]} and {last['table']} would both be the Iceberg table "
+                             f"{'.'.join(name)}: leave out --namespace (each schema is a namespace then)")
+        return iceberg.IcebergTarget(tables, name, app_id, last["table"])
+    return target, iceberg.apply_table
