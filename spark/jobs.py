@@ -594,6 +594,16 @@ def _apply_table(spark: Any, changes_dir: str, entries: list[dict[str, Any]], ta
     return _parquet_rows(target)
 
 
+def _shapes_by_table(changes_dir: str) -> dict[str, list[dict[str, Any]]]:
+    """Each table's shapes in the manifest of the changes in ``changes_dir``, oldest first."""
+    with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for entry in manifest["tables"]:
+        by_table.setdefault(entry["table"], []).append(entry)
+    return by_table
+
+
 def _parquet_rows(directory: str) -> int:
     """Rows in the Parquet files Spark wrote to ``directory``, from their footers."""
     import pyarrow.parquet as pq
@@ -636,11 +646,7 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
     summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=False, progress=progress)
-    with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for entry in manifest["tables"]:
-        by_table.setdefault(entry["table"], []).append(entry)
+    by_table = _shapes_by_table(changes_dir)
     context = spark.sparkContext
     tag = f"replwire-apply-{uuid.uuid4().hex}"
     sizes = {table: _one_task_bytes(changes_dir, entries) for table, entries in by_table.items()}
@@ -697,11 +703,7 @@ def _apply_lakehouse(spark: Any, inputs: list[Any], out: str, *, format: str, pa
     target, apply_table = _sink(format, out, catalog, namespace, overwrite, stream_id(inputs[0].header))
     changes_dir = os.path.join(out, "_changes")
     summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress)
-    with open(os.path.join(changes_dir, MANIFEST), encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    by_table: dict[str, list[dict[str, Any]]] = {}
-    for entry in manifest["tables"]:
-        by_table.setdefault(entry["table"], []).append(entry)
+    by_table = _shapes_by_table(changes_dir)
     try:
         targets = {table: target(entries[-1]) for table, entries in by_table.items()}
         refused = [why for found in targets.values() for why in [found.foreign()] if why]
