@@ -498,10 +498,14 @@ class CaptureWriter:
                 self._file.close()
                 raise
         else:
-            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115
+            # Written under a temporary name and renamed once its header is durable: a reader never finds the
+            # file without its whole header (a capture being started, watched by --status or a test).
+            making = f"{self.path}.{os.getpid()}.new"
+            self._file = open(making, "wb", buffering=0)  # noqa: SIM115
             try:
                 self._batch += encode_header(header)
                 self.sync()
+                os.rename(making, self.path)
                 directory = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
                 try:
                     os.fsync(directory)  # the new file's name is durable too
@@ -509,7 +513,8 @@ class CaptureWriter:
                     os.close(directory)
             except BaseException:
                 self._file.close()
-                os.unlink(self.path)  # a file without its whole header is no capture file: not left behind
+                # a file without its whole header, or not durably named, is no capture file: not left behind
+                os.unlink(making if os.path.exists(making) else self.path)
                 raise
 
     def append(self, lsn: int, xid: int, data: bytes) -> None:

