@@ -9,7 +9,7 @@ pass or fail.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -73,44 +73,19 @@ def pg_server(request: pytest.FixtureRequest) -> PgServer:
     return request.getfixturevalue(f"pg{request.param}")
 
 
-@pytest.fixture(scope="session")
-def pg15_captures(pg15: PgServer) -> CaptureRun:
-    """The workload captured on PostgreSQL 15 through every configuration (sets up the server's database)."""
-    from tests.support.capture import capture_all
+def _captures(major: int) -> Any:
+    """The fixture ``pg<major>_captures``: the workload captured on that server through every configuration
+    the major supports (sets up the server's database), once a session."""
 
-    return capture_all(pg15)
+    def captures(request: pytest.FixtureRequest) -> CaptureRun:
+        from tests.support.capture import capture_all
 
+        return capture_all(request.getfixturevalue(f"pg{major}"))
 
-@pytest.fixture(scope="session")
-def pg18_captures(pg18: PgServer) -> CaptureRun:
-    """The workload captured on PostgreSQL 18 through every configuration (sets up the server's database)."""
-    from tests.support.capture import capture_all
-
-    return capture_all(pg18)
+    return pytest.fixture(scope="session", name=f"pg{major}_captures")(captures)
 
 
-@pytest.fixture(scope="session")
-def pg14_captures(pg14: PgServer) -> CaptureRun:
-    """The workload captured on PostgreSQL 14 through every configuration it supports."""
-    from tests.support.capture import capture_all
-
-    return capture_all(pg14)
-
-
-@pytest.fixture(scope="session")
-def pg16_captures(pg16: PgServer) -> CaptureRun:
-    """The workload captured on PostgreSQL 16 through every configuration."""
-    from tests.support.capture import capture_all
-
-    return capture_all(pg16)
-
-
-@pytest.fixture(scope="session")
-def pg17_captures(pg17: PgServer) -> CaptureRun:
-    """The workload captured on PostgreSQL 17 through every configuration."""
-    from tests.support.capture import capture_all
-
-    return capture_all(pg17)
+pg14_captures, pg15_captures, pg16_captures, pg17_captures, pg18_captures = map(_captures, ALL_MAJORS)
 
 
 @pytest.fixture(scope="session", params=SERVER_MAJORS, ids=_IDS)

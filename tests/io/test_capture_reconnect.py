@@ -29,17 +29,6 @@ pytestmark = pytest.mark.server
 REPLWIRE = os.path.join(os.path.dirname(sys.executable), "replwire")
 
 
-@pytest.fixture(scope="module")
-def own_server():
-    from replwire.codec.testing.localserver import PgServer
-
-    srv = PgServer.start(18)
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 def restart(srv, how: signal.Signals, until=None) -> None:
     """Stop the postmaster (SIGINT: fast, SIGQUIT: immediate) and start it again on the same data, once
     ``until()`` (if given) is true."""

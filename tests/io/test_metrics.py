@@ -173,18 +173,6 @@ def test_backfill_rows_and_the_lag_of_a_capture_with_messages(own_server, tmp_pa
         scraped_to - committed + 0.01)
 
 
-@pytest.fixture(scope="module")
-def own_server():
-    """A server of this module's own: the guards' tests change its settings."""
-    from replwire.codec.testing.localserver import PgServer
-
-    srv = PgServer.start(18)
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 def configure(conn, **settings) -> None:
     """ALTER SYSTEM each setting (None: RESET it), and reload."""
     for name, setting in settings.items():
