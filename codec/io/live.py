@@ -384,7 +384,7 @@ class LiveCapture(SqlCapture):
                         if follow is not None:
                             for record in follow(start, data):  # a backfill's chunk, right after its watermark
                                 add((start, 0, record))
-                        if data[0] == 0x52 and defaults is not None:  # a Relation: its columns' defaults after it
+                        if defaults is not None and data and data[0] == 0x52:  # a Relation: its columns' defaults
                             found = defaults.after_relation(data, tracker.in_stream)
                             if found is not None:
                                 add((start, 0, found))

@@ -196,7 +196,7 @@ class _SqlBatch:
                 except ReplwireError as error:
                     raise undecodable(lsn, wal_end, error) from None
                 writer.append(lsn, xid, data)
-                if data[:1] == b"R" and self.defaults is not None:  # a Relation: its columns' defaults after it
+                if self.defaults is not None and data and data[0] == 0x52:  # a Relation: its columns' defaults
                     found = self.defaults.after_relation(data, tracker.in_stream)
                     if found is not None:
                         writer.append(lsn, 0, found)
