@@ -80,6 +80,8 @@ class ChangesSummary:
     #: the executors that decoded the parts -> the codec each ran, ``("c", "")`` or ``("python", why)``
     #: (:func:`replwire.spark.shipping.codec_status`)
     executors: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: parts not decoded: every change in them was applied already (``apply --format delta|iceberg``)
+    skipped: int = 0
 
     @property
     def changes(self) -> int:
@@ -271,8 +273,12 @@ def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | 
 
 
 def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None, overwrite: bool,
-             progress: Callable[[int, int], None] | None) -> ChangesSummary:
-    """:func:`changes` of inputs already opened (:class:`~replwire.codec.split.Input` s)."""
+             progress: Callable[[int, int], None] | None,
+             applied: Callable[[Any], int | None] | None = None) -> ChangesSummary:
+    """:func:`changes` of inputs already opened (:class:`~replwire.codec.split.Input` s).  ``applied(plan)``,
+    when given, says up to which commit LSN every table already holds the stream's changes (``None``: not
+    known): the parts whose transactions all committed at or before it, and that hold no rows outside a
+    transaction, are not decoded."""
     from replwire.codec.split import plan
 
     from .rows import default_values, table_schema
@@ -286,14 +292,19 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     result = plan(inputs, part_bytes=chosen, min_parts=parallelism, progress=progress)
     _prepare_out(out, overwrite)
     versions = result.relations
-    rdd = spark.sparkContext.parallelize(result.parts, len(result.parts))
-    spark.sparkContext.setJobDescription(f"replwire changes: decode {len(result.parts)} parts")
+    below = applied(result) if applied is not None else None
+    parts = [part for part in result.parts
+             if below is None or part.outside or (part.commits() or (0, 0))[1] > below]
     codecs = codec_accumulator(spark)
-    counted = rdd.mapPartitions(lambda parts: _decode_and_write(parts, versions, out, codecs)).collect()
+    counted = []
+    if parts:
+        rdd = spark.sparkContext.parallelize(parts, len(parts))
+        spark.sparkContext.setJobDescription(f"replwire changes: decode {len(parts)} parts")
+        counted = rdd.mapPartitions(lambda parts: _decode_and_write(parts, versions, out, codecs)).collect()
     summary = ChangesSummary(out, result.records, result.transactions, len(result.parts),
                              tails=[f"{path}: {tail}" for path, tail in result.tails],
                              damaged=[f"{path}: {tail}" for path, tail in result.tails if tail.intact_from is not None],
-                             executors=dict(codecs.value))
+                             executors=dict(codecs.value), skipped=len(result.parts) - len(parts))
     for table, version, n, *facts in counted:
         if table == "_messages":
             summary.messages += n
@@ -695,34 +706,100 @@ def _apply_lakehouse(spark: Any, inputs: list[Any], out: str, *, format: str, pa
     warehouse): each table's changes past the position it holds, in one commit that records the new one.
     The change rows are written to ``out/_changes`` first, and removed once every table is done; when one of
     the tables they change holds another stream's changes, or was not written by apply, it is refused before
-    any table is written.  ``overwrite`` removes ``out`` first."""
+    any table is written.  ``overwrite`` removes ``out`` first.
+
+    The parts of the inputs that an earlier run applied whole are not decoded again (:class:`_Through`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from .increment import stream_id
 
-    target, apply_table = _sink(format, out, catalog, namespace, overwrite, stream_id(inputs[0].header))
+    app_id = stream_id(inputs[0].header)
+    target, apply_table = _sink(format, out, catalog, namespace, overwrite, app_id)
+    through = _Through.read(out, app_id)
+    targets: dict[str, Any] = {}
+
+    def table_target(last: dict[str, Any]) -> Any:
+        found = targets.get(last["table"])
+        if found is None:
+            found = targets[last["table"]] = target(last)
+        return found
+
+    covered: list[tuple[int, int]] = []  # the plan's lowest and highest commit LSN
+
+    def applied(plan: Any) -> int | None:
+        ranges = [found for part in plan.parts for found in [part.commits()] if found is not None]
+        if ranges:
+            covered.append((min(r[0] for r in ranges), max(r[1] for r in ranges)))
+        if through is None or not covered or covered[0][0] < through.start:
+            return None
+        for v in plan.relations:  # each table as the run that wrote the mark left it
+            if table_target({"table": v.name, "schema": v.schema, "name": v.table}).position != \
+                    through.positions.get(v.name):
+                return None
+        return through.end
+
     changes_dir = os.path.join(out, "_changes")
-    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress)
+    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress,
+                       applied=applied)
     by_table = _shapes_by_table(changes_dir)
     try:
-        targets = {table: target(entries[-1]) for table, entries in by_table.items()}
-        refused = [why for found in targets.values() for why in [found.foreign()] if why]
+        chosen = {table: table_target(entries[-1]) for table, entries in by_table.items()}
+        refused = [why for found in chosen.values() for why in [found.foreign()] if why]
         if refused:
             raise ValueError("; ".join(refused))
     except ValueError:
         shutil.rmtree(changes_dir)
         raise
-    applied = {}
+    applied_now = {}
     for table, entries in by_table.items():
         last = entries[-1]
         arrow_schema = to_arrow_schema(_fold_schema(last)[0], timezone="UTC")
         keyed = bool(last["key"]) and last["replica_identity"] != "f"
-        applied[table] = apply_table(read_changes(changes_dir, entries, arrow_schema), targets[table],
-                                     last["columns"], last["key"] if keyed else last["columns"], keyed,
-                                     _truncates(entries), arrow_schema,
-                                     _filled(changes_dir, entries[1:], set(entries[0]["columns"])))
+        applied_now[table] = apply_table(read_changes(changes_dir, entries, arrow_schema), chosen[table],
+                                         last["columns"], last["key"] if keyed else last["columns"], keyed,
+                                         _truncates(entries), arrow_schema,
+                                         _filled(changes_dir, entries[1:], set(entries[0]["columns"])))
     shutil.rmtree(changes_dir)
-    return ApplySummary(out, {table: done.rows for table, done in applied.items()}, summary, applied)
+    if covered:
+        start = covered[0][0] if summary.skipped == 0 or through is None else min(covered[0][0], through.start)
+        _Through(app_id, start, covered[0][1],
+                 {table: done.position if done.how != "none" else chosen[table].position
+                  for table, done in applied_now.items()}).write(out)
+    return ApplySummary(out, {table: done.rows for table, done in applied_now.items()}, summary, applied_now)
+
+
+@dataclass
+class _Through:
+    """What a run of :func:`_apply_lakehouse` that ended well leaves in ``OUT/_replwire_applied.json``, so that
+    the next one need not decode what it applied: every change of the stream ``stream`` committed from
+    ``start`` through ``end`` (commit LSNs) is in its table, which then held ``positions`` (by source table;
+    ``None``: no table).  A next run trusts it only for the same stream, inputs that begin no earlier than
+    ``start``, and tables that still hold those positions (none written since by other means, none restored
+    to an older version); else it decodes everything, as a run without the file does."""
+
+    stream: str
+    start: int
+    end: int
+    positions: dict[str, int | None]
+
+    NAME = "_replwire_applied.json"
+
+    @classmethod
+    def read(cls, out: str, stream: str) -> _Through | None:
+        try:
+            with open(os.path.join(out, cls.NAME), encoding="utf-8") as handle:
+                found = json.load(handle)
+            through = cls(found["stream"], int(found["start"]), int(found["end"]), dict(found["positions"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return through if through.stream == stream else None
+
+    def write(self, out: str) -> None:
+        path = os.path.join(out, self.NAME)
+        with open(path + ".new", "w", encoding="utf-8") as handle:
+            json.dump({"stream": self.stream, "start": self.start, "end": self.end, "positions": self.positions},
+                      handle)
+        os.replace(path + ".new", path)
 
 
 def _sink(format: str, out: str, catalog: str | None, namespace: str | None, overwrite: bool,

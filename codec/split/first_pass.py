@@ -103,6 +103,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
             key = router.current
         if key is not None:
             part_keys.add(key)
+        else:  # snapshot rows
+            assert part is not None  # (rows are noted in a part)
+            part.outside = True
 
     def relation(source: Input, offset: int, message: Relation, types: Mapping[int, Type] | None = None
                  ) -> None:  # a table's shape, if it is new
@@ -123,6 +126,9 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
         nonlocal last_end, chunks_repeated
         if data and data[0] in snapshot_records.KINDS:  # snapshot and backfill records: their tables' shapes
             code = data[0]
+            if code in snapshot_records.BACKFILL_KINDS:
+                assert part is not None  # (records are read in a part)
+                part.outside = True
             if code == snapshot_records.CONFIRMED:
                 reach.confirmed(source.path, data, last_end, offset)
             elif code == snapshot_records.TABLE:
@@ -160,6 +166,8 @@ def _merge(inputs: Sequence[Input], runs: Iterator[Run], target: int, total: int
             return
         kind, key = route.kind, route.key
         if kind is LONE:
+            assert part is not None
+            part.outside = True
             end = lsn or None
             chunks_repeated = end is not None and end <= last_end
             if chunks_repeated:

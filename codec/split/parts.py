@@ -72,7 +72,9 @@ class Part:
     :func:`~replwire.codec.split.decode.decode_part`: the router's ``state`` where it begins, the
     ``outcomes`` of the committed transactions that have changes in it (by key), the subtransactions rolled
     back inside those that had any (``dropped_subxacts``, by key), and the positions of the lone logical
-    messages in it that a resume sent again (``repeated_lone``)."""
+    messages in it that a resume sent again (``repeated_lone``).  ``outside`` says whether it holds rows that
+    belong to no transaction (snapshot and backfill rows, lone logical messages): the outcomes then do not
+    tell every position the part's rows have."""
 
     number: int
     source: Input
@@ -83,6 +85,7 @@ class Part:
     repeated_lone: frozenset[int] = frozenset()
     records: int = 0
     dropped_subxacts: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    outside: bool = False
 
     @property
     def size(self) -> int:
@@ -95,7 +98,14 @@ class Part:
         outcomes = self.outcomes
         packed = outcomes if isinstance(outcomes, PackedOutcomes) else PackedOutcomes(pack_outcomes(outcomes))
         return (Part, (self.number, self.source, self.start, self.stop, self.state, packed, self.repeated_lone,
-                       self.records, self.dropped_subxacts))
+                       self.records, self.dropped_subxacts, self.outside))
+
+    def commits(self) -> tuple[int, int] | None:
+        """The lowest and highest commit LSN of the transactions with changes in the part (``None``: none)."""
+        outcomes = self.outcomes
+        lsns = (outcomes.packed[2] if isinstance(outcomes, PackedOutcomes)
+                else [int(o.commit_lsn) for o in outcomes.values()])
+        return (min(lsns), max(lsns)) if len(lsns) else None
 
     def outcome_table(self) -> Mapping[int, Outcome]:
         """``outcomes`` ready for lookups: as they are, or, for a part that arrived pickled, its packed

@@ -468,3 +468,25 @@ def test_split_decoding_equals_the_assembler_on_real_captures(pg_captures, tmp_p
         expected = assert_same_wherever_cut(inputs, sizes=(1, 4096, 1 << 30))
         checked += len(expected)
     assert checked > 1000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_part_tells_the_commit_lsns_of_its_changes(tmp_path, seed):
+    """``Part.commits()`` bounds the commit LSN of every change the part decodes to, and a part whose changes
+    are not all in transactions (lone logical messages) says so (``outside``): what ``apply`` relies on to
+    leave out the parts a lakehouse table holds already."""
+    rows = StreamMaker(seed).make()
+    result = plan(open_inputs([write_capture(tmp_path / "a.rwc", rows)]), part_bytes=700)
+    assert len(result.parts) > 3
+    lone = 0
+    for part in result.parts:
+        travelled = pickle.loads(pickle.dumps(part))
+        assert travelled.commits() == part.commits() and travelled.outside == part.outside
+        lsns = [int(d.outcome.commit_lsn) for d in decode_part(part, typed=False) if d.outcome is not None]
+        alone = [d for d in decode_part(part, typed=False) if d.outcome is None]
+        lone += len(alone)
+        assert part.outside or not alone, part.number
+        if lsns:
+            low, high = part.commits()
+            assert low <= min(lsns) and max(lsns) <= high, part.number
+    assert lone, "the streams hold lone messages"
