@@ -201,9 +201,14 @@ def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_v
 @click.option("--namespace", metavar="NS",
               help="iceberg: the namespace of every table (default: the source table's schema: public.orders "
                    "is the Iceberg table public.orders; with NS, NS.orders).")
+@click.option("--follow", is_flag=True,
+              help="delta, iceberg: keep going while a running capture writes INPUTS, applying what they hold "
+                   "past the tables' positions every time they grow, until SIGINT or SIGTERM.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
+              help="With --follow: how often to look whether INPUTS have grown.")
 def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
                   encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool,
-                  form: str, catalog: str | None, namespace: str | None) -> None:
+                  form: str, catalog: str | None, namespace: str | None, follow: bool, interval: float) -> None:
     """Write the current state of every table of INPUTS: OUT/<schema>.<table>/ holds the last committed
     row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over).
 
@@ -211,11 +216,74 @@ def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ver
     Delta or Iceberg tables, each is brought up to date: the changes past the position it holds are applied
     in one commit that records the new position, so running again on the same INPUTS changes nothing, and on
     more segments of the stream applies just the new ones.  Iceberg tables are <schema>.<table> (or
-    <NS>.<table>) in the catalog (--catalog, default OUT/catalog.db, named "replwire")."""
+    <NS>.<table>) in the catalog (--catalog, default OUT/catalog.db, named "replwire").
+
+    With --follow, the Delta or Iceberg tables follow a capture that is still being written: a line on
+    stderr for each round that applied something; SIGINT or SIGTERM ends it after the round under way (a
+    second one at once: killed mid-round, the tables stay as exact, and the next run goes on)."""
     if form != "iceberg" and (catalog is not None or namespace is not None):
         raise click.UsageError("--catalog and --namespace go with --format iceberg")
+    if follow:
+        if form == "parquet":
+            raise click.UsageError("--follow keeps Delta or Iceberg tables up to date: give --format delta or "
+                                   "iceberg")
+        if overwrite:
+            raise click.UsageError("--follow does not go with --overwrite")
+        _follow(inputs, out, proto_version, encoding, master, partition_mb, form, catalog, namespace, interval)
+        return
     _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite, form,
          {"catalog": catalog, "namespace": namespace} if form == "iceberg" else None)
+
+
+def _follow(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None, encoding: str | None,
+            master: str | None, partition_mb: int | None, form: str, catalog: str | None, namespace: str | None,
+            interval: float) -> None:
+    """``apply --follow``: :func:`replwire.spark.jobs.follow` until a signal."""
+    import signal
+
+    from replwire.codec.io.capture_file import CaptureFileError
+    from replwire.spark import jobs
+    from replwire.spark.delta import need_deltalake
+    from replwire.spark.iceberg import need_pyiceberg
+
+    try:
+        (need_deltalake if form == "delta" else need_pyiceberg)()
+    except ValueError as error:
+        raise click.ClickException(str(error)) from error
+    stop: list[int] = []
+
+    def on_signal(number: int, frame: Any) -> None:
+        if stop:  # a second one: now
+            raise SystemExit(128 + number)
+        stop.append(number)
+        click.echo(f"replwire spark apply: {signal.Signals(number).name}: stopping after this round", err=True)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, on_signal)
+    session = _session(master)
+    started = time.monotonic()
+
+    def each(result: Any) -> None:
+        done = {table: d for table, d in result.applied.items() if d.how != "none"}
+        if not done:
+            return
+        changes = sum(d.changes for d in done.values())
+        upto = LSN(max(d.position for d in done.values()))
+        click.echo(f"[{time.monotonic() - started:7.1f} s] {changes:,} changes applied to {len(done)} "
+                   f"table{'s' * (len(done) != 1)}, up to {upto} "
+                   f"({', '.join(f'{t} {d.how}' for t, d in sorted(done.items()))})", err=True)
+
+    try:
+        rounds = jobs.follow(session, [str(p) for p in inputs], str(out), format=form, interval=interval,
+                             stopping=lambda: bool(stop), each=each, proto_version=proto_version,
+                             encoding=encoding, part_bytes=partition_mb << 20 if partition_mb else None,
+                             catalog=catalog, namespace=namespace)
+    except (CaptureFileError, FileExistsError, ValueError) as error:
+        raise click.ClickException(str(error)) from error
+    finally:
+        session.stop()
+    click.echo(f"replwire spark apply: stopped after {time.monotonic() - started:.1f} s; {rounds:,} "
+               f"round{'s' * (rounds != 1)} applied changes", err=True)
 
 
 if __name__ == "__main__":  # spark-submit .../replwire/spark/cli.py apply ...

@@ -40,12 +40,13 @@ import contextlib
 import json
 import os
 import shutil
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ApplySummary", "ChangesSummary", "apply", "changes"]
+__all__ = ["ApplySummary", "ChangesSummary", "apply", "changes", "follow"]
 
 MANIFEST = "_replwire.json"
 #: The most input one task of the changes job decodes when the job chooses: the parts are as few as keep
@@ -695,6 +696,46 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     folded = {table: n for future in futures for table, n in future.result().items()}
     rows = {table: folded[table] for table in by_table}
     return ApplySummary(out, rows, summary)
+
+
+def follow(spark: Any, paths: Sequence[str], out: str, *, format: str, interval: float = 1.0,
+           stopping: Callable[[], bool] = lambda: False, each: Callable[[ApplySummary], None] | None = None,
+           proto_version: int | None = None, encoding: str | None = None, part_bytes: int | None = None,
+           catalog: str | None = None, namespace: str | None = None) -> int:
+    """Keep the Delta or Iceberg tables of :func:`apply` (``format``) up to date with capture files that are
+    still growing (a running ``replwire capture`` writes them): each round applies what the files hold past
+    the tables' positions (:func:`_apply_lakehouse`, which leaves out the parts an earlier round applied),
+    then waits until they have grown, looking every ``interval`` seconds.  ``each(summary)`` hears every round
+    that read something new; ``stopping()`` is asked between rounds and while waiting, and ends the loop.
+
+    Exactly once as :func:`apply` is: the tables record the position they hold in the commit that writes it,
+    so a loop killed at any moment and started again applies each change once.  A record still being
+    written at a file's end is left for the next round; damage inside a file ends the loop with an error.
+    Returns the number of rounds that applied something."""
+    from replwire.codec.split import open_inputs
+
+    if format not in ("delta", "iceberg"):
+        raise ValueError(f"only Delta and Iceberg tables can follow a capture, not {format!r}")
+    seen: list[tuple[str, int]] | None = None
+    rounds = 0
+    while not stopping():
+        inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)
+        sizes = [(i.path, i.size) for i in inputs]
+        if sizes != seen:
+            result = _apply_lakehouse(spark, inputs, out, format=format, part_bytes=part_bytes, overwrite=False,
+                                      progress=None, catalog=catalog, namespace=namespace)
+            if result.changes.damaged:
+                raise ValueError("; ".join(result.changes.damaged))
+            seen = sizes
+            rounds += any(done.how != "none" for done in result.applied.values())
+            if each is not None:
+                each(result)
+            continue
+        waited = 0.0
+        while waited < interval and not stopping():
+            time.sleep(min(0.1, interval))
+            waited += 0.1
+    return rounds
 
 
 def _apply_lakehouse(spark: Any, inputs: list[Any], out: str, *, format: str, part_bytes: int | None,

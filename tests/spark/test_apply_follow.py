@@ -1,0 +1,124 @@
+"""``replwire spark apply --follow``: Delta tables that follow a capture a running ``replwire capture`` is still
+writing, killed (SIGKILL) while applying and started again twice, end equal to the server, every position
+committed once; SIGTERM ends the loop cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.server
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from tests.spark.lakehouse import QUERIES, SEGMENTS, arrow_rows, server_rows  # noqa: E402
+from tests.spark.test_spark import fresh_database  # noqa: E402
+from tests.support.snapshot import REPLWIRE, wait_for  # noqa: E402
+
+
+def _tables(out):
+    """Each table's rows as the Delta tables hold them (``None`` for a table not there yet)."""
+    found = {}
+    for table in QUERIES:
+        path = os.path.join(out, f"public.{table}")
+        found[table] = deltalake.DeltaTable(path) if deltalake.DeltaTable.is_deltatable(path) else None
+    return found
+
+
+def _equal(out, expected):
+    for table, (names, rows) in expected.items():
+        found = _tables(out)[table]
+        if found is None:
+            return False
+        rows_now = found.to_pyarrow_table()
+        if not set(names) <= set(rows_now.column_names) or arrow_rows(rows_now, names) != rows:
+            return False
+    return True
+
+
+def _until_equal(out, expected, timeout, what):
+    """Wait for the tables to equal ``expected``, looking twice a second (reading them back takes a core)."""
+    deadline = time.monotonic() + timeout
+    while not _equal(out, expected):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _data_files(out):
+    found = set()
+    for table in QUERIES:
+        path = os.path.join(out, f"public.{table}")
+        if os.path.isdir(path):
+            found.update(entry.path for entry in os.scandir(path) if entry.is_file())
+    return found
+
+
+def test_delta_tables_follow_a_growing_capture_through_two_kills(pg18, tmp_path):
+    tag = "follow"
+    fresh_database(pg18, tag)
+    dsn = f"{pg18.dsn} dbname={tag}"
+    capture_file, out = tmp_path / "app.rwc", str(tmp_path / "lake")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    follow = [sys.executable, "-m", "replwire.codec.cli", "spark", "apply", str(capture_file), "--out", out,
+              "--format", "delta", "--follow", "--interval", "0.2", "--master", "local[2]"]
+    with pg18.connect(dbname=tag, autocommit=True) as conn:
+        conn.execute("SET logical_decoding_work_mem = '64kB'")  # the big insert is streamed
+        for statement in SEGMENTS[0].format(tag=tag).split(";"):
+            conn.execute(statement)
+        capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", dsn, "--slot", f"slot_{tag}", "--publication",
+                                    f"pub_{tag}", "--out", str(capture_file), "--proto-version", "4", "--binary",
+                                    "--streaming", "parallel", "--sync-interval", "0.1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        running = None
+        try:
+            wait_for(capture_file.exists, 30, "the capture file")
+            running = subprocess.Popen(follow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            expected = {table: server_rows(conn, table) for table in QUERIES}
+            _until_equal(out, expected, 120, "the first segment applied")
+            kills = 0
+            for sql in SEGMENTS[1:]:
+                before = _data_files(out)
+                for statement in sql.format(tag=tag).split(";"):
+                    conn.execute(statement)
+                # killed once it has begun to write new data (or, if it is done before that is seen, after)
+                deadline = time.monotonic() + 60
+                while not _data_files(out) - before and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                running.send_signal(signal.SIGKILL)
+                running.wait(30)
+                kills += running.returncode == -signal.SIGKILL
+                running.stderr.close()
+                running = subprocess.Popen(follow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                           env=env)
+            assert kills == 2
+            expected = {table: server_rows(conn, table) for table in QUERIES}
+            _until_equal(out, expected, 180, "every segment applied")
+            running.send_signal(signal.SIGTERM)
+            _, err = running.communicate(timeout=60)
+            assert running.returncode == 0, err[-3000:]
+            assert "stopping after this round" in err
+        finally:
+            for process in (running, capture):
+                if process is not None and process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    try:
+                        process.wait(30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+            capture.stderr.close()
+    for table, found in _tables(out).items():
+        positions = [entry["replwire.position"] for entry in found.history() if "replwire.position" in entry]
+        assert len(positions) == len(set(positions)), (table, positions)
+
+
+def test_follow_needs_a_lakehouse_format(tmp_path):
+    capture_file = tmp_path / "app.rwc"
+    capture_file.write_bytes(b"")
+    result = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "spark", "apply", str(capture_file),
+                             "--out", str(tmp_path / "lake"), "--follow"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--format delta or iceberg" in result.stderr
