@@ -13,9 +13,17 @@ from typing import Any
 
 from .shipping import announce as _announce
 
-__all__ = ["register"]
+__all__ = ["LakehouseWriter", "register"]
 
 _announce()  # on an executor running the copy replwire shipped to it: which codec it runs, to its log
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LakehouseWriter":  # (imported when asked for: it brings the streaming source's modules)
+        from .writer import LakehouseWriter
+
+        return LakehouseWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(spark: Any) -> None:

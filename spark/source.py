@@ -114,6 +114,10 @@ class ReplwireDataSource(DataSource):
 
     def schema(self) -> StructType:
         options = Options(self.options)
+        if options.boolean("records", False):  # readStream's slot rows (replwire.spark.stream)
+            from .stream import records_schema
+
+            return records_schema()
         if not options.get("table") or not (options.get("path") or options.get("paths")):
             from .rows import CHANGES
 

@@ -74,6 +74,9 @@ Options:
     When everything up to the server's WAL end has been read and at least this many bytes of WAL hold
     nothing for this slot (other tables, other databases), the offset moves over them anyway, so the slot
     does not hold that WAL; each such move is an empty micro-batch.  Default 16 MiB.
+``records``
+    ``true`` for the slot's rows as the server sends them (:func:`records_schema`) instead of change rows:
+    what :class:`replwire.spark.writer.LakehouseWriter` applies to Delta or Iceberg tables.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ from replwire.codec.scalars import LSN
 
 from .options import Options
 
-__all__ = ["LsnRange", "ReplwireStreamReader", "StreamError", "StreamOptions"]
+__all__ = ["LsnRange", "ReplwireStreamReader", "StreamError", "StreamOptions", "records_schema"]
 
 _BATCH_ROWS = 8192
 _PEEK = "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
@@ -123,6 +126,7 @@ class StreamOptions:
     max_changes: int | None = None
     idle_advance_bytes: int = 16 * 2**20
     encoding: str | None = None
+    records: bool = False
 
     @classmethod
     def parse(cls, options: Any) -> StreamOptions:
@@ -144,15 +148,19 @@ class StreamOptions:
                    proto_version=given.integer("protoVersion", None, 1), binary=given.boolean("binary", False),
                    messages=given.boolean("messages", False), create_slot=given.boolean("createSlot", False),
                    max_changes=given.integer("maxChanges", None, 1), idle_advance_bytes=idle,
-                   encoding=given.get("encoding"))
+                   encoding=given.get("encoding"), records=given.boolean("records", False))
+
+    def pgoutput(self, server_version: int) -> dict[str, str]:
+        """The pgoutput options for this server (``proto_version`` among them)."""
+        asked = PgoutputOptions(self.proto_version, (self.publication,), binary=self.binary, messages=self.messages)
+        try:
+            return asked.for_server(server_version)
+        except OptionsError as error:
+            raise ValueError(f"replwire: {error}") from None
 
     def peek_arguments(self, server_version: int) -> tuple[int, list[str]]:
         """The protocol version and the pgoutput options (as the peek's variadic text array) for this server."""
-        asked = PgoutputOptions(self.proto_version, (self.publication,), binary=self.binary, messages=self.messages)
-        try:
-            options = asked.for_server(server_version)
-        except OptionsError as error:
-            raise ValueError(f"replwire: {error}") from None
+        options = self.pgoutput(server_version)
         return int(options["proto_version"]), as_arguments(options)
 
 
@@ -298,17 +306,15 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from .rows import ChangeRows, batches
 
         assert isinstance(partition, LsnRange)  # Spark hands back the partitions that partitions() made
+        if self.options.records:
+            yield from _record_batches(self._records(partition))
+            return
         yield from batches(ChangeRows(ValueLoader(partition.encoding)), self._changes(partition), _BATCH_ROWS)
 
-    def _changes(self, part: LsnRange) -> Iterator[Any]:
-        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.split.Decoded`)."""
+    def _peeked(self, part: LsnRange) -> Iterator[tuple[LSN, int, bytes]]:
+        """The slot's rows up to ``part.end``: ``(lsn, xid, data)``."""
         import psycopg
 
-        from replwire.codec import Assembler, Transaction
-        from replwire.codec.split import Decoded, Outcome
-
-        # ChangeRows reads the wire tuples
-        assembler = Assembler(proto_version=part.proto_version, encoding=part.encoding, typed=False)
         start, end = LSN(part.start), LSN(part.end)
         # One transaction, for as long as the rows are read: a server-side cursor hands a large batch over in
         # pieces while Spark takes the Arrow batches.
@@ -316,20 +322,106 @@ class ReplwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._slot(conn, start)
             with conn.cursor(name="replwire_stream") as cur:
                 cur.itersize = 2000
-                cur.execute("SELECT lsn::text, data FROM " + _PEEK, (self.options.slot, str(end), None, part.arguments))
-                for lsn, data in cur:
-                    for item in assembler.feed(bytes(data), lsn=LSN(lsn)):
-                        if not isinstance(item, Transaction):  # a non-transactional logical message
-                            if item.lsn is not None and start < item.lsn <= end:
-                                yield Decoded(0, item, None)
-                            continue
-                        with item:
-                            if not start < item.end_lsn <= end:
-                                continue
-                            outcome = Outcome(item.xid, item.commit_lsn, item.end_lsn, item.commit_time, item.origin,
-                                              item.gid, item.prepare_lsn, item.prepare_time, item.streamed)
-                            for index, change in enumerate(item.changes):
-                                yield Decoded(index, change, outcome)
+                cur.execute("SELECT lsn::text, xid::text::bigint, data FROM " + _PEEK,
+                            (self.options.slot, str(end), None, part.arguments))
+                for lsn, xid, data in cur:
+                    yield LSN(lsn), xid or 0, bytes(data)
+
+    def _records(self, part: LsnRange) -> Iterator[tuple[int, int, bytes]]:
+        """The rows of ``part`` (:func:`records_schema`): those of the transactions whose commit completes a position in
+        ``(start, end]``, and such non-transactional messages.  The server sends a table's Relation (and its
+        types' Type) message once per read of the slot, before its first change, maybe inside a transaction
+        before ``start``: such messages are kept, and given right after the Begin of the next transaction
+        kept, so that the rows decode on their own."""
+        from replwire.codec import parse
+        from replwire.codec.io.positions import message_completes
+
+        start, end = part.start, part.end
+        held: list[tuple[int, int, bytes]] = []  # the open transaction's rows
+        schema: dict[tuple[int, int], tuple[int, int, bytes]] = {}  # Relation/Type rows of transactions not kept
+        for lsn, xid, data in self._peeked(part):
+            tag = data[:1]
+            if tag == b"B":
+                held = [(lsn, xid, data)]
+            elif tag == b"M" and not held:  # a non-transactional message
+                position = message_completes(parse(data, proto_version=part.proto_version, encoding=part.encoding))
+                if position is not None and start < position <= end:
+                    yield lsn, xid, data
+            elif tag == b"C":
+                held.append((lsn, xid, data))
+                position = message_completes(parse(data, proto_version=part.proto_version, encoding=part.encoding))
+                if position is not None and start < position <= end:
+                    yield held[0]
+                    for *_, message in schema.values():  # (at the Begin's position: inside it)
+                        yield held[0][0], held[0][1], message
+                    schema.clear()
+                    yield from held[1:]
+                else:
+                    for row in held:
+                        if row[2][:1] in (b"R", b"Y"):
+                            schema[row[2][0], int.from_bytes(row[2][1:5], "big")] = row
+                held = []
+            else:
+                held.append((lsn, xid, data))
+
+    def _changes(self, part: LsnRange) -> Iterator[Any]:
+        """The committed changes of ``part``, in commit order (:class:`~replwire.codec.split.Decoded`)."""
+        from replwire.codec import Assembler, Transaction
+        from replwire.codec.split import Decoded, Outcome
+
+        # ChangeRows reads the wire tuples
+        assembler = Assembler(proto_version=part.proto_version, encoding=part.encoding, typed=False)
+        start, end = LSN(part.start), LSN(part.end)
+        for lsn, _, data in self._peeked(part):
+            for item in assembler.feed(data, lsn=lsn):
+                if not isinstance(item, Transaction):  # a non-transactional logical message
+                    if item.lsn is not None and start < item.lsn <= end:
+                        yield Decoded(0, item, None)
+                    continue
+                with item:
+                    if not start < item.end_lsn <= end:
+                        continue
+                    outcome = Outcome(item.xid, item.commit_lsn, item.end_lsn, item.commit_time, item.origin,
+                                      item.gid, item.prepare_lsn, item.prepare_time, item.streamed)
+                    for index, change in enumerate(item.changes):
+                        yield Decoded(index, change, outcome)
+
+
+def records_schema() -> StructType:
+    """The Spark schema of ``spark.readStream.format("replwire").option("records", "true")``: the slot's rows
+    as ``pg_logical_slot_peek_binary_changes`` returns them, ``n`` numbering them in stream order (see
+    :meth:`ReplwireStreamReader._records`)."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField("n", T.LongType(), False), T.StructField("lsn", T.LongType(), False),
+                         T.StructField("xid", T.LongType(), False), T.StructField("data", T.BinaryType(), False)])
+
+
+def _record_batches(rows: Iterator[tuple[int, int, bytes]]) -> Iterator[Any]:
+    """``rows`` as Arrow record batches of :func:`records_schema`, of at most 8192 rows or about 16 MiB."""
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field("n", pa.int64(), False), pa.field("lsn", pa.int64(), False),
+                        pa.field("xid", pa.int64(), False), pa.field("data", pa.binary(), False)])
+    n, size = 0, 0
+    lsns: list[int] = []
+    xids: list[int] = []
+    datas: list[bytes] = []
+
+    def batch() -> Any:
+        return pa.RecordBatch.from_arrays([pa.array(range(n, n + len(datas)), pa.int64()), pa.array(lsns, pa.int64()),
+                                           pa.array(xids, pa.int64()), pa.array(datas, pa.binary())], schema=schema)
+
+    for lsn, xid, data in rows:
+        lsns.append(int(lsn))
+        xids.append(xid)
+        datas.append(data)
+        size += len(data)
+        if len(datas) >= _BATCH_ROWS or size >= 16 << 20:
+            yield batch()
+            n, lsns, xids, datas, size = n + len(datas), [], [], [], 0
+    if datas:
+        yield batch()
 
 
 def _marks(conn: Any, slot: str, upto: LSN | None, rows: int | None, proto: int,

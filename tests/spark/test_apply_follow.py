@@ -1,6 +1,7 @@
 """``replwire spark apply --follow``: Delta tables that follow a capture a running ``replwire capture`` is still
-writing, killed (SIGKILL) while applying and started again twice, end equal to the server, every position
-committed once; SIGTERM ends the loop cleanly."""
+writing, killed (SIGKILL) while applying and started again, end equal to the server, every position committed
+once; SIGTERM ends the loop cleanly.  (Killed at every other moment: the batch apply's tests; the loop only
+runs it again.)"""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _data_files(out):
     return found
 
 
-def test_delta_tables_follow_a_growing_capture_through_two_kills(pg18, tmp_path):
+def test_delta_tables_follow_a_growing_capture_through_a_kill(pg18, tmp_path):
     tag = "follow"
     fresh_database(pg18, tag)
     dsn = f"{pg18.dsn} dbname={tag}"
@@ -80,22 +81,20 @@ def test_delta_tables_follow_a_growing_capture_through_two_kills(pg18, tmp_path)
             running = subprocess.Popen(follow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
             expected = {table: server_rows(conn, table) for table in QUERIES}
             _until_equal(out, expected, 120, "the first segment applied")
-            kills = 0
-            for sql in SEGMENTS[1:]:
-                before = _data_files(out)
-                for statement in sql.format(tag=tag).split(";"):
-                    conn.execute(statement)
-                # killed once it has begun to write new data (or, if it is done before that is seen, after)
-                deadline = time.monotonic() + 60
-                while not _data_files(out) - before and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                running.send_signal(signal.SIGKILL)
-                running.wait(30)
-                kills += running.returncode == -signal.SIGKILL
-                running.stderr.close()
-                running = subprocess.Popen(follow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                           env=env)
-            assert kills == 2
+            before = _data_files(out)
+            for statement in SEGMENTS[1].format(tag=tag).split(";"):
+                conn.execute(statement)
+            # killed once it has begun to write new data (or, if it is done before that is seen, after)
+            deadline = time.monotonic() + 60
+            while not _data_files(out) - before and time.monotonic() < deadline:
+                time.sleep(0.005)
+            running.send_signal(signal.SIGKILL)
+            running.wait(30)
+            assert running.returncode == -signal.SIGKILL
+            running.stderr.close()
+            running = subprocess.Popen(follow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            for statement in SEGMENTS[2].format(tag=tag).split(";"):
+                conn.execute(statement)
             expected = {table: server_rows(conn, table) for table in QUERIES}
             _until_equal(out, expected, 180, "every segment applied")
             running.send_signal(signal.SIGTERM)
