@@ -121,3 +121,35 @@ def test_follow_needs_a_lakehouse_format(tmp_path):
     result = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "spark", "apply", str(capture_file),
                              "--out", str(tmp_path / "lake"), "--follow"], capture_output=True, text=True)
     assert result.returncode == 2 and "--format delta or iceberg" in result.stderr
+
+
+def test_a_round_is_run_only_for_more_than_confirmations(tmp_path):
+    """``follow`` looks at what a capture file gained since its last look: the slot confirmations an idle
+    capture appends make no round; anything else does, a record still being written only once whole."""
+    from replwire.codec import LSN, Begin, Timestamp, build
+    from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, encode_record
+    from replwire.codec.split import open_inputs
+    from replwire.spark.jobs import _news
+
+    path = tmp_path / "app.rwc"
+    looked: dict = {}
+    with CaptureWriter(path, CaptureHeader(proto_version=1, server_version=180000)) as writer:
+        writer.confirm(LSN(0x100), at_start=True)
+        writer.sync()
+        assert _news(open_inputs([path]), looked)  # the first look
+        assert not _news(open_inputs([path]), looked)
+        writer.confirm(LSN(0x200))
+        writer.sync()
+        assert not _news(open_inputs([path]), looked)  # only a confirmation
+        begin = build(Begin(final_lsn=LSN(0x300), commit_time=Timestamp(0), xid=7), proto_version=1)
+        writer.append(LSN(0x300), 7, begin)
+        writer.sync()
+    assert _news(open_inputs([path]), looked)
+    assert not _news(open_inputs([path]), looked)
+    record = encode_record(LSN(0x400), 8, begin)
+    with open(path, "ab") as handle:
+        handle.write(record[:5])  # a record still being written
+    assert not _news(open_inputs([path]), looked)
+    with open(path, "ab") as handle:
+        handle.write(record[5:])
+    assert _news(open_inputs([path]), looked)
