@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ReplwireError
 from ..options import quote_identifier
@@ -170,7 +170,7 @@ class LiveCapture(SqlCapture):
             header = server.header(self.settings)
             try:
                 if self.failover and slot.has_failover(server.cur, name) is False:
-                    self._make_failover(name)
+                    self._make_failover(server.cur, name)
                 confirmed = slot.check_slot(server.cur, name, two_phase=self.settings.two_phase or None,
                                             create=self.create_slot, failover=self.failover)
             except slot.SlotError as error:
@@ -192,10 +192,22 @@ class LiveCapture(SqlCapture):
                     "servers in --dsn with target_session_attrs=read-write (host=A,B port=P,Q ...)")
             raise (ConnectionLost if self._streamed else CaptureError)(what)
 
-    def _make_failover(self, name: str) -> None:
-        """Make the existing slot ``name`` a failover slot (``ALTER_REPLICATION_SLOT``, a replication command)."""
+    def _make_failover(self, cur: Any, name: str, timeout: float = 10.0) -> None:
+        """Make the existing slot ``name`` a failover slot (``ALTER_REPLICATION_SLOT``, a replication command,
+        which waits for as long as another process holds the slot): once no walsender holds it, waiting up to
+        ``timeout`` seconds for one that is exiting (the snapshot's) to let go."""
         import psycopg2
 
+        deadline = time.monotonic() + timeout
+        while True:
+            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (name,))
+            row = cur.fetchone()
+            if row is None or row[0] is None:
+                break
+            if time.monotonic() > deadline:
+                raise CaptureError(f"slot {name!r} is not a failover slot, and cannot be made one while the process "
+                                   f"with PID {row[0]} reads it: stop that client")
+            time.sleep(0.05)
         conn = connect(self.dsn, replication=True)
         try:
             conn.cursor().execute(f"ALTER_REPLICATION_SLOT {quote_identifier(name)} (FAILOVER true)")

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -290,11 +291,21 @@ def test_an_existing_slot_is_made_a_failover_slot(pg18, tmp_path):
         assert check() == ["warn  slot fo_alter failover: off, and the server has physical slots (fo_phys); a "
                            "standby does not keep this slot: after a failover it is gone; capture with --failover "
                            "(it makes the slot a failover slot) and set sync_replication_slots = on on the standby"]
+        # Another client holds the slot for a moment as the capture starts (as the snapshot's walsender can,
+        # exiting): the capture waits for it to let go.
+        import psycopg2
+        import psycopg2.extras
+
+        holder = psycopg2.connect(pg18.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        holder.cursor().start_replication(slot_name="fo_alter", decode=False,
+                                          options={"proto_version": "1", "publication_names": "fo_alter_pub"})
+        threading.Timer(2.5, holder.close).start()
         out = tmp_path / "alter.rwcap"
         result = subprocess.run([REPLWIRE, "capture", "--dsn", pg18.dsn, "--slot", "fo_alter", "--publication",
                                  "fo_alter_pub", "--no-create-slot", "--failover", "--out", str(out), "--idle-exit",
                                  "0.3"], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
+        assert holder.closed
         assert "slot 'fo_alter' is now a failover slot (ALTER_REPLICATION_SLOT ... (FAILOVER true))" in result.stderr
         assert one(pg18, "SELECT failover FROM pg_replication_slots WHERE slot_name = 'fo_alter'") == (True,)
         assert [change[:2] for change in decoded(out)] == [("insert", 1)]
