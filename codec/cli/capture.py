@@ -199,7 +199,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
             raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
                                        ) from None
         if initial_snapshot:
-            taken = _snapshot(console, dsn, out, settings, create_publication)
+            taken = _snapshot(console, dsn, out, settings, create_publication, failover)
         streaming_phase["on"] = True
         progress = capture.run(stop=stop, idle_exit=idle_exit)
     except CaptureError as error:
@@ -222,7 +222,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
 
 def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSettings,
-              create_publication: bool) -> SnapshotResult | None:
+              create_publication: bool, failover: bool = False) -> SnapshotResult | None:
     """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  The
     :class:`~replwire.codec.io.snapshot.SnapshotResult` when it was taken now (``None``: the file's snapshot
     was complete already)."""
@@ -236,7 +236,8 @@ def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSe
         console.print(line, highlight=False, soft_wrap=True)
 
     try:
-        result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report)
+        result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report,
+                               failover=failover)
     except KeyboardInterrupt:
         console.print("snapshot interrupted: run the same command again to take it again", highlight=False)
         sys.exit(130)

@@ -272,6 +272,35 @@ def test_failover_needs_postgresql_17(pg16, tmp_path):
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'fo_old'").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM pg_publication WHERE pubname = 'fo_pub'").fetchone() == (0,)
     assert not out.exists()
+    # with --snapshot, before the snapshot is taken
+    result = subprocess.run([REPLWIRE, "capture", "--dsn", pg16.dsn, "--slot", "fo_old", "--publication", "fo_pub",
+                             "--create-publication", "--failover", "--snapshot", "--out", str(out), "--idle-exit",
+                             "0.1"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "error: failover slots need PostgreSQL 17 or later; the server is 16." in result.stderr, result.stderr
+    assert one(pg16, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'fo_old'") == (0,)
+    assert not out.exists()
+
+
+def test_a_snapshot_creates_a_failover_slot(pg18, tmp_path):
+    with pg18.connect() as conn:
+        conn.execute("CREATE TABLE fo_snap (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO fo_snap VALUES (1), (2)")
+        conn.execute("CREATE PUBLICATION fo_snap_pub FOR TABLE fo_snap")
+    try:
+        out = tmp_path / "snap.rwcap"
+        result = subprocess.run([REPLWIRE, "capture", "--dsn", pg18.dsn, "--slot", "fo_snap", "--publication",
+                                 "fo_snap_pub", "--snapshot", "--failover", "--out", str(out), "--idle-exit", "0.2"],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "now a failover slot" not in result.stderr  # (created as one, with the snapshot)
+        assert one(pg18, "SELECT failover FROM pg_replication_slots WHERE slot_name = 'fo_snap'") == (True,)
+        assert [change[:2] for change in decoded(out)] == [("snapshot", 1), ("snapshot", 2)]
+    finally:
+        with pg18.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot('fo_snap')")
+            conn.execute("DROP PUBLICATION fo_snap_pub")
+            conn.execute("DROP TABLE fo_snap")
 
 
 def test_an_existing_slot_is_made_a_failover_slot(pg18, tmp_path):
