@@ -84,6 +84,10 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
 @click.option("--warn-safe-wal", callback=_size, metavar="SIZE",
               help="Warn when the slot's safe_wal_size (what the server may write before it removes WAL the "
                    "slot needs, under max_slot_wal_keep_size) falls under SIZE (default: 1GiB).")
+@click.option("--failover", is_flag=True,
+              help="PostgreSQL 17+: use a failover slot (created with FAILOVER, or made one), which a standby "
+                   "with sync_replication_slots keeps in step; with a --dsn naming both servers and "
+                   "target_session_attrs=read-write, the capture goes on from the promoted standby.")
 @click.option("--no-reconnect", is_flag=True,
               help="Exit (status 3) when the connection to the server is lost, instead of reconnecting and "
                    "resuming by itself (like pg_recvlogical's --no-loop).")
@@ -92,7 +96,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
                     batch_size: int, initial_snapshot: bool, backfill: tuple[str, ...], backfill_budget: float,
                     backfill_rate: float | None, metrics_at: str | None, warn_safe_wal: int | None,
-                    no_reconnect: bool) -> None:
+                    no_reconnect: bool, failover: bool) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
@@ -183,7 +187,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
                           via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say,
                           backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget,
-                          backfill_rate=backfill_rate)
+                          backfill_rate=backfill_rate, failover=failover)
     guard = DEFAULT_WARN_SAFE_WAL if warn_safe_wal is None else warn_safe_wal
     metrics = CaptureMetrics(capture, listen, warn_safe_wal=guard, log=say)  # (the guards, and what --metrics serves)
     taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
@@ -195,7 +199,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
             raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
                                        ) from None
         if initial_snapshot:
-            taken = _snapshot(console, dsn, out, settings, create_publication)
+            taken = _snapshot(console, dsn, out, settings, create_publication, failover)
         streaming_phase["on"] = True
         progress = capture.run(stop=stop, idle_exit=idle_exit)
     except CaptureError as error:
@@ -218,7 +222,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
 
 def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSettings,
-              create_publication: bool) -> SnapshotResult | None:
+              create_publication: bool, failover: bool = False) -> SnapshotResult | None:
     """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  The
     :class:`~replwire.codec.io.snapshot.SnapshotResult` when it was taken now (``None``: the file's snapshot
     was complete already)."""
@@ -232,7 +236,8 @@ def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSe
         console.print(line, highlight=False, soft_wrap=True)
 
     try:
-        result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report)
+        result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report,
+                               failover=failover)
     except KeyboardInterrupt:
         console.print("snapshot interrupted: run the same command again to take it again", highlight=False)
         sys.exit(130)

@@ -30,9 +30,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ReplwireError
+from ..options import quote_identifier
 from ..scalars import LSN
 from . import slot
 from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, cut_file
@@ -85,6 +86,11 @@ class LiveCapture(SqlCapture):
     chunk, or left alone when that run ended.  With ``settings.messages`` on, a capture over replication
     also backfills the tables ``replwire backfill`` asks its slot for.
 
+    With ``failover`` (PostgreSQL 17+) the slot is a failover slot, which a standby with
+    ``sync_replication_slots`` keeps in step: it is created with FAILOVER, or made one when it exists without;
+    the capture reads it on a primary only, and after a failover (through a DSN naming both servers, with
+    ``target_session_attrs=read-write``) goes on from the promoted standby's copy of the slot.
+
     A connection lost once the capture is streaming (a restart, a failover, the walsender
     terminated, the network) is not the end: with ``reconnect`` (the default) the capture resumes from the
     file's last durable record exactly as a new run on the file would -- the same checks of the file, the
@@ -100,7 +106,7 @@ class LiveCapture(SqlCapture):
                  batch_size: int = 10_000, reconnect: bool = True, reconnect_delay: float = 0.5,
                  reconnect_max: float = 30.0, log: Callable[[str], None] | None = None,
                  backfill: Sequence[str] = (), backfill_budget: float | None = None,
-                 backfill_rate: float | None = None) -> None:
+                 backfill_rate: float | None = None, failover: bool = False) -> None:
         if via not in VIAS:
             raise ValueError(f"via must be one of {VIAS}, not {via!r}")
         if batch_size < 1:
@@ -111,6 +117,7 @@ class LiveCapture(SqlCapture):
         self.via, self.batch_size = via, batch_size
         self.reconnect, self.reconnect_delay, self.reconnect_max = reconnect, reconnect_delay, reconnect_max
         self.log = log
+        self.failover = failover  # (see _check_failover)
         self.backfill, self.backfill_budget, self.backfill_rate = list(backfill), backfill_budget, backfill_rate
         if self.backfill and not settings.messages:
             raise ValueError("a backfill needs settings.messages: its watermarks are logical messages")
@@ -143,24 +150,73 @@ class LiveCapture(SqlCapture):
 
         def check(server: ServerInfo) -> None:  # before the publication or the slot is created
             header = server.header(self.settings)  # (checks the settings against the server)
+            if self.failover:
+                self._check_failover(server)
             if existing is not None:
                 check_settings(self.out, existing, header)
                 check_source(self.out, existing, name, server)
                 if not slot.slot_exists(server.cur, name):
-                    refuse_new_slot(self.out, name, existing)
+                    try:
+                        refuse_new_slot(self.out, name, existing)
+                    except CaptureError as error:
+                        if not self.failover:
+                            raise
+                        raise CaptureError(f"{error} (after a failover the slot is on the new primary only if the "
+                                           "standby had synchronised it before its promotion: synced, and not "
+                                           "temporary, in the standby's pg_replication_slots)") from None
 
         with set_up(self.dsn, self.settings.publication, create_publication=self.create_publication,
                     check=check) as server:
             header = server.header(self.settings)
             try:
+                if self.failover and slot.has_failover(server.cur, name) is False:
+                    self._make_failover(server.cur, name)
                 confirmed = slot.check_slot(server.cur, name, two_phase=self.settings.two_phase or None,
-                                            create=self.create_slot)
+                                            create=self.create_slot, failover=self.failover)
             except slot.SlotError as error:
                 raise CaptureError(str(error)) from None
             except psycopg2.Error as error:
                 kind = ConnectionLost if is_lost(error, server.conn) else CaptureError
                 raise kind(f"cannot check or create slot {name!r}: {server_error(error)}") from None
             return header, confirmed
+
+    def _check_failover(self, server: ServerInfo) -> None:
+        """A failover slot needs PostgreSQL 17+, and is read on a primary: a standby is refused when the capture
+        starts, and waited for (as a lost connection) when it reconnects, as it may be about to be promoted."""
+        if server.version < slot.FAILOVER_VERSION:
+            raise CaptureError(f"failover slots need PostgreSQL 17 or later; the server is "
+                               f"{server.version // 10000}.{server.version % 10000} (leave out --failover)")
+        server.cur.execute("SELECT pg_is_in_recovery()")
+        if server.cur.fetchone()[0]:
+            what = ("the server is a standby (in recovery): a failover slot is read on the primary; name both "
+                    "servers in --dsn with target_session_attrs=read-write (host=A,B port=P,Q ...)")
+            raise (ConnectionLost if self._streamed else CaptureError)(what)
+
+    def _make_failover(self, cur: Any, name: str, timeout: float = 10.0) -> None:
+        """Make the existing slot ``name`` a failover slot (``ALTER_REPLICATION_SLOT``, a replication command,
+        which waits for as long as another process holds the slot): once no walsender holds it, waiting up to
+        ``timeout`` seconds for one that is exiting (the snapshot's) to let go."""
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        while True:
+            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (name,))
+            row = cur.fetchone()
+            if row is None or row[0] is None:
+                break
+            if time.monotonic() > deadline:
+                raise CaptureError(f"slot {name!r} is not a failover slot, and cannot be made one while the process "
+                                   f"with PID {row[0]} reads it: stop that client")
+            time.sleep(0.05)
+        conn = connect(self.dsn, replication=True)
+        try:
+            conn.cursor().execute(f"ALTER_REPLICATION_SLOT {quote_identifier(name)} (FAILOVER true)")
+        except psycopg2.Error as error:
+            kind = ConnectionLost if is_lost(error, conn) else CaptureError
+            raise kind(f"cannot make slot {name!r} a failover slot: {server_error(error)}") from None
+        finally:
+            conn.close()
+        self._say(f"slot {name!r} is now a failover slot (ALTER_REPLICATION_SLOT ... (FAILOVER true))")
 
     def _open_file(self, header: CaptureHeader, confirmed: LSN, *, again: bool = False) -> CaptureWriter:
         """The writer of the capture file, cut to what the slot confirmed (``again``: on a reconnection, where

@@ -213,6 +213,31 @@ def _slot(cur: Any, slot: str, row: Any) -> list[Finding]:
     return findings
 
 
+def _failover(cur: Any, slot: str) -> list[Finding]:
+    """PostgreSQL 17+: a warning when the server has a physical standby (a physical slot) but the slot is not
+    a failover slot, or when it is one but ``synchronized_standby_slots`` is empty (a capture may then confirm
+    changes the standby has not received: after a failover they are gone from the promoted standby)."""
+    cur.execute("SELECT current_setting('server_version_num')::int >= 170000")
+    if not cur.fetchone()[0]:
+        return []
+    cur.execute("SELECT s.failover, current_setting('synchronized_standby_slots'), (SELECT string_agg(slot_name, "
+                "', ') FROM pg_replication_slots WHERE slot_type = 'physical') FROM pg_replication_slots AS s "
+                "WHERE slot_name = %s", (slot,))
+    failover, standby_slots, physical = cur.fetchone()
+    what = f"slot {slot} failover"
+    if not failover:
+        if not physical:
+            return []
+        return [Finding("warn", what, f"off, and the server has physical slots ({physical})",
+                        "a standby does not keep this slot: after a failover it is gone; capture with --failover "
+                        "(it makes the slot a failover slot) and set sync_replication_slots = on on the standby")]
+    if not standby_slots:
+        return [Finding("warn", what, "on, but synchronized_standby_slots is empty",
+                        "set synchronized_standby_slots to the standby's physical slot (primary_slot_name), so the "
+                        "capture never gets changes the standby has not received")]
+    return [Finding("ok", what, f"on (synchronized_standby_slots {standby_slots})")]
+
+
 def check(dsn: str, publication: str, slot: str | None = None) -> list[Finding]:
     """Every server prerequisite of ``replwire capture --publication publication [--slot slot]``, in order:
     ``wal_level``, free replication slots and WAL senders, the role's REPLICATION, a replication connection,
@@ -238,6 +263,8 @@ def check(dsn: str, publication: str, slot: str | None = None) -> list[Finding]:
         findings += _publication(cur, publication)
         if slot is not None:
             findings += _slot(cur, slot, slot_row)
+            if slot_row is not None and slot_row[1] == "logical":
+                findings += _failover(cur, slot)
     except psycopg2.Error as error:
         raise CaptureError(f"cannot check the server: {server_error(error)}") from None
     finally:

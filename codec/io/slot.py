@@ -16,7 +16,11 @@ from ..errors import ReplwireError
 from ..options import quote_identifier
 from ..scalars import LSN
 
-__all__ = ["Cursor", "SlotError", "check_publication", "check_slot", "server_version", "wal_end"]
+__all__ = ["FAILOVER_VERSION", "Cursor", "SlotError", "check_publication", "check_slot", "has_failover",
+           "server_version", "wal_end"]
+
+#: The first ``server_version_num`` with failover slots (a logical slot a standby synchronises: PostgreSQL 17).
+FAILOVER_VERSION = 170000
 
 
 class SlotError(ReplwireError, RuntimeError):
@@ -31,9 +35,11 @@ class Cursor(Protocol):
     def fetchone(self) -> Any: ...
 
 
-#: The slot, as the checks need it: ``two_phase`` through JSON, as the column exists from PostgreSQL 15 only.
+#: The slot, as the checks need it: ``two_phase`` and ``failover`` through JSON, as the columns exist from
+#: PostgreSQL 15 and 17 only.
 _SLOT = ("SELECT plugin, confirmed_flush_lsn::text, to_jsonb(s) ->> 'two_phase' = 'true', database, "
-         "current_database() FROM pg_replication_slots AS s WHERE slot_name = %s")
+         "current_database(), to_jsonb(s) ->> 'failover' = 'true' FROM pg_replication_slots AS s "
+         "WHERE slot_name = %s")
 #: The WAL position a read of the slot through the SQL functions reaches at least, when taken just before it
 #: (the replay position on a standby).
 _WAL_END = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
@@ -71,24 +77,26 @@ def slot_exists(cur: Cursor, slot: str) -> bool:
 
 
 def check_slot(cur: Cursor, slot: str, *, two_phase: bool | None = None, create: bool = False,
-               hint: str = "") -> LSN:
+               hint: str = "", failover: bool = False) -> LSN:
     """The confirmed position of the logical replication slot ``slot``, after checking that it decodes with
     pgoutput, in this database, with two-phase decoding as asked: ``two_phase`` True needs a slot created
     with two_phase, False one created without, None takes either.  With ``create``, a missing slot is
-    created (with two_phase when ``two_phase`` is True) at the current WAL position, which is returned;
-    without, ``hint`` ends the error for a missing one."""
+    created (with two_phase when ``two_phase`` is True, as a failover slot with ``failover``: PostgreSQL 17+)
+    at the current WAL position, which is returned; without, ``hint`` ends the error for a missing one.
+    With ``failover`` an existing slot must be a failover slot (:func:`has_failover` tells; the error says
+    how to make it one)."""
     cur.execute(_SLOT, (slot,))
     row = cur.fetchone()
     if row is None:
         if not create:
             raise SlotError(f"replication slot {slot!r} does not exist{' ' if hint else ''}{hint}")
-        if two_phase:
-            cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput', false, true)",
-                        (slot,))
+        if two_phase or failover:
+            cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput', false, %s"
+                        + (", true)" if failover else ")"), (slot, bool(two_phase)))
         else:
             cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         return LSN(cur.fetchone()[0])
-    plugin, confirmed, slot_two_phase, database, here = row
+    plugin, confirmed, slot_two_phase, database, here, slot_failover = row
     if plugin != "pgoutput":
         raise SlotError(f"slot {slot!r} uses {plugin or 'no plugin (a physical slot)'}, not pgoutput")
     if two_phase and not slot_two_phase:
@@ -99,4 +107,17 @@ def check_slot(cur: Cursor, slot: str, *, two_phase: bool | None = None, create:
                         "two_phase)")
     if database != here:
         raise SlotError(f"slot {slot!r} belongs to database {database!r}, not {here!r}")
+    if failover and not slot_failover:
+        raise SlotError(f"slot {slot!r} is not a failover slot (it was created without FAILOVER): make it one "
+                        f"with ALTER_REPLICATION_SLOT {quote_identifier(slot)} (FAILOVER true) over a replication "
+                        "connection (psql 'dbname=... replication=database'), or drop it and let the capture "
+                        "create it")
     return LSN(confirmed or "0/0")
+
+
+def has_failover(cur: Cursor, slot: str) -> bool | None:
+    """Whether the slot ``slot`` is a failover slot (``None``: no such slot)."""
+    cur.execute("SELECT to_jsonb(s) ->> 'failover' = 'true' FROM pg_replication_slots AS s WHERE slot_name = %s",
+                (slot,))
+    row = cur.fetchone()
+    return None if row is None else bool(row[0])

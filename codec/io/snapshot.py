@@ -34,7 +34,7 @@ from ..stream import snapshot_records
 from .capture_file import CaptureFileError, CaptureWriter, cut_file, read_capture
 from .connection import CaptureError, CaptureSettings, ServerInfo, connect, server_error, set_up
 from .resume import check_settings, check_source
-from .slot import slot_exists
+from .slot import FAILOVER_VERSION, slot_exists
 from .tables import BINARY_TRAILER, Table, after_binary_header, check_select, published_tables
 
 __all__ = ["CHUNK", "SnapshotResult", "TableProgress", "section_state", "take_snapshot"]
@@ -156,11 +156,11 @@ class _Rows:
 
 def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *,
                   create_publication: bool = False, progress: Callable[[TableProgress], None] | None = None,
-                  chunk: int = CHUNK) -> SnapshotResult:
+                  chunk: int = CHUNK, failover: bool = False) -> SnapshotResult:
     """Make sure the capture file ``out`` starts with a complete snapshot of ``settings.publication``'s
-    tables, taken with the new slot ``settings.slot`` (see the module docstring); then
-    :class:`~replwire.codec.io.live.LiveCapture` goes on from the slot.  ``progress`` hears of each table
-    about once a second and when it is done."""
+    tables, taken with the new slot ``settings.slot`` (see the module docstring; a failover slot with
+    ``failover``, PostgreSQL 17+); then :class:`~replwire.codec.io.live.LiveCapture` goes on from the slot.
+    ``progress`` hears of each table about once a second and when it is done."""
     import psycopg2
 
     path = os.fspath(out)
@@ -168,6 +168,9 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
 
     def check(server: ServerInfo) -> None:  # before the publication is checked or created
         header = server.header(settings)
+        if failover and server.version < FAILOVER_VERSION:
+            raise CaptureError(f"failover slots need PostgreSQL 17 or later; the server is "
+                               f"{server.version // 10000}.{server.version % 10000} (leave out --failover)")
         try:
             state = section_state(path)
         except CaptureFileError as error:
@@ -222,13 +225,14 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
         except CaptureFileError as error:
             raise CaptureError(str(error)) from None
         try:
-            return _copy(dsn, writer, settings, version, tables, conn, progress, chunk, retaken)
+            return _copy(dsn, writer, settings, version, tables, conn, progress, chunk, retaken, failover)
         finally:
             writer.close()
 
 
 def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: int, tables: list[Table], conn: Any,
-          progress: Callable[[TableProgress], None] | None, chunk: int, retaken: bool) -> SnapshotResult:
+          progress: Callable[[TableProgress], None] | None, chunk: int, retaken: bool,
+          failover: bool = False) -> SnapshotResult:
     import psycopg2
 
     binary = settings.binary
@@ -239,7 +243,8 @@ def _copy(dsn: str, writer: CaptureWriter, settings: CaptureSettings, version: i
         rcur = replication.cursor()
         name = quote_identifier(settings.slot)
         if version >= 150000:
-            options = "SNAPSHOT 'export'" + (", TWO_PHASE" if settings.two_phase else "")
+            options = ("SNAPSHOT 'export'" + (", TWO_PHASE" if settings.two_phase else "")
+                       + (", FAILOVER" if failover else ""))
             command = f"CREATE_REPLICATION_SLOT {name} LOGICAL pgoutput ({options})"
         else:
             command = f"CREATE_REPLICATION_SLOT {name} LOGICAL pgoutput EXPORT_SNAPSHOT"

@@ -454,10 +454,12 @@ class PgServer:
             raise
         return srv
 
-    def start_standby(self) -> PgServer:
+    def start_standby(self, *, settings: dict[str, str] | None = None) -> PgServer:
         """A hot standby of this (running) server, in a fresh temporary directory: ``pg_basebackup -R`` over
-        the replication connection (it writes ``standby.signal`` and ``primary_conninfo``), then started with
-        its own socket and port; returns once it accepts read-only connections."""
+        the replication connection (it writes ``standby.signal`` and ``primary_conninfo``, with the database
+        from PostgreSQL 17 on), then started with its own socket and port and ``settings`` (extra
+        postgresql.conf entries, values written verbatim: ``primary_slot_name``, ``sync_replication_slots``,
+        ...); returns once it accepts read-only connections."""
         run_as = self._run_as
         base = Path(tempfile.mkdtemp(prefix=f"replwire-pg{self.major}-standby-{os.getpid()}-"))
         os.chmod(base, 0o700)
@@ -471,6 +473,7 @@ class PgServer:
             with open(srv.data_dir / "postgresql.conf", "a", encoding="utf-8") as f:
                 f.write(f"\n# replwire test standby\nunix_socket_directories = '{srv.socket_dir}'\n"
                         f"port = {port}\nhot_standby = on\n")
+                f.writelines(f"{key} = {value}\n" for key, value in (settings or {}).items())
             srv._launch()
             with srv.connect() as conn:
                 row = conn.execute("SHOW server_version_num").fetchone()
