@@ -28,6 +28,7 @@ from .split.compiled_path import CompiledPath
 from .stream import snapshot_records
 from .stream.assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
 from .stream.decoder import IDLE, Decoder, StreamStateError
+from .stream.tables import TableFilter, filter_change, filter_item
 
 if TYPE_CHECKING:
     from .messages import Relation
@@ -111,11 +112,13 @@ class _RowPath(CompiledPath):
     the row path can go on.  A torn or corrupt capture file tail is read by the Python reader, which
     reports it (``tail``)."""
 
-    def __init__(self, source: Input, assembler: Assembler, lines: RowWriter, rows: Any) -> None:
+    def __init__(self, source: Input, assembler: Assembler, lines: RowWriter, rows: Any,
+                 tables: TableFilter | None = None) -> None:
         # a capture file is read up to its size when the inputs were opened, as its Python reader does
         super().__init__(source, source.first, source.size if source.form == "capture" else None, chunk=_CHUNK,
                          most=_MOST, worth=_WORTH, tries=_TRIES)
         self.assembler, self.lines, self.rows = assembler, lines, rows
+        self.tables = tables  # a relation it leaves out gets no plan: its changes go to the Assembler, filtered
         self.last_end = -1
         self.rendered = 0  # records taken by rows_body (into Rendered runs) so far
         self._events = lines.compiled_events() is not None  # (Debezium's events, else JSON lines)
@@ -162,6 +165,8 @@ class _RowPath(CompiledPath):
         return records  # fed to the Assembler by committed()
 
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
+        if self.tables and not self.tables.matches_relation(relation):
+            return None
         plan = self.lines.plan(schema)
         return self.rows.rows_plan(*plan) if plan is not None else None
 
@@ -170,7 +175,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
               repeated: Callable[[Transaction | Change], None] | None = None,
               warn: Callable[[str, str], None] | None = None,
-              lines: RowWriter | None = None) -> Iterator[Transaction | Change | Written]:
+              lines: RowWriter | None = None,
+              tables: TableFilter | None = None) -> Iterator[Transaction | Change | Written]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
@@ -190,7 +196,15 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     their buffers (the writer finishes them at their commit); where the Python codec is, and ``lines`` writes
     JSON lines, :class:`~replwire.codec.stream.jsonl.PlainRuns` does the same in Python: the plain
     transactions come as :class:`Written` lines, and the row changes of stream blocks go into their
-    transactions' buffers as rendered runs."""
+    transactions' buffers as rendered runs.
+
+    With ``tables`` (:class:`~replwire.codec.stream.tables.TableFilter`), only the changes of the tables it
+    keeps are given (:func:`~replwire.codec.stream.tables.filter_item`: a transaction left with none is not
+    given at all; logical messages are kept).  The compiled row path then has plans only for the relations
+    it keeps: the changes of the others decline it, and the transactions holding them go to the Assembler,
+    whose items are filtered (the Python codec's :class:`~replwire.codec.stream.jsonl.PlainRuns` is not
+    used with a filter).
+"""
     from .stream.jsonl import JsonLines, PlainRun, PlainRuns, compiled_rows
 
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
@@ -207,9 +221,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         path: _RowPath | PlainRuns | None = None
         compiled = compiled_rows(source.encoding)
         if lines is not None and compiled is not None:
-            path = _RowPath(source, assembler, lines, compiled)
+            path = _RowPath(source, assembler, lines, compiled, tables)
             path.last_end = last_end
-        elif isinstance(lines, JsonLines) and source.encoding == UTF8:
+        elif isinstance(lines, JsonLines) and source.encoding == UTF8 and not tables:
             path = PlainRuns(read_records(source, raw=True), lines, assembler, last_end)
         reading: Any = path if path is not None else read_records(source, raw=True)
         number = 0
@@ -235,6 +249,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         reach.confirmed(source.path, data, last_end, offset)
                     elif tag in backfill_kinds and lsn != chunks_at:  # (its watermark was sent again: skipped)
                         continue
+                    if tables:
+                        for change in sections.feed(data, lsn):
+                            if filter_change(change, tables) is not None:
+                                yield change
+                        continue
                     yield from sections.feed(data, lsn)
                     continue
                 items = feed(data, lsn=lsn or None)
@@ -257,6 +276,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     if item.__class__ is Change and item.op == "message" and item.prefix == BACKFILL_PREFIX:
                         chunks_at = end  # a backfill's watermark: the chunk after it is at its position
                         continue
+                    if tables:
+                        kept = filter_item(item, tables)
+                        if kept is None:
+                            continue
+                        item = kept
                     yield item
         except (DecodeError, StreamStateError, snapshot_records.SnapshotError) as error:
             rendered = path.rendered if path is not None else 0  # (records of Rendered runs, before it)

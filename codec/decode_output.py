@@ -25,6 +25,7 @@ from .io.capture_file import CaptureFileError, TailProblem
 from .io.segments import Input
 from .stream import jsonl
 from .stream.assembler import Change, Transaction
+from .stream.tables import TableFilter
 from .stream.values import TypedValuesUnavailable
 
 __all__ = ["BATCH", "FORMATS", "ChangeTable", "DecodeCounts", "Progress", "write_changes"]
@@ -76,7 +77,7 @@ def _utf8_buffer(out: TextIO) -> BinaryIO | None:
 def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "jsonl", *, tombstones: bool = True,
                   version: str = "unknown", tail: Callable[[str, TailProblem], None] | None = None,
                   warn: Callable[[str, str], None] | None = None,
-                  progress: Progress | None = None) -> DecodeCounts:
+                  progress: Progress | None = None, tables: TableFilter | None = None) -> DecodeCounts:
     """Write the committed changes of ``inputs`` (:func:`~replwire.codec.split.open_inputs`, in stream order)
     to ``out`` in ``output_format`` (one of :data:`FORMATS`), each line ending in a newline, and return the
     counts.  ``tombstones`` and ``version`` (replwire's, for ``source.version``) are the Debezium format's.
@@ -86,7 +87,11 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     never ended, before :class:`~replwire.codec.decode.RecordError`, :class:`~replwire.codec.io.capture_file.
     CaptureFileError` or :class:`~replwire.codec.TypedValuesUnavailable` is raised, and at the end; so is
     ``progress`` cleared.  The JSON lines format needs psycopg 3 from the start (it raises
-    ``TypedValuesUnavailable`` before writing anything), the others from the first row."""
+    ``TypedValuesUnavailable`` before writing anything), the others from the first row.
+
+    ``tables`` (:class:`~replwire.codec.stream.tables.TableFilter`): only the changes of the tables it keeps
+    are written, and counted; a transaction left with none is neither (no format writes anything for a
+    transaction but its changes' lines)."""
     lines, writer = _formats(inputs, output_format, tombstones, version)
     counts = DecodeCounts()
     # what is not yet written: lines (str, without their newline), or the compiled row path's UTF-8 lines
@@ -151,7 +156,7 @@ def write_changes(inputs: Sequence[Input], out: TextIO, output_format: str = "js
     with fewer_collections():  # millions of short-lived objects: see replwire.codec.gc_tuning
         try:
             for item in committed(inputs, tail=flushed_tail, repeated=repeated, warn=flushed_warn,
-                                  rows=output_format == "table", lines=writer):
+                                  rows=output_format == "table", lines=writer, tables=tables):
                 if item.__class__ is Written:  # lines the compiled row path wrote
                     assert isinstance(item, Written)
                     write_utf8(item.data)

@@ -44,8 +44,15 @@ __all__ = ["decode_command"]
 @click.option("--tombstones/--no-tombstones", default=True, show_default=True,
               help="With --format debezium: follow each delete with a tombstone, a line 'null' (Debezium's "
                    "tombstones.on.delete).")
+@click.option("--table", "include", multiple=True, metavar="GLOB",
+              help="Print only the changes of tables matching GLOB (schema.table; repeatable; e.g. 'public.*', "
+                   "'*.orders'; a GLOB without a dot is any schema's table; case-sensitive, quote a part with "
+                   "double quotes to take it literally).  Logical messages are kept.")
+@click.option("--exclude-table", "exclude", multiple=True, metavar="GLOB",
+              help="Leave out the changes of tables matching GLOB (as --table; repeatable; wins over --table).")
 def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
-                   output_format: str, tombstones: bool) -> None:
+                   output_format: str, tombstones: bool, include: tuple[str, ...] = (),
+                   exclude: tuple[str, ...] = ()) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes; - is standard input.  Several files are consecutive parts of one stream (a capture resumed
@@ -57,11 +64,14 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     database, which declares no encoding, print as the JSON escapes \\udc80-\\udcff unless --encoding says
     which encoding they are in.  With --format debezium each change prints as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
-    are typed by their column's type through psycopg 3 (replwire's values extra).
+    are typed by their column's type through psycopg 3 (replwire's values extra).  With --table or
+    --exclude-table only the changes of the matching tables are printed (a TRUNCATE of several tables
+    names the matching ones); a transaction left with none is not printed, nor counted.
     """
     from ..decode import RecordError
     from ..decode_output import write_changes
     from ..io.capture_file import CaptureFileError, TailProblem
+    from ..stream.tables import TableFilter
     from ..stream.values import TypedValuesUnavailable
 
     # The process ends with the command, and the interpreter's shutdown walks every object for cycles again
@@ -71,6 +81,10 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
+    try:
+        tables = TableFilter(include, exclude)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--table/--exclude-table") from None
     files, shown = _read_once(files)
     inputs = _decode_inputs(files, proto_version, encoding, shown)
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
@@ -91,7 +105,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     try:
         version = replwire_version() if output_format == "debezium" else "unknown"  # (Debezium's source.version)
         counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=version, tail=tail,
-                               warn=warn, progress=progress)
+                               warn=warn, progress=progress, tables=tables or None)
     except (RecordError, CaptureFileError) as error:
         click.echo(f"error: {shown(str(error))}", err=True)
         sys.exit(1)
