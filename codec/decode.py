@@ -22,6 +22,7 @@ from ..schema.capture import BACKFILL_PREFIX
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
 from .io.capture_file import TailProblem
+from .io.follow import Follower, FollowReading
 from .io.positions import message_completes
 from .io.segments import Input, Reach, read_records
 from .split.compiled_path import CompiledPath
@@ -176,7 +177,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               repeated: Callable[[Transaction | Change], None] | None = None,
               warn: Callable[[str, str], None] | None = None,
               lines: RowWriter | None = None,
-              tables: TableFilter | None = None) -> Iterator[Transaction | Change | Written]:
+              tables: TableFilter | None = None,
+              follow: Follower | None = None) -> Iterator[Transaction | Change | Written]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
@@ -204,7 +206,12 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     it keeps: the changes of the others decline it, and the transactions holding them go to the Assembler,
     whose items are filtered (the Python codec's :class:`~replwire.codec.stream.jsonl.PlainRuns` is not
     used with a filter).
-"""
+
+    With ``follow`` (a :class:`~replwire.codec.io.follow.Follower`), the last input is a capture file still
+    being written (opened with ``open_inputs(..., growing=True)``): once its records up to its ``size`` are
+    read, its records go on being read as they are written (by the Python path), and each transaction is given
+    as soon as its commit is in the file, until the follower stops (``stop``, ``idle_exit``) or meets damage
+    (given to ``tail`` as any reading's)."""
     from .stream.jsonl import JsonLines, PlainRun, PlainRuns, compiled_rows
 
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
@@ -219,13 +226,19 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if source.index:
             assembler.resume()
         path: _RowPath | PlainRuns | None = None
+        # (a followed file is read up to its size when opened, the end of its whole records, then followed)
+        stop = source.size if follow is not None and source is inputs[-1] else None
         compiled = compiled_rows(source.encoding)
         if lines is not None and compiled is not None:
             path = _RowPath(source, assembler, lines, compiled, tables)
             path.last_end = last_end
         elif isinstance(lines, JsonLines) and source.encoding == UTF8 and not tables:
-            path = PlainRuns(read_records(source, raw=True), lines, assembler, last_end)
-        reading: Any = path if path is not None else read_records(source, raw=True)
+            path = PlainRuns(read_records(source, None, stop, raw=True), lines, assembler, last_end)
+        reading: Any = path if path is not None else read_records(source, None, stop, raw=True)
+        if follow is not None and source is inputs[-1]:
+            if source.form != "capture":
+                raise ValueError(f"{source.path}: only a capture file can be followed")
+            reading = _Then(reading, source, follow)
         number = 0
         try:
             for record in reading:
@@ -293,6 +306,34 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if section is not None and not section.complete and warn is not None:
             warn(source.path, "its snapshot section ends before its SnapshotEnd: the snapshot was interrupted, and "
                               "holds only some rows (running the capture again takes it again)")
+
+
+class _Then:
+    """The records of ``first`` (a reading of ``source`` up to its ``size``), then, if it ended whole, those
+    ``follow`` reads from there as the file grows; ``tail`` is the one that ended it."""
+
+    def __init__(self, first: Any, source: Input, follow: Follower) -> None:
+        self.first, self.source, self.follow = first, source, follow
+        self.then: FollowReading | None = None
+        self.tail: TailProblem | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.first
+        self.tail = self.first.tail
+        if self.tail is not None:
+            return
+        self.then = self.follow.records(self.source.path, self.source.size)
+        yield from self.then
+        self.tail = self.then.tail
+
+    @property
+    def rendered(self) -> int:
+        return int(getattr(self.first, "rendered", 0))
+
+    def close(self) -> None:
+        self.first.close()
+        if self.then is not None:
+            self.then.close()
 
 
 class _Sections:

@@ -25,6 +25,7 @@ from ..errors import install_hint
 from ._common import count_noun, need_proto_version, replwire_version
 
 if TYPE_CHECKING:
+    from ..io.follow import Follower
     from ..io.segments import Input
 
 __all__ = ["decode_command"]
@@ -50,9 +51,15 @@ __all__ = ["decode_command"]
                    "double quotes to take it literally).  Logical messages are kept.")
 @click.option("--exclude-table", "exclude", multiple=True, metavar="GLOB",
               help="Leave out the changes of tables matching GLOB (as --table; repeatable; wins over --table).")
+@click.option("--follow", is_flag=True,
+              help="The last file is a capture still being written (by a running replwire capture): after its "
+                   "end, wait for more and print each transaction as soon as its commit is in the file, until "
+                   "SIGINT or SIGTERM (exit 0) or --idle-exit.")
+@click.option("--idle-exit", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With --follow: stop after SECONDS with nothing new in the file.")
 def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
                    output_format: str, tombstones: bool, include: tuple[str, ...] = (),
-                   exclude: tuple[str, ...] = ()) -> None:
+                   exclude: tuple[str, ...] = (), follow: bool = False, idle_exit: float | None = None) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes; - is standard input.  Several files are consecutive parts of one stream (a capture resumed
@@ -66,7 +73,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
     are typed by their column's type through psycopg 3 (replwire's values extra).  With --table or
     --exclude-table only the changes of the matching tables are printed (a TRUNCATE of several tables
-    names the matching ones); a transaction left with none is not printed, nor counted.
+    names the matching ones); a transaction left with none is not printed, nor counted.  With --follow the
+    last file (in stream order) is followed as a running capture writes it, like tail -f: a record still
+    being written at its end is waited for, not reported; the output is flushed whenever decode waits.
     """
     from ..decode import RecordError
     from ..decode_output import write_changes
@@ -85,8 +94,13 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         tables = TableFilter(include, exclude)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--table/--exclude-table") from None
+    if idle_exit is not None and not follow:
+        raise click.UsageError("--idle-exit is an option of --follow")
+    if follow and any(str(given) == "-" for given in files):
+        raise click.UsageError("--follow reads a capture file as it grows: standard input (-) cannot be followed")
     files, shown = _read_once(files)
-    inputs = _decode_inputs(files, proto_version, encoding, shown)
+    inputs = _decode_inputs(files, proto_version, encoding, shown, growing=follow)
+    follower = _follower(idle_exit) if follow else None
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
     # escapes \udc80-\udcff, which json.loads reads back to the same surrogates.
     stdout = sys.stdout
@@ -105,7 +119,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     try:
         version = replwire_version() if output_format == "debezium" else "unknown"  # (Debezium's source.version)
         counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=version, tail=tail,
-                               warn=warn, progress=progress, tables=tables or None)
+                               warn=warn, progress=progress, tables=tables or None, follow=follower)
     except (RecordError, CaptureFileError) as error:
         click.echo(f"error: {shown(str(error))}", err=True)
         sys.exit(1)
@@ -118,6 +132,24 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                err=True)
     if counts.damaged:
         sys.exit(1)
+
+
+def _follower(idle_exit: float | None) -> Follower:
+    """The follower of ``decode --follow``: SIGINT and SIGTERM stop it (at its next look at the file, within
+    a poll: what is committed so far is printed and flushed, and the command ends as at the end of its
+    input, exit 0)."""
+    import signal
+
+    from ..io.follow import Follower
+
+    stopping: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    return Follower(idle_exit=idle_exit, stop=lambda: bool(stopping))
 
 
 def _typed_values_missing(command: str) -> str:
@@ -173,7 +205,7 @@ def _read_once(files: tuple[pathlib.Path, ...]) -> tuple[tuple[pathlib.Path, ...
 
 
 def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
-                   shown: Callable[[str], str] = str) -> list[Input]:
+                   shown: Callable[[str], str] = str, growing: bool = False) -> list[Input]:
     """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`), in stream order (a note
     says so when that is not the order given); what it refuses (a COPY-CSV file without
     ``--proto-version``, files that disagree or are not one stream, an unknown ``--encoding``) is a usage
@@ -190,7 +222,7 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     except click.UsageError as error:
         raise click.UsageError(shown(error.message)) from None
     try:
-        inputs = open_inputs(files, proto_version, encoding)
+        inputs = open_inputs(files, proto_version, encoding, growing=growing)
     except CaptureFileError as error:
         raise click.UsageError(shown(str(error))) from None
     if [i.path for i in inputs] != [os.fspath(f) for f in files]:
