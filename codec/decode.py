@@ -119,7 +119,7 @@ class _RowPath(CompiledPath):
         super().__init__(source, source.first, source.size if source.form == "capture" else None, chunk=_CHUNK,
                          most=_MOST, worth=_WORTH, tries=_TRIES)
         self.assembler, self.lines, self.rows = assembler, lines, rows
-        self.tables = tables  # a relation it leaves out gets no plan: its changes go to the Assembler, filtered
+        self.tables = tables  # a relation it leaves out has its width for a plan: rows_run passes over its changes
         self.last_end = -1
         self.rendered = 0  # records taken by rows_body (into Rendered runs) so far
         self._events = lines.compiled_events() is not None  # (Debezium's events, else JSON lines)
@@ -167,7 +167,7 @@ class _RowPath(CompiledPath):
 
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
         if self.tables and not self.tables.matches_relation(relation):
-            return None
+            return len(relation.columns)  # (the row path's plan for a relation left out: its width)
         plan = self.lines.plan(schema)
         return self.rows.rows_plan(*plan) if plan is not None else None
 
@@ -202,10 +202,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
 
     With ``tables`` (:class:`~replwire.codec.stream.tables.TableFilter`), only the changes of the tables it
     keeps are given (:func:`~replwire.codec.stream.tables.filter_item`: a transaction left with none is not
-    given at all; logical messages are kept).  The compiled row path then has plans only for the relations
-    it keeps: the changes of the others decline it, and the transactions holding them go to the Assembler,
-    whose items are filtered (the Python codec's :class:`~replwire.codec.stream.jsonl.PlainRuns` is not
-    used with a filter).
+    given at all; logical messages are kept).  The compiled row path's plan for a relation it leaves out is
+    the relation's width: ``rows_run`` passes over those changes of plain transactions (a transaction left
+    with none is neither written nor counted), and ``rows_body`` declines them, so that inside the
+    transactions the Assembler holds they go to the Assembler, whose items are filtered (the Python codec's
+    :class:`~replwire.codec.stream.jsonl.PlainRuns` is not used with a filter).
 
     With ``follow`` (a :class:`~replwire.codec.io.follow.Follower`), the last input is a capture file still
     being written (opened with ``open_inputs(..., growing=True)``): once its records up to its ``size`` are
