@@ -22,7 +22,7 @@ from ..schema.capture import BACKFILL_PREFIX
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
 from .io.capture_file import TailProblem
-from .io.follow import Follower, FollowReading
+from .io.follow import Cut, Follower, FollowReading
 from .io.positions import message_completes
 from .io.segments import Input, Reach, read_records
 from .split.compiled_path import CompiledPath
@@ -212,7 +212,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     being written (opened with ``open_inputs(..., growing=True)``): once its records up to its ``size`` are
     read, its records go on being read as they are written (by the Python path), and each transaction is given
     as soon as its commit is in the file, until the follower stops (``stop``, ``idle_exit``) or meets damage
-    (given to ``tail`` as any reading's)."""
+    (given to ``tail`` as any reading's).  Where the writer cuts the file back (a
+    :class:`~replwire.codec.io.follow.Cut`), the Assembler drops the transaction open (:meth:`Assembler.resume
+    <replwire.codec.Assembler.resume>`), and what comes again is given once, as after any resume."""
     from .stream.jsonl import JsonLines, PlainRun, PlainRuns, compiled_rows
 
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
@@ -254,6 +256,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     if path is not None:
                         last_end = path.last_end
                     yield Written(record.data, record.records, 1 - record.repeated, record.changes, record.repeated)
+                    continue
+                if record.__class__ is Cut:  # a followed file cut back by its writer: what was after it comes again
+                    assembler.resume()
                     continue
                 offset, lsn, _, data = record
                 number += 1

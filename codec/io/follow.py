@@ -9,7 +9,8 @@ an error: a record that fails its checksum with intact records after it, seen so
 progress is given the time of one poll to land), ends the following with that :class:`~replwire.codec.io.
 capture_file.TailProblem` as the reading's ``tail``, as a damaged file ends any reading.  A record cut short
 by the end of the file is taken for one being written and waited for, whatever its length says (a length
-damaged into a huge one is told only once the file has grown past it, by its checksum).
+damaged into a huge one is told only once the file has grown past it, by its checksum).  A file its writer
+cuts back below what was read yields a :class:`Cut` and is read on from there.
 
 For a set of segments, :func:`~replwire.codec.io.segments.open_inputs` with ``growing=True`` makes the last
 one (in stream order) a growing file: its :attr:`~replwire.codec.io.segments.Input.size` is then the end of
@@ -22,7 +23,8 @@ Use::
     ... read every input up to its size ...
     follower = Follower(poll=0.2, idle_exit=None, stop=lambda: stopping, waiting=flush_output)
     reading = follower.records(inputs[-1].path, inputs[-1].size)
-    for offset, lsn, xid, data in reading:   # raw records, as read_records(..., raw=True) gives them
+    for record in reading:   # raw records (offset, lsn, xid, data), as read_records(..., raw=True) gives
+        if record.__class__ is Cut: ...   # the file was cut back: drop what is open, records come again
         ...
     reading.tail   # None, or the damage (or, after idle_exit, the torn tail) that ended it
 """
@@ -37,7 +39,7 @@ from typing import Any
 
 from .capture_file import CaptureFileError, TailProblem, read_capture
 
-__all__ = ["POLL", "Follower", "FollowReading", "whole_end"]
+__all__ = ["POLL", "Cut", "Follower", "FollowReading", "whole_end"]
 
 #: Seconds between looks at a growing file's size, by default.
 POLL = 0.2
@@ -59,6 +61,22 @@ def whole_end(path: str | os.PathLike[str], start: int | None = None) -> int:
         return int(reading.end)
 
 
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What a :class:`FollowReading` yields where the file was cut back, to ``offset``, below what it had
+    read: its writer dropped records it had written (``replwire capture --via sql`` drops a transaction a
+    batch ended inside of, to the end of the last whole one, before asking for it again; a failed write cuts
+    back to the last fsync).  What was after the cut comes again: a reader drops what it holds of a
+    transaction still open (:meth:`Assembler.resume <replwire.codec.Assembler.resume>`), and knows the
+    transactions it already has by their end LSNs.  Exact where the cut is at a transaction's end, as those
+    of ``--via sql`` are.  A cut is seen when the file is shorter than what was read at a look; one made
+    and written over again between two looks is not: where the records written again are the ones cut (what
+    ``--via sql`` asks for again), nothing changed for the reader; where they are others, the reader's
+    offset falls inside a record, which reads as damage (an error, never other records)."""
+
+    offset: int
+
+
 @dataclass
 class Follower:
     """How to follow a growing capture file: look at its size every ``poll`` seconds; stop when ``stop()``
@@ -73,7 +91,8 @@ class Follower:
 
     def records(self, path: str | os.PathLike[str], start: int | None = None) -> FollowReading:
         """The raw records ``(offset, lsn, xid, data)`` of the capture file ``path`` from ``start`` (a record
-        boundary; default: the first record) on, as they are written (see :class:`FollowReading`)."""
+        boundary; default: the first record) on, as they are written, and a :class:`Cut` where the file was
+        cut back (see :class:`FollowReading`)."""
         return FollowReading(self, os.fspath(path), start)
 
 
@@ -110,9 +129,14 @@ class FollowReading(Iterator[Any]):
             idle_since = clock()
             suspect: tuple[int, str] | None = None  # damage seen once: seen again, it is damage
             while True:
-                if reader.refresh() < at:
-                    raise CaptureFileError(self.path, f"the file was cut to {reader.size} bytes while it was "
-                                                      f"followed, before the end of what was read ({at})")
+                if reader.refresh() < at:  # cut back by its writer: what was after the cut comes again
+                    if reader.size < reader.header_end:
+                        raise CaptureFileError(self.path, f"the file was cut to {reader.size} bytes, inside its "
+                                                          "header, while it was followed")
+                    at = self.end = reader.size
+                    suspect = None
+                    yield Cut(at)
+                    continue
                 reading = reader.records(at, raw=True)
                 try:
                     for record in reading:

@@ -180,3 +180,63 @@ def test_the_follower_in_process(tmp_path):
     assert reading.tail is None and "wait" in seen and len(got) == 8
     assert [r[0] for r in got][0] == start
     assert whole_end(path, start) == whole_end(path) == reading.end
+
+
+def streamed_capture(path):
+    """A capture file (protocol 2) and its records: plain transactions 0 and 1 (records 0-6), a streamed
+    transaction's first block, not stopped (7-8), then plain transaction 2 (9-11) and the stream again from
+    its first block, committed (12-15)."""
+    from replwire.codec.messages import StreamCommit, StreamStart, StreamStop
+
+    stamp = Timestamp(800_000_000_000_000)
+    relation = Relation(relation_id=16384, namespace="public", name="t", replica_identity="d",
+                        columns=[RelationColumn(flags=1, name="id", type_id=23, type_modifier=-1)])
+
+    def plain(i, *more):
+        end = LSN(0x1000 * (i + 1))
+        return [(end, Begin(final_lsn=end, commit_time=stamp, xid=700 + i)), *more,
+                (end, Insert(relation_id=16384, new=[TupleColumn.text(str(i))])),
+                (end, Commit(flags=0, commit_lsn=end, end_lsn=LSN(end + 8), commit_time=stamp))]
+
+    block = [(LSN(0x500), StreamStart(xid=900, first_segment=1)),
+             (LSN(0x500), Insert(xid=900, relation_id=16384, new=[TupleColumn.text("100")]))]
+    messages = [*plain(0, (LSN(0x1000), relation)), *plain(1), *block, *plain(2), *block,
+                (LSN(0x500), StreamStop()),
+                (LSN(0x9000), StreamCommit(xid=900, flags=0, commit_lsn=LSN(0x9000), end_lsn=LSN(0x9008),
+                                           commit_time=stamp))]
+    with CaptureWriter(path, CaptureHeader(proto_version=2, server_version=160004,
+                                           options={"publication_names": "p", "streaming": "on"})):
+        pass
+    return [encode_record(lsn, 0, build(message, proto_version=2,
+                                        in_stream=message.tag in "IR" and getattr(message, "xid", None) is not None))
+            for lsn, message in messages]
+
+
+def test_a_file_cut_back_by_its_writer_is_read_on_once(tmp_path):
+    """``capture --via sql`` drops a transaction a batch ended inside of (to the end of the last whole one)
+    and asks for it again; here a stream block's start: a follower that read it and sees the file cut
+    drops it (the decoder is out of the block again), and prints each transaction once."""
+    path, printed = tmp_path / "cut.rwcap", tmp_path / "printed.jsonl"
+    records = streamed_capture(path)
+    boundary = os.path.getsize(path) + len(b"".join(records[:7]))
+    with open(path, "ab") as handle:
+        handle.write(b"".join(records[:9]))  # two transactions, and the start of a stream block
+    decode = subprocess.Popen([REPLWIRE, "decode", "--follow", path], stdout=open(printed, "wb"),
+                              stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: len(lines_of(printed)) == 2)
+        time.sleep(0.4)  # (it has read the block's start)
+        os.truncate(path, boundary)  # cut back to the end of the second transaction
+        time.sleep(0.6)  # (seen)
+        with open(path, "ab") as handle:
+            handle.write(b"".join(records[9:]))
+        wait_for(lambda: len(lines_of(printed)) == 4)
+        time.sleep(0.3)
+        decode.send_signal(signal.SIGTERM)
+        assert decode.wait(10) == 0, decode.stderr.read().decode()
+        stderr = decode.stderr.read().decode()
+        assert NO_TRACEBACK not in stderr and "4 transactions" in stderr, stderr
+    finally:
+        if decode.poll() is None:
+            decode.kill()
+    assert [c["new"]["id"] for c in lines_of(printed)] == [0, 1, 2, 100]

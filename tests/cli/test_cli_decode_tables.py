@@ -89,8 +89,7 @@ def expected(changes, include, exclude):
     return out
 
 
-CASES = [(["shop.*"], []), (["*.orders"], []), ([], ["*.items"]), (["orders", "Mixed"], ["public.*"]),
-         (["shop.M*"], []), (["nothing.here"], [])]
+CASES = [(["shop.*"], []), ([], ["*.items"]), (["orders", "M?xed"], ["public.*"]), (["nothing.here"], [])]
 
 
 @pytest.mark.parametrize("output_format", ["jsonl", "debezium"])
@@ -100,7 +99,7 @@ def test_filtered_output_is_the_matching_subset(capture, output_format):
         if output_format == "jsonl" else every
     python_every, _ = decode(capture, "--format", output_format, impl="python")
     assert normal(python_every) == normal(every)
-    for include, exclude in CASES if output_format == "jsonl" else CASES[2:4]:
+    for include, exclude in CASES if output_format == "jsonl" else CASES[1:3]:
         args = [x for p in include for x in ("--table", p)] + [x for p in exclude for x in ("--exclude-table", p)]
         compiled, summary = decode(capture, "--format", output_format, *args)
         python, _ = decode(capture, "--format", output_format, *args, impl="python")
