@@ -316,7 +316,8 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
 
 class _Then:
     """The records of ``first`` (a reading of ``source`` up to its ``size``), then, if it ended whole, those
-    ``follow`` reads from there as the file grows; ``tail`` is the one that ended it."""
+    ``follow`` reads from there as the file grows; ``tail`` is the one that ended it.  The follower's
+    ``stop`` ends it in either."""
 
     def __init__(self, first: Any, source: Input, follow: Follower) -> None:
         self.first, self.source, self.follow = first, source, follow
@@ -324,9 +325,16 @@ class _Then:
         self.tail: TailProblem | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        yield from self.first
+        stop = self.follow.stop
+        if stop is None:
+            yield from self.first
+        else:  # (a stop is heeded while what the file held is read too, every 1024 records or runs)
+            for n, record in enumerate(self.first, 1):
+                yield record
+                if not n & 1023 and stop():
+                    return
         self.tail = self.first.tail
-        if self.tail is not None:
+        if self.tail is not None or (stop is not None and stop()):
             return
         self.then = self.follow.records(self.source.path, self.source.size)
         yield from self.then

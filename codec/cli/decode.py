@@ -98,9 +98,9 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
         raise click.UsageError("--idle-exit is an option of --follow")
     if follow and any(str(given) == "-" for given in files):
         raise click.UsageError("--follow reads a capture file as it grows: standard input (-) cannot be followed")
+    follower = _follower(idle_exit) if follow else None  # (first: a stop from here on ends it cleanly)
     files, shown = _read_once(files)
     inputs = _decode_inputs(files, proto_version, encoding, shown, growing=follow)
-    follower = _follower(idle_exit) if follow else None
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
     # escapes \udc80-\udcff, which json.loads reads back to the same surrogates.
     stdout = sys.stdout
@@ -136,20 +136,29 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
 
 def _follower(idle_exit: float | None) -> Follower:
     """The follower of ``decode --follow``: SIGINT and SIGTERM stop it (at its next look at the file, within
-    a poll: what is committed so far is printed and flushed, and the command ends as at the end of its
-    input, exit 0)."""
+    a poll, or within 1024 records of what the file held: what is committed so far is printed and flushed,
+    and the command ends as at the end of its input, exit 0).
+
+    The two signals are blocked, and looked for (``sigpending``) by the follower's ``stop``, rather than
+    handled: a Python handler run while a write to standard output is blocked (a full pipe) makes
+    CPython's buffered writer drop bytes (3.11: the same lines, written while a SIGINT handler ran, arrive
+    a few hundred KiB short), and the output is what this command is for."""
     import signal
 
     from ..io.follow import Follower
 
-    stopping: list[int] = []
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    stopped: list[int] = []
 
-    def stop(signum: int, frame: object) -> None:
-        stopping.append(signum)
+    def stop() -> bool:
+        if not stopped:
+            pending = signal.sigpending() & signals
+            if pending:
+                stopped.append(signal.sigwait(pending))  # (taken: nothing is left pending at the exit)
+        return bool(stopped)
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
-    return Follower(idle_exit=idle_exit, stop=lambda: bool(stopping))
+    return Follower(idle_exit=idle_exit, stop=stop)
 
 
 def _typed_values_missing(command: str) -> str:

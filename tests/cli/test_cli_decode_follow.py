@@ -240,3 +240,21 @@ def test_a_file_cut_back_by_its_writer_is_read_on_once(tmp_path):
         if decode.poll() is None:
             decode.kill()
     assert [c["new"]["id"] for c in lines_of(printed)] == [0, 1, 2, 100]
+
+
+def test_a_stop_while_the_output_is_blocked_loses_nothing(tmp_path):
+    """SIGTERM while decode waits on a full pipe: every line written still arrives, whole, then exit 0."""
+    path = tmp_path / "blocked.rwcap"
+    records = small_capture(path, 3000)
+    with open(path, "ab") as handle:
+        handle.write(b"".join(records))
+    decode = subprocess.Popen([REPLWIRE, "decode", "--follow", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)  # (its output, ~600 KB, fills the pipe nobody reads yet)
+        decode.send_signal(signal.SIGTERM)
+        out, err = decode.communicate(timeout=20)
+    finally:
+        if decode.poll() is None:
+            decode.kill()
+    assert decode.returncode == 0 and "3000 transactions" in err.decode(), err.decode()
+    assert [json.loads(line)["new"]["id"] for line in out.splitlines()] == list(range(3000))
