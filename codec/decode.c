@@ -132,32 +132,50 @@ nomem:
 
 /* the plan of a scanned row change's relation, a strong reference (write_change runs the plan's converters,
  * Python code, which may drop plans' entry): the capsule with *plan set, or NULL -- an error set, or none:
- * a relation without a plan */
-static PyObject *plan_of(PyObject *plans, const Field *F, const RowChange *rc, const Plan **plan)
+ * a relation without a plan.  A relation whose changes are left out (a table filter's, see
+ * replwire.codec.decode) has an int for its plan, the number of its columns: that int is returned, *plan set
+ * to NULL and *skip_cols to the number (else -1). */
+static PyObject *plan_of(PyObject *plans, const Field *F, const RowChange *rc, const Plan **plan,
+                         Py_ssize_t *skip_cols)
 {
     PyObject *oid = PyLong_FromUnsignedLongLong(F[rc->relation].v);
     if (oid == NULL) return NULL;
     PyObject *capsule = PyDict_GetItemWithError(plans, oid);
     Py_DECREF(oid);
     if (capsule == NULL) return NULL;
+    *skip_cols = -1;
+    if (PyLong_CheckExact(capsule)) {
+        Py_ssize_t ncols = PyLong_AsSsize_t(capsule);
+        if (ncols < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "rows_run: a skipped relation's columns");
+            return NULL;
+        }
+        *plan = NULL;
+        *skip_cols = ncols;
+        return Py_NewRef(capsule);
+    }
     *plan = PyCapsule_GetPointer(capsule, PLAN_NAME);
     if (*plan == NULL) return NULL;
     return Py_NewRef(capsule);
 }
 
 /* one row change (d[0:n], its tag an Insert's, an Update's or a Delete's) of a plain transaction with xid,
- * at lsn, buffered as its JSON line or (debezium) its event's record: 1 buffered, 0 declined, -1 an error */
+ * at lsn, buffered as its JSON line or (debezium) its event's record: 1 buffered, 2 left out (its relation's
+ * plan says so, and the change is one the Python path would take: as wide as the relation), 0 declined, -1
+ * an error */
 static int change(Scratch *w, PyObject *plans, int pv, const unsigned char *d, Py_ssize_t n, uint64_t xid,
                   uint64_t lsn, int debezium)
 {
     Field F[N_CHANGE];
     RowChange rc;
     const Plan *plan;
+    Py_ssize_t skip_cols;
     if (!scan_change(d, n, pv, 0, F, &rc)) return 0;
-    PyObject *capsule = plan_of(plans, F, &rc, &plan);
+    PyObject *capsule = plan_of(plans, F, &rc, &plan, &skip_cols);
     if (capsule == NULL) return PyErr_Occurred() ? -1 : 0;
     int r;
-    if (!debezium) r = put_change(w, plan, F, &rc, d, n, xid, lsn);
+    if (plan == NULL) r = change_fits(F, &rc, skip_cols) ? 2 : 0;
+    else if (!debezium) r = put_change(w, plan, F, &rc, d, n, xid, lsn);
     else if (!change_fits(F, &rc, plan->ncols)) r = 0;
     else {
         const Py_ssize_t at = w->tx.len;
@@ -256,7 +274,9 @@ static PyObject *declined_record(const Frame *frame, const unsigned char *s, Py_
  * and plans of Debezium's form -- their Debezium events; consumed is where the rows not taken start,
  * declined what declined_record says of the record there (declined: a transaction for the Python path
  * starts there).  last_end is the end LSN of the last transaction printed (-1: none); a transaction ending
- * at or before it is counted in repeated, not printed.  last_commit is the commit LSN of the last
+ * at or before it is counted in repeated, not printed.  A relation whose plan is an int (its number of
+ * columns) is left out: its changes are passed over, and a transaction whose every change was is neither
+ * printed nor counted (as the Python path's table filter does).  last_commit is the commit LSN of the last
  * transaction whose events were written (-1: none).  With ``two_phase`` (no prepared transaction waits for
  * its Commit Prepared on the Python side, so a Prepare's gid is free), a two-phase transaction whose Commit
  * Prepared comes right after its Prepare -- Begin Prepare, an Origin right after it, row changes, Prepare,
@@ -327,6 +347,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
         int prepared = 0;  /* a two-phase transaction: Begin Prepare ... Prepare, Commit Prepared */
         uint64_t xid = 0, commit_lsn = 0, end_lsn = 0, prepare_end = 0;
         int64_t commit_time = 0;
+        Py_ssize_t left_out = 0;  /* its changes of relations left out (a table filter's) */
         w.tx.len = 0;
         w.npending = w.events = 0;
         origin.len = 0;  /* the Origin's name as a JSON string, if one came right after the Begin */
@@ -394,6 +415,7 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
                 r = change(&w, plans, pv, d, n, xid, lsn, ev.on);
                 if (r < 0) goto nomem;
                 if (r == 0) goto decline;
+                if (r == 2) left_out++;
                 continue;
             }
             if (prepared) {  /* the Prepare: its gid kept for the Commit Prepared that must follow */
@@ -429,6 +451,10 @@ static PyObject *c_rows_run(PyObject *self, PyObject *args)
             }
             have_last = 1;
             last_end = end_lsn;
+            if (left_out && (ev.on ? w.events : w.npending) == 0) {  /* every change left out: not printed, */
+                transactions--;                                      /* nor counted (as the Python path does) */
+                break;
+            }
             if (ev.on) {
                 if (put_transaction_events(&out, &ev, &w, xid, commit_lsn, commit_time + PG_EPOCH_US))
                     goto done;
@@ -592,14 +618,20 @@ static PyObject *c_rows_body(PyObject *self, PyObject *args)
         Field F[N_CHANGE];
         RowChange rc;
         const Plan *plan;
+        Py_ssize_t skip_cols;
         if (r == 0 || n == 0 || (d[0] != TAG_Insert && d[0] != TAG_Update && d[0] != TAG_Delete)
             || !scan_change(d, n, pv, streamed, F, &rc)) {
             declined = 1;
             break;
         }
-        PyObject *capsule = plan_of(plans, F, &rc, &plan);
+        PyObject *capsule = plan_of(plans, F, &rc, &plan, &skip_cols);
         if (capsule == NULL) {
             if (PyErr_Occurred()) goto done;
+            declined = 1;
+            break;
+        }
+        if (plan == NULL) {  /* a relation left out: its changes here go to the Python side, which leaves them out */
+            Py_DECREF(capsule);
             declined = 1;
             break;
         }

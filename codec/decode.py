@@ -22,12 +22,14 @@ from ..schema.capture import BACKFILL_PREFIX
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
 from .io.capture_file import TailProblem
+from .io.follow import Cut, Follower, FollowReading
 from .io.positions import message_completes
 from .io.segments import Input, Reach, read_records
 from .split.compiled_path import CompiledPath
 from .stream import snapshot_records
 from .stream.assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
 from .stream.decoder import IDLE, Decoder, StreamStateError
+from .stream.tables import TableFilter, filter_change, filter_item
 
 if TYPE_CHECKING:
     from .messages import Relation
@@ -111,11 +113,13 @@ class _RowPath(CompiledPath):
     the row path can go on.  A torn or corrupt capture file tail is read by the Python reader, which
     reports it (``tail``)."""
 
-    def __init__(self, source: Input, assembler: Assembler, lines: RowWriter, rows: Any) -> None:
+    def __init__(self, source: Input, assembler: Assembler, lines: RowWriter, rows: Any,
+                 tables: TableFilter | None = None) -> None:
         # a capture file is read up to its size when the inputs were opened, as its Python reader does
         super().__init__(source, source.first, source.size if source.form == "capture" else None, chunk=_CHUNK,
                          most=_MOST, worth=_WORTH, tries=_TRIES)
         self.assembler, self.lines, self.rows = assembler, lines, rows
+        self.tables = tables  # a relation it leaves out has its width for a plan: rows_run passes over its changes
         self.last_end = -1
         self.rendered = 0  # records taken by rows_body (into Rendered runs) so far
         self._events = lines.compiled_events() is not None  # (Debezium's events, else JSON lines)
@@ -162,6 +166,8 @@ class _RowPath(CompiledPath):
         return records  # fed to the Assembler by committed()
 
     def plan(self, relation_id: int, relation: Relation, schema: RowSchema) -> Any:
+        if self.tables and not self.tables.matches_relation(relation):
+            return len(relation.columns)  # (the row path's plan for a relation left out: its width)
         plan = self.lines.plan(schema)
         return self.rows.rows_plan(*plan) if plan is not None else None
 
@@ -170,7 +176,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
               tail: Callable[[str, TailProblem], None] | None = None,
               repeated: Callable[[Transaction | Change], None] | None = None,
               warn: Callable[[str, str], None] | None = None,
-              lines: RowWriter | None = None) -> Iterator[Transaction | Change | Written]:
+              lines: RowWriter | None = None,
+              tables: TableFilter | None = None,
+              follow: Follower | None = None) -> Iterator[Transaction | Change | Written]:
     """The single-process way to the same result: every committed transaction (and non-transactional
     logical message) of ``inputs`` from one :class:`~replwire.codec.Assembler`, resumed between inputs, with
     what a resume sends again skipped (an item whose end is not past the last one's), each such item handed
@@ -190,7 +198,23 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     their buffers (the writer finishes them at their commit); where the Python codec is, and ``lines`` writes
     JSON lines, :class:`~replwire.codec.stream.jsonl.PlainRuns` does the same in Python: the plain
     transactions come as :class:`Written` lines, and the row changes of stream blocks go into their
-    transactions' buffers as rendered runs."""
+    transactions' buffers as rendered runs.
+
+    With ``tables`` (:class:`~replwire.codec.stream.tables.TableFilter`), only the changes of the tables it
+    keeps are given (:func:`~replwire.codec.stream.tables.filter_item`: a transaction left with none is not
+    given at all; logical messages are kept).  The compiled row path's plan for a relation it leaves out is
+    the relation's width: ``rows_run`` passes over those changes of plain transactions (a transaction left
+    with none is neither written nor counted), and ``rows_body`` declines them, so that inside the
+    transactions the Assembler holds they go to the Assembler, whose items are filtered (the Python codec's
+    :class:`~replwire.codec.stream.jsonl.PlainRuns` is not used with a filter).
+
+    With ``follow`` (a :class:`~replwire.codec.io.follow.Follower`), the last input is a capture file still
+    being written (opened with ``open_inputs(..., growing=True)``): once its records up to its ``size`` are
+    read, its records go on being read as they are written (by the Python path), and each transaction is given
+    as soon as its commit is in the file, until the follower stops (``stop``, ``idle_exit``) or meets damage
+    (given to ``tail`` as any reading's).  Where the writer cuts the file back (a
+    :class:`~replwire.codec.io.follow.Cut`), the Assembler drops the transaction open (:meth:`Assembler.resume
+    <replwire.codec.Assembler.resume>`), and what comes again is given once, as after any resume."""
     from .stream.jsonl import JsonLines, PlainRun, PlainRuns, compiled_rows
 
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
@@ -205,13 +229,19 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if source.index:
             assembler.resume()
         path: _RowPath | PlainRuns | None = None
+        # (a followed file is read up to its size when opened, the end of its whole records, then followed)
+        stop = source.size if follow is not None and source is inputs[-1] else None
         compiled = compiled_rows(source.encoding)
         if lines is not None and compiled is not None:
-            path = _RowPath(source, assembler, lines, compiled)
+            path = _RowPath(source, assembler, lines, compiled, tables)
             path.last_end = last_end
-        elif isinstance(lines, JsonLines) and source.encoding == UTF8:
-            path = PlainRuns(read_records(source, raw=True), lines, assembler, last_end)
-        reading: Any = path if path is not None else read_records(source, raw=True)
+        elif isinstance(lines, JsonLines) and source.encoding == UTF8 and not tables:
+            path = PlainRuns(read_records(source, None, stop, raw=True), lines, assembler, last_end)
+        reading: Any = path if path is not None else read_records(source, None, stop, raw=True)
+        if follow is not None and source is inputs[-1]:
+            if source.form != "capture":
+                raise ValueError(f"{source.path}: only a capture file can be followed")
+            reading = _Then(reading, source, follow)
         number = 0
         try:
             for record in reading:
@@ -227,6 +257,9 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                         last_end = path.last_end
                     yield Written(record.data, record.records, 1 - record.repeated, record.changes, record.repeated)
                     continue
+                if record.__class__ is Cut:  # a followed file cut back by its writer: what was after it comes again
+                    assembler.resume()
+                    continue
                 offset, lsn, _, data = record
                 number += 1
                 tag = data[0] if data else -1
@@ -234,6 +267,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     if tag == snapshot_records.CONFIRMED:
                         reach.confirmed(source.path, data, last_end, offset)
                     elif tag in backfill_kinds and lsn != chunks_at:  # (its watermark was sent again: skipped)
+                        continue
+                    if tables:
+                        for change in sections.feed(data, lsn):
+                            if filter_change(change, tables) is not None:
+                                yield change
                         continue
                     yield from sections.feed(data, lsn)
                     continue
@@ -257,6 +295,11 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
                     if item.__class__ is Change and item.op == "message" and item.prefix == BACKFILL_PREFIX:
                         chunks_at = end  # a backfill's watermark: the chunk after it is at its position
                         continue
+                    if tables:
+                        kept = filter_item(item, tables)
+                        if kept is None:
+                            continue
+                        item = kept
                     yield item
         except (DecodeError, StreamStateError, snapshot_records.SnapshotError) as error:
             rendered = path.rendered if path is not None else 0  # (records of Rendered runs, before it)
@@ -269,6 +312,42 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
         if section is not None and not section.complete and warn is not None:
             warn(source.path, "its snapshot section ends before its SnapshotEnd: the snapshot was interrupted, and "
                               "holds only some rows (running the capture again takes it again)")
+
+
+class _Then:
+    """The records of ``first`` (a reading of ``source`` up to its ``size``), then, if it ended whole, those
+    ``follow`` reads from there as the file grows; ``tail`` is the one that ended it.  The follower's
+    ``stop`` ends it in either."""
+
+    def __init__(self, first: Any, source: Input, follow: Follower) -> None:
+        self.first, self.source, self.follow = first, source, follow
+        self.then: FollowReading | None = None
+        self.tail: TailProblem | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        stop = self.follow.stop
+        if stop is None:
+            yield from self.first
+        else:  # (a stop is heeded while what the file held is read too, every 1024 records or runs)
+            for n, record in enumerate(self.first, 1):
+                yield record
+                if not n & 1023 and stop():
+                    return
+        self.tail = self.first.tail
+        if self.tail is not None or (stop is not None and stop()):
+            return
+        self.then = self.follow.records(self.source.path, self.source.size)
+        yield from self.then
+        self.tail = self.then.tail
+
+    @property
+    def rendered(self) -> int:
+        return int(getattr(self.first, "rendered", 0))
+
+    def close(self) -> None:
+        self.first.close()
+        if self.then is not None:
+            self.then.close()
 
 
 class _Sections:

@@ -25,6 +25,7 @@ from ..errors import install_hint
 from ._common import count_noun, need_proto_version, replwire_version
 
 if TYPE_CHECKING:
+    from ..io.follow import Follower
     from ..io.segments import Input
 
 __all__ = ["decode_command"]
@@ -44,8 +45,21 @@ __all__ = ["decode_command"]
 @click.option("--tombstones/--no-tombstones", default=True, show_default=True,
               help="With --format debezium: follow each delete with a tombstone, a line 'null' (Debezium's "
                    "tombstones.on.delete).")
+@click.option("--table", "include", multiple=True, metavar="GLOB",
+              help="Print only the changes of tables matching GLOB (schema.table; repeatable; e.g. 'public.*', "
+                   "'*.orders'; a GLOB without a dot is any schema's table; case-sensitive, quote a part with "
+                   "double quotes to take it literally).  Logical messages are kept.")
+@click.option("--exclude-table", "exclude", multiple=True, metavar="GLOB",
+              help="Leave out the changes of tables matching GLOB (as --table; repeatable; wins over --table).")
+@click.option("--follow", is_flag=True,
+              help="The last file is a capture still being written (by a running replwire capture): after its "
+                   "end, wait for more and print each transaction as soon as its commit is in the file, until "
+                   "SIGINT or SIGTERM (exit 0) or --idle-exit.")
+@click.option("--idle-exit", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With --follow: stop after SECONDS with nothing new in the file.")
 def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
-                   output_format: str, tombstones: bool) -> None:
+                   output_format: str, tombstones: bool, include: tuple[str, ...] = (),
+                   exclude: tuple[str, ...] = (), follow: bool = False, idle_exit: float | None = None) -> None:
     """Print the committed changes of FILES: replwire capture files, or the CSV that
     COPY (SELECT lsn, xid, data FROM pg_logical_slot_peek_binary_changes(...)) TO STDOUT WITH (FORMAT csv)
     writes; - is standard input.  Several files are consecutive parts of one stream (a capture resumed
@@ -57,11 +71,16 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     database, which declares no encoding, print as the JSON escapes \\udc80-\\udcff unless --encoding says
     which encoding they are in.  With --format debezium each change prints as the value of the
     event Debezium's PostgreSQL connector sends for it (JSON converter, schemas.enable=false).  Values
-    are typed by their column's type through psycopg 3 (replwire's values extra).
+    are typed by their column's type through psycopg 3 (replwire's values extra).  With --table or
+    --exclude-table only the changes of the matching tables are printed (a TRUNCATE of several tables
+    names the matching ones); a transaction left with none is not printed, nor counted.  With --follow the
+    last file (in stream order) is followed as a running capture writes it, like tail -f: a record still
+    being written at its end is waited for, not reported; the output is flushed whenever decode waits.
     """
     from ..decode import RecordError
     from ..decode_output import write_changes
     from ..io.capture_file import CaptureFileError, TailProblem
+    from ..stream.tables import TableFilter
     from ..stream.values import TypedValuesUnavailable
 
     # The process ends with the command, and the interpreter's shutdown walks every object for cycles again
@@ -71,8 +90,17 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
+    try:
+        tables = TableFilter(include, exclude)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--table/--exclude-table") from None
+    if idle_exit is not None and not follow:
+        raise click.UsageError("--idle-exit is an option of --follow")
+    if follow and any(str(given) == "-" for given in files):
+        raise click.UsageError("--follow reads a capture file as it grows: standard input (-) cannot be followed")
+    follower = _follower(idle_exit) if follow else None  # (first: a stop from here on ends it cleanly)
     files, shown = _read_once(files)
-    inputs = _decode_inputs(files, proto_version, encoding, shown)
+    inputs = _decode_inputs(files, proto_version, encoding, shown, growing=follow)
     # A SQL_ASCII name or value holds bytes 128-255 as the surrogates U+DC80-U+DCFF: they print as the JSON
     # escapes \udc80-\udcff, which json.loads reads back to the same surrogates.
     stdout = sys.stdout
@@ -91,7 +119,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     try:
         version = replwire_version() if output_format == "debezium" else "unknown"  # (Debezium's source.version)
         counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=version, tail=tail,
-                               warn=warn, progress=progress)
+                               warn=warn, progress=progress, tables=tables or None, follow=follower)
     except (RecordError, CaptureFileError) as error:
         click.echo(f"error: {shown(str(error))}", err=True)
         sys.exit(1)
@@ -104,6 +132,33 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
                err=True)
     if counts.damaged:
         sys.exit(1)
+
+
+def _follower(idle_exit: float | None) -> Follower:
+    """The follower of ``decode --follow``: SIGINT and SIGTERM stop it (at its next look at the file, within
+    a poll, or within 1024 records of what the file held: what is committed so far is printed and flushed,
+    and the command ends as at the end of its input, exit 0).
+
+    The two signals are blocked, and looked for (``sigpending``) by the follower's ``stop``, rather than
+    handled: a Python handler run while a write to standard output is blocked (a full pipe) makes
+    CPython's buffered writer drop bytes (3.11: the same lines, written while a SIGINT handler ran, arrive
+    a few hundred KiB short), and the output is what this command is for."""
+    import signal
+
+    from ..io.follow import Follower
+
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    stopped: list[int] = []
+
+    def stop() -> bool:
+        if not stopped:
+            pending = signal.sigpending() & signals
+            if pending:
+                stopped.append(signal.sigwait(pending))  # (taken: nothing is left pending at the exit)
+        return bool(stopped)
+
+    return Follower(idle_exit=idle_exit, stop=stop)
 
 
 def _typed_values_missing(command: str) -> str:
@@ -159,7 +214,7 @@ def _read_once(files: tuple[pathlib.Path, ...]) -> tuple[tuple[pathlib.Path, ...
 
 
 def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, encoding: str | None,
-                   shown: Callable[[str], str] = str) -> list[Input]:
+                   shown: Callable[[str], str] = str, growing: bool = False) -> list[Input]:
     """The inputs of ``replwire decode`` (:func:`~replwire.codec.split.open_inputs`), in stream order (a note
     says so when that is not the order given); what it refuses (a COPY-CSV file without
     ``--proto-version``, files that disagree or are not one stream, an unknown ``--encoding``) is a usage
@@ -176,7 +231,7 @@ def _decode_inputs(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     except click.UsageError as error:
         raise click.UsageError(shown(error.message)) from None
     try:
-        inputs = open_inputs(files, proto_version, encoding)
+        inputs = open_inputs(files, proto_version, encoding, growing=growing)
     except CaptureFileError as error:
         raise click.UsageError(shown(str(error))) from None
     if [i.path for i in inputs] != [os.fspath(f) for f in files]:

@@ -185,8 +185,8 @@ class Reading(Iterator[Any]):
 
 class CaptureReader:
     """A capture file open for reading: ``header`` is read on opening, ``header_end`` is the offset of the
-    first record, ``size`` the file's size then.  :meth:`records` reads them.  Use as a context manager, or
-    call :meth:`close`.
+    first record, ``size`` the file's size then (:meth:`refresh` takes it again).  :meth:`records` reads
+    them.  Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -223,6 +223,9 @@ class CaptureReader:
                                     options=options, format_version=raw.format_version, client_encoding=encoding,
                                     slot_name=slot_name, system_identifier=system_identifier, database=database)
         self.header_end = stream.tell()
+        #: The file is still being written (:mod:`~replwire.codec.io.follow`): a record cut short by its end
+        #: is one being written, not searched past for intact records (see :meth:`_tail`).
+        self.growing = False
 
     def records(self, start: int | None = None, stop: int | None = None, *, raw: bool = False,
                 skip: frozenset[int] | None = None, closing: bool = False) -> Reading:
@@ -326,8 +329,18 @@ class CaptureReader:
                 self.close()
 
     def _tail(self, offset: int, reason: str) -> TailProblem:
-        """The :class:`TailProblem` of the damaged or cut-short record at ``offset``."""
+        """The :class:`TailProblem` of the damaged or cut-short record at ``offset``.  In a growing file
+        (:attr:`growing`) a record cut short by the end of the file is one being written: no search for
+        intact records after it."""
+        if self.growing and reason == _CUT_SHORT:
+            return TailProblem(offset, reason, self.size)
         return TailProblem(offset, reason, self.size, self.intact_after(offset))
+
+    def refresh(self) -> int:
+        """Take the file's size again (a file still being written has grown since it was opened): the
+        readings made after this read up to it.  Returns it."""
+        self.size = os.fstat(self._file.fileno()).st_size
+        return self.size
 
     def intact_after(self, offset: int) -> int | None:
         """The offset of the first intact record after the damaged one at ``offset`` (a reading's ``tail``):

@@ -70,7 +70,7 @@ class NotACaptureFile(CaptureFileError):
 
 def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | None = None,
                 encoding: str | None = None, *, csv_encoding: str | None = None, need_text: bool = False,
-                order: bool = True) -> list[Input]:
+                order: bool = True, growing: bool = False) -> list[Input]:
     """Look at each input: its form, protocol version, client encoding and size.  Capture files record their
     protocol version and client encoding; COPY-CSV files need ``proto_version``, and are in ``encoding``
     (else ``csv_encoding``, which says nothing of capture files; else UTF-8).  All inputs must agree -- and
@@ -88,6 +88,12 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
     With ``order`` (the default), several inputs are returned in stream order, whatever order they were given
     in (:func:`stream_order`; each one's ``index`` is its place in that order): compare the paths with the
     ones given to tell the user.  Inputs that cannot be one stream by their positions are refused.
+
+    ``growing=True``: the last input (in stream order) is a capture file still being written
+    (:mod:`~replwire.codec.io.follow`): its ``size`` is the end of its last whole record now
+    (:func:`~replwire.codec.io.follow.whole_end`), so a record being written at its end is neither read nor
+    reported; reading on from there, as it grows, is :class:`~replwire.codec.io.follow.Follower`'s.  A
+    COPY-CSV last input is refused (:class:`~replwire.codec.io.capture_file.CaptureFileError`).
     """
     out: list[Input] = []
     sources: dict[str, tuple[str, str]] = {}  # header option -> (the first value an input names, that input)
@@ -137,7 +143,16 @@ def open_inputs(paths: Sequence[str | os.PathLike[str]], proto_version: int | No
         raise ValueError("no inputs")
     if len(out) >= 1 << (63 - _POSITION_BITS):
         raise ValueError("too many inputs for one stream")
-    return stream_order(out) if order and len(out) > 1 else out
+    out = stream_order(out) if order and len(out) > 1 else out
+    if growing:
+        from .follow import whole_end
+
+        last = out[-1]
+        if last.form != "capture":
+            raise CaptureFileError(last.path, "only a capture file can be followed as it grows (this one is "
+                                              "COPY-CSV)")
+        out[-1] = replace(last, size=whole_end(last.path, last.first))
+    return out
 
 
 def check_file(path: str) -> None:
