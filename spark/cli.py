@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from replwire.codec.cli._common import table_filter, table_options
 from replwire.codec.errors import install_hint
 from replwire.codec.scalars import LSN
 
@@ -41,6 +42,7 @@ def _options(function: Any) -> Any:
                      help="About how many MB of input one Spark task decodes (default: the input spread "
                           "evenly over the cores, at most 128 MB a task)."),
         click.option("--overwrite", is_flag=True, help="Replace the output directory if it is not empty."),
+        table_options("Write"),
     ]):
         function = option(function)
     return function
@@ -89,7 +91,7 @@ def _session(master: str | None) -> Any:
 
 def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
          encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool,
-         form: str = "parquet", lakehouse: dict[str, Any] | None = None) -> None:
+         tables: Any = None, form: str = "parquet", lakehouse: dict[str, Any] | None = None) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -135,7 +137,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
             run = getattr(jobs, job)
             result = run(session, [str(p) for p in inputs], str(out), proto_version=proto_version,
                          encoding=encoding, part_bytes=partition_mb << 20 if partition_mb else None,
-                         overwrite=overwrite, progress=report,
+                         overwrite=overwrite, progress=report, tables=tables,
                          **({"format": form, **(lakehouse or {})} if job == "apply" else {}))
         except (CaptureFileError, FileExistsError, ValueError) as error:
             raise click.ClickException(str(error)) from error
@@ -180,12 +182,14 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
 @_INPUTS
 @_options
 def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
-                    encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool) -> None:
+                    encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool,
+                    include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """Write the committed changes of INPUTS -- consecutive segments of one stream (capture files or
     COPY-CSV), in any order: they are read in stream order -- as per-table Parquet datasets:
     OUT/<schema>.<table>/v<N>/ (one per table shape), every
     row with its op, schema, table, xid, LSNs and commit time."""
-    _run("changes", inputs, out, proto_version, encoding, master, partition_mb, overwrite)
+    _run("changes", inputs, out, proto_version, encoding, master, partition_mb, overwrite,
+         table_filter(include, exclude))
 
 
 @spark.command("apply")
@@ -208,7 +212,8 @@ def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_v
               help="With --follow: how often to look whether INPUTS have grown.")
 def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None,
                   encoding: str | None, master: str | None, partition_mb: int | None, overwrite: bool,
-                  form: str, catalog: str | None, namespace: str | None, follow: bool, interval: float) -> None:
+                  include: tuple[str, ...], exclude: tuple[str, ...], form: str, catalog: str | None,
+                  namespace: str | None, follow: bool, interval: float) -> None:
     """Write the current state of every table of INPUTS: OUT/<schema>.<table>/ holds the last committed
     row per key (deletes removed, TRUNCATE clearing, unchanged TOASTed values carried over).
 
@@ -229,15 +234,17 @@ def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ver
                                    "iceberg")
         if overwrite:
             raise click.UsageError("--follow does not go with --overwrite")
-        _follow(inputs, out, proto_version, encoding, master, partition_mb, form, catalog, namespace, interval)
+        _follow(inputs, out, proto_version, encoding, master, partition_mb, form, catalog, namespace, interval,
+                table_filter(include, exclude))
         return
-    _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite, form,
+    _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite,
+         table_filter(include, exclude), form,
          {"catalog": catalog, "namespace": namespace} if form == "iceberg" else None)
 
 
 def _follow(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None, encoding: str | None,
             master: str | None, partition_mb: int | None, form: str, catalog: str | None, namespace: str | None,
-            interval: float) -> None:
+            interval: float, tables: Any) -> None:
     """``apply --follow``: :func:`replwire.spark.jobs.follow` until a signal."""
     import signal
 
@@ -277,7 +284,7 @@ def _follow(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: 
         rounds = jobs.follow(session, [str(p) for p in inputs], str(out), format=form, interval=interval,
                              stopping=lambda: bool(stop), each=each, proto_version=proto_version,
                              encoding=encoding, part_bytes=partition_mb << 20 if partition_mb else None,
-                             catalog=catalog, namespace=namespace)
+                             catalog=catalog, namespace=namespace, tables=tables)
     except (CaptureFileError, FileExistsError, ValueError) as error:
         raise click.ClickException(str(error)) from error
     finally:

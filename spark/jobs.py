@@ -44,7 +44,10 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from replwire.codec.stream.tables import TableFilter
 
 __all__ = ["ApplySummary", "ChangesSummary", "apply", "changes", "follow"]
 
@@ -259,27 +262,30 @@ def _decode_and_write(parts: Iterator[Any], versions: list[Any], out: str,
 
 def changes(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
             encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
-            progress: Callable[[int, int], None] | None = None) -> ChangesSummary:
+            progress: Callable[[int, int], None] | None = None, tables: TableFilter | None = None
+            ) -> ChangesSummary:
     """Write the committed changes of ``paths`` (consecutive segments of one stream, in any order: they are
     read in stream order, see :func:`~replwire.codec.split.open_inputs`) as per-table
     Parquet datasets under ``out`` (see the module docstring).  ``proto_version`` and ``encoding`` are
     those of COPY-CSV inputs; ``encoding`` is also the encoding SQL_ASCII inputs are read in, and needed
     for them (see :func:`~replwire.codec.split.open_inputs`).  ``progress(done, total)`` hears how far the
-    first pass (on the driver) has read, in bytes.  On a cluster, replwire is shipped to the executors first
+    first pass (on the driver) has read, in bytes.  ``tables`` keeps only the tables it matches (logical
+    messages are kept).  On a cluster, replwire is shipped to the executors first
     (:func:`replwire.spark.shipping.ship`)."""
     from replwire.codec.split import open_inputs
 
     inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)
-    return _changes(spark, inputs, out, part_bytes=part_bytes, overwrite=overwrite, progress=progress)
+    return _changes(spark, inputs, out, part_bytes=part_bytes, overwrite=overwrite, progress=progress,
+                    tables=tables)
 
 
 def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None, overwrite: bool,
-             progress: Callable[[int, int], None] | None,
-             applied: Callable[[Any], int | None] | None = None) -> ChangesSummary:
-    """:func:`changes` of inputs already opened (:class:`~replwire.codec.split.Input` s).  ``applied(plan)``,
-    when given, says up to which commit LSN every table already holds the stream's changes (``None``: not
-    known): the parts whose transactions all committed at or before it, and that hold no rows outside a
-    transaction, are not decoded."""
+             progress: Callable[[int, int], None] | None, tables: TableFilter | None = None,
+             applied: Callable[[Any, list[Any]], int | None] | None = None) -> ChangesSummary:
+    """:func:`changes` of inputs already opened (:class:`~replwire.codec.split.Input` s).  ``applied(plan,
+    shapes)``, when given, says up to which commit LSN every table (of ``shapes``, those ``tables`` keeps)
+    already holds the stream's changes (``None``: not known): the parts whose transactions all committed at
+    or before it, and that hold no rows outside a transaction, are not decoded."""
     from replwire.codec.split import plan
 
     from .rows import default_values, table_schema
@@ -292,8 +298,8 @@ def _changes(spark: Any, inputs: list[Any], out: str, *, part_bytes: int | None,
     chosen = part_bytes or max(1 << 20, total // (parallelism * rounds) + 1)
     result = plan(inputs, part_bytes=chosen, min_parts=parallelism, progress=progress)
     _prepare_out(out, overwrite)
-    versions = result.relations
-    below = applied(result) if applied is not None else None
+    versions = [v for v in result.relations if tables is None or tables.matches(v.schema, v.table)]
+    below = applied(result, versions) if applied is not None else None
     parts = [part for part in result.parts
              if below is None or part.outside or (part.commits() or (0, 0))[1] > below]
     codecs = codec_accumulator(spark)
@@ -627,7 +633,8 @@ def _parquet_rows(directory: str) -> int:
 def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | None = None,
           encoding: str | None = None, part_bytes: int | None = None, overwrite: bool = False,
           progress: Callable[[int, int], None] | None = None, format: str = "parquet",
-          catalog: str | None = None, namespace: str | None = None) -> ApplySummary:
+          catalog: str | None = None, namespace: str | None = None, tables: TableFilter | None = None
+          ) -> ApplySummary:
     """Write the current state of every table of ``paths`` under ``out`` (see the module docstring); the
     per-table changes it is computed from are kept in ``out/_changes``.
 
@@ -639,7 +646,7 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     in the manifest's order).
 
     ``format="delta"`` or ``"iceberg"`` brings lakehouse tables up to date instead (:func:`_apply_lakehouse`;
-    ``catalog`` and ``namespace`` are Iceberg's)."""
+    ``catalog`` and ``namespace`` are Iceberg's).  ``tables`` keeps only the tables it matches."""
     import uuid
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
@@ -650,14 +657,15 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
     inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)  # refused before out is touched
     if format in ("delta", "iceberg"):
         return _apply_lakehouse(spark, inputs, out, format=format, part_bytes=part_bytes, overwrite=overwrite,
-                                progress=progress, catalog=catalog, namespace=namespace)
+                                progress=progress, catalog=catalog, namespace=namespace, tables=tables)
     if format != "parquet":
         raise ValueError(f"unknown format {format!r}: parquet, delta or iceberg")
     if catalog is not None or namespace is not None:
         raise ValueError("a catalog and a namespace are Iceberg's: --format parquet takes neither")
     _prepare_out(out, overwrite)
     changes_dir = os.path.join(out, "_changes")
-    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=False, progress=progress)
+    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=False, progress=progress,
+                       tables=tables)
     by_table = _shapes_by_table(changes_dir)
     context = spark.sparkContext
     tag = f"replwire-apply-{uuid.uuid4().hex}"
@@ -701,7 +709,7 @@ def apply(spark: Any, paths: Sequence[str], out: str, *, proto_version: int | No
 def follow(spark: Any, paths: Sequence[str], out: str, *, format: str, interval: float = 1.0,
            stopping: Callable[[], bool] = lambda: False, each: Callable[[ApplySummary], None] | None = None,
            proto_version: int | None = None, encoding: str | None = None, part_bytes: int | None = None,
-           catalog: str | None = None, namespace: str | None = None) -> int:
+           catalog: str | None = None, namespace: str | None = None, tables: TableFilter | None = None) -> int:
     """Keep the Delta or Iceberg tables of :func:`apply` (``format``) up to date with capture files that are
     still growing (a running ``replwire capture`` writes them): each round applies what the files hold past
     the tables' positions (:func:`_apply_lakehouse`, which leaves out the parts an earlier round applied),
@@ -722,7 +730,7 @@ def follow(spark: Any, paths: Sequence[str], out: str, *, format: str, interval:
         inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)
         if _news(inputs, looked):
             result = _apply_lakehouse(spark, inputs, out, format=format, part_bytes=part_bytes, overwrite=False,
-                                      progress=None, catalog=catalog, namespace=namespace)
+                                      progress=None, catalog=catalog, namespace=namespace, tables=tables)
             if result.changes.damaged:
                 raise ValueError("; ".join(result.changes.damaged))
             rounds += any(done.how != "none" for done in result.applied.values())
@@ -764,7 +772,7 @@ def _news(inputs: list[Any], looked: dict[str, int]) -> bool:
 
 def _apply_lakehouse(spark: Any, inputs: list[Any], out: str, *, format: str, part_bytes: int | None,
                      overwrite: bool, progress: Callable[[int, int], None] | None, catalog: str | None,
-                     namespace: str | None) -> ApplySummary:
+                     namespace: str | None, tables: TableFilter | None = None) -> ApplySummary:
     """:func:`apply` into lakehouse tables, Delta (:mod:`replwire.spark.delta`: ``out/<schema>.<table>/``) or
     Iceberg (:mod:`replwire.spark.iceberg`: the table ``<table>`` in the namespace ``<schema>``, or
     ``namespace`` when one is given, of ``catalog``, by default ``out/catalog.db`` with ``out`` as its
@@ -791,21 +799,21 @@ def _apply_lakehouse(spark: Any, inputs: list[Any], out: str, *, format: str, pa
 
     covered: list[tuple[int, int]] = []  # the plan's lowest and highest commit LSN
 
-    def applied(plan: Any) -> int | None:
+    def applied(plan: Any, shapes: list[Any]) -> int | None:
         ranges = [found for part in plan.parts for found in [part.commits()] if found is not None]
         if ranges:
             covered.append((min(r[0] for r in ranges), max(r[1] for r in ranges)))
         if through is None or not covered or covered[0][0] < through.start:
             return None
-        for v in plan.relations:  # each table as the run that wrote the mark left it
-            if table_target({"table": v.name, "schema": v.schema, "name": v.table}).position != \
-                    through.positions.get(v.name):
+        for v in shapes:  # each table of the run, as the run that wrote the mark left it (none it left out)
+            if v.name not in through.positions or through.positions[v.name] != \
+                    table_target({"table": v.name, "schema": v.schema, "name": v.table}).position:
                 return None
         return through.end
 
     changes_dir = os.path.join(out, "_changes")
     summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress,
-                       applied=applied)
+                       tables=tables, applied=applied)
     by_table = _shapes_by_table(changes_dir)
     try:
         chosen = {table: table_target(entries[-1]) for table, entries in by_table.items()}

@@ -523,10 +523,15 @@ def test_cli_changes_and_apply(pg18, tmp_path):
     csv_path.write_text("".join(f"{lsn},{xid},\\x{data.hex()}\n" for lsn, xid, data in rows))
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     run = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "spark", "apply", str(csv_path),
-                          "--proto-version", "1", "--out", str(tmp_path / "state"), "--master", "local[2]"],
+                          "--proto-version", "1", "--out", str(tmp_path / "state"), "--master", "local[2]",
+                          "--table", "public.*", "--exclude-table", "full_*"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"public.items: {expected} rows" in run.stdout
+    # the tables the filter leaves out are neither folded nor written
+    assert "public.trunc: " in run.stdout and "full_ident" not in run.stdout
+    assert sorted(name for name in os.listdir(tmp_path / "state") if not name.startswith("_")) == [
+        "public.items", "public.trunc"]
     missing = subprocess.run([sys.executable, "-m", "replwire.codec.cli", "spark", "changes", str(csv_path),
                               "--out", str(tmp_path / "c")], capture_output=True, text=True, env=env, timeout=120)
     assert missing.returncode != 0 and "--proto-version" in missing.stderr
