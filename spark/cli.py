@@ -245,13 +245,13 @@ def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ver
 def _follow(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: int | None, encoding: str | None,
             master: str | None, partition_mb: int | None, form: str, catalog: str | None, namespace: str | None,
             interval: float, tables: Any) -> None:
-    """``apply --follow``: :func:`replwire.spark.jobs.follow` until a signal."""
+    """``apply --follow``: :func:`replwire.spark.lakehouse.follow` until a signal."""
     import signal
 
     from replwire.codec.io.capture_file import CaptureFileError
-    from replwire.spark import jobs
     from replwire.spark.delta import need_deltalake
     from replwire.spark.iceberg import need_pyiceberg
+    from replwire.spark.lakehouse import follow
 
     try:
         (need_deltalake if form == "delta" else need_pyiceberg)()
@@ -281,7 +281,7 @@ def _follow(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_version: 
                    f"({', '.join(f'{t} {d.how}' for t, d in sorted(done.items()))})", err=True)
 
     try:
-        rounds = jobs.follow(session, [str(p) for p in inputs], str(out), format=form, interval=interval,
+        rounds = follow(session, [str(p) for p in inputs], str(out), format=form, interval=interval,
                              stopping=lambda: bool(stop), each=each, proto_version=proto_version,
                              encoding=encoding, part_bytes=partition_mb << 20 if partition_mb else None,
                              catalog=catalog, namespace=namespace, tables=tables)

@@ -129,7 +129,7 @@ def test_a_round_is_run_only_for_more_than_confirmations(tmp_path):
     from replwire.codec import LSN, Begin, Timestamp, build
     from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, encode_record
     from replwire.codec.split import open_inputs
-    from replwire.spark.jobs import _news
+    from replwire.spark.lakehouse import _news
 
     path = tmp_path / "app.rwc"
     looked: dict = {}
