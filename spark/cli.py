@@ -99,6 +99,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
     from replwire.codec.io.capture_file import CaptureFileError
     from replwire.codec.split import open_inputs
     from replwire.spark import jobs
+    from replwire.spark.dataset import check_out
     from replwire.spark.shipping import describe_executors
 
     console = Console()
@@ -113,7 +114,7 @@ def _run(job: str, inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ve
                    f"{', '.join(ordered)}", err=True)
     try:
         if form == "parquet":  # (lakehouse tables are brought up to date where they are)
-            jobs.check_out(str(out), overwrite)
+            check_out(str(out), overwrite)
         elif form == "delta":
             from replwire.spark.delta import need_deltalake
 

@@ -84,7 +84,7 @@ def increment(changes: pa.Table | None, truncates: Sequence[tuple[int, int]], he
     """What the table needs to hold the changes past ``held`` (its position; ``None`` when it has none), or
     ``None`` when nothing lies past it.
 
-    ``changes`` are one table's change rows (:func:`replwire.spark.jobs.read_changes`: all of the stream's,
+    ``changes`` are one table's change rows (:func:`replwire.spark.dataset.read_changes`: all of the stream's,
     in commit order), ``truncates`` the ``(commit_lsn, position)`` of its TRUNCATEs; ``key`` names the
     columns that identify a row (all ``columns`` when the table has no key: ``keyed`` false);
     ``arrow_schema`` is the table's current rows' (the fold's).  ``exists`` says whether the table exists,

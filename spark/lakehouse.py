@@ -4,7 +4,7 @@ grows (:func:`follow`): the run around the sinks, and its mark of what it applie
 
 Each table's changes past the position it holds (:mod:`replwire.spark.increment`) are written in one commit
 that records the new position: exactly once, whatever killed a run before.  The change rows come from the
-changes job (:func:`replwire.spark.jobs._changes`), into ``OUT/_changes``, removed once every table is done.
+changes job (:func:`replwire.spark.dataset.write`), into ``OUT/_changes``, removed once every table is done.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .jobs import ApplySummary, _changes, _dir_name, _filled, _fold_schema, _shapes_by_table, _truncates, read_changes
+from .dataset import (
+    ApplySummary,
+    column_fills,
+    dir_name,
+    read_changes,
+    rows_schema,
+    shapes_by_table,
+    truncations,
+    write,
+)
 
 if TYPE_CHECKING:
     from replwire.codec.stream.tables import TableFilter
@@ -133,9 +142,9 @@ def apply_inputs(spark: Any, inputs: list[Any], out: str, *, format: str, part_b
         return through.end
 
     changes_dir = os.path.join(out, "_changes")
-    summary = _changes(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress,
+    summary = write(spark, inputs, changes_dir, part_bytes=part_bytes, overwrite=True, progress=progress,
                        tables=tables, applied=applied)
-    by_table = _shapes_by_table(changes_dir)
+    by_table = shapes_by_table(changes_dir)
     try:
         chosen = {table: table_target(entries[-1]) for table, entries in by_table.items()}
         refused = [why for found in chosen.values() for why in [found.foreign()] if why]
@@ -147,12 +156,12 @@ def apply_inputs(spark: Any, inputs: list[Any], out: str, *, format: str, part_b
     applied_now = {}
     for table, entries in by_table.items():
         last = entries[-1]
-        arrow_schema = to_arrow_schema(_fold_schema(last)[0], timezone="UTC")
+        arrow_schema = to_arrow_schema(rows_schema(last)[0], timezone="UTC")
         keyed = bool(last["key"]) and last["replica_identity"] != "f"
         applied_now[table] = apply_table(read_changes(changes_dir, entries, arrow_schema), chosen[table],
                                          last["columns"], last["key"] if keyed else last["columns"], keyed,
-                                         _truncates(entries), arrow_schema,
-                                         _filled(changes_dir, entries[1:], set(entries[0]["columns"])))
+                                         truncations(entries), arrow_schema,
+                                         column_fills(changes_dir, entries[1:], set(entries[0]["columns"])))
     shutil.rmtree(changes_dir)
     if covered:
         start = covered[0][0] if summary.skipped == 0 or through is None else min(covered[0][0], through.start)
@@ -216,7 +225,7 @@ def _sink(format: str, out: str, catalog: str | None, namespace: str | None, ove
         shutil.rmtree(out)
     os.makedirs(out, exist_ok=True)
     if format == "delta":
-        return (lambda last: delta.DeltaTarget(os.path.join(out, _dir_name(last["table"])), app_id),
+        return (lambda last: delta.DeltaTarget(os.path.join(out, dir_name(last["table"])), app_id),
                 delta.apply_table)
     tables = iceberg.catalog(out, catalog)
     taken: dict[tuple[str, str], str] = {}  # the Iceberg tables of the run -> their source tables

@@ -105,7 +105,7 @@ def test_an_iceberg_table_of_another_writer_or_source_table_is_refused(tmp_path)
 
 
 def _changes(rows, fields, key):
-    """Change rows of a table of ``fields`` (Arrow fields) as :func:`replwire.spark.jobs.read_changes` lays
+    """Change rows of a table of ``fields`` (Arrow fields) as :func:`replwire.spark.dataset.read_changes` lays
     them out: ``rows`` are ``(op, commit_lsn, *values)``."""
     import pyarrow as pa
 
