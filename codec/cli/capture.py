@@ -206,7 +206,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     if rotate_size is not None or rotate_time is not None:
         from ..io.rotation import Rotation
 
-        for given, name in ((via == "sql", "--via sql"), (initial_snapshot, "--snapshot"), (backfill, "--backfill")):
+        for given, name in ((initial_snapshot, "--snapshot"), (backfill, "--backfill")):
             if given:
                 raise click.UsageError(f"--rotate-size and --rotate-time cannot be used with {name} yet")
         if rotate_size is not None and rotate_size < 1:

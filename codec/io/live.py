@@ -108,7 +108,7 @@ class LiveCapture(SqlCapture):
     :class:`ConnectionLost`.  What cannot be survived is a :class:`CaptureError` (the slot dropped, a refused
     login), a :class:`CaptureWriteError` (the file could not be written) or a :class:`CaptureDamaged`.
 
-    With ``rotation`` (over replication, without a backfill), ``out`` names a series of segments
+    With ``rotation`` (without a backfill), ``out`` names a series of segments
     (:mod:`~replwire.codec.io.rotation`), and :attr:`out` is the one being written.
     """
 
@@ -136,8 +136,8 @@ class LiveCapture(SqlCapture):
             raise ValueError("a backfill needs settings.messages: its watermarks are logical messages")
         if self.backfill and via != "replication":
             raise ValueError("a backfill needs via='replication'")
-        if rotation is not None and (via != "replication" or self.backfill):
-            raise ValueError("a rotation needs via='replication' and no backfill")
+        if rotation is not None and self.backfill:
+            raise ValueError("a rotation cannot be used with a backfill")
         self.rotation, self.pattern = rotation, self.out
         self._rotating = False  # the streaming session ended for a rotation
         self._segment_opened = (0.0, 0)  # (when the segment was opened by this run, and the transactions then)
@@ -277,20 +277,32 @@ class LiveCapture(SqlCapture):
         return self.rotation.due(writer.mark()[0] + ahead, time.monotonic() - opened,
                                  grown or self.progress.transactions > transactions)
 
-    def _next_segment(self, writer: CaptureWriter) -> None:
-        """Create the segment after the one ``writer`` wrote (closed: everything in it durable and acknowledged,
-        up to ``progress.flushed_lsn``, which it reaches), starting at that position; :meth:`run` goes on in
-        it as a reconnection would (:func:`~replwire.codec.io.rotation.resume_segment` decides)."""
+    def _next_segment(self, writer: CaptureWriter) -> CaptureWriter:
+        """The writer of a new segment after the one ``writer`` writes (everything in it durable and acknowledged,
+        up to ``progress.flushed_lsn``, which it reaches), starting at that position.  Over replication
+        :meth:`run` then goes on in it as a reconnection would (:func:`~replwire.codec.io.rotation.
+        resume_segment` decides)."""
         position = self.progress.flushed_lsn
         number = (writer.header.segment or 0) + 1
         path = segment_path(self.pattern, number)
         try:
-            with CaptureWriter(path, replace(writer.header, segment=number, segment_start=position)) as following:
-                following.confirm(position, at_start=True)
+            following = CaptureWriter(path, replace(writer.header, segment=number, segment_start=position))
+            following.confirm(position, at_start=True)
+            following.sync()
         except OSError as error:
             raise CaptureWriteError(f"cannot write {path}: {error.strerror or error}; {writer.path} is complete: "
                                     "make room and run the same command again to resume") from None
         self._say(f"rotated: segment {number} ({path}) starts at {position}")
+        return following
+
+    def _rotated(self, writer: CaptureWriter) -> CaptureWriter | None:
+        if not self._rotation_due(writer):
+            return None
+        following = self._next_segment(writer)
+        writer.close()
+        self.out = following.path
+        self._segment_opened = (time.monotonic(), self.progress.transactions)
+        return following
 
     def _backfill(self, writer: CaptureWriter) -> Backfill:
         from .backfill import BUDGET, Backfill
@@ -339,7 +351,7 @@ class LiveCapture(SqlCapture):
                     # Rotation: the session ended between transactions, everything durable and acknowledged,
                     # and the slot released.  The next segment is streamed in a new session, as after a
                     # reconnection, so the server sends the Relation messages again: each segment decodes alone.
-                    self._next_segment(writer)
+                    self._next_segment(writer).close()
                     header, confirmed = self._prepare_server(self.check_output())
                     writer = self._open_file(header, confirmed, again=True)
                     self.progress.flushed_lsn = confirmed
@@ -560,6 +572,8 @@ class LiveCapture(SqlCapture):
                 sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
             except (psycopg2.Error, OSError, ValueError) as error:
                 failure = error
+        if self._rotating and failure is None:
+            self._wait_confirmed(progress.flushed_lsn)
         if backfill is not None:
             backfill.stop()
         if defaults is not None:
@@ -598,6 +612,35 @@ class LiveCapture(SqlCapture):
         if walsender is not None:
             self._wait_released(walsender)
         return progress
+
+    def _wait_confirmed(self, position: LSN, timeout: float = 5.0) -> None:
+        """Wait until the slot's confirmed position is ``position``, before a rotation closes the connection.
+
+        What the server sent is left unread then, so the kernel resets the connection as it closes, and a reset
+        can drop the acknowledgement the walsender has not read yet: the next segment would start past the
+        slot (and be removed by :func:`~replwire.codec.io.rotation.resume_segment`, the session started
+        again).  The walsender reads replies even while it waits to send, so this takes a round trip or two."""
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error:
+            return  # (what the slot stands at is read again before the next segment is written)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while time.monotonic() < deadline:
+                    cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                (self.settings.slot,))
+                    row = cur.fetchone()
+                    if row is None or row[0] is None or LSN(row[0]) >= position:
+                        return
+                    time.sleep(0.002)
+        except psycopg2.Error:
+            return
+        finally:
+            conn.close()
 
     def _wait_released(self, walsender: int, timeout: float = 10.0) -> None:
         """Wait until the walsender ``walsender`` has let go of the slot.

@@ -102,19 +102,20 @@ def check_series(out, counts: list[int] | None = None) -> list[str]:
     return [path for _, path in found]
 
 
-def test_rotation_under_sigkill_loses_and_doubles_nothing(pg18, tmp_path):
-    srv, table, slot = pg18, "rot_kill", "rot_kill_slot"
+@pytest.mark.parametrize("via", ["replication", "sql"])
+def test_rotation_under_sigkill_loses_and_doubles_nothing(pg18, tmp_path, via):
+    srv, table, slot = pg18, f"rot_kill_{via}", f"rot_kill_{via}_slot"
     out = tmp_path / "app.rwcap"
     with srv.connect() as conn:
         published(conn, table, slot=slot)
-    command = ("--rotate-size", "64kB")
-    workload = Workload(srv, table)
+    command = ("--rotate-size", "64kB", "--via", via)
+    workload = Workload(srv, table, pace=0.002 if via == "sql" else 0.0)
     workload.start()
     try:
         first = capture(srv, slot, table, out, *command)
         # killed in the middle of a segment, with records after what the slot confirmed
-        wait_for(lambda: len(found := segments(out)) >= 3 and os.path.getsize(found[-1][1]) > 24 * 1024,
-                 "three segments, the last one a third full", process=first)
+        wait_for(lambda: len(found := segments(out)) >= 2 and os.path.getsize(found[-1][1]) > 24 * 1024,
+                 "two segments, the last one a third full", process=first)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         killed_at = len(segments(out))
@@ -135,7 +136,8 @@ def test_rotation_under_sigkill_loses_and_doubles_nothing(pg18, tmp_path):
     assert "rotated: segment" in stderr.text and ", resumed after " in stderr.text, stderr.text
     paths = check_series(out)
     assert not os.path.exists(out)  # (the name of the series, never a file of it)
-    assert all(os.path.getsize(path) < 64 * 1024 + 80 * 1024 for path in paths[:-1])  # (at most a big one over)
+    if via == "replication":  # (the SQL functions' calls return what they read: a backlog after the restart)
+        assert all(os.path.getsize(path) < 64 * 1024 + 80 * 1024 for path in paths[:-1])  # (a big one over at most)
     for path in (paths[1], paths[-2]):  # each segment decodes alone (the server sent its Relations again)
         result = subprocess.run([REPLWIRE, "decode", path], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and result.stdout, result.stderr
@@ -222,7 +224,7 @@ def test_rotation_options_are_parsed_and_refused_where_they_cannot_work(tmp_path
     base = ["capture", "--dsn", "host=/nonexistent", "--slot", "s", "--publication", "p", "--out",
             str(tmp_path / "x.rwcap")]
     for extra, said in ((["--rotate-time", "1w"], "not a duration"), (["--rotate-size", "lots"], "not a size"),
-                        (["--rotate-size", "1MB", "--via", "sql"], "cannot be used with --via sql")):
+                        (["--rotate-size", "1MB", "--snapshot"], "cannot be used with --snapshot")):
         result = CliRunner().invoke(main, base + extra)
         assert result.exit_code == 2 and said in result.output, result.output
     (tmp_path / "x.rwcap").write_bytes(b"RWCAP")  # a capture without rotation under the series' name
