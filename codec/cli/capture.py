@@ -206,9 +206,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     if rotate_size is not None or rotate_time is not None:
         from ..io.rotation import Rotation
 
-        for given, name in ((initial_snapshot, "--snapshot"), (backfill, "--backfill")):
-            if given:
-                raise click.UsageError(f"--rotate-size and --rotate-time cannot be used with {name} yet")
+        if backfill:
+            raise click.UsageError("--rotate-size and --rotate-time cannot be used with --backfill yet")
         if rotate_size is not None and rotate_size < 1:
             raise click.BadParameter("must be at least 1 byte", param_hint="'--rotate-size'")
         rotation = Rotation(size=rotate_size, age=rotate_time)
@@ -230,7 +229,14 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
             raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
                                        ) from None
         if initial_snapshot:
-            taken = _snapshot(console, dsn, out, settings, create_publication, failover)
+            if rotation is None:
+                taken = _snapshot(console, dsn, out, settings, create_publication, failover)
+            else:  # into segment 1; past it, the snapshot was complete (streaming came after it)
+                from ..io.rotation import segment_path, segments
+
+                if max((number for number, _ in segments(out)), default=1) == 1:
+                    taken = _snapshot(console, dsn, pathlib.Path(segment_path(out, 1)), settings, create_publication,
+                                      failover, segment=1)
         streaming_phase["on"] = True
         progress = capture.run(stop=stop, idle_exit=idle_exit)
     except CaptureError as error:
@@ -253,7 +259,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
 
 def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSettings,
-              create_publication: bool, failover: bool = False) -> SnapshotResult | None:
+              create_publication: bool, failover: bool = False, segment: int | None = None
+              ) -> SnapshotResult | None:
     """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  The
     :class:`~replwire.codec.io.snapshot.SnapshotResult` when it was taken now (``None``: the file's snapshot
     was complete already)."""
@@ -268,7 +275,7 @@ def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSe
 
     try:
         result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report,
-                               failover=failover)
+                               failover=failover, segment=segment)
     except KeyboardInterrupt:
         console.print("snapshot interrupted: run the same command again to take it again", highlight=False)
         sys.exit(130)

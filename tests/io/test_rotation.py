@@ -2,7 +2,7 @@
 between two transactions; killed (SIGKILL) and restarted, and restarted on a slot that stands before its
 newest segment, it loses and doubles nothing -- judged against the server's own table and by the positions
 each segment completes -- and ``replwire decode`` reads the segments given in any order as one stream,
-refusing one left out in the middle."""
+refusing one left out in the middle; with --snapshot, the snapshot is the first segment's."""
 
 from __future__ import annotations
 
@@ -38,9 +38,10 @@ pytestmark = pytest.mark.server
 
 def capture(srv, slot: str, table: str, out, *options: str, wait: bool = False) -> subprocess.Popen:
     """``replwire capture`` of ``table``'s publication into the series ``out`` (run to its end with ``wait``)."""
+    create = () if "--snapshot" in options else ("--no-create-slot",)
     process = subprocess.Popen([REPLWIRE, "capture", "--dsn", srv.dsn, "--slot", slot, "--publication",
-                                f"{table}_pub", "--no-create-slot", "--out", str(out), "--sync-interval", "0.05",
-                                *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                f"{table}_pub", "--out", str(out), "--sync-interval", "0.05", *create, *options],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if wait:
         _, process.said = process.communicate(timeout=60)  # type: ignore[attr-defined]
         assert process.returncode == 0, process.said  # type: ignore[attr-defined]
@@ -76,10 +77,13 @@ def check_series(out, counts: list[int] | None = None) -> list[str]:
             assert header.segment == number
             tracker = PositionTracker(header.proto_version, header.client_encoding)
             records = list(reader.records(raw=True))
-        first = snapshot_records.parse_record(records[0][3])
-        assert records[0][3][0] == snapshot_records.CONFIRMED and first.at_start, f"segment {number}'s first record"
-        assert first.lsn == header.segment_start, f"segment {number} starts at {header.segment_start}, its first " \
-                                                  f"record says {LSN(first.lsn)}"
+        if header.segment_start is None:  # the first segment, with a snapshot
+            assert number == 1 and records[0][3][0] == snapshot_records.BEGIN
+        else:
+            first = snapshot_records.parse_record(records[0][3])
+            assert records[0][3][0] == snapshot_records.CONFIRMED and first.at_start, f"segment {number}'s start"
+            assert first.lsn == header.segment_start, f"segment {number} starts at {header.segment_start}, its " \
+                                                      f"first record says {LSN(first.lsn)}"
         if number > 1:
             assert header.segment_start == reach, f"segment {number} starts at {header.segment_start}, not {LSN(reach)}"
         before = len(completed)
@@ -192,6 +196,29 @@ def test_a_restart_on_a_slot_before_the_newest_segment_goes_back_to_the_one_that
             and f"; resuming {segment_path(out, held)}\n" in said), said
 
 
+def test_a_snapshot_goes_into_the_first_segment(pg18, tmp_path):
+    srv, table, slot = pg18, "rot_snap", "rot_snap_slot"
+    out = tmp_path / "snap.rwcap"
+    command = ("--snapshot", "--rotate-size", "4kB", "--idle-exit", "0.3")
+    with srv.connect() as conn:
+        published(conn, table)
+        conn.execute(f"INSERT INTO {table} SELECT g, 'before' FROM generate_series(1, 300) g")
+    said = capture(srv, slot, table, out, *command, wait=True).said  # type: ignore[attr-defined]
+    assert "snapshot at " in said and [number for number, _ in segments(out)] == [1], said
+    with srv.connect() as conn:
+        for i in range(1000, 1060):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, 'after')", (i,))
+            conn.commit()
+    for _ in range(2):  # (the same command again: past segment 1, no snapshot is looked for)
+        said = capture(srv, slot, table, out, *command, wait=True).said  # type: ignore[attr-defined]
+    assert "snapshot at " not in said and len(segments(out)) > 2, said
+    paths = check_series(out)
+    result = subprocess.run([REPLWIRE, "decode", *reversed(paths)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    rows = {change["new"]["id"]: change["new"]["v"] for change in map(json.loads, result.stdout.splitlines())}
+    assert rows == table_rows(srv, table) and len(rows) == 360
+
+
 def test_rotation_by_time_starts_a_segment_only_with_something_in_it(pg18, tmp_path):
     srv, table, slot = pg18, "rot_time", "rot_time_slot"
     out = tmp_path / "time"
@@ -224,7 +251,7 @@ def test_rotation_options_are_parsed_and_refused_where_they_cannot_work(tmp_path
     base = ["capture", "--dsn", "host=/nonexistent", "--slot", "s", "--publication", "p", "--out",
             str(tmp_path / "x.rwcap")]
     for extra, said in ((["--rotate-time", "1w"], "not a duration"), (["--rotate-size", "lots"], "not a size"),
-                        (["--rotate-size", "1MB", "--snapshot"], "cannot be used with --snapshot")):
+                        (["--rotate-size", "1MB", "--backfill", "all"], "cannot be used with --backfill")):
         result = CliRunner().invoke(main, base + extra)
         assert result.exit_code == 2 and said in result.output, result.output
     (tmp_path / "x.rwcap").write_bytes(b"RWCAP")  # a capture without rotation under the series' name
