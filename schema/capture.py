@@ -32,6 +32,12 @@ Format version 5 added :data:`COLUMN_DEFAULTS`, written right after each Relatio
 the stored default of each published column that has one.  A column added with ``ADD COLUMN ... DEFAULT``
 holds that value in every row that existed then, which the stream never sends until the row changes; with
 the record a reader fills it in.  A version 4 file is a version 5 file without them.
+
+A capture with rotation writes its stream into a series of files, *segments*, each a capture file of its own
+whose header options say its number and the stream position it starts at (:data:`SEGMENT`,
+:data:`SEGMENT_START`), and whose first record is a :data:`SLOT_CONFIRMED` of that position.  Header
+options, like the slot's name, they need no new format version: an older reader decodes a segment as any
+capture file (taking the two for pgoutput options).
 """
 
 from .constructs import Counted, Crc32, Magic
@@ -58,8 +64,9 @@ __all__ = [
     "CLIENT_ENCODING", "DATABASE", "DEFAULT_CLIENT_ENCODING", "FORMAT_VERSION", "FORMAT_VERSIONS", "HEADER",
     "HEADER_FIELDS", "MAGIC", "NOT_PGOUTPUT", "OPTION", "RECORD", "RECORD_FIELDS", "SLOT_NAME", "SNAPSHOT_BEGIN",
     "SNAPSHOT_END", "SNAPSHOT_RECORDS", "SNAPSHOT_ROWS", "SNAPSHOT_SCHEMA_MESSAGE", "SNAPSHOT_SLOT", "SNAPSHOT_TABLE",
-    "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER", "SLOT_CONFIRMED", "BACKFILL_CHUNK", "BACKFILL_ROWS", "BACKFILL_END",
-    "BACKFILL_RECORDS", "BACKFILL_PREFIX", "CAPTURE_RECORDS", "COLUMN_DEFAULT", "COLUMN_DEFAULTS",
+    "SNAPSHOT_TABLE_END", "SYSTEM_IDENTIFIER", "SEGMENT", "SEGMENT_START", "SLOT_CONFIRMED", "BACKFILL_CHUNK",
+    "BACKFILL_ROWS", "BACKFILL_END", "BACKFILL_RECORDS", "BACKFILL_PREFIX", "CAPTURE_RECORDS", "COLUMN_DEFAULT",
+    "COLUMN_DEFAULTS",
 ]
 
 #: The first bytes of every capture file ("\r\n" and "\x1a" catch text-mode and truncated transfers).
@@ -81,8 +88,15 @@ DEFAULT_CLIENT_ENCODING = "UTF8"
 SLOT_NAME = "slot_name"
 SYSTEM_IDENTIFIER = "system_identifier"
 DATABASE = "database"
+#: The header options of a *segment*: one of the files a capture with rotation (``--rotate-size``,
+#: ``--rotate-time``) writes its stream into, one after the other.  ``segment`` is its number (1, 2, ...; in
+#: decimal), ``segment_start`` the stream position it starts at (PostgreSQL's form, e.g. ``0/16B3748``):
+#: where the slot stood when it was opened, which the segment before it reaches.  Absent from a file
+#: written without rotation.
+SEGMENT = "segment"
+SEGMENT_START = "segment_start"
 #: Every header option that is not a pgoutput option.
-NOT_PGOUTPUT = (CLIENT_ENCODING, SLOT_NAME, SYSTEM_IDENTIFIER, DATABASE)
+NOT_PGOUTPUT = (CLIENT_ENCODING, SLOT_NAME, SYSTEM_IDENTIFIER, DATABASE, SEGMENT, SEGMENT_START)
 
 CAPTURE_REF = "capture-file-format"
 CAPTURE_PAGE = "capture-format"  # the docs page the anchors refer to
@@ -106,7 +120,9 @@ HEADER_FIELDS = record(
                         "encoding (PostgreSQL's name), which the messages' Strings and text values are in "
                         "(UTF8 when absent); and where the records came from, which resuming the file checks "
                         "(each may be absent): slot_name, the replication slot; system_identifier, the "
-                        "server's (pg_control_system(), in decimal); database, the database's name.",
+                        "server's (pg_control_system(), in decimal); database, the database's name; and for a "
+                        "segment of a capture with rotation, segment, its number (1, 2, ...), and segment_start, "
+                        "the stream position it starts at (e.g. 0/16B3748).",
                     spec_type="Int16 count, then each Option", value="items")),
     doc_ref=CAPTURE_REF, docs_page=CAPTURE_PAGE,
 )

@@ -42,6 +42,18 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A DURATION option's seconds: ``30s``, ``15m``, ``1h``, ``1d`` (a plain number: seconds)."""
+    from ..io.rotation import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 @click.command("capture")
 @click.option("--dsn", required=True, help="libpq connection string, e.g. 'host=/tmp port=5432 user=me dbname=app'.")
 @click.option("--slot", required=True, help="Logical replication slot (created with pgoutput if missing).")
@@ -52,7 +64,14 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
 @click.option("--messages", is_flag=True, help="Ask for pg_logical_emit_message messages.")
 @click.option("--two-phase", is_flag=True, help="Ask for two-phase commit messages (the slot needs two_phase).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=pathlib.Path),
-              help="Capture file; an existing one is resumed from the slot's confirmed position.")
+              help="Capture file; an existing one is resumed from the slot's confirmed position. With --rotate-*: "
+                   "the name of a series of segments, OUT=app.rwcap writing app.000001.rwcap, app.000002.rwcap, ...")
+@click.option("--rotate-size", callback=_size, metavar="SIZE",
+              help="Go on in a new segment once the current one holds SIZE (e.g. 1GiB, 64MB), at the next "
+                   "transaction boundary.")
+@click.option("--rotate-time", callback=_duration, metavar="DURATION",
+              help="Go on in a new segment once the current one is DURATION old (e.g. 30s, 15m, 1h, 1d) and holds "
+                   "a transaction more, at the next transaction boundary.")
 @click.option("--create-publication", is_flag=True, help="Create the publication FOR ALL TABLES if missing.")
 @click.option("--no-create-slot", is_flag=True, help="Fail instead of creating a missing slot.")
 @click.option("--idle-exit", type=click.FloatRange(min=0), help="Stop after this many seconds with nothing to capture.")
@@ -96,7 +115,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
                     no_create_slot: bool, idle_exit: float | None, sync_interval: float, via: str,
                     batch_size: int, initial_snapshot: bool, backfill: tuple[str, ...], backfill_budget: float,
                     backfill_rate: float | None, metrics_at: str | None, warn_safe_wal: int | None,
-                    no_reconnect: bool, failover: bool) -> None:
+                    no_reconnect: bool, failover: bool, rotate_size: int | None,
+                    rotate_time: float | None) -> None:
     """Capture a logical replication slot into a capture file until Ctrl-C or SIGTERM (or --idle-exit).
 
     Only positions already fsynced to OUT are acknowledged to the server, so after a crash running the same
@@ -108,7 +128,8 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     on any slot, a chunk at a time; run again, it continues from the last chunk in OUT.  The slot's state is
     read every 10 s, and a warning says when its WAL is at risk (--warn-safe-wal, wal_status unreserved or
     lost, an idle_replication_slot_timeout).  With --metrics the capture's counters and positions, and the
-    slot's state, are served over HTTP.
+    slot's state, are served over HTTP.  With --rotate-size or --rotate-time OUT names a series of segments,
+    one file after the other, each closed between two transactions; a restart continues in the newest.
 
     Exit status: 0 stopped (Ctrl-C, SIGTERM, --idle-exit); 1 refused or failed (server, slot, publication,
     settings, output checks); 2 usage; 3 connection lost or not made (with --no-reconnect, or at the start);
@@ -181,13 +202,22 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     if backfill and via == "sql":
         raise click.UsageError("--backfill needs a replication connection (its chunks are written as their "
                                "watermarks arrive); it cannot be used with --via sql")
+    rotation = None
+    if rotate_size is not None or rotate_time is not None:
+        from ..io.rotation import Rotation
+
+        if backfill:
+            raise click.UsageError("--rotate-size and --rotate-time cannot be used with --backfill yet")
+        if rotate_size is not None and rotate_size < 1:
+            raise click.BadParameter("must be at least 1 byte", param_hint="'--rotate-size'")
+        rotation = Rotation(size=rotate_size, age=rotate_time)
     settings = CaptureSettings(slot=slot, publication=publication, proto_version=proto_version, streaming=streaming,
                                binary=binary, messages=messages or bool(backfill), two_phase=two_phase)
     capture = LiveCapture(dsn, out, settings, create_slot=not (no_create_slot or initial_snapshot),
                           create_publication=create_publication, sync_interval=sync_interval, progress=report,
                           via=via, batch_size=batch_size, reconnect=not no_reconnect, log=say,
                           backfill=["all"] if "all" in backfill else list(backfill), backfill_budget=backfill_budget,
-                          backfill_rate=backfill_rate, failover=failover)
+                          backfill_rate=backfill_rate, failover=failover, rotation=rotation)
     guard = DEFAULT_WARN_SAFE_WAL if warn_safe_wal is None else warn_safe_wal
     metrics = CaptureMetrics(capture, listen, warn_safe_wal=guard, log=say)  # (the guards, and what --metrics serves)
     taken = None  # the snapshot taken by this run (the stream after it is new, not resumed)
@@ -199,7 +229,14 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
             raise click.ClickException(f"cannot serve metrics on {metrics_at}: {error.strerror or error}"
                                        ) from None
         if initial_snapshot:
-            taken = _snapshot(console, dsn, out, settings, create_publication, failover)
+            if rotation is None:
+                taken = _snapshot(console, dsn, out, settings, create_publication, failover)
+            else:  # into segment 1; past it, the snapshot was complete (streaming came after it)
+                from ..io.rotation import segment_path, segments
+
+                if max((number for number, _ in segments(out)), default=1) == 1:
+                    taken = _snapshot(console, dsn, pathlib.Path(segment_path(out, 1)), settings, create_publication,
+                                      failover, segment=1)
         streaming_phase["on"] = True
         progress = capture.run(stop=stop, idle_exit=idle_exit)
     except CaptureError as error:
@@ -217,12 +254,13 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
     rows = f"{taken.rows:,} snapshot row{'s' if taken.rows != 1 else ''} and " if taken is not None else ""
     again = f", reconnected {count_noun(capture.reconnects, 'time')}" if capture.reconnects else ""
     console.print(f"captured {rows}{count_noun(progress.messages, 'message')} ({count_noun(progress.bytes, 'byte')}), "
-                  f"{count_noun(progress.transactions, 'transaction')} into {out}{after}{again}; flushed up to "
+                  f"{count_noun(progress.transactions, 'transaction')} into {capture.out}{after}{again}; flushed up to "
                   f"{progress.flushed_lsn}", highlight=False, soft_wrap=True)
 
 
 def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSettings,
-              create_publication: bool, failover: bool = False) -> SnapshotResult | None:
+              create_publication: bool, failover: bool = False, segment: int | None = None
+              ) -> SnapshotResult | None:
     """``capture --snapshot``'s first part: the snapshot, with each table's progress on stderr.  The
     :class:`~replwire.codec.io.snapshot.SnapshotResult` when it was taken now (``None``: the file's snapshot
     was complete already)."""
@@ -237,7 +275,7 @@ def _snapshot(console: Console, dsn: str, out: pathlib.Path, settings: CaptureSe
 
     try:
         result = take_snapshot(dsn, out, settings, create_publication=create_publication, progress=report,
-                               failover=failover)
+                               failover=failover, segment=segment)
     except KeyboardInterrupt:
         console.print("snapshot interrupted: run the same command again to take it again", highlight=False)
         sys.exit(130)

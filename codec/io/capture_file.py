@@ -66,7 +66,10 @@ class CaptureHeader:
     ``slot_name``, ``system_identifier`` (the server's, in decimal) and ``database`` say where the records
     came from, so that a capture is resumed only from its own slot; ``None`` when the file does not say (one
     captured before they were recorded, or written by other means).  Like ``client_encoding`` they are
-    stored among the header's options, but they are not pgoutput options: ``options`` never holds them."""
+    stored among the header's options, but they are not pgoutput options: ``options`` never holds them.
+
+    ``segment`` and ``segment_start`` are set in a segment of a capture with rotation: its number, and the
+    stream position it starts at (:data:`~replwire.schema.capture.SEGMENT`); ``None`` in any other file."""
 
     proto_version: int
     server_version: int = 0
@@ -76,6 +79,8 @@ class CaptureHeader:
     slot_name: str | None = None
     system_identifier: str | None = None
     database: str | None = None
+    segment: int | None = None
+    segment_start: LSN | None = None
 
     @property
     def settings(self) -> tuple[int, dict[str, str], str]:
@@ -219,9 +224,18 @@ class CaptureReader:
         encoding = options.pop(layout.CLIENT_ENCODING, layout.DEFAULT_CLIENT_ENCODING)
         slot_name, system_identifier, database = (options.pop(name, None) for name in
                                                   (layout.SLOT_NAME, layout.SYSTEM_IDENTIFIER, layout.DATABASE))
+        segment, segment_start = options.pop(layout.SEGMENT, None), options.pop(layout.SEGMENT_START, None)
+        try:
+            number = None if segment is None else int(segment)
+            start = None if segment_start is None else LSN(segment_start)
+        except ValueError:
+            self.close()
+            raise CaptureFileError(self.path, f"not a readable capture file header: segment {segment!r} starting "
+                                              f"at {segment_start!r}", 0) from None
         self.header = CaptureHeader(proto_version=raw.proto_version, server_version=raw.server_version,
                                     options=options, format_version=raw.format_version, client_encoding=encoding,
-                                    slot_name=slot_name, system_identifier=system_identifier, database=database)
+                                    slot_name=slot_name, system_identifier=system_identifier, database=database,
+                                    segment=number, segment_start=start)
         self.header_end = stream.tell()
         #: The file is still being written (:mod:`~replwire.codec.io.follow`): a record cut short by its end
         #: is one being written, not searched past for intact records (see :meth:`_tail`).
@@ -428,6 +442,10 @@ def encode_header(header: CaptureHeader) -> bytes:
     if header.client_encoding != layout.DEFAULT_CLIENT_ENCODING:  # UTF8 files stay as they always were
         options.append({"name": layout.CLIENT_ENCODING, "value": header.client_encoding})
     options += [{"name": k, "value": v} for k, v in header.source.items() if v is not None]
+    if header.segment is not None:
+        options.append({"name": layout.SEGMENT, "value": str(header.segment)})
+    if header.segment_start is not None:
+        options.append({"name": layout.SEGMENT_START, "value": str(LSN(header.segment_start))})
     built: bytes = layout.HEADER.build({"header": {"magic": None, "format_version": header.format_version,
                                                    "server_version": header.server_version,
                                                    "proto_version": header.proto_version, "options": options}})

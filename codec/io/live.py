@@ -20,6 +20,10 @@ position (:mod:`~replwire.codec.io.resume`), after the same checks of the file, 
 the slot; a lost connection is resumed the same way.  A streamed transaction whose early blocks were kept is
 sent again from its first block; readers restart such a transaction when its ``first_segment`` Stream Start
 comes again.
+
+With a :class:`~replwire.codec.io.rotation.Rotation` the file is a series of segments
+(:mod:`~replwire.codec.io.rotation`): between transactions, once the current one is big or old enough, it is
+made durable, its last position acknowledged, and the capture goes on in the next.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReplwireError
@@ -53,7 +58,9 @@ from .connection import (
     undecodable,
 )
 from .positions import PositionTracker, Progress
+from .record_plan import RECORD_PLAN
 from .resume import check_output, check_settings, check_source, first_record, refuse_new_slot, resume
+from .rotation import Rotation, check_pattern, resume_segment, segment_path
 from .sql_capture import SqlCapture
 
 if TYPE_CHECKING:
@@ -66,6 +73,8 @@ VIAS = ("replication", "sql")
 #: The most seconds between two SlotConfirmed records while the server's WAL moves with nothing for the
 #: publication (below psycopg2's status interval of 10 s, see _run_replication).
 _CONFIRM_EVERY = 5.0
+#: The bytes a record takes in the file besides its message (its LSN, xid, length and CRC-32).
+_FRAMING = RECORD_PLAN.head.size + RECORD_PLAN.crc.size
 
 
 class LiveCapture(SqlCapture):
@@ -98,6 +107,9 @@ class LiveCapture(SqlCapture):
     up to ``reconnect_max`` seconds; each attempt is told to ``log``.  Without ``reconnect`` the loss is a
     :class:`ConnectionLost`.  What cannot be survived is a :class:`CaptureError` (the slot dropped, a refused
     login), a :class:`CaptureWriteError` (the file could not be written) or a :class:`CaptureDamaged`.
+
+    With ``rotation`` (without a backfill), ``out`` names a series of segments
+    (:mod:`~replwire.codec.io.rotation`), and :attr:`out` is the one being written.
     """
 
     def __init__(self, dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *, create_slot: bool = True,
@@ -106,7 +118,8 @@ class LiveCapture(SqlCapture):
                  batch_size: int = 10_000, reconnect: bool = True, reconnect_delay: float = 0.5,
                  reconnect_max: float = 30.0, log: Callable[[str], None] | None = None,
                  backfill: Sequence[str] = (), backfill_budget: float | None = None,
-                 backfill_rate: float | None = None, failover: bool = False) -> None:
+                 backfill_rate: float | None = None, failover: bool = False,
+                 rotation: Rotation | None = None) -> None:
         if via not in VIAS:
             raise ValueError(f"via must be one of {VIAS}, not {via!r}")
         if batch_size < 1:
@@ -123,6 +136,11 @@ class LiveCapture(SqlCapture):
             raise ValueError("a backfill needs settings.messages: its watermarks are logical messages")
         if self.backfill and via != "replication":
             raise ValueError("a backfill needs via='replication'")
+        if rotation is not None and self.backfill:
+            raise ValueError("a rotation cannot be used with a backfill")
+        self.rotation, self.pattern = rotation, self.out
+        self._rotating = False  # the streaming session ended for a rotation
+        self._segment_opened = (0.0, 0)  # (when the segment was opened by this run, and the transactions then)
         self.progress = Progress()
         self.resumed_records: int | None = None
         self.reconnects = 0  # how many times the capture reconnected
@@ -136,7 +154,9 @@ class LiveCapture(SqlCapture):
 
     def check_output(self) -> CaptureHeader | None:
         """:func:`check_output` of this capture's file (:meth:`run` calls it first; a caller with work of its
-        own to do before, such as a snapshot, calls it before that)."""
+        own to do before, such as a snapshot, calls it before that).  With rotation, of the newest segment."""
+        if self.rotation is not None:
+            self.out = check_pattern(self.pattern)
         return check_output(self.out)
 
     # -- set-up over a normal connection -------------------------------------------------------------------
@@ -222,6 +242,13 @@ class LiveCapture(SqlCapture):
         """The writer of the capture file, cut to what the slot confirmed (``again``: on a reconnection, where
         what is cut off was counted as received and is received again)."""
         try:
+            if self.rotation is not None:  # the segment that holds the slot's position (see rotation.py)
+                number, self.out, removed = resume_segment(self.pattern, confirmed)
+                if removed:
+                    gone = ", ".join(reversed(removed))
+                    self._say(f"the slot stands at {confirmed}, before {gone} started: removed (the server sends "
+                              f"what they held again); resuming {self.out}")
+                header = replace(header, segment=number, segment_start=confirmed)  # (for a new one)
             if os.path.exists(self.out) and os.path.getsize(self.out) > 0:
                 found = resume(self.out, confirmed)
                 cut_file(self.out, found.cut)
@@ -234,11 +261,48 @@ class LiveCapture(SqlCapture):
                     self.resumed_records = found.kept
             writer = CaptureWriter(self.out, header)
             writer.confirm(confirmed, at_start=True)  # where the slot stands: what the server sends follows it
+            self._segment_opened = (time.monotonic(), self.progress.transactions)
             return writer
         except CaptureFileError as error:
             raise (CaptureDamaged if error.damaged_inside else CaptureError)(str(error)) from None
         except OSError as error:
             raise CaptureWriteError(f"cannot write {self.out}: {error.strerror or error}") from None
+
+    def _rotation_due(self, writer: CaptureWriter, ahead: int = 0, grown: bool = False) -> bool:
+        """Whether the segment ``writer`` writes is to be closed (to be asked only between transactions), with
+        ``ahead`` bytes more to come into it (``grown``: a transaction among them)."""
+        if self.rotation is None:
+            return False
+        opened, transactions = self._segment_opened
+        return self.rotation.due(writer.mark()[0] + ahead, time.monotonic() - opened,
+                                 grown or self.progress.transactions > transactions)
+
+    def _next_segment(self, writer: CaptureWriter) -> CaptureWriter:
+        """The writer of a new segment after the one ``writer`` writes (everything in it durable and acknowledged,
+        up to ``progress.flushed_lsn``, which it reaches), starting at that position.  Over replication
+        :meth:`run` then goes on in it as a reconnection would (:func:`~replwire.codec.io.rotation.
+        resume_segment` decides)."""
+        position = self.progress.flushed_lsn
+        number = (writer.header.segment or 0) + 1
+        path = segment_path(self.pattern, number)
+        try:
+            following = CaptureWriter(path, replace(writer.header, segment=number, segment_start=position))
+            following.confirm(position, at_start=True)
+            following.sync()
+        except OSError as error:
+            raise CaptureWriteError(f"cannot write {path}: {error.strerror or error}; {writer.path} is complete: "
+                                    "make room and run the same command again to resume") from None
+        self._say(f"rotated: segment {number} ({path}) starts at {position}")
+        return following
+
+    def _rotated(self, writer: CaptureWriter) -> CaptureWriter | None:
+        if not self._rotation_due(writer):
+            return None
+        following = self._next_segment(writer)
+        writer.close()
+        self.out = following.path
+        self._segment_opened = (time.monotonic(), self.progress.transactions)
+        return following
 
     def _backfill(self, writer: CaptureWriter) -> Backfill:
         from .backfill import BUDGET, Backfill
@@ -280,7 +344,17 @@ class LiveCapture(SqlCapture):
             while True:
                 started = self.progress.messages
                 try:
-                    return runner(writer, proto, options, stop, idle_exit)
+                    self._rotating = False
+                    result = runner(writer, proto, options, stop, idle_exit)
+                    if not self._rotating:
+                        return result
+                    # Rotation: the session ended between transactions, everything durable and acknowledged,
+                    # and the slot released.  The next segment is streamed in a new session, as after a
+                    # reconnection, so the server sends the Relation messages again: each segment decodes alone.
+                    self._next_segment(writer).close()
+                    header, confirmed = self._prepare_server(self.check_output())
+                    writer = self._open_file(header, confirmed, again=True)
+                    self.progress.flushed_lsn = confirmed
                 except ConnectionLost as lost:
                     if not self.reconnect or not self._streamed:
                         raise  # (a first connection that fails is an error, as pg_recvlogical's is)
@@ -385,6 +459,7 @@ class LiveCapture(SqlCapture):
                 self.on_progress(progress)
 
         read, feed = cur.read_message, tracker.feed
+        rotating = self.rotation is not None
         failure: Exception | None = None
         walsender: int | None = None
         stopping = False  # stopped on purpose: stop, idle_exit or Ctrl-C
@@ -412,6 +487,9 @@ class LiveCapture(SqlCapture):
                 message = read()
                 if message is None:
                     sync_and_ack()
+                    if rotating and tracker.idle and self._rotation_due(writer):
+                        self._rotating = True  # (the session ends here, between transactions: see run())
+                        break
                     if (idle_exit is not None and tracker.idle and time.monotonic() - self._activity > idle_exit
                             and not (backfill is not None and backfill.busy)):
                         break
@@ -423,7 +501,7 @@ class LiveCapture(SqlCapture):
                 # beyond the tracker; the records go to the file, and the counters are published, after it.
                 burst: list[tuple[int, int, bytes]] = []
                 add = burst.append
-                completed = 0
+                completed = ahead = 0  # (ahead: the bytes of the burst's messages)
                 done: bytes | None = None  # the last transaction's message that completed a position
                 durable_now = False
                 in_burst = True
@@ -437,6 +515,7 @@ class LiveCapture(SqlCapture):
                             refused = undecodable(start, getattr(cur, "wal_end", 0) or 0, error)
                             break
                         add((start, 0, data))
+                        ahead += len(data) + _FRAMING
                         if follow is not None:
                             for record in follow(start, data):  # a backfill's chunk, right after its watermark
                                 add((start, 0, record))
@@ -450,6 +529,8 @@ class LiveCapture(SqlCapture):
                                 done = data
                             if position > pending:
                                 pending = position
+                            if rotating and tracker.idle and self._rotation_due(writer, ahead, grown=True):
+                                break  # (the segment is closed at this transaction's end: see run())
                         if start == 0 and pending:
                             # A message the server sent without a position (a Relation or Type, a Begin before
                             # its Origin).  After one, psycopg2 itself confirms the WAL end of the next keepalive
@@ -475,6 +556,9 @@ class LiveCapture(SqlCapture):
                 if refused is not None:
                     break  # (what came before it is in the file: made durable and acknowledged below)
                 sync_and_ack(force=durable_now)
+                if rotating and tracker.idle and self._rotation_due(writer):
+                    self._rotating = True
+                    break
             stopping = refused is None
         except KeyboardInterrupt:
             stopping = True
@@ -488,6 +572,8 @@ class LiveCapture(SqlCapture):
                 sync_and_ack(force=True)  # the last acknowledgement: of what is durable now
             except (psycopg2.Error, OSError, ValueError) as error:
                 failure = error
+        if self._rotating and failure is None:
+            self._wait_confirmed(progress.flushed_lsn)
         if backfill is not None:
             backfill.stop()
         if defaults is not None:
@@ -526,6 +612,35 @@ class LiveCapture(SqlCapture):
         if walsender is not None:
             self._wait_released(walsender)
         return progress
+
+    def _wait_confirmed(self, position: LSN, timeout: float = 5.0) -> None:
+        """Wait until the slot's confirmed position is ``position``, before a rotation closes the connection.
+
+        What the server sent is left unread then, so the kernel resets the connection as it closes, and a reset
+        can drop the acknowledgement the walsender has not read yet: the next segment would start past the
+        slot (and be removed by :func:`~replwire.codec.io.rotation.resume_segment`, the session started
+        again).  The walsender reads replies even while it waits to send, so this takes a round trip or two."""
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.Error:
+            return  # (what the slot stands at is read again before the next segment is written)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                while time.monotonic() < deadline:
+                    cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                (self.settings.slot,))
+                    row = cur.fetchone()
+                    if row is None or row[0] is None or LSN(row[0]) >= position:
+                        return
+                    time.sleep(0.002)
+        except psycopg2.Error:
+            return
+        finally:
+            conn.close()
 
     def _wait_released(self, walsender: int, timeout: float = 10.0) -> None:
         """Wait until the walsender ``walsender`` has let go of the slot.

@@ -215,6 +215,26 @@ def _start(source: Input) -> _Start:
     return _Start(lsn=first)
 
 
+def _segment(source: Input) -> int:
+    """The segment number a capture file's header gives it (0 for any other input)."""
+    return (source.header.segment or 0) if source.header is not None else 0
+
+
+def _check_series(ordered: Sequence[Input]) -> None:
+    """Refuse a series of segments (a capture with rotation) with one left out in the middle: between two
+    consecutive inputs in stream order that are segments, the second numbered more than one past the first.
+    (A series that starts again at 1 -- another series of the slot -- is not one to check.)"""
+    for before, after in zip(ordered, ordered[1:]):
+        first, then = _segment(before), _segment(after)
+        if first and then > first + 1:
+            missing = f"segment {first + 1} is" if then == first + 2 else f"segments {first + 1} to {then - 1} are"
+            start = after.header.segment_start if after.header is not None else None
+            at = f", which starts at {LSN(start)}" if start is not None else ""
+            raise CaptureFileError(after.path, f"the inputs are not one stream: {missing} missing between "
+                                               f"{before.path} (segment {first}) and this file (segment "
+                                               f"{then}{at}); give every segment from the first one wanted on")
+
+
 def stream_order(inputs: Sequence[Input]) -> list[Input]:
     """``inputs`` -- segments of one slot's stream -- in stream order, each ``index`` its place in it.
 
@@ -223,16 +243,19 @@ def stream_order(inputs: Sequence[Input]) -> list[Input]:
     which is at or before the end of what the file before holds (what comes again is skipped when read).
     So the inputs are ordered by the first position each completes; an input that opens with a snapshot
     section starts at the section's consistent point, where its slot was created.  Inputs with equal
-    starts keep the order they were given in.  Refused (:class:`CaptureFileError`): two snapshot sections
-    at different consistent points, and a transaction completed before the snapshot that starts the
-    stream (a slot is created once: such a file is of another slot of that name, and what happened
-    between its end and the snapshot is in neither).
+    starts are in the order of their segment numbers (a capture with rotation's), else as they were given.
+    Refused (:class:`CaptureFileError`): two snapshot sections at different consistent points, and a
+    transaction completed before the snapshot that starts the stream (a slot is created once: such a file is
+    of another slot of that name, and what happened between its end and the snapshot is in neither).
 
     A missing segment between two given ones is not seen here, from the inputs' starts (WAL with nothing for
     the publication moves no position a record completes): the readers of the records see it, with
-    :class:`Reach`, in files that record where their slot stood (format version 3)."""
+    :class:`Reach`, in files that record where their slot stood (format version 3) -- except between the
+    segments of a capture with rotation, whose headers number them: a number left out is refused here."""
     starts = [_start(source) for source in inputs]
-    order = sorted(range(len(inputs)), key=lambda i: starts[i].key)
+    numbers = [_segment(source) for source in inputs]
+    order = sorted(range(len(inputs)), key=lambda i: (starts[i].key, numbers[i]))
+    _check_series([inputs[i] for i in order])
     snapshots = [(at, inputs[i].path) for i in order if (at := starts[i].snapshot) is not None]
     if snapshots:
         point, where = snapshots[0]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..options import quote_identifier
@@ -156,11 +156,13 @@ class _Rows:
 
 def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettings, *,
                   create_publication: bool = False, progress: Callable[[TableProgress], None] | None = None,
-                  chunk: int = CHUNK, failover: bool = False) -> SnapshotResult:
+                  chunk: int = CHUNK, failover: bool = False, segment: int | None = None) -> SnapshotResult:
     """Make sure the capture file ``out`` starts with a complete snapshot of ``settings.publication``'s
     tables, taken with the new slot ``settings.slot`` (see the module docstring; a failover slot with
     ``failover``, PostgreSQL 17+); then :class:`~replwire.codec.io.live.LiveCapture` goes on from the slot.
-    ``progress`` hears of each table about once a second and when it is done."""
+    ``progress`` hears of each table about once a second and when it is done.  ``segment``: the number a new
+    file's header gives it (the first segment of a capture with rotation, which starts the stream: no start
+    position)."""
     import psycopg2
 
     path = os.fspath(out)
@@ -221,7 +223,7 @@ def take_snapshot(dsn: str, out: str | os.PathLike[str], settings: CaptureSettin
                                "snapshot")
         check_select(cur, tables, "the snapshot")
         try:
-            writer = CaptureWriter(path, header)
+            writer = CaptureWriter(path, header if segment is None else replace(header, segment=segment))
         except CaptureFileError as error:
             raise CaptureError(str(error)) from None
         try:

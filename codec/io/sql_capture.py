@@ -67,6 +67,12 @@ class SqlCapture:
                                             self.log or (lambda line: None))
         return self._defaults
 
+    def _rotated(self, writer: CaptureWriter) -> CaptureWriter | None:
+        """With rotation (:class:`~replwire.codec.io.live.LiveCapture`'s), once the segment ``writer`` writes is
+        due: the writer of the next one (``writer`` closed); ``None`` to go on in it.  Asked only when the file
+        is durable, ends between transactions and the slot stands at its end."""
+        return None
+
     def _run_sql(self, writer: CaptureWriter, proto: int, options: dict[str, str],
                  stop: threading.Event | None, idle_exit: float | None) -> Progress:
         import psycopg2
@@ -108,6 +114,10 @@ class SqlCapture:
                     advance(max(batch.done, wal_end) if everything_read else batch.done)
                     if self.on_progress:
                         self.on_progress(progress)
+                    following = self._rotated(writer)  # (settled and advanced: between transactions)
+                    if following is not None:
+                        writer = batch.writer = following
+                        batch.kept = writer.mark()
                     if rows:
                         self._activity = time.monotonic()
                         if rows >= self.batch_size and batch.done > before:
