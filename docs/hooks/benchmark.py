@@ -8,7 +8,8 @@ when it does not; ``<!-- replwire:snapshot-benchmark -->`` likewise with ``bench
 ``<!-- replwire:decode-benchmark -->`` with ``bench/results/decode.json``, and ``<!-- replwire:endtoend-benchmark
 -->`` with ``bench/results/endtoend.json``, and ``<!-- replwire:serve-benchmark -->`` with
 ``bench/results/serve.json``, and ``<!-- replwire:realschema-benchmark -->`` with ``bench/results/realschema.json``, and
-``<!-- replwire:spark-realschema-benchmark -->`` with ``bench/results/spark_realschema.json``.
+``<!-- replwire:spark-realschema-benchmark -->`` with ``bench/results/spark_realschema.json``, and ``<!--
+replwire:lakehouse-benchmark -->`` with ``bench/results/lakehouse.json``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ REALSCHEMA_RESULTS = ROOT / "bench" / "results" / "realschema.json"
 REALSCHEMA_MARKER = "<!-- replwire:realschema-benchmark -->"
 SPARK_REALSCHEMA_RESULTS = ROOT / "bench" / "results" / "spark_realschema.json"
 SPARK_REALSCHEMA_MARKER = "<!-- replwire:spark-realschema-benchmark -->"
+LAKEHOUSE_RESULTS = ROOT / "bench" / "results" / "lakehouse.json"
+LAKEHOUSE_MARKER = "<!-- replwire:lakehouse-benchmark -->"
 
 
 def committed(results: dict, path: pathlib.Path) -> dict:
@@ -100,6 +103,14 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 "Python has no replwire (shipped with the job), on the mixed-types and streamed streams of the "
                 "real-schema suite, against `replwire decode`'s events per second on one core (`python -m bench "
                 "spark-realschema`)"),
+            LAKEHOUSE_MARKER: section(
+                LAKEHOUSE_RESULTS, "Applying into Delta Lake and Iceberg",
+                "`replwire spark apply --format delta` and `--format iceberg` of a capture of a million changes (60% "
+                "inserts, 30% updates, 10% deletes into a table of int, numeric, timestamptz, text, jsonb and a "
+                "TOASTed text) into new tables, the same inputs again, and a second capture of 10% more merged onto "
+                "the tables, against `apply --format parquet`, against the rate at which `replwire capture` takes the "
+                "changes from the server, and against `replwire decode` of the same file; on a warm `local[2]` "
+                "session, the tables checked against the server's at the end (`python -m bench.lakehouse`)"),
             ENDTOEND_MARKER: section(
                 ENDTOEND_RESULTS, "End to end from a live server",
                 "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "
