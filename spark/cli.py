@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from replwire.codec.cli._common import table_filter, table_options
 from replwire.codec.errors import install_hint
 from replwire.codec.scalars import LSN
 
@@ -42,10 +41,28 @@ def _options(function: Any) -> Any:
                      help="About how many MB of input one Spark task decodes (default: the input spread "
                           "evenly over the cores, at most 128 MB a task)."),
         click.option("--overwrite", is_flag=True, help="Replace the output directory if it is not empty."),
-        table_options("Write"),
+        click.option("--table", "include", multiple=True, metavar="GLOB",
+                     help="Write only the changes of tables matching GLOB, as replwire decode --table keeps them "
+                          "(schema.table; repeatable; e.g. 'public.*', '*.orders'; a GLOB without a dot is any "
+                          "schema's table).  Logical messages are kept."),
+        click.option("--exclude-table", "exclude", multiple=True, metavar="GLOB",
+                     help="Leave out the changes of tables matching GLOB (as --table; repeatable; wins over "
+                          "--table)."),
     ]):
         function = option(function)
     return function
+
+
+def _table_filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> Any:
+    """The :class:`~replwire.codec.stream.tables.TableFilter` of ``--table`` and ``--exclude-table`` (``None``
+    when neither is given); a usage error for a GLOB that does not parse."""
+    from replwire.codec.stream.tables import TableFilter
+
+    try:
+        tables = TableFilter(include, exclude)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--table/--exclude-table") from None
+    return tables or None
 
 
 @click.group("spark")
@@ -190,7 +207,7 @@ def changes_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_v
     OUT/<schema>.<table>/v<N>/ (one per table shape), every
     row with its op, schema, table, xid, LSNs and commit time."""
     _run("changes", inputs, out, proto_version, encoding, master, partition_mb, overwrite,
-         table_filter(include, exclude))
+         _table_filter(include, exclude))
 
 
 @spark.command("apply")
@@ -236,10 +253,10 @@ def apply_command(inputs: tuple[pathlib.Path, ...], out: pathlib.Path, proto_ver
         if overwrite:
             raise click.UsageError("--follow does not go with --overwrite")
         _follow(inputs, out, proto_version, encoding, master, partition_mb, form, catalog, namespace, interval,
-                table_filter(include, exclude))
+                _table_filter(include, exclude))
         return
     _run("apply", inputs, out, proto_version, encoding, master, partition_mb, overwrite,
-         table_filter(include, exclude), form,
+         _table_filter(include, exclude), form,
          {"catalog": catalog, "namespace": namespace} if form == "iceberg" else None)
 
 

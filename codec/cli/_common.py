@@ -1,6 +1,6 @@
 """What several ``replwire`` commands share: counted nouns, replwire's version, whether an optional
-dependency is installed (and the refusal of a command that needs psycopg2 without it), the usage check
-of input files that may be COPY-CSV, and the table filter's options.
+dependency is installed (and the refusal of a command that needs psycopg2 without it), and the usage check
+of input files that may be COPY-CSV.
 """
 
 from __future__ import annotations
@@ -8,49 +8,13 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..errors import install_hint
 
-if TYPE_CHECKING:
-    from ..stream.tables import TableFilter
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 __all__ = ["count_noun", "installed", "need_proto_version", "need_psycopg2", "not_a_capture_file",
-           "replwire_version", "table_filter", "table_options"]
-
-
-def table_options(verb: str) -> Callable[[F], F]:
-    """The options ``--table GLOB`` and ``--exclude-table GLOB`` (as ``include`` and ``exclude``), for a
-    command that ``verb`` s (``"Print"``, ``"Write"``) the changes of tables."""
-    include = click.option(
-        "--table", "include", multiple=True, metavar="GLOB",
-        help=f"{verb} only the changes of tables matching GLOB (schema.table; repeatable; e.g. 'public.*', "
-             "'*.orders'; a GLOB without a dot is any schema's table; case-sensitive, quote a part with double "
-             "quotes to take it literally).  Logical messages are kept.")
-    exclude = click.option(
-        "--exclude-table", "exclude", multiple=True, metavar="GLOB",
-        help="Leave out the changes of tables matching GLOB (as --table; repeatable; wins over --table).")
-
-    def decorate(function: F) -> F:
-        return include(exclude(function))
-    return decorate
-
-
-def table_filter(include: tuple[str, ...], exclude: tuple[str, ...]) -> TableFilter | None:
-    """The filter of ``--table`` and ``--exclude-table`` (``None`` when neither is given); a usage error for a
-    GLOB that does not parse."""
-    from ..stream.tables import TableFilter
-
-    try:
-        tables = TableFilter(include, exclude)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--table/--exclude-table") from None
-    return tables or None
+           "replwire_version"]
 
 
 def count_noun(n: int, noun: str) -> str:

@@ -22,7 +22,7 @@ import click
 
 from ...schema.encodings import text_codec
 from ..errors import install_hint
-from ._common import count_noun, need_proto_version, replwire_version, table_filter, table_options
+from ._common import count_noun, need_proto_version, replwire_version
 
 if TYPE_CHECKING:
     from ..io.follow import Follower
@@ -45,7 +45,12 @@ __all__ = ["decode_command"]
 @click.option("--tombstones/--no-tombstones", default=True, show_default=True,
               help="With --format debezium: follow each delete with a tombstone, a line 'null' (Debezium's "
                    "tombstones.on.delete).")
-@table_options("Print")
+@click.option("--table", "include", multiple=True, metavar="GLOB",
+              help="Print only the changes of tables matching GLOB (schema.table; repeatable; e.g. 'public.*', "
+                   "'*.orders'; a GLOB without a dot is any schema's table; case-sensitive, quote a part with "
+                   "double quotes to take it literally).  Logical messages are kept.")
+@click.option("--exclude-table", "exclude", multiple=True, metavar="GLOB",
+              help="Leave out the changes of tables matching GLOB (as --table; repeatable; wins over --table).")
 @click.option("--follow", is_flag=True,
               help="The last file is a capture still being written (by a running replwire capture): after its "
                    "end, wait for more and print each transaction as soon as its commit is in the file, until "
@@ -75,6 +80,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     from ..decode import RecordError
     from ..decode_output import write_changes
     from ..io.capture_file import CaptureFileError, TailProblem
+    from ..stream.tables import TableFilter
     from ..stream.values import TypedValuesUnavailable
 
     # The process ends with the command, and the interpreter's shutdown walks every object for cycles again
@@ -84,7 +90,10 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
-    tables = table_filter(include, exclude)
+    try:
+        tables = TableFilter(include, exclude)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--table/--exclude-table") from None
     if idle_exit is not None and not follow:
         raise click.UsageError("--idle-exit is an option of --follow")
     if follow and any(str(given) == "-" for given in files):
@@ -110,7 +119,7 @@ def decode_command(files: tuple[pathlib.Path, ...], proto_version: int | None, e
     try:
         version = replwire_version() if output_format == "debezium" else "unknown"  # (Debezium's source.version)
         counts = write_changes(inputs, stdout, output_format, tombstones=tombstones, version=version, tail=tail,
-                               warn=warn, progress=progress, tables=tables, follow=follower)
+                               warn=warn, progress=progress, tables=tables or None, follow=follower)
     except (RecordError, CaptureFileError) as error:
         click.echo(f"error: {shown(str(error))}", err=True)
         sys.exit(1)
