@@ -44,6 +44,8 @@ SPARK_REALSCHEMA_RESULTS = ROOT / "bench" / "results" / "spark_realschema.json"
 SPARK_REALSCHEMA_MARKER = "<!-- replwire:spark-realschema-benchmark -->"
 LAKEHOUSE_RESULTS = ROOT / "bench" / "results" / "lakehouse.json"
 LAKEHOUSE_MARKER = "<!-- replwire:lakehouse-benchmark -->"
+LAKEHOUSE_FOLLOW_RESULTS = ROOT / "bench" / "results" / "lakehouse_follow.json"
+LAKEHOUSE_FOLLOW_MARKER = "<!-- replwire:lakehouse-follow-benchmark -->"
 
 
 def committed(results: dict, path: pathlib.Path) -> dict:
@@ -111,6 +113,12 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 "the tables, against `apply --format parquet`, against the rate at which `replwire capture` takes the "
                 "changes from the server, and against `replwire decode` of the same file; on a warm `local[2]` "
                 "session, the tables checked against the server's at the end (`python -m bench.lakehouse`)"),
+            LAKEHOUSE_FOLLOW_MARKER: section(
+                LAKEHOUSE_FOLLOW_RESULTS, "Delta tables following a running capture",
+                "`replwire spark apply --follow --format delta` while `replwire capture` runs and a client writes "
+                "at a steady offered load (a transaction every 0.1 s: half inserts, three tenths updates, a fifth "
+                "deletes): how long after its commit each transaction is in the Delta table, and the table "
+                "checked against the server's at the end (`python -m bench.lakehouse_follow`)"),
             ENDTOEND_MARKER: section(
                 ENDTOEND_RESULTS, "End to end from a live server",
                 "`replwire capture` draining a slot while pgbench writes, then `replwire decode` on its file, with "
