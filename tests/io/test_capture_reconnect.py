@@ -141,9 +141,10 @@ def table_rows(srv, table: str) -> dict[int, str]:
         return dict(conn.execute(f"SELECT id, v FROM {table}").fetchall())
 
 
-def applied(path) -> tuple[dict[int, str], list[int]]:
-    """The table as the capture's decoded changes build it, and every inserted id in order."""
-    result = subprocess.run([REPLWIRE, "decode", str(path)], capture_output=True, text=True, timeout=300)
+def applied(*paths) -> tuple[dict[int, str], list[int]]:
+    """The table as the capture's decoded changes build it (of one file, or of segments in the order given),
+    and every inserted id in order."""
+    result = subprocess.run([REPLWIRE, "decode", *map(str, paths)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows: dict[int, str] = {}
     inserted = []

@@ -26,6 +26,7 @@ from tests.io.test_capture_reconnect import (
     REPLWIRE,
     Lines,
     Workload,
+    applied,
     published,
     slot_state,
     table_rows,
@@ -46,20 +47,6 @@ def capture(srv, slot: str, table: str, out, *options: str, wait: bool = False) 
         _, process.said = process.communicate(timeout=60)  # type: ignore[attr-defined]
         assert process.returncode == 0, process.said  # type: ignore[attr-defined]
     return process
-
-
-def decoded(paths) -> tuple[dict[int, str], list[int]]:
-    """The table as ``replwire decode`` of ``paths`` builds it, and every inserted id in order."""
-    result = subprocess.run([REPLWIRE, "decode", *map(str, paths)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    rows: dict[int, str] = {}
-    inserted = []
-    for line in result.stdout.splitlines():
-        change = json.loads(line)
-        if change["op"] == "insert":
-            inserted.append(change["new"]["id"])
-        rows[change["new"]["id"]] = change["new"]["v"]
-    return rows, inserted
 
 
 def check_series(out, counts: list[int] | None = None) -> list[str]:
@@ -146,7 +133,7 @@ def test_rotation_under_sigkill_loses_and_doubles_nothing(pg18, tmp_path, via):
         result = subprocess.run([REPLWIRE, "decode", path], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and result.stdout, result.stderr
     random.Random(7).shuffle(paths)
-    rows, inserted = decoded(paths)
+    rows, inserted = applied(*paths)
     assert len(inserted) == len(set(inserted)), "a change was captured twice"
     assert rows == table_rows(srv, table) and len(rows) > 1000
 
@@ -189,7 +176,7 @@ def test_a_restart_on_a_slot_before_the_newest_segment_goes_back_to_the_one_that
     newest = segments(out)[-1][1]
     said = capture(srv, slot, table, out, *command, wait=True).said  # type: ignore[attr-defined]
     paths = check_series(out)
-    rows, inserted = decoded(reversed(paths))
+    rows, inserted = applied(*reversed(paths))
     assert len(inserted) == len(set(inserted)) == 180
     assert rows == table_rows(srv, table)
     assert (f"before {segment_path(out, held + 1)}, " in said and f"{newest} started: removed" in said
@@ -239,7 +226,7 @@ def test_rotation_by_time_starts_a_segment_only_with_something_in_it(pg18, tmp_p
     assert 2 <= len(paths) <= 5 and all(counts[:-1]), (counts, err)
     assert [segment_number(out, p) for p in paths] == list(range(1, len(paths) + 1))
     assert os.path.basename(paths[0]) == "time.000001"
-    rows, inserted = decoded(paths[::-1])
+    rows, inserted = applied(*paths[::-1])
     assert sorted(inserted) == [0, 1, 2, 3] and rows == table_rows(srv, table)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import os
 from collections import Counter
 
 from replwire.codec import LSN
@@ -120,3 +121,36 @@ def captured_segments(conn, tag, tmp_path, proto_version, options):
         paths.append(write_segment(tmp_path / f"{number}.rwc", rows[seen:], proto_version, options))
         seen = len(rows)
         yield list(paths), {table: server_rows(conn, table) for table in QUERIES}
+
+
+def delta_tables(out):
+    """Each table of :data:`QUERIES` as a Delta table under ``out`` (``None`` for one not there yet)."""
+    from deltalake import DeltaTable
+
+    found = {}
+    for table in QUERIES:
+        path = os.path.join(out, f"public.{table}")
+        found[table] = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+    return found
+
+
+def delta_differences(out, expected):
+    """The tables under ``out`` that differ from ``expected`` (:func:`server_rows` of each), a table not there
+    yet or without every expected column included."""
+    found, differ = delta_tables(out), []
+    for table, (names, rows) in expected.items():
+        rows_now = found[table].to_pyarrow_table() if found[table] is not None else None
+        if rows_now is None or not set(names) <= set(rows_now.column_names) or arrow_rows(rows_now, names) != rows:
+            differ.append(table)
+    return differ
+
+
+def data_files(out):
+    """The files in the tables' directories under ``out`` (data files, and those being written), not their
+    logs'."""
+    found = set()
+    for table in QUERIES:
+        path = os.path.join(out, f"public.{table}")
+        if os.path.isdir(path):
+            found.update(entry.path for entry in os.scandir(path) if entry.is_file())
+    return found

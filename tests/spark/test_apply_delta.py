@@ -19,7 +19,7 @@ pytestmark = pytest.mark.server
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
-from tests.spark.lakehouse import QUERIES, arrow_rows, captured_segments, write_segment  # noqa: E402
+from tests.spark.lakehouse import QUERIES, arrow_rows, captured_segments, data_files, write_segment  # noqa: E402
 from tests.spark.test_spark import fresh_database, peek  # noqa: E402
 
 
@@ -93,15 +93,6 @@ def test_delta_apply_segment_by_segment_equals_the_server(spark, request, tmp_pa
         assert_equal(part, tables)
 
 
-def _data_files(out):
-    """The files in the tables' directories (data files, and those being written), not their logs'."""
-    found = set()
-    for table in QUERIES:
-        with os.scandir(os.path.join(out, f"public.{table}")) as entries:
-            found.update(entry.path for entry in entries if entry.is_file())
-    return found
-
-
 def test_delta_apply_killed_in_a_commit_and_run_again_ends_equal(spark, pg18, tmp_path):
     """``replwire spark apply --format delta`` killed (SIGKILL) once it has begun to write a table's new data
     files, before the commit that names them; run again, the tables equal the server, and no position was
@@ -120,13 +111,13 @@ def test_delta_apply_killed_in_a_commit_and_run_again_ends_equal(spark, pg18, tm
                "--format", "delta", "--master", "local[2]"]
     in_a_commit = False
     for _ in range(4):  # a small table can be written and committed between two looks: then kill again
-        before = _data_files(out)
+        before = data_files(out)
         run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         hit: set[str] = set()
         try:
             deadline = time.monotonic() + 240
             while run.poll() is None and time.monotonic() < deadline:
-                new = _data_files(out) - before
+                new = data_files(out) - before
                 if new:  # a table's new data is being written
                     run.send_signal(signal.SIGKILL)
                     hit = {os.path.basename(os.path.dirname(path)).removeprefix("public.") for path in new}

@@ -17,46 +17,17 @@ pytestmark = pytest.mark.server
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
-from tests.spark.lakehouse import QUERIES, SEGMENTS, arrow_rows, server_rows  # noqa: E402
+from tests.spark.lakehouse import QUERIES, SEGMENTS, data_files, delta_differences, delta_tables, server_rows  # noqa: E402
 from tests.spark.test_spark import fresh_database  # noqa: E402
 from tests.support.snapshot import REPLWIRE, wait_for  # noqa: E402
-
-
-def _tables(out):
-    """Each table's rows as the Delta tables hold them (``None`` for a table not there yet)."""
-    found = {}
-    for table in QUERIES:
-        path = os.path.join(out, f"public.{table}")
-        found[table] = deltalake.DeltaTable(path) if deltalake.DeltaTable.is_deltatable(path) else None
-    return found
-
-
-def _equal(out, expected):
-    for table, (names, rows) in expected.items():
-        found = _tables(out)[table]
-        if found is None:
-            return False
-        rows_now = found.to_pyarrow_table()
-        if not set(names) <= set(rows_now.column_names) or arrow_rows(rows_now, names) != rows:
-            return False
-    return True
 
 
 def _until_equal(out, expected, timeout, what):
     """Wait for the tables to equal ``expected``, looking twice a second (reading them back takes a core)."""
     deadline = time.monotonic() + timeout
-    while not _equal(out, expected):
+    while delta_differences(out, expected):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
-
-
-def _data_files(out):
-    found = set()
-    for table in QUERIES:
-        path = os.path.join(out, f"public.{table}")
-        if os.path.isdir(path):
-            found.update(entry.path for entry in os.scandir(path) if entry.is_file())
-    return found
 
 
 def test_delta_tables_follow_a_growing_capture_through_a_kill(pg18, tmp_path):
@@ -81,12 +52,12 @@ def test_delta_tables_follow_a_growing_capture_through_a_kill(pg18, tmp_path):
             running = subprocess.Popen(follow, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
             expected = {table: server_rows(conn, table) for table in QUERIES}
             _until_equal(out, expected, 120, "the first segment applied")
-            before = _data_files(out)
+            before = data_files(out)
             for statement in SEGMENTS[1].format(tag=tag).split(";"):
                 conn.execute(statement)
             # killed once it has begun to write new data (or, if it is done before that is seen, after)
             deadline = time.monotonic() + 60
-            while not _data_files(out) - before and time.monotonic() < deadline:
+            while not data_files(out) - before and time.monotonic() < deadline:
                 time.sleep(0.005)
             running.send_signal(signal.SIGKILL)
             running.wait(30)
@@ -110,7 +81,7 @@ def test_delta_tables_follow_a_growing_capture_through_a_kill(pg18, tmp_path):
                     except subprocess.TimeoutExpired:
                         process.kill()
             capture.stderr.close()
-    for table, found in _tables(out).items():
+    for table, found in delta_tables(out).items():
         positions = [entry["replwire.position"] for entry in found.history() if "replwire.position" in entry]
         assert len(positions) == len(set(positions)), (table, positions)
 

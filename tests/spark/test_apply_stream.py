@@ -20,7 +20,7 @@ pytestmark = pytest.mark.server
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
-from tests.spark.lakehouse import QUERIES, SEGMENTS, arrow_rows, server_rows  # noqa: E402
+from tests.spark.lakehouse import QUERIES, SEGMENTS, data_files, delta_differences, delta_tables, server_rows  # noqa: E402
 from tests.spark.test_spark import fresh_database  # noqa: E402
 
 QUERY = textwrap.dedent("""
@@ -40,34 +40,6 @@ QUERY = textwrap.dedent("""
         writer = writer.trigger(processingTime="200 milliseconds")
     writer.start().awaitTermination()
 """)
-
-
-def _tables(out):
-    found = {}
-    for table in QUERIES:
-        path = os.path.join(out, f"public.{table}")
-        found[table] = deltalake.DeltaTable(path) if deltalake.DeltaTable.is_deltatable(path) else None
-    return found
-
-
-def _differences(out, expected):
-    """The tables that differ from ``expected`` (all of them while a table is missing)."""
-    differ = []
-    for table, (names, rows) in expected.items():
-        found = _tables(out)[table]
-        rows_now = found.to_pyarrow_table() if found is not None else None
-        if rows_now is None or not set(names) <= set(rows_now.column_names) or arrow_rows(rows_now, names) != rows:
-            differ.append(table)
-    return differ
-
-
-def _data_files(out):
-    found = set()
-    for table in QUERIES:
-        path = os.path.join(out, f"public.{table}")
-        if os.path.isdir(path):
-            found.update(entry.path for entry in os.scandir(path) if entry.is_file())
-    return found
 
 
 def test_streaming_query_into_delta_killed_twice_ends_equal(pg18, tmp_path):
@@ -91,12 +63,12 @@ def test_streaming_query_into_delta_killed_twice_ends_equal(pg18, tmp_path):
         try:
             kills = 0
             for number, sql in enumerate(SEGMENTS[1:], 2):
-                before = _data_files(out)
+                before = data_files(out)
                 for statement in sql.format(tag=tag).split(";"):
                     conn.execute(statement)
                 # killed once it has begun to write new data (or, if that is not seen in time, after)
                 deadline = time.monotonic() + 90
-                while not _data_files(out) - before and time.monotonic() < deadline:
+                while not data_files(out) - before and time.monotonic() < deadline:
                     time.sleep(0.005)
                 running.send_signal(signal.SIGKILL)
                 running.wait(30)
@@ -107,12 +79,12 @@ def test_streaming_query_into_delta_killed_twice_ends_equal(pg18, tmp_path):
             _, err = running.communicate(timeout=300)
             assert running.returncode == 0, err[-3000:]
             expected = {table: server_rows(conn, table) for table in QUERIES}
-            assert not _differences(out, expected)
+            assert not delta_differences(out, expected)
         finally:
             if running.poll() is None:
                 running.kill()
                 running.wait(30)
-    for table, found in _tables(out).items():
+    for table, found in delta_tables(out).items():
         positions = [entry["replwire.position"] for entry in found.history() if "replwire.position" in entry]
         assert len(positions) == len(set(positions)), (table, positions)
     assert not os.listdir(os.path.join(out, "_batches"))
