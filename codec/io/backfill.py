@@ -49,6 +49,7 @@ from ..options import quote_identifier
 from ..stream import snapshot_records
 from ..stream.backfill_window import Key, Window
 from .backfill_state import HeldRun, Request, keys_json, read_state, refusal, request_of
+from .capture_file import RecordData
 from .connection import CaptureError, ConnectionLost, connect, is_lost, server_error
 from .snapshot import CHUNK as RECORD_BYTES
 from .tables import BINARY_TRAILER, Table, after_binary_header, check_select, published_tables
@@ -313,7 +314,7 @@ class Backfill:
 
     # -- the stream side ----------------------------------------------------------------------------------
 
-    def feed(self, lsn: int, data: bytes) -> list[bytes]:
+    def feed(self, lsn: int, data: bytes) -> list[RecordData]:
         """Follow one message of the stream; the records to write right after it (a chunk, at its H)."""
         if self.slot is not None and data[:1] == b"M":
             asked = request_of(data, self.proto_version, self.encoding)
@@ -336,7 +337,7 @@ class Backfill:
         rows = _Rows(chunk.rows, len(relation.columns), self.binary)
         with self._lock:
             verdict = self.window.close(rows, chunk.snapshot, chunk.committed_xip)
-        records: list[bytes] = []
+        records: list[RecordData] = []
         dropped = run.run in self._dropping
         if dropped or not verdict.accepted:
             self._dropping.add(run.run)
@@ -790,8 +791,9 @@ class _Collected:
         return parts
 
 
-def _rows_records(relation_id: int, binary: bool, rows: _Lines | list[bytes]) -> Iterator[bytes]:
-    """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it)."""
+def _rows_records(relation_id: int, binary: bool, rows: _Lines | list[bytes]) -> Iterator[RecordData]:
+    """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it),
+    a text chunk's rows not copied."""
     if isinstance(rows, _Lines):
         data, start, counted = rows.data, 0, 0
         view = memoryview(data)

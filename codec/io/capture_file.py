@@ -10,7 +10,9 @@ file for more bytes than it has, so a corrupt length cannot make the reader allo
 is cut short or fails its checksum ends the valid part, and is reported (:class:`TailProblem`) with
 everything before it kept, and with where intact records start again after it, if they do: a file damaged
 inside is not a file torn at its end, and nothing may cut it there.  Records are written through the same
-plan (head packed, data, CRC-32), gathered into ~1 MiB batches before they reach the file.  A writer opened
+plan (head packed, data, CRC-32), gathered into ~1 MiB batches before they reach the file; a record's data
+may come in pieces (:data:`RecordData`), and a large piece (a backfill's or snapshot's rows) is written to the
+file from where it is, never copied into the batch.  A writer opened
 on an existing file checks the header matches, cuts a torn tail off and appends after the last good record.
 :meth:`CaptureWriter.sync` writes what is gathered, flushes and fsyncs, so a caller can acknowledge
 positions only once they are on disk.
@@ -39,8 +41,8 @@ from ..stream.snapshot_records import confirmed_record as _confirmed_record
 from .record_plan import RECORD_PLAN
 
 __all__ = ["BATCH", "CHUNK", "HEADER_AHEAD", "RESYNC_BUDGET", "RESYNC_WINDOW", "CaptureFileError", "CaptureHeader",
-           "CaptureReader", "CaptureRecord", "CaptureWriter", "RawRecord", "Reading", "TailProblem", "cut_file",
-           "encode_header", "encode_record", "is_capture_file", "read_capture"]
+           "CaptureReader", "CaptureRecord", "CaptureWriter", "RawRecord", "Reading", "RecordData", "TailProblem",
+           "cut_file", "encode_header", "encode_record", "is_capture_file", "read_capture", "record_size"]
 
 class CaptureFileError(ReplwireError, ValueError):
     """A file that is not a readable capture file, or one that cannot be appended to as asked.
@@ -452,27 +454,77 @@ def encode_header(header: CaptureHeader) -> bytes:
     return built
 
 
-def encode_record(lsn: int, xid: int, data: bytes) -> bytes:
+#: A record's data: its bytes, or its pieces in order (a built prefix and rows that are not to be copied).
+RecordData = bytes | memoryview | tuple[bytes | memoryview, ...]
+
+
+def record_size(data: RecordData) -> int:
+    """The bytes of a record's data, whole or in pieces."""
+    return sum(map(len, data)) if isinstance(data, tuple) else len(data)
+
+
+def encode_record(lsn: int, xid: int, data: RecordData) -> bytes:
     """One record's bytes, laid out by the plan derived from :data:`~replwire.schema.capture.RECORD` (a test
     checks it against construct's build)."""
-    out = bytearray()
-    _append_records(out, ((lsn, xid, data),))
-    return bytes(out)
-
-
-def _append_records(out: bytearray, records: Iterable[tuple[int, int, bytes]]) -> None:
-    """Append the bytes of each ``(lsn, xid, data)`` record to ``out`` (what :func:`encode_record` returns
-    for one)."""
-    head_of, crc_of, crc32 = RECORD_PLAN.head.pack, RECORD_PLAN.crc.pack, zlib.crc32
-    for lsn, xid, data in records:
-        head = head_of(lsn, xid, len(data))
-        out += head
-        out += data
-        out += crc_of(crc32(data, crc32(head)))
+    out = _Pending()
+    out.add(((lsn, xid, data),))
+    return b"".join(out.pieces())
 
 
 #: How many bytes of records :class:`CaptureWriter` gathers before it writes them to the file.
 BATCH = 1 << 20
+#: A piece of a record's data at least this long is written from where it is, not copied into the batch.
+_AS_IS = 64 * 1024
+
+
+class _Pending:
+    """Records laid out but not yet written: small parts gathered in a bytearray, large pieces of data kept
+    as they are between them (:data:`_AS_IS`), in the order they go to the file."""
+
+    def __init__(self) -> None:
+        self.done: list[bytes | bytearray | memoryview] = []  # before the gathered bytes
+        self.done_size = 0
+        self.gathered = bytearray()
+
+    def __len__(self) -> int:
+        return self.done_size + len(self.gathered)
+
+    def add(self, records: Iterable[tuple[int, int, RecordData]]) -> None:
+        """Append the bytes of each ``(lsn, xid, data)`` record (what :func:`encode_record` returns for one)."""
+        head_of, crc_of, crc32 = RECORD_PLAN.head.pack, RECORD_PLAN.crc.pack, zlib.crc32
+        out = self.gathered
+        for lsn, xid, data in records:
+            if not isinstance(data, tuple):
+                head = head_of(lsn, xid, len(data))
+                if len(data) < _AS_IS:
+                    out += head
+                    out += data
+                    out += crc_of(crc32(data, crc32(head)))
+                    continue
+                data = (data,)
+            head = head_of(lsn, xid, record_size(data))
+            out += head
+            crc = crc32(head)
+            for piece in data:
+                crc = crc32(piece, crc)
+                if len(piece) < _AS_IS:
+                    out += piece
+                else:
+                    self.done_size += len(out) + len(piece)
+                    self.done += (out, piece)
+                    out = self.gathered = bytearray()
+            out += crc_of(crc)
+
+    def pieces(self) -> list[bytes | bytearray | memoryview]:
+        return [*self.done, self.gathered] if self.done else [self.gathered]
+
+    def keep(self, size: int) -> None:
+        """Drop everything after the first ``size`` bytes."""
+        if size >= self.done_size:
+            del self.gathered[size - self.done_size:]
+            return
+        whole = b"".join(self.pieces())
+        self.done, self.done_size, self.gathered = [], 0, bytearray(whole[:size])
 
 
 class CaptureWriter:
@@ -498,7 +550,7 @@ class CaptureWriter:
         self.recovered: TailProblem | None = None
         self._last: int | None = None  # the LSN of the last record appended
         self._file: Any
-        self._batch = bytearray()  # appended, not yet written: the file's logical end is tell() + len(batch)
+        self._batch = _Pending()  # appended, not yet written: the file's logical end is tell() + len(batch)
         self._durable = 0  # the file's size after the last sync: the end of the last durable record
         self._failed: OSError | None = None  # the write or fsync that failed (the writer is broken)
         self._cut = True  # the file ends at _durable (False: a failure's cut is still to be made)
@@ -534,7 +586,7 @@ class CaptureWriter:
             making = f"{self.path}.{os.getpid()}.new"
             self._file = open(making, "wb", buffering=0)  # noqa: SIM115
             try:
-                self._batch += encode_header(header)
+                self._batch.gathered += encode_header(header)
                 self.sync()
                 os.rename(making, self.path)
                 directory = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
@@ -548,20 +600,21 @@ class CaptureWriter:
                 os.unlink(making if os.path.exists(making) else self.path)
                 raise
 
-    def append(self, lsn: int, xid: int, data: bytes) -> None:
+    def append(self, lsn: int, xid: int, data: RecordData) -> None:
         self.extend(((lsn, xid, data),))
 
-    def extend(self, records: Sequence[tuple[int, int, bytes]]) -> None:
+    def extend(self, records: Sequence[tuple[int, int, RecordData]]) -> None:
         """Append the ``(lsn, xid, data)`` records, in order (a burst costs less than one :meth:`append` per
-        record)."""
+        record).  A record's data in pieces is written as one record; its large pieces must not change until
+        the next :meth:`sync`."""
         self._check()
         if not records:
             return
         before = len(self._batch)
         try:
-            _append_records(self._batch, records)
+            self._batch.add(records)
         except BaseException:  # (a KeyboardInterrupt): all of the records or none
-            del self._batch[before:]
+            self._batch.keep(before)
             raise
         self._last = records[-1][0]
         if len(self._batch) >= BATCH:
@@ -584,11 +637,12 @@ class CaptureWriter:
         if not self._batch:
             return
         start = self._file.tell()
-        done = 0
+        views = [memoryview(piece) for piece in self._batch.pieces()]
         try:
-            with memoryview(self._batch) as whole:
-                while done < len(whole):
-                    done += self._file.write(whole[done:])
+            for view in views:
+                done = 0
+                while done < len(view):
+                    done += self._file.write(view[done:])
         except OSError as error:
             self._fail(error)
             raise
@@ -596,13 +650,16 @@ class CaptureWriter:
             self._file.truncate(start)
             self._file.seek(start)
             raise
-        self._batch.clear()
+        finally:
+            for view in views:
+                view.release()
+        self._batch = _Pending()
 
     def _fail(self, error: OSError) -> None:
         """A write or fsync failed: drop what is gathered, cut the file back to the end of its last durable
         record, and break the writer (``error`` is raised by every later call)."""
         self._failed = error
-        self._batch = bytearray()  # (a new one: the failed write's frames may still hold views of the old)
+        self._batch = _Pending()
         self._cut = False
         self._cut_back()
 
@@ -640,9 +697,9 @@ class CaptureWriter:
         size, last_lsn = mark
         written = self._file.tell()
         if size >= written:
-            del self._batch[size - written:]
+            self._batch.keep(size - written)
         else:
-            self._batch.clear()
+            self._batch = _Pending()
             self._file.truncate(size)
             self._file.seek(size)
             self._durable = min(self._durable, size)

@@ -41,7 +41,7 @@ from ..errors import ReplwireError
 from ..options import quote_identifier
 from ..scalars import LSN
 from . import slot
-from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, cut_file
+from .capture_file import CaptureFileError, CaptureHeader, CaptureWriter, RecordData, cut_file, record_size
 from .column_defaults import ColumnDefaults
 from .connection import (
     CaptureDamaged,
@@ -468,7 +468,7 @@ class LiveCapture(SqlCapture):
         refused: CaptureError | None = None  # a message the tracker cannot take: the end of the capture
         backfill: Backfill | None = None
         defaults = self._column_defaults(writer, proto)
-        follow: Callable[[int, bytes], list[bytes]] | None = None  # the backfill's side of each message
+        follow: Callable[[int, bytes], list[RecordData]] | None = None  # the backfill's side of each message
         try:
             walsender = conn.get_backend_pid()
             if self.backfill or self.settings.messages:  # (from what the file holds now: a reconnection
@@ -499,7 +499,7 @@ class LiveCapture(SqlCapture):
                     continue
                 # A burst: every message already received, up to a thousand, with no per-message bookkeeping
                 # beyond the tracker; the records go to the file, and the counters are published, after it.
-                burst: list[tuple[int, int, bytes]] = []
+                burst: list[tuple[int, int, RecordData]] = []
                 add = burst.append
                 completed = ahead = 0  # (ahead: the bytes of the burst's messages)
                 done: bytes | None = None  # the last transaction's message that completed a position
@@ -544,7 +544,7 @@ class LiveCapture(SqlCapture):
                 finally:
                     writer.extend(burst)  # first: whatever is acknowledged after this must be in the file
                     progress.messages += len(burst)
-                    progress.bytes += sum(len(record[2]) for record in burst)
+                    progress.bytes += sum(record_size(record[2]) for record in burst)
                     progress.transactions += completed
                     if done is not None:
                         self.last_completed = (proto, done)

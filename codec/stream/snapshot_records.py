@@ -134,10 +134,14 @@ def schema_message(data: bytes, encoding: str) -> Relation | Type:
     return message
 
 
-def rows_record(relation_id: int, binary: bool, rows: int, data: bytes) -> bytes:
-    # data is the declaration's last field, the rest of the record: built empty, then the rows appended
-    # (a quarter of a megabyte is not copied through construct's stream)
-    return _build(layout.SNAPSHOT_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b"") + data
+def rows_record(relation_id: int, binary: bool, rows: int,
+                data: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """A ``SnapshotRows`` record's data in two pieces: its fields, then the rows ``data`` as they are.
+
+    The rows are the declaration's last field, the rest of the record: the fields are built with it empty,
+    and the rows are never copied (a :class:`~replwire.codec.io.capture_file.CaptureWriter` writes them from
+    where they are)."""
+    return _build(layout.SNAPSHOT_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b""), data
 
 
 def table_end_record(relation_id: int, rows: int) -> bytes:
@@ -159,9 +163,10 @@ def chunk_record(run: int, chunk: int, relation: Relation, types: list[Type], *,
                   messages=messages)
 
 
-def chunk_rows_record(relation_id: int, binary: bool, rows: int, data: bytes | memoryview) -> bytes:
-    # (as rows_record: the rows appended to the fields built before them)
-    return _build(layout.BACKFILL_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b"") + data
+def chunk_rows_record(relation_id: int, binary: bool, rows: int,
+                      data: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """A ``BackfillRows`` record's data in two pieces, as :func:`rows_record`'s."""
+    return _build(layout.BACKFILL_ROWS, relation_id=relation_id, binary=int(binary), rows=rows, data=b""), data
 
 
 def run_end_record(run: int, relation_id: int, reason: int, chunks: int, rows: int, message: str = "") -> bytes:

@@ -481,3 +481,75 @@ def test_a_header_longer_than_the_first_read_is_read_whole(tmp_path):
     with read_capture(path) as reader:
         assert reader.header == header
         assert [(r.lsn, r.xid, r.data) for r in reader.records()] == MESSAGES
+
+
+@pytest.mark.parametrize("cuts", [(0,), (5,), (1, 70_000), (70_000, 140_000, 140_001)])
+def test_a_record_in_pieces_is_the_record_of_its_bytes(cuts):
+    data = bytes(range(256)) * 800  # 204,800 bytes: pieces on either side of the size written as it is
+    bounds = [0, *cuts, len(data)]
+    pieces = tuple(memoryview(data)[a:b] for a, b in zip(bounds, bounds[1:]))
+    expected = capture_layout.RECORD.build({"record": {"lsn": 7, "xid": 9, "data": data}})
+    assert capture_file.encode_record(7, 9, pieces) == expected
+    assert capture_file.record_size(pieces) == len(data)
+
+
+def _records_in_pieces():
+    big = bytes(range(256)) * 400  # 102,400 bytes: written from where it is, not gathered
+    return [(1, 2, b"S" * 10), (3, 4, (b"P", memoryview(big))), (5, 6, b"T" * 20),
+            (7, 8, (memoryview(big)[:70_000], b"mid", memoryview(big)[70_000:])), (9, 10, b"U")]
+
+
+def test_large_pieces_reach_the_file_whole_through_short_writes(tmp_path, monkeypatch):
+    writes = []
+
+    class Short(io.FileIO):
+        def write(self, data) -> int:  # at most 9,999 bytes a call, as a kernel may write
+            writes.append(len(data))
+            return super().write(memoryview(data)[:9_999])
+
+    monkeypatch.setattr(capture_file, "open", lambda path, mode, buffering=-1: Short(path, mode.replace("b", "")),
+                        raising=False)
+    path = tmp_path / "c.rwcap"
+    records = _records_in_pieces()
+    with CaptureWriter(path, HEADER) as writer:
+        writer.extend(records)
+        writer.sync()
+    assert len(writes) > 20 and 102_400 in writes  # a large piece handed to the file as it is, then the rest
+    with read_capture(path) as reader:
+        reading = reader.records()
+        assert ([(r.lsn, r.xid, r.data) for r in reading]
+                == [(lsn, xid, b"".join(data) if isinstance(data, tuple) else data) for lsn, xid, data in records])
+        assert reading.tail is None
+
+
+def test_rewind_and_an_interrupted_write_with_large_pieces_gathered(tmp_path, monkeypatch):
+    path = tmp_path / "c.rwcap"
+    records = _records_in_pieces()
+    expected = [(lsn, xid, b"".join(data) if isinstance(data, tuple) else data) for lsn, xid, data in records]
+    with CaptureWriter(path, HEADER) as writer:
+        writer.extend(records[:2])
+        mark = writer.mark()
+        writer.extend(records[2:])  # a large piece gathered after the mark, none written yet
+        assert writer._file.tell() < mark[0]
+        writer.rewind(mark)
+        assert writer.mark() == mark
+        writer.extend(records[2:])
+
+        real = writer._file
+
+        class Interrupted:  # some bytes reach the file, then Ctrl-C
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def write(self, data) -> int:
+                real.write(bytes(data)[:100])
+                raise KeyboardInterrupt
+
+        writer._file = Interrupted()
+        with pytest.raises(KeyboardInterrupt):
+            writer.sync()
+        writer._file = real
+        writer.sync()  # the batch is written whole, from where the interrupted write began
+    with read_capture(path) as reader:
+        reading = reader.records()
+        assert [(r.lsn, r.xid, r.data) for r in reading] == expected and reading.tail is None

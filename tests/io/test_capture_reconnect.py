@@ -542,24 +542,24 @@ def test_an_interrupt_in_the_middle_of_a_burst_acknowledges_nothing_after_the_fi
         published(conn, table, slot=slot)
         for i in range(2000):
             conn.execute(f"INSERT INTO {table} VALUES (%s, 'v')", (i,))
-    real = capture_file._append_records
+    real = capture_file._Pending.add
     bursts = []
 
-    def interrupted(out_buffer, records):
+    def interrupted(pending, records):
         records = list(records)
         if len(records) > 10:
             bursts.append(len(records))
             if len(bursts) == 2:  # the second burst: half of it, a piece of the next record, and Ctrl-C
-                real(out_buffer, records[:len(records) // 2])
-                out_buffer += b"\x00" * 7
+                real(pending, records[:len(records) // 2])
+                pending.gathered += b"\x00" * 7
                 raise KeyboardInterrupt
-        real(out_buffer, records)
+        real(pending, records)
 
-    monkeypatch.setattr(capture_file, "_append_records", interrupted)
+    monkeypatch.setattr(capture_file._Pending, "add", interrupted)
     settings = CaptureSettings(slot=slot, publication=f"{table}_pub")
     LiveCapture(srv.dsn, out, settings, create_slot=False, sync_interval=0.05).run(idle_exit=5)
     assert len(bursts) == 2
-    monkeypatch.setattr(capture_file, "_append_records", real)
+    monkeypatch.setattr(capture_file._Pending, "add", real)
     with read_capture(out) as reader:
         reading = reader.records(raw=True)
         assert sum(1 for _ in reading) and reading.tail is None

@@ -333,12 +333,12 @@ def test_snapshot_records_are_laid_out_as_declared():
     assert snapshot_records.begin_record("s", True) == b"\x01s\x00\x01"
     slot = snapshot_records.slot_record(LSN(0x16B3748), "00000003-2")
     assert slot == b"\x02" + bytes.fromhex("00000000016B3748") + b"00000003-2\x00"
-    assert (snapshot_records.rows_record(16385, True, 2, b"ab")
+    assert (b"".join(snapshot_records.rows_record(16385, True, 2, b"ab"))
             == b"\x04" + bytes.fromhex("00004001" "01" "00000002") + b"ab")
     assert snapshot_records.table_end_record(16385, 7) == b"\x05" + bytes.fromhex("00004001" "0000000000000007")
     end = snapshot_records.end_record(LSN(0x10), 1, 7)
     assert end == b"\x06" + bytes.fromhex("0000000000000010" "00000001" "0000000000000007")
-    parsed = snapshot_records.parse_record(snapshot_records.rows_record(16385, False, 1, b"x\n"))
+    parsed = snapshot_records.parse_record(b"".join(snapshot_records.rows_record(16385, False, 1, b"x\n")))
     assert (parsed.relation_id, parsed.binary, parsed.rows, parsed.data) == (16385, 0, 1, b"x\n")
     assert snapshot_records.record_completes(snapshot_records.end_record(LSN(0x10), 1, 7), 0x10) == 0x10
     assert snapshot_records.record_completes(snapshot_records.begin_record("s", False), 0) is None

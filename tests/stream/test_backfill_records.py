@@ -179,7 +179,7 @@ def test_backfill_records_are_laid_out_as_declared():
                      + b'["41"]\x00' + b'[["2a"]]\x00' + b"9:12:10\x00"
                      + bytes.fromhex("00000000000005dc" "0000000000000003" "0001")
                      + len(relation).to_bytes(4, "big") + relation)
-    assert (snapshot_records.chunk_rows_record(16390, False, 2, b"ab")
+    assert (b"".join(snapshot_records.chunk_rows_record(16390, False, 2, b"ab"))
             == b"\x09" + bytes.fromhex("00004006" "00" "00000002") + b"ab")
     assert (snapshot_records.run_end_record(2, 16390, 1, 4, 9, "why")
             == b"\x0a" + bytes.fromhex("00000002" "00004006" "01" "00000004" "0000000000000009") + b"why\x00")
