@@ -75,7 +75,8 @@ DEPTH = 2
 class TableRun:
     """One table's backfill run as far as it went: its run number in the file, the next chunk's number, the
     cursor (the key texts of the last row read; ``None`` before the first chunk), the rows written and the
-    seconds of reading, and whether it ended (``reason``: ``"done"``, ``"truncated"``)."""
+    seconds of reading, whether it ended (``reason``: ``"done"``, ``"truncated"``), and the table's rows as
+    the planner last counted them (``estimate``, once the run began; ``None``: never counted)."""
 
     table: Table
     run: int
@@ -89,6 +90,7 @@ class TableRun:
     refetch: dict[Key, None] = field(default_factory=dict)  # keys to read again at the end (in order)
     refetches: int = 0  # chunks of keys read again so far
     started: float = field(default_factory=time.monotonic)
+    estimate: int | None = None
 
     @property
     def exhausted(self) -> bool:
@@ -477,7 +479,8 @@ class Backfill:
         cur.execute("SELECT " + ", ".join("format_type(%s, %s)" for _ in keys),
                     [v for c in keys for v in (c.type_id, c.type_modifier)])
         key_types = list(cur.fetchone())
-        size, estimate = FIRST_ROWS, self._estimate(cur, run.table)
+        size = FIRST_ROWS
+        run.estimate = self._estimate(cur, run.table)
         shown = time.monotonic()
         flight: list[_Chunk] = []  # read, their high watermarks on the way (oldest first; at most DEPTH)
         after, number = run.cursor, run.chunk  # where the next read begins, and its number
@@ -542,7 +545,7 @@ class Backfill:
                 self._say(f"backfill {run.name}: reading {len(run.refetch):,} moved rows again")
             if now - shown >= 5.0:
                 shown = now
-                self._say(self._progress(run, estimate, now))
+                self._say(self._progress(run, now))
         with self._lock:
             self.window.untrack(relation.relation_id)
 
@@ -576,9 +579,9 @@ class Backfill:
         return int(found[0]) if found is not None and found[0] is not None and found[0] > 0 else None
 
     @staticmethod
-    def _progress(run: TableRun, estimate: int | None, now: float) -> str:
+    def _progress(run: TableRun, now: float) -> str:
         """A run's progress line: rows (of the planner's estimate), chunks, rate, and time left."""
-        rate = run.rows / max(now - run.started, 1e-6)
+        rate, estimate = run.rows / max(now - run.started, 1e-6), run.estimate
         if estimate is None or run.exhausted:  # (the keys read again at the end: no estimate of them)
             return f"backfill {run.name}: {run.rows:,} rows, {run.chunk:,} chunks ({rate:,.0f} rows/s)"
         left = f", {_duration((estimate - run.rows) / rate)} left" if rate > 0 and estimate > run.rows else ""

@@ -351,10 +351,17 @@ class CaptureMetrics(Collector):
         backfill = capture.running_backfill
         rows = GaugeMetricFamily("replwire_capture_backfill_rows", "Rows a table's backfill run has copied.",
                                  labels=["slot", "table"])
+        chunks = GaugeMetricFamily("replwire_capture_backfill_chunks", "Chunks a table's backfill run has copied.",
+                                   labels=["slot", "table"])
+        estimate = GaugeMetricFamily("replwire_capture_backfill_estimate_rows",
+                                     "The table's rows as the planner last counted them when its run began.",
+                                     labels=["slot", "table"])
         done = GaugeMetricFamily("replwire_capture_backfill_done", "Whether a table's backfill run ended (1).",
                                  labels=["slot", "table"])
         for run in list(backfill.runs) if backfill is not None else ():
             rows.add_metric([self.slot, run.name], run.rows)
+            chunks.add_metric([self.slot, run.name], run.chunk)
+            if run.estimate is not None:
+                estimate.add_metric([self.slot, run.name], run.estimate)
             done.add_metric([self.slot, run.name], float(run.ended is not None))
-        yield rows
-        yield done
+        yield from (rows, chunks, estimate, done)

@@ -22,6 +22,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from replwire.codec import LSN
+from replwire.codec.io.backfill_state import read_state
 from replwire.codec.io.connection import CaptureSettings
 from replwire.codec.io.live import LiveCapture
 from replwire.codec.io.metrics import APPLICATION, REASONS, WAL_STATUSES, CaptureMetrics, parse_listen
@@ -152,6 +153,8 @@ def test_backfill_rows_and_the_lag_of_a_capture_with_messages(own_server, tmp_pa
     with own_server.connect() as conn:
         published(conn, table, slot)
         conn.execute(f"INSERT INTO {table} SELECT i, 'x' FROM generate_series(1, 2500) AS i")
+        conn.execute(f"ANALYZE {table}")
+        counted = conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (table,)).fetchone()[0]
         with Running(own_server, tmp_path / "b.rwcap", table, slot, backfill=[f"public.{table}"],
                      listen=("127.0.0.1", 0)) as run:
             address, name = run.metrics.address, (("table", f"public.{table}"),)
@@ -169,6 +172,9 @@ def test_backfill_rows_and_the_lag_of_a_capture_with_messages(own_server, tmp_pa
             scraped_to = time.time()
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     assert samples[("replwire_capture_backfill_rows", name)] == 2500
+    assert samples[("replwire_capture_backfill_estimate_rows", name)] == counted == 2500
+    (held,) = read_state(str(tmp_path / "b.rwcap")).runs.values()  # the chunks the file holds
+    assert samples[("replwire_capture_backfill_chunks", name)] == held.chunk > 1
     assert scraped_from - committed - 0.01 <= samples[("replwire_capture_lag_seconds", ())] <= (
         scraped_to - committed + 0.01)
 
