@@ -15,16 +15,16 @@ to each other.  :mod:`replwire.codec.decode_output` writes what this yields.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..schema.capture import BACKFILL_PREFIX
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
-from .io.capture_file import TailProblem
+from .io.capture_file import CaptureFileError, TailProblem
 from .io.follow import Cut, Follower, FollowReading
 from .io.positions import message_completes
-from .io.segments import Input, Reach, read_records
+from .io.segments import Input, Reach, open_inputs, read_records
 from .split.compiled_path import CompiledPath
 from .stream import snapshot_records
 from .stream.assembler import Assembler, Change, ChangeMaker, Rendered, Transaction
@@ -214,7 +214,10 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     as soon as its commit is in the file, until the follower stops (``stop``, ``idle_exit``) or meets damage
     (given to ``tail`` as any reading's).  Where the writer cuts the file back (a
     :class:`~replwire.codec.io.follow.Cut`), the Assembler drops the transaction open (:meth:`Assembler.resume
-    <replwire.codec.Assembler.resume>`), and what comes again is given once, as after any resume."""
+    <replwire.codec.Assembler.resume>`), and what comes again is given once, as after any resume.  Where the
+    followed file is a segment the capture went on from (:attr:`FollowReading.moved_on
+    <replwire.codec.io.follow.FollowReading.moved_on>`), the next segment is opened as one more input of the
+    stream (checked as :func:`~replwire.codec.io.segments.open_inputs` checks a set) and followed on."""
     from .stream.jsonl import JsonLines, PlainRun, PlainRuns, compiled_rows
 
     assembler = Assembler(proto_version=inputs[0].proto_version, encoding=inputs[0].encoding, typed=typed,
@@ -225,6 +228,7 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
     last_end = -1
     chunks_at: int | None = None  # the position of the last backfill watermark read (not sent again)
     reach = Reach()  # (last_end, and the prepares' and rollbacks' ends: checks each capture's start)
+    inputs = list(inputs)  # (a followed series grows by the segments the capture goes on in)
     for source in inputs:
         if source.index:
             assembler.resume()
@@ -308,21 +312,34 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
             reading.close()
         if reading.tail is not None and tail is not None:
             tail(source.path, reading.tail)
+        if follow is not None and source is inputs[-1] and reading.moved_on is not None:
+            inputs.append(_next_input(source, reading.moved_on))
         section = sections.reader.section
         if section is not None and not section.complete and warn is not None:
             warn(source.path, "its snapshot section ends before its SnapshotEnd: the snapshot was interrupted, and "
                               "holds only some rows (running the capture again takes it again)")
 
 
+def _next_input(source: Input, path: str) -> Input:
+    """The segment at ``path``, which the capture went on in after ``source``, as the next input of the stream
+    (refused, :class:`~replwire.codec.io.capture_file.CaptureFileError`, unless it is one with it)."""
+    both = open_inputs([source.path, path], growing=True, order=False)
+    if both[1].proto_version != source.proto_version or both[1].encoding != source.encoding:
+        raise CaptureFileError(path, f"the capture went on in this segment, which is not one stream with "
+                                     f"{source.path}")
+    return replace(both[1], index=source.index + 1)
+
+
 class _Then:
     """The records of ``first`` (a reading of ``source`` up to its ``size``), then, if it ended whole, those
-    ``follow`` reads from there as the file grows; ``tail`` is the one that ended it.  The follower's
-    ``stop`` ends it in either."""
+    ``follow`` reads from there as the file grows; ``tail`` is the one that ended it, ``moved_on`` the next
+    segment where the capture went on in one.  The follower's ``stop`` ends it in either."""
 
     def __init__(self, first: Any, source: Input, follow: Follower) -> None:
         self.first, self.source, self.follow = first, source, follow
         self.then: FollowReading | None = None
         self.tail: TailProblem | None = None
+        self.moved_on: str | None = None
 
     def __iter__(self) -> Iterator[Any]:
         stop = self.follow.stop
@@ -338,7 +355,7 @@ class _Then:
             return
         self.then = self.follow.records(self.source.path, self.source.size)
         yield from self.then
-        self.tail = self.then.tail
+        self.tail, self.moved_on = self.then.tail, self.then.moved_on
 
     @property
     def rendered(self) -> int:

@@ -48,6 +48,7 @@ def follow(spark: Any, paths: Sequence[str], out: str, *, format: str, interval:
     Exactly once as ``apply`` is: the tables record the position they hold in the commit that writes it,
     so a loop killed at any moment and started again applies each change once.  A record still being
     written at a file's end is left for the next round; damage inside a file ends the loop with an error.
+    The inputs of a capture with rotation grow by each segment it goes on in (:func:`with_next_segments`).
     Returns the number of rounds that applied something."""
     from replwire.codec.split import open_inputs
 
@@ -55,8 +56,13 @@ def follow(spark: Any, paths: Sequence[str], out: str, *, format: str, interval:
         raise ValueError(f"only Delta and Iceberg tables can follow a capture, not {format!r}")
     looked: dict[str, int] = {}  # each capture file: the end of the records looked at so far
     rounds = 0
+    paths = list(paths)
     while not stopping():
-        inputs = open_inputs(list(paths), proto_version, encoding, need_text=True)
+        inputs = open_inputs(paths, proto_version, encoding, need_text=True)
+        more = with_next_segments(inputs[-1].path)
+        if more:
+            paths += more
+            inputs = open_inputs(paths, proto_version, encoding, need_text=True)
         if _news(inputs, looked):
             result = apply_inputs(spark, inputs, out, format=format, part_bytes=part_bytes, overwrite=False,
                                   progress=None, catalog=catalog, namespace=namespace, tables=tables)
@@ -71,6 +77,22 @@ def follow(spark: Any, paths: Sequence[str], out: str, *, format: str, interval:
             time.sleep(min(0.1, interval))
             waited += 0.1
     return rounds
+
+
+def with_next_segments(path: str) -> list[str]:
+    """The segments a capture with rotation went on in after the capture file ``path``, one after another, that
+    exist now (none for a file that is no segment: see :func:`~replwire.codec.io.follow.next_segment`)."""
+    from replwire.codec.io.capture_file import read_capture
+    from replwire.codec.io.follow import next_segment
+
+    found: list[str] = []
+    while True:
+        with read_capture(path) as reader:
+            after = next_segment(path, reader.header.segment)
+        if after is None or not os.path.exists(after):
+            return found
+        found.append(after)
+        path = after
 
 
 def _news(inputs: list[Any], looked: dict[str, int]) -> bool:

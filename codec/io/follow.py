@@ -17,6 +17,14 @@ one (in stream order) a growing file: its :attr:`~replwire.codec.io.segments.Inp
 its last whole record, so readings up to ``Input.size`` meet no torn tail; reading on from there is this
 module's.  The following stays on the file it opened (its inode), whatever is renamed onto its name later.
 
+A segment of a capture with rotation (:mod:`~replwire.codec.io.rotation`) ends where the capture went on in
+the next one: the capture makes a segment durable, whole, before it creates the next, so once the next
+segment's name exists (:func:`next_segment`), what the followed one holds is all it will hold.  The reading
+then ends at its end, with :attr:`FollowReading.moved_on` naming the next segment, which the caller follows
+on (:func:`~replwire.codec.decode.decode_records` does).  A segment removed while it is followed (a capture
+that lost its last acknowledgement with the process goes back to the segment before it) is an error: the
+records read from it are ones the server sends again.
+
 Use::
 
     inputs = open_inputs(paths, growing=True)
@@ -38,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .capture_file import CaptureFileError, TailProblem, read_capture
+from .rotation import DIGITS, segment_number, segment_path
 
-__all__ = ["POLL", "Cut", "Follower", "FollowReading", "whole_end"]
+__all__ = ["POLL", "Cut", "Follower", "FollowReading", "next_segment", "whole_end"]
 
 #: Seconds between looks at a growing file's size, by default.
 POLL = 0.2
@@ -59,6 +68,23 @@ def whole_end(path: str | os.PathLike[str], start: int | None = None) -> int:
         for _ in reading:  # (none: every record is skipped)
             pass
         return int(reading.end)
+
+
+def next_segment(path: str | os.PathLike[str], segment: int | None) -> str | None:
+    """The path of the segment after ``path``, segment number ``segment`` of a series (its header's), named as
+    the capture names it (``app.000003.rwcap`` -> ``app.000004.rwcap``); ``None`` for a file that is no
+    segment, or one renamed so that its name no longer says its number."""
+    if segment is None:
+        return None
+    path = os.fspath(path)
+    number = f".{segment:0{DIGITS}d}"
+    base, suffix = os.path.splitext(path)
+    for stem, tail in ((base, suffix), (path, "")):  # (app.000003.rwcap, or app.000003 of the series app)
+        if stem.endswith(number) and os.path.basename(stem[:-len(number)]):
+            pattern = stem[:-len(number)] + tail
+            if segment_number(pattern, path) == segment:
+                return segment_path(pattern, segment + 1)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +126,15 @@ class FollowReading(Iterator[Any]):
     """One pass over a growing capture file's records, iterated once, that waits at the end of what is whole
     (see the module docstring).  Like :class:`~replwire.codec.io.capture_file.Reading`: ``end`` is the offset
     just after the last record yielded; ``tail`` is, once it is done, ``None`` (stopped, or idle), the damage
-    that ended it (``intact_from`` set), or, when ``idle_exit`` ended it at a torn tail, that tail.
+    that ended it (``intact_from`` set), or, when ``idle_exit`` ended it at a torn tail, that tail;
+    ``moved_on`` is, when it ended because the capture went on in the next segment, that segment's path.
     :meth:`close` stops it early."""
 
     def __init__(self, follower: Follower, path: str, start: int | None) -> None:
         self.follower, self.path = follower, path
         self.end = start if start is not None else -1
         self.tail: TailProblem | None = None
+        self.moved_on: str | None = None
         self._records = self._run(start)
 
     def __iter__(self) -> Iterator[Any]:
@@ -128,6 +156,8 @@ class FollowReading(Iterator[Any]):
             self.end = at
             idle_since = clock()
             suspect: tuple[int, str] | None = None  # damage seen once: seen again, it is damage
+            after = next_segment(self.path, reader.header.segment)
+            final = False  # the next segment exists: what is read now is all this one holds
             while True:
                 if reader.refresh() < at:  # cut back by its writer: what was after the cut comes again
                     if reader.size < reader.header_end:
@@ -160,7 +190,20 @@ class FollowReading(Iterator[Any]):
                     idle_since = clock()
                     if problem is None:
                         continue  # (the file may have grown meanwhile: look again at once)
-                elif idle_exit is not None and clock() - idle_since >= idle_exit and suspect is None:
+                elif after is not None and problem is None:
+                    if final:
+                        self.moved_on = after
+                        return
+                    if os.path.exists(after):
+                        final = True
+                        continue  # (read to the end once more: the segment was whole before the next began)
+                    if not os.path.exists(self.path):
+                        raise CaptureFileError(self.path, "the segment was removed while it was followed: the "
+                                                          "capture went back to the segment before it (it had "
+                                                          "not acknowledged this one's start when it stopped), "
+                                                          "and writes again there what this one held; decode "
+                                                          "the segments again")
+                if not moved and idle_exit is not None and clock() - idle_since >= idle_exit and suspect is None:
                     if problem is not None:  # a torn tail nobody finished: reported as any reading does
                         self.tail = problem
                     return

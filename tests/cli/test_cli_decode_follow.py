@@ -13,7 +13,13 @@ import time
 import pytest
 
 from replwire.codec import LSN, Begin, Commit, Insert, Relation, build
-from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter, encode_record, read_capture
+from replwire.codec.io.capture_file import (
+    CaptureFileError,
+    CaptureHeader,
+    CaptureWriter,
+    encode_record,
+    read_capture,
+)
 from replwire.codec.io.follow import Follower, whole_end
 from replwire.codec.io.segments import open_inputs
 from replwire.codec.messages import RelationColumn, TupleColumn
@@ -93,6 +99,65 @@ def test_follow_prints_what_a_running_capture_commits_once(pg18, tmp_path):
     with read_capture(out) as reader:
         tags = {bytes(r[3][:1]) for r in reader.records(raw=True)}
     assert b"S" in tags and b"c" in tags  # the large one came streamed
+
+
+
+@pytest.mark.server
+def test_follow_goes_on_into_the_segments_a_rotating_capture_writes(pg15, tmp_path):
+    """``decode --follow`` of the one segment a capture with rotation has written so far prints every change
+    the capture writes into the segments that follow it, once each, in commit order."""
+    from replwire.codec.io.rotation import segments
+
+    out, printed = tmp_path / "app.rwcap", tmp_path / "printed.jsonl"
+    with pg15.connect() as conn:
+        conn.execute("CREATE TABLE rot_follow_t (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION rot_follow_pub FOR TABLE rot_follow_t")
+        conn.execute("SELECT pg_create_logical_replication_slot('rot_follow_slot', 'pgoutput')")
+        capture = subprocess.Popen([REPLWIRE, "capture", "--dsn", pg15.dsn, "--slot", "rot_follow_slot",
+                                    "--publication", "rot_follow_pub", "--no-create-slot", "--out", out,
+                                    "--rotate-size", "8kB", "--sync-interval", "0.05"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        decode = None
+        try:
+            wait_for(lambda: len(segments(out)) == 1)
+            (first,) = segments(out)
+            decode = subprocess.Popen([REPLWIRE, "decode", "--follow", first[1]], stdout=open(printed, "wb"),
+                                      stderr=subprocess.PIPE)
+            for i in range(40):  # about 2 kB a transaction: a segment every few of them
+                conn.execute("INSERT INTO rot_follow_t VALUES (%s, repeat('r', 2000))", (i,))
+                if i % 10 == 9:
+                    wait_for(lambda: len(lines_of(printed)) >= i + 1)  # printed while the capture goes on
+            wait_for(lambda: len(lines_of(printed)) >= 40)
+            time.sleep(0.5)  # (nothing more comes)
+            decode.send_signal(signal.SIGTERM)
+            assert decode.wait(10) == 0
+            stderr = decode.stderr.read().decode()
+            assert NO_TRACEBACK not in stderr and "40 transactions" in stderr, stderr
+        finally:
+            for process in (decode, capture):
+                if process is not None and process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(30)
+    assert len(segments(out)) >= 5
+    assert [(c["op"], c["new"]["id"]) for c in lines_of(printed)] == [("insert", i) for i in range(40)]
+
+
+def test_a_followed_segment_names_the_next_one_and_a_removed_one_is_an_error(tmp_path):
+    from replwire.codec.io.follow import next_segment
+
+    assert next_segment(tmp_path / "app.000009.rwcap", 9) == str(tmp_path / "app.000010.rwcap")
+    assert next_segment(tmp_path / "app.000002", 2) == str(tmp_path / "app.000003")
+    assert next_segment(tmp_path / "app.000002.rwcap", 3) is None  # (renamed: its name says another number)
+    assert next_segment(tmp_path / "app.rwcap", None) is None
+    path = tmp_path / "app.000002.rwcap"
+    header = CaptureHeader(proto_version=1, segment=2, segment_start=LSN(0x100))
+    with CaptureWriter(path, header) as writer:
+        writer.append(0x100, 0, b"M")  # (any record)
+    reading = Follower(poll=0.05).records(path)
+    assert next(reading)[1] == 0x100
+    os.remove(path)
+    with pytest.raises(CaptureFileError, match="the segment was removed while it was followed"):
+        next(reading)
 
 
 def small_capture(path, transactions):

@@ -124,3 +124,19 @@ def test_a_round_is_run_only_for_more_than_confirmations(tmp_path):
     with open(path, "ab") as handle:
         handle.write(record[5:])
     assert _news(open_inputs([path]), looked)
+
+
+def test_the_inputs_grow_by_the_segments_a_rotating_capture_goes_on_in(tmp_path):
+    from replwire.codec import LSN
+    from replwire.codec.io.capture_file import CaptureHeader, CaptureWriter
+    from replwire.codec.io.rotation import segment_path
+    from replwire.spark.lakehouse import with_next_segments
+
+    pattern = tmp_path / "app.rwcap"
+    for number in (1, 2, 3, 5):  # (4 missing: the series goes on no further than 3, as far as it is there)
+        header = CaptureHeader(proto_version=1, segment=number, segment_start=LSN(number * 0x100))
+        CaptureWriter(segment_path(pattern, number), header).close()
+    CaptureWriter(tmp_path / "plain.rwcap", CaptureHeader(proto_version=1)).close()
+    assert with_next_segments(segment_path(pattern, 1)) == [segment_path(pattern, 2), segment_path(pattern, 3)]
+    assert with_next_segments(segment_path(pattern, 3)) == []
+    assert with_next_segments(str(tmp_path / "plain.rwcap")) == []
