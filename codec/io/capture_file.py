@@ -12,8 +12,8 @@ everything before it kept, and with where intact records start again after it, i
 inside is not a file torn at its end, and nothing may cut it there.  Records are written through the same
 plan (head packed, data, CRC-32), gathered into ~1 MiB batches before they reach the file; a record's data
 may come in pieces (:data:`RecordData`), and a large piece (a backfill's or snapshot's rows) is written to the
-file from where it is, never copied into the batch.  A writer opened
-on an existing file checks the header matches, cuts a torn tail off and appends after the last good record.
+file from where it is, never copied into the batch.  A writer opened on an existing file checks the header
+matches, cuts a torn tail off and appends after the last good record.
 :meth:`CaptureWriter.sync` writes what is gathered, flushes and fsyncs, so a caller can acknowledge
 positions only once they are on disk.
 
@@ -659,7 +659,7 @@ class CaptureWriter:
         """A write or fsync failed: drop what is gathered, cut the file back to the end of its last durable
         record, and break the writer (``error`` is raised by every later call)."""
         self._failed = error
-        self._batch = _Pending()
+        self._batch = _Pending()  # (a new one: the failed write's frames may still hold views of the old)
         self._cut = False
         self._cut_back()
 

@@ -21,7 +21,7 @@ A segment of a capture with rotation (:mod:`~replwire.codec.io.rotation`) ends w
 the next one: the capture makes a segment durable, whole, before it creates the next, so once the next
 segment's name exists (:func:`next_segment`), what the followed one holds is all it will hold.  The reading
 then ends at its end, with :attr:`FollowReading.moved_on` naming the next segment, which the caller follows
-on (:func:`~replwire.codec.decode.decode_records` does).  A segment removed while it is followed (a capture
+on (:func:`~replwire.codec.decode.committed` does).  A segment removed while it is followed (a capture
 that lost its last acknowledgement with the process goes back to the segment before it) is an error: the
 records read from it are ones the server sends again.
 
