@@ -8,6 +8,7 @@ savepoint's and the aborted transaction's rows must not appear; unchanged TOAST 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -123,6 +124,22 @@ def test_a_two_phase_subscriber_gets_prepared_transactions(request, captured, ma
     assert server.starts[-1][2].two_phase
 
 
+@contextlib.contextmanager
+def quick_restarts(server):
+    """The subscriber's apply worker started again 200 ms after its connection dropped, not after the default
+    ``wal_retrieve_retry_interval`` of 5 s, which was most of the resume test's time on each major (its
+    launcher reads the setting again on reload); the server's own setting again afterwards."""
+    with server.connect(autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET wal_retrieve_retry_interval = '200ms'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        with server.connect(autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET wal_retrieve_retry_interval")
+            conn.execute("SELECT pg_reload_conf()")
+
+
 @pytest.mark.parametrize("major", [18, 15])
 def test_a_subscriber_resumes_after_a_disconnect(request, captured, major):
     path, expected = captured
@@ -130,7 +147,7 @@ def test_a_subscriber_resumes_after_a_disconnect(request, captured, major):
     frames = len(capture_messages(path))
     faults = Faults(disconnect_after=frames // 2)
     settings = ServeSettings(server_version=major * 10000)
-    with Server(Source.from_captures([path]), settings=settings, faults=faults) as server:
+    with quick_restarts(subscriber), Server(Source.from_captures([path]), settings=settings, faults=faults) as server:
         name = f"sub_resume_{major}"
         dsn = workload.subscribe(subscriber, name, server.address.conninfo(dbname="serve_pub"), SLOT)
         try:
