@@ -6,8 +6,10 @@ floor is the same ``COPY (SELECT <columns> FROM ONLY t) TO STDOUT`` the snapshot
 a sink that only counts bytes; then ``replwire capture --snapshot`` runs as a user runs it (a process of
 its own, ``--idle-exit 0``), text and ``--binary``, and its table time comes from its own progress line;
 then ``replwire capture --backfill public.t`` on a new slot the same way (its rate from its ``done`` line:
-rows over the run's time, chunks' round trips and waits for their watermarks included).  Peak RSS is each
-child's ``ru_maxrss``.  Each runs ``--rounds`` times, alternating, and the best of each is kept.
+rows over the run's time, chunks' round trips and waits for their watermarks included); then the table read
+by key alone, in as many chunks as that backfill read, into the same counter (:func:`key_chunks`: what the
+server's reading by key costs, before any of the capture's).  Peak RSS is each child's ``ru_maxrss``.
+Each runs ``--rounds`` times, alternating, and the best of each is kept.
 
 It also measures what each costs the server: while a snapshot (then a backfill) runs, a second table has
 ``--dead`` rows deleted and is vacuumed (during a backfill, once the chunk open at the delete ended), and
@@ -133,6 +135,28 @@ def copy_floor(dsn: str, binary: bool) -> dict[str, float]:
     conn.close()
     # one COPY data message a row; the binary form's trailer comes in one more
     return {"seconds": seconds, "rows": sink.rows - binary, "mib": sink.bytes / 2**20}
+
+
+def key_chunks(dsn: str, binary: bool, rows: int, per_chunk: int) -> dict[str, float]:
+    """The table read as a backfill reads it, alone: chunks of ``per_chunk`` rows in key order, each
+    ``COPY (SELECT ... WHERE id > <last> ORDER BY id LIMIT n)`` in a short repeatable-read transaction, into
+    the same byte counter as :func:`copy_floor` -- the server's cost of reading by key, before any of the
+    capture's (the ids are dense, so each chunk's cursor is known without reading its last row)."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    cur = conn.cursor()
+    sink = _Sink()
+    started = time.perf_counter()
+    for after in range(0, rows, per_chunk):
+        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur.copy_expert(f"COPY (SELECT id, a, b, c, d FROM ONLY public.t WHERE id > {after} ORDER BY id LIMIT "
+                        f"{per_chunk}) TO STDOUT" + (" (FORMAT binary)" if binary else ""), sink)
+        cur.execute("COMMIT")
+    seconds = time.perf_counter() - started
+    conn.close()
+    chunks = -(-rows // per_chunk)
+    return {"seconds": seconds, "rows": sink.rows - 2 * chunks * binary, "mib": sink.bytes / 2**20, "chunks": chunks}
 
 
 class _Capture:
@@ -528,6 +552,13 @@ def as_results(raw: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
                         "at_least": RATIO_AT_LEAST, "holds": raw[form]["ratio"] >= RATIO_AT_LEAST})
         targets.append({"name": f"peak RSS under {RSS_MIB_AT_MOST:.0f} MiB, {form} (the limit over the peak)",
                         "value": round(RSS_MIB_AT_MOST / peak, 3), "at_least": 1.0, "holds": peak < RSS_MIB_AT_MOST})
+        if "by_key" in raw[form]:
+            keyed = raw[form]["by_key"]
+            rows.append([f"chunks by key alone, {form}", round(keyed["seconds"], 2),
+                         round(keyed["rows"] / keyed["seconds"]), round(keyed["mib"] / keyed["seconds"], 1),
+                         round(copy["seconds"] / keyed["seconds"], 2), None,
+                         f"{keyed['chunks']:,} chunks as the backfill's, each a COPY of ORDER BY id LIMIT n in a "
+                         "transaction of its own, into the byte counter: the server's reading by key, no capture"])
         if "backfill" in raw[form]:
             back = raw[form]["backfill"]
             ratio = copy["seconds"] / back["seconds"]
@@ -590,18 +621,23 @@ def main(argv: list[str] | None = None) -> int:
                                    "load_before": os.getloadavg()[0], "rounds": args.rounds}
         with tempfile.TemporaryDirectory() as directory:
             for form, binary in (("text", False), ("binary", True)):
-                floors, snaps, backs = [], [], []
+                floors, snaps, backs, keyed = [], [], [], []
                 for round_ in range(args.rounds):
                     floors.append(copy_floor(server.dsn, binary))
                     snaps.append(snapshot(server.dsn, binary, f"bench_{form}_{round_}", directory))
                     backs.append(backfill(server.dsn, binary, f"bench_backfill_{form}_{round_}", directory))
+                    keyed.append(key_chunks(server.dsn, binary, rows, -(-rows // backs[-1]["chunks"])))
                 floor = min(floors, key=lambda r: r["seconds"])
                 snap = min(snaps, key=lambda r: r["seconds"])
                 back = min(backs, key=lambda r: r["seconds"])
                 back["peak_rss_mib"] = max(b["peak_rss_mib"] for b in backs)
                 ratio = floor["seconds"] / snap["seconds"]
                 results[form] = {"copy": floor, "snapshot": snap, "ratio": ratio, "backfill": back,
+                                 "by_key": min(keyed, key=lambda r: r["seconds"]),
                                  "peak_rss_mib": max(s["peak_rss_mib"] for s in snaps)}
+                keyed = results[form]["by_key"]
+                print(f"{form:6}: chunks by key alone {keyed['seconds']:.2f} s = "
+                      f"{floor['seconds'] / keyed['seconds']:.2f}x of COPY", flush=True)
                 print(f"{form:6}: backfill {back['seconds']:.2f} s ({back['rows'] / back['seconds']:,.0f} rows/s, "
                       f"{back['chunks']:,} chunks) = {floor['seconds'] / back['seconds']:.2f}x of COPY; peak RSS "
                       f"{back['peak_rss_mib']:.0f} MiB", flush=True)
