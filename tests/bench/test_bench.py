@@ -283,13 +283,17 @@ def test_snapshot_benchmark_runs_and_reports(tmp_path, capsys):
     results = report.load_generic(out)  # the docs page's form
     raw = results["raw"]
     for form in ("text", "binary"):
-        copied = (raw[form]["snapshot"]["rows"], raw[form]["copy"]["rows"], raw[form]["backfill"]["rows"])
-        assert copied == (raw["rows"],) * 3
+        copied = (raw[form]["snapshot"]["rows"], raw[form]["copy"]["rows"], raw[form]["backfill"]["rows"],
+                  raw[form]["by_key"]["rows"])  # (the chunks by key alone: every row once, as the COPY's)
+        assert copied == (raw["rows"],) * 4
         assert raw[form]["ratio"] > 0 and raw[form]["peak_rss_mib"] > 0 and raw[form]["backfill"]["chunks"] >= 1
-    assert len(results["rows"]) == 9 and len(results["targets"]) == 8
+        assert raw[form]["by_key"]["chunks"] == raw[form]["backfill"]["chunks"]
+        assert raw[form]["by_key"]["mib"] == pytest.approx(raw[form]["copy"]["mib"], abs=0.01)
+    assert len(results["rows"]) == 11 and len(results["targets"]) == 8
     # the snapshot's transaction holds the xmin horizon: nothing deleted meanwhile is removable, all after
     assert raw["xmin"] == {"ran_during": 1, "dead_unremovable_during": 500, "dead_unremovable_after": 0,
                            "deleted": 500}
     assert "x of COPY" in capsys.readouterr().out
     assert "| replwire capture --snapshot, text |" in report.generic(results)
     assert "| replwire capture --backfill, binary |" in report.generic(results)
+    assert "| chunks by key alone, text |" in report.generic(results)
