@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..schema.capture import BACKFILL_PREFIX
 from ..schema.encodings import UTF8
 from .errors import DecodeError, ReplwireError
-from .io.capture_file import CaptureFileError, TailProblem
+from .io.capture_file import TailProblem
 from .io.follow import Cut, Follower, FollowReading
 from .io.positions import message_completes
 from .io.segments import Input, Reach, open_inputs, read_records
@@ -321,12 +321,10 @@ def committed(inputs: Sequence[Input], *, typed: bool = True, rows: bool = True,
 
 
 def _next_input(source: Input, path: str) -> Input:
-    """The segment at ``path``, which the capture went on in after ``source``, as the next input of the stream
-    (refused, :class:`~replwire.codec.io.capture_file.CaptureFileError`, unless it is one with it)."""
-    both = open_inputs([source.path, path], growing=True, order=False)
-    if both[1].proto_version != source.proto_version or both[1].encoding != source.encoding:
-        raise CaptureFileError(path, f"the capture went on in this segment, which is not one stream with "
-                                     f"{source.path}")
+    """The segment at ``path``, which the capture went on in after ``source``, as the next input of the stream,
+    read as ``source`` is (its protocol version, and the encoding a SQL_ASCII capture was given); refused
+    (:class:`~replwire.codec.io.capture_file.CaptureFileError`) unless the two are one stream."""
+    both = open_inputs([source.path, path], source.proto_version, source.encoding, growing=True, order=False)
     return replace(both[1], index=source.index + 1)
 
 
