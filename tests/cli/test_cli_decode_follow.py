@@ -42,6 +42,24 @@ def wait_for(what, timeout=20.0):
         time.sleep(0.05)
 
 
+def stop_decode(decode, summary, quiet):
+    """After ``quiet`` seconds in which nothing more comes, SIGTERM ``decode --follow``: it ends cleanly, its
+    summary saying ``summary``."""
+    time.sleep(quiet)
+    decode.send_signal(signal.SIGTERM)
+    assert decode.wait(10) == 0
+    stderr = decode.stderr.read().decode()
+    assert NO_TRACEBACK not in stderr and summary in stderr, stderr
+
+
+def end(*processes):
+    """SIGTERM each process still running (``None``: never started), and wait for it."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
 @pytest.mark.server
 def test_follow_prints_what_a_running_capture_commits_once(pg18, tmp_path):
     out, printed = tmp_path / "live.rwcap", tmp_path / "printed.jsonl"
@@ -84,22 +102,14 @@ def test_follow_prints_what_a_running_capture_commits_once(pg18, tmp_path):
                     wait_for(lambda: len(lines_of(printed)) >= count)
             assert decode is not None
             wait_for(lambda: len(lines_of(printed)) >= len(expected))
-            time.sleep(0.3)  # (nothing more comes)
-            decode.send_signal(signal.SIGTERM)
-            assert decode.wait(10) == 0
-            stderr = decode.stderr.read().decode()
-            assert NO_TRACEBACK not in stderr and "21 transactions" in stderr, stderr
+            stop_decode(decode, "21 transactions", 0.3)
         finally:
-            for process in (decode, capture):
-                if process is not None and process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-                    process.wait(30)
+            end(decode, capture)
     got = [(c["op"], (c.get("new") or c.get("key"))["id"]) for c in lines_of(printed)]
     assert got == expected  # every committed change, once, in commit order
     with read_capture(out) as reader:
         tags = {bytes(r[3][:1]) for r in reader.records(raw=True)}
     assert b"S" in tags and b"c" in tags  # the large one came streamed
-
 
 
 @pytest.mark.server
@@ -128,16 +138,9 @@ def test_follow_goes_on_into_the_segments_a_rotating_capture_writes(pg15, tmp_pa
                 if i % 10 == 9:
                     wait_for(lambda: len(lines_of(printed)) >= i + 1)  # printed while the capture goes on
             wait_for(lambda: len(lines_of(printed)) >= 40)
-            time.sleep(0.5)  # (nothing more comes)
-            decode.send_signal(signal.SIGTERM)
-            assert decode.wait(10) == 0
-            stderr = decode.stderr.read().decode()
-            assert NO_TRACEBACK not in stderr and "40 transactions" in stderr, stderr
+            stop_decode(decode, "40 transactions", 0.5)
         finally:
-            for process in (decode, capture):
-                if process is not None and process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-                    process.wait(30)
+            end(decode, capture)
     assert len(segments(out)) >= 5
     assert [(c["op"], c["new"]["id"]) for c in lines_of(printed)] == [("insert", i) for i in range(40)]
 
