@@ -798,11 +798,8 @@ def _rows_records(relation_id: int, binary: bool, rows: _Lines | list[bytes]) ->
     """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it),
     a text chunk's rows not copied."""
     if isinstance(rows, _Lines):
-        data, start, counted = rows.data, 0, 0
-        view = memoryview(data)
-        while start < len(data):
-            stop = data.find(b"\n", start + RECORD_BYTES - 1) + 1 or len(data)
-            lines = data.count(b"\n", start, stop)
+        view, start, counted = memoryview(rows.data), 0, 0
+        for lines, stop in snapshot_records.text_cuts(rows.data, RECORD_BYTES):
             counted += lines
             yield snapshot_records.chunk_rows_record(relation_id, binary, lines, view[start:stop])
             start = stop

@@ -141,7 +141,8 @@ class _Rows:
         if parts:
             body = b"".join(parts)
             rows = len(parts)
-            if not self.binary and (body.count(b"\n") != rows or not body.endswith(b"\n")):
+            if not self.binary and (snapshot_records.text_cuts(body, len(body)) != [(rows, len(body))]
+                                    or not body.endswith(b"\n")):
                 raise CaptureError(f"COPY of {self.table.name} sent {rows} data messages that are not one line each")
             record = snapshot_records.rows_record(self.table.relation.relation_id, self.binary, rows, body)
             self.writer.append(self.lsn, 0, record)

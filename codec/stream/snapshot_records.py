@@ -41,7 +41,7 @@ from ...schema import capture as layout
 from ..errors import DecodeError, ReplwireError
 from ..messages import Insert, Relation, TupleColumn, Type
 from ..scalars import LSN
-from ..wire.fast import build, parse
+from ..wire.fast import COMPILED, build, parse
 from .assembler import Change, ChangeMaker
 from .decoder import Decoder
 
@@ -50,7 +50,7 @@ __all__ = ["BACKFILL", "BACKFILL_KINDS", "BEGIN", "CHUNK", "CHUNK_ROWS", "CONFIR
            "ROWS_RECORD", "SLOT", "TABLE", "TABLE_END", "SnapshotError", "SnapshotReader", "begin_record",
            "binary_rows", "chunk_record", "chunk_rows_record", "confirmed_record", "defaults_record", "end_record",
            "kind", "parse_record", "record_completes", "rows_record", "run_end_record", "slot_record",
-           "table_end_record", "table_record", "text_rows"]
+           "table_end_record", "table_record", "text_cuts", "text_rows"]
 
 #: The kinds' first bytes.
 BEGIN, SLOT, TABLE, ROWS_RECORD, TABLE_END, END = (ord(spec.tag) for spec in layout.SNAPSHOT_RECORDS)
@@ -219,6 +219,26 @@ def text_rows(data: bytes, width: int, what: str = "SnapshotRows") -> Iterator[l
         yield [_NULL if f == b"\\N" else TupleColumn(kind="t", data=_ESCAPED.sub(_unescape, f) if b"\\" in f else f)
                for f in fields]
         offset += len(line) + 1
+
+
+def _text_cuts(data: bytes, most: int) -> list[tuple[int, int]]:
+    if most < 1:
+        raise ValueError("text_cuts: most must be at least 1")
+    cuts, start = [], 0
+    while start < len(data):
+        stop = data.find(b"\n", start + most - 1) + 1 or len(data)
+        cuts.append((data.count(b"\n", start, stop), stop))
+        start = stop
+    return cuts
+
+
+def text_cuts(data: bytes, most: int) -> list[tuple[int, int]]:
+    """Where COPY's text rows ``data`` are cut into records of at least ``most`` bytes: each cut as ``(lines,
+    end)``, its lines ending at offset ``end`` with the first line that takes it to ``most`` bytes past the
+    cut before; the last cut ends at the data's end (with what follows its last newline, if anything does:
+    the caller checks the data ends with one).  Compiled, it finds the newlines at ``memchr``'s pace without
+    holding the GIL, so the capture's reading of the next chunk goes on meanwhile."""
+    return (_text_cuts if COMPILED is None else COMPILED.text_cuts)(data, most)
 
 
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")

@@ -1,0 +1,55 @@
+/* The C twin of replwire.codec.stream.snapshot_records's cuts of COPY's text rows into records. */
+
+/* text_cuts(data, most): the cuts of COPY's text rows ``data`` into records of at least ``most`` bytes, as
+ * (lines, end) tuples: a cut ends with the first line that takes it to ``most`` bytes past the cut before,
+ * the last one at the data's end.  The newlines are looked for without the GIL (the buffer is held). */
+static PyObject *c_text_cuts(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t most;
+    if (!PyArg_ParseTuple(args, "y*n:text_cuts", &data, &most)) return NULL;
+    if (most < 1) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "text_cuts: most must be at least 1");
+        return NULL;
+    }
+    /* each cut holds at least one byte of the data: the cuts never outnumber its bytes */
+    Py_ssize_t room = 64, count = 0, *cuts = PyMem_RawMalloc(sizeof(Py_ssize_t) * 2 * (size_t)room);
+    int nomem = cuts == NULL;
+    const char *s = data.buf, *p = s, *end = s + data.len;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t start = 0, lines = 0;
+    while (!nomem && p < end) {
+        const char *newline = memchr(p, '\n', (size_t)(end - p));
+        if (newline == NULL) break;
+        lines++;
+        p = newline + 1;
+        if ((p - s) - start >= most || p == end) {
+            if (count == room) {
+                Py_ssize_t *more = PyMem_RawRealloc(cuts, sizeof(Py_ssize_t) * 4 * (size_t)room);
+                if (more == NULL) { nomem = 1; break; }
+                cuts = more, room *= 2;
+            }
+            cuts[2 * count] = lines, cuts[2 * count + 1] = p - s, count++;
+            lines = 0, start = p - s;
+        }
+    }
+    if (!nomem && start < data.len) {  /* what follows the last newline */
+        if (count == room) {
+            Py_ssize_t *more = PyMem_RawRealloc(cuts, sizeof(Py_ssize_t) * 4 * (size_t)room);
+            if (more == NULL) nomem = 1;
+            else cuts = more, room *= 2;
+        }
+        if (!nomem) cuts[2 * count] = lines, cuts[2 * count + 1] = data.len, count++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyObject *result = nomem ? PyErr_NoMemory() : PyList_New(count);
+    for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
+        PyObject *cut = Py_BuildValue("(nn)", cuts[2 * i], cuts[2 * i + 1]);
+        if (cut == NULL) Py_CLEAR(result);
+        else PyList_SET_ITEM(result, i, cut);
+    }
+    PyMem_RawFree(cuts);
+    return result;
+}

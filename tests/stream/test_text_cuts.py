@@ -1,0 +1,57 @@
+"""COPY's text rows cut into records (``text_cuts``): the contract on hand-checked vectors and on drawn data,
+the compiled twin equal to the Python one, and a backfill's records cut where the contract says."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replwire.codec.stream import snapshot_records
+from replwire.codec.wire.fast import COMPILED
+
+TWINS = [pytest.param(snapshot_records._text_cuts, id="python"),
+         pytest.param(COMPILED.text_cuts if COMPILED is not None else None, id="compiled",
+                      marks=pytest.mark.skipif(COMPILED is None, reason="the compiled codec is not built here"))]
+
+
+@pytest.mark.parametrize("cuts", TWINS)
+@pytest.mark.parametrize(("data", "most", "expected"), [
+    (b"", 5, []),
+    (b"ab\ncd\nef\n", 3, [(1, 3), (1, 6), (1, 9)]),  # each line reaches 3 bytes on its own
+    (b"ab\ncd\nef\n", 4, [(2, 6), (1, 9)]),  # two lines reach 4; the last one is what is left
+    (b"ab\ncd\nef\n", 100, [(3, 9)]),
+    (b"ab\ncd\nef\n", 1, [(1, 3), (1, 6), (1, 9)]),
+    (b"\n\n\n", 2, [(2, 2), (1, 3)]),
+    (b"ab\ncd", 2, [(1, 3), (0, 5)]),  # what follows the last newline ends the last cut, as no line
+    (b"abcd", 2, [(0, 4)]),
+])
+def test_cuts_on_hand_checked_vectors(cuts, data, most, expected):
+    assert cuts(data, most) == expected
+
+
+@pytest.mark.parametrize("cuts", TWINS)
+def test_a_cut_of_no_bytes_is_refused(cuts):
+    for most in (0, -1):
+        with pytest.raises(ValueError, match="most must be at least 1"):
+            cuts(b"a\n", most)
+
+
+@pytest.mark.skipif(COMPILED is None, reason="the compiled codec is not built here")
+@settings(max_examples=400, deadline=None)
+@given(data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\\n", b"\t"]), max_size=200).map(b"".join),
+       most=st.integers(min_value=1, max_value=40))
+def test_the_compiled_cuts_are_the_python_ones_and_keep_the_contract(data, most):
+    got = COMPILED.text_cuts(data, most)
+    assert got == snapshot_records._text_cuts(data, most)
+    assert COMPILED.text_cuts(memoryview(data), most) == got
+    start = 0
+    for number, (lines, end) in enumerate(got):
+        piece = data[start:end]
+        assert lines == piece.count(b"\n")
+        last = number == len(got) - 1
+        if not last:  # it reaches most bytes with its last line, not before
+            assert piece.endswith(b"\n") and len(piece) >= most
+            assert len(piece[:piece.rindex(b"\n", 0, len(piece) - 1) + 1]) < most if lines > 1 else True
+        start = end
+    assert start == len(data)
