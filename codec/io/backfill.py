@@ -29,9 +29,7 @@ watermarks need ``pg_logical_emit_message`` (executable by every user unless rev
 
 from __future__ import annotations
 
-import bisect
 import io
-import itertools
 import json
 import queue
 import struct
@@ -108,7 +106,7 @@ class _Chunk:
 
     run: TableRun
     number: int
-    rows: _Lines | list[bytes]  # as the server sent them: text lines, or one binary tuple each
+    rows: _Copied
     cursor: list[str] | None  # the key texts of its last row; None: the table has no rows past it
     keys: list[Key] | None  # the keys it read again (a chunk of the run's end), else None
     snapshot: str
@@ -120,38 +118,43 @@ class _Chunk:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class _Lines(Sequence[bytes]):
-    """A chunk's rows in COPY's text form, held as the one piece of lines the server sent: no object for each
-    row (at a million rows a second, collecting, joining and splitting them cost a third of the reading)."""
+@dataclass(frozen=True)
+class _Copied:
+    """A chunk's rows as the server sent them (``rows``: COPY's text lines in one piece, or its binary tuples
+    one each, without the header and trailer), where the ``BackfillRows`` records cut them (``cuts``: their
+    rows and end offsets in the rows joined, see :func:`~replwire.codec.stream.snapshot_records.row_cuts`),
+    and the last row (the chunk's cursor).  The chunker, whose reading is the backfill's pace, only notes the
+    cuts; the stream side joins the tuples (:meth:`data`) and slices the records."""
 
-    def __init__(self, data: bytes, count: int) -> None:
-        self.data = data
-        self._count = count  # (the server's count; the records' own counts are checked against it)
+    rows: bytes | list[bytes]
+    count: int
+    cuts: list[tuple[int, int]]
+    last: bytes
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
-    def __getitem__(self, index: Any) -> Any:
-        if index == -1 or index == self._count - 1:  # (the last row: the chunk's cursor)
-            return self.data[self.data.rfind(b"\n", 0, len(self.data) - 1) + 1:]
-        return self.data.splitlines(keepends=True)[index]
+    @property
+    def size(self) -> int:
+        """The rows' bytes."""
+        return self.cuts[-1][1] if self.cuts else 0
 
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self.data.splitlines(keepends=True))
+    def data(self) -> bytes:
+        """The rows in one piece."""
+        return self.rows if isinstance(self.rows, bytes) else b"".join(self.rows)
 
 
 class _Rows(Sequence[Sequence[TupleColumn]]):
     """A chunk's COPY rows as the wire columns the window compares, parsed only if it looks at them."""
 
-    def __init__(self, rows: _Lines | list[bytes], width: int, binary: bool) -> None:
+    def __init__(self, rows: _Copied, width: int, binary: bool) -> None:
         self._raw, self._width, self._binary = rows, width, binary
         self._parsed: list[list[TupleColumn]] | None = None
 
     def _all(self) -> list[list[TupleColumn]]:
         if self._parsed is None:
             read = snapshot_records.binary_rows if self._binary else snapshot_records.text_rows
-            data = self._raw.data if isinstance(self._raw, _Lines) else b"".join(self._raw)
-            self._parsed = list(read(data, self._width, "BackfillRows"))
+            self._parsed = list(read(self._raw.data(), self._width, "BackfillRows"))
         return self._parsed
 
     def __len__(self) -> int:
@@ -554,7 +557,7 @@ class Backfill:
         read = len(chunk.rows)
         pace = max(chunk.read_us / 1e6, 1e-4) / max(read, 1)
         by_time = int(self.budget / pace)
-        held = len(chunk.rows.data) if isinstance(chunk.rows, _Lines) else sum(map(len, chunk.rows))
+        held = chunk.rows.size
         by_bytes = int(MOST_BYTES / max(held / max(read, 1), 1))
         by_rate = int(self.rate) if self.rate else MOST_ROWS  # (a throttled run: a chunk a second at most)
         return max(LEAST_ROWS, min(MOST_ROWS, by_bytes, by_rate, size * 2, max(size // 2, by_time)))
@@ -643,7 +646,7 @@ class Backfill:
             rows = collected.rows(cur.rowcount)
             cursor = None
             if keys_read is None and len(rows) == size:
-                cursor = self._last_key(rows[-1], table, keys)
+                cursor = self._last_key(rows.last, table, keys)
                 if cursor is None:  # (a binary key of a type read here only by the server: asked, same snapshot)
                     named = ", ".join(f"{quote_identifier(c.name)}::text AS replwire_key_{i}"  # (ORDER BY takes an
                                       for i, c in enumerate(keys))                          # output name first)
@@ -778,37 +781,32 @@ class _Collected:
         # (a data message per row: no Python frame for each)
         self.write: Callable[[bytes], object] = self.parts.append if binary else self.text.write
 
-    def rows(self, count: int) -> _Lines | list[bytes]:
-        """The rows, of which the server said it sent ``count``."""
+    def rows(self, count: int) -> _Copied:
+        """The rows and their cuts into records; the server said it sent ``count`` (text lines are checked)."""
         if not self.binary:  # (its lines, however the server cut its messages: COPY's text escapes CR and LF)
             text = self.text.getvalue()
             if b"\r" in text or not text.endswith(b"\n") and text:
                 raise CaptureError(f"COPY of {self.name} sent text that is not whole lines")
-            return _Lines(text, count)
+            cuts = snapshot_records.text_cuts(text, RECORD_BYTES)
+            lines = sum(lines for lines, _ in cuts)
+            if lines != count:
+                raise CaptureError(f"COPY of {self.name} sent {lines} lines for {count} rows")
+            return _Copied(text, count, cuts, text[text.rfind(b"\n", 0, len(text) - 1) + 1:])
         parts = self.parts
         if parts:
             first = after_binary_header(parts[0], self.name)
             parts = ([first] if first else []) + parts[1:]
             if parts and parts[-1] == BINARY_TRAILER:
                 parts = parts[:-1]
-        return parts
+        return _Copied(parts, len(parts), snapshot_records.row_cuts(parts, RECORD_BYTES), parts[-1] if parts else b"")
 
 
-def _rows_records(relation_id: int, binary: bool, rows: _Lines | list[bytes]) -> Iterator[RecordData]:
-    """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it),
-    a text chunk's rows not copied."""
-    if isinstance(rows, _Lines):
-        view, start, counted = memoryview(rows.data), 0, 0
-        for lines, stop in snapshot_records.text_cuts(rows.data, RECORD_BYTES):
-            counted += lines
-            yield snapshot_records.chunk_rows_record(relation_id, binary, lines, view[start:stop])
-            start = stop
-        if counted != len(rows):
-            raise CaptureError(f"a COPY of relation {relation_id} sent {counted} lines for {len(rows)} rows")
-        return
-    ends = list(itertools.accumulate(map(len, rows)))  # (the byte offset after each row)
-    start = 0
-    while start < len(rows):
-        stop = min(bisect.bisect_left(ends, (ends[start - 1] if start else 0) + RECORD_BYTES, start), len(rows) - 1)
-        yield snapshot_records.chunk_rows_record(relation_id, binary, stop + 1 - start, b"".join(rows[start:stop + 1]))
-        start = stop + 1
+def _rows_records(relation_id: int, binary: bool, rows: _Copied | list[bytes]) -> Iterator[RecordData]:
+    """``BackfillRows`` records of about :data:`RECORD_BYTES` each (each ends with the row that reaches it): a
+    chunk's rows as they were read (sliced out of them joined), or the rows the window changed (one each)."""
+    data, cuts = (b"".join(rows), snapshot_records.row_cuts(rows, RECORD_BYTES)) if isinstance(rows, list) else \
+        (rows.data(), rows.cuts)
+    view, start = memoryview(data), 0
+    for count, stop in cuts:
+        yield snapshot_records.chunk_rows_record(relation_id, binary, count, view[start:stop])
+        start = stop

@@ -1,4 +1,4 @@
-/* The C twin of replwire.codec.stream.snapshot_records's cuts of COPY's text rows into records. */
+/* The C twin of replwire.codec.stream.snapshot_records's cuts of COPY's rows into records. */
 
 /* text_cuts(data, most): the cuts of COPY's text rows ``data`` into records of at least ``most`` bytes, as
  * (lines, end) tuples: a cut ends with the first line that takes it to ``most`` bytes past the cut before,
@@ -51,5 +51,37 @@ static PyObject *c_text_cuts(PyObject *self, PyObject *args)
         else PyList_SET_ITEM(result, i, cut);
     }
     PyMem_RawFree(cuts);
+    return result;
+}
+
+/* row_cuts(rows, most): the cuts of a list of rows (bytes, one row each), joined, into records of at least
+ * ``most`` bytes, as (rows, end) tuples: a cut ends with the first row that takes it to ``most`` bytes past
+ * the cut before, the last one with the last row. */
+static PyObject *c_row_cuts(PyObject *self, PyObject *args)
+{
+    PyObject *rows;
+    Py_ssize_t most;
+    if (!PyArg_ParseTuple(args, "O!n:row_cuts", &PyList_Type, &rows, &most)) return NULL;
+    if (most < 1) {
+        PyErr_SetString(PyExc_ValueError, "row_cuts: most must be at least 1");
+        return NULL;
+    }
+    PyObject *result = PyList_New(0);
+    Py_ssize_t at = 0, start = 0, count = 0;
+    for (Py_ssize_t i = 0; result != NULL && i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyBytes_Check(row)) {
+            PyErr_Format(PyExc_TypeError, "row_cuts: row %zd is %.100s, not bytes", i, Py_TYPE(row)->tp_name);
+            Py_CLEAR(result);
+            break;
+        }
+        at += PyBytes_GET_SIZE(row), count++;  /* (the rows are in memory: their sum fits) */
+        if (at - start >= most || i == PyList_GET_SIZE(rows) - 1) {
+            PyObject *cut = Py_BuildValue("(nn)", count, at);
+            if (cut == NULL || PyList_Append(result, cut) < 0) Py_CLEAR(result);
+            Py_XDECREF(cut);
+            start = at, count = 0;
+        }
+    }
     return result;
 }

@@ -43,8 +43,8 @@ MODULE = "replwire.codec.wire._compiled"
 EXPORTED_BY = "replwire.codec.wire.fast"
 FAST = Path(__file__).resolve().parent.parent / "fast.py"
 #: The hand-written C of the compiled codec: each file the twin of the Python module beside it, whose work it
-#: does faster (the stream decoder's row change checks, the JSON writer's rows, the cuts of COPY's text rows
-#: into records, the readers of COPY-CSV rows, capture records and an input's records, the first pass and the
+#: does faster (the stream decoder's row change checks, the JSON writer's rows, the cuts of COPY's rows into
+#: records, the readers of COPY-CSV rows, capture records and an input's records, the first pass and the
 #: change columns of split decoding, decode's row path), put into the source after the generated code in this
 #: order: each uses only what the twins before it define (the order of the package's layers; the layers test
 #: holds it to them).
@@ -483,6 +483,8 @@ static PyMethodDef MODULE_METHODS[] = {{
       "Many server texts of one column read into typed Arrow buffers (see codec/stream/values.c)."}},
     {{"text_cuts", c_text_cuts, METH_VARARGS,
       "Where COPY's text rows are cut into records (see codec/stream/snapshot_records.c)."}},
+    {{"row_cuts", c_row_cuts, METH_VARARGS,
+      "Where a list of rows, joined, is cut into records (see codec/stream/snapshot_records.c)."}},
     {{"rows_run", c_rows_run, METH_VARARGS,
       "JSON lines of the plain transactions of COPY-CSV rows or capture records (see codec/decode.c)."}},
     {{"rows_body", c_rows_body, METH_VARARGS,
