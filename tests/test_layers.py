@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "replwire.codec.errors": 1,
     "replwire.codec.scalars": 1,
     "replwire.codec.gc_tuning": 1,
+    "replwire.codec.malloc_tuning": 1,
     "replwire.codec.walker": 2,
     "replwire.codec.messages": 2,
     "replwire.codec.options": 2,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..malloc_tuning import keep_freed_memory
 from ._common import count_noun, need_psycopg2
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ def capture_command(dsn: str, slot: str, publication: str, proto_version: int | 
 
     signal.signal(signal.SIGTERM, on_stop_signal)
     signal.signal(signal.SIGINT, on_stop_signal)
+    keep_freed_memory()  # (the blocks a capture writes and frees, reused: see replwire.codec.malloc_tuning)
     if initial_snapshot and via == "sql":
         raise click.UsageError("--snapshot needs a replication connection (the slot is created with an exported "
                                "snapshot); it cannot be used with --via sql")
