@@ -5,12 +5,11 @@ Strategy: a capture hands its file blocks of hundreds of kilobytes to megabytes 
 joined, a backfill chunk's rows, a write batch), each freed once written.  glibc's malloc serves a block
 above its mmap threshold with a fresh mapping, and gives the top of its heap back to the system above its
 trim threshold; it raises both as it sees large blocks freed, so where they stand depends on what the
-process happened to free before, and the same capture could touch every page of every block anew or reuse
-them.  Measured on a binary snapshot of a 1 GB table: 115,000 to 260,000 page faults and 2.2-2.5 s of
-copying with the thresholds as glibc left them, 8,000 and 1.8-2.2 s with them fixed.
-:func:`keep_freed_memory` fixes them (:data:`MMAP_ABOVE`, :data:`TRIM_ABOVE`): blocks below 32 MiB come
-from the heap and are reused, and freed memory stays with the process up to its peak.  It is a setting of
-the whole process, made by the ``capture`` command; with another C library it does nothing.
+process happened to free before, and the same capture could fault every page of every block in anew (one
+fault per 4 KiB written) or reuse them.  :func:`keep_freed_memory` fixes both (:data:`MMAP_ABOVE`,
+:data:`TRIM_ABOVE`): blocks below 32 MiB come from the heap and are reused, and freed memory stays with the
+process up to its peak.  It is a setting of the whole process, made by the ``capture`` command; with another
+C library it does nothing.
 """
 
 from __future__ import annotations

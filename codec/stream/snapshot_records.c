@@ -13,7 +13,7 @@ static PyObject *c_text_cuts(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "text_cuts: most must be at least 1");
         return NULL;
     }
-    /* each cut holds at least one byte of the data: the cuts never outnumber its bytes */
+    /* (grown as cuts are found: each holds at least one byte of the data) */
     Py_ssize_t room = 64, count = 0, *cuts = PyMem_RawMalloc(sizeof(Py_ssize_t) * 2 * (size_t)room);
     int nomem = cuts == NULL;
     const char *s = data.buf, *p = s, *end = s + data.len;
