@@ -788,9 +788,9 @@ class _Collected:
             if b"\r" in text or not text.endswith(b"\n") and text:
                 raise CaptureError(f"COPY of {self.name} sent text that is not whole lines")
             cuts = snapshot_records.text_cuts(text, RECORD_BYTES)
-            lines = sum(lines for lines, _ in cuts)
-            if lines != count:
-                raise CaptureError(f"COPY of {self.name} sent {lines} lines for {count} rows")
+            counted = sum(lines for lines, _ in cuts)
+            if counted != count:
+                raise CaptureError(f"COPY of {self.name} sent {counted} lines for {count} rows")
             return _Copied(text, count, cuts, text[text.rfind(b"\n", 0, len(text) - 1) + 1:])
         parts = self.parts  # (in place: a copy of a list of 30,000 rows is the chunker's time)
         if parts:

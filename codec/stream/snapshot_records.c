@@ -19,28 +19,18 @@ static PyObject *c_text_cuts(PyObject *self, PyObject *args)
     const char *s = data.buf, *p = s, *end = s + data.len;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t start = 0, lines = 0;
-    while (!nomem && p < end) {
+    while (!nomem && start < data.len) {
         const char *newline = memchr(p, '\n', (size_t)(end - p));
-        if (newline == NULL) break;
-        lines++;
-        p = newline + 1;
-        if ((p - s) - start >= most || p == end) {
-            if (count == room) {
-                Py_ssize_t *more = PyMem_RawRealloc(cuts, sizeof(Py_ssize_t) * 4 * (size_t)room);
-                if (more == NULL) { nomem = 1; break; }
-                cuts = more, room *= 2;
-            }
-            cuts[2 * count] = lines, cuts[2 * count + 1] = p - s, count++;
-            lines = 0, start = p - s;
-        }
-    }
-    if (!nomem && start < data.len) {  /* what follows the last newline */
+        p = newline == NULL ? end : newline + 1;  /* (no newline: what follows the last one ends the last cut) */
+        lines += newline != NULL;
+        if ((p - s) - start < most && p != end) continue;
         if (count == room) {
             Py_ssize_t *more = PyMem_RawRealloc(cuts, sizeof(Py_ssize_t) * 4 * (size_t)room);
-            if (more == NULL) nomem = 1;
-            else cuts = more, room *= 2;
+            if (more == NULL) { nomem = 1; break; }
+            cuts = more, room *= 2;
         }
-        if (!nomem) cuts[2 * count] = lines, cuts[2 * count + 1] = data.len, count++;
+        cuts[2 * count] = lines, cuts[2 * count + 1] = p - s, count++;
+        lines = 0, start = p - s;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
